@@ -1,0 +1,56 @@
+# kubesteer: `make run` starts everything on a local real control plane; `make test` runs every test.
+SHELL := /bin/bash
+include versions.env
+export K8S_VERSION KWOK_VERSION HELM_VERSION ETCD_VERSION
+
+KUBESTEER_CACHE ?= $(HOME)/.cache/kubesteer
+export KUBESTEER_CACHE
+BIN := $(KUBESTEER_CACHE)/bin
+KUBECONFIG_FILE := $(CURDIR)/.kubesteer/kubeconfig
+KUBECTL := $(BIN)/kubectl --kubeconfig $(KUBECONFIG_FILE)
+CARGO ?= cargo
+
+.PHONY: all build control-plane cluster-up cluster-down manifests install run test fmt-check clippy unit e2e
+
+all: build
+
+build:
+	$(CARGO) build --workspace --all-targets
+
+## control-plane: build the pinned Kubernetes, kwok, etcd and helm binaries into $(BIN) (cached).
+control-plane:
+	hack/build-control-plane.sh all
+
+cluster-up: control-plane
+	hack/cluster.sh up
+
+cluster-down:
+	hack/cluster.sh down
+
+## manifests: regenerate the CRDs from api/ into charts/kubesteer/crds/.
+manifests:
+	$(CARGO) run -q -p kubesteer-api --bin crdgen -- charts/kubesteer/crds
+
+## install: apply the CRDs to the cluster of $$KUBECONFIG (default: the local one).
+install:
+	$(BIN)/kubectl $(if $(KUBECONFIG),,--kubeconfig $(KUBECONFIG_FILE)) apply --server-side -f charts/kubesteer/crds/
+	$(BIN)/kubectl $(if $(KUBECONFIG),,--kubeconfig $(KUBECONFIG_FILE)) wait --for=condition=Established --timeout=60s -f charts/kubesteer/crds/
+
+## run: local control plane + CRDs, in the foreground; Ctrl-C tears it all down.
+run: control-plane
+	hack/run.sh
+
+test: fmt-check clippy unit e2e
+
+fmt-check:
+	$(CARGO) fmt --all -- --check
+
+clippy:
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+unit:
+	$(CARGO) test --workspace --exclude kubesteer-tests
+
+## e2e: end-to-end tests against a real local control plane (reused when one is already up).
+e2e: control-plane
+	hack/e2e.sh

@@ -1,0 +1,89 @@
+//! The CustomResourceDefinitions, generated from the types.
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::CustomResourceExt;
+
+use crate::{Memcached, Scaler, Welcome};
+
+/// Every CRD with the file name it is committed under in `charts/kubesteer/crds/`.
+pub fn all() -> Vec<(String, CustomResourceDefinition)> {
+    [Scaler::crd(), Welcome::crd(), Memcached::crd()]
+        .into_iter()
+        .map(|crd| {
+            (
+                format!("{}.yaml", crd.metadata.name.clone().unwrap_or_default()),
+                crd,
+            )
+        })
+        .collect()
+}
+
+/// The YAML text of a CRD, as committed.
+pub fn to_yaml(crd: &CustomResourceDefinition) -> Result<String, serde_yaml::Error> {
+    Ok(format!(
+        "# Generated from api/ by `make manifests`; do not edit.\n{}",
+        serde_yaml::to_string(crd)?
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    #[test]
+    fn committed_crds_match_the_types() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/kubesteer/crds");
+        for (file, crd) in all() {
+            let committed = std::fs::read_to_string(dir.join(&file)).unwrap_or_default();
+            assert!(
+                committed == to_yaml(&crd).unwrap(),
+                "{file} is stale: run `make manifests` and commit the result"
+            );
+        }
+    }
+
+    #[test]
+    fn every_kind_is_in_the_kubesteer_category_with_its_short_name() {
+        let names: Vec<_> = all().into_iter().map(|(_, c)| c.spec.names).collect();
+        for n in &names {
+            assert_eq!(
+                n.categories.as_deref(),
+                Some(&["kubesteer".to_string()][..])
+            );
+        }
+        let shorts: Vec<_> = names
+            .iter()
+            .map(|n| n.short_names.clone().unwrap_or_default().join(","))
+            .collect();
+        assert_eq!(shorts, ["scl", "wel", "mc"]);
+    }
+
+    #[test]
+    fn every_field_has_a_description() {
+        fn walk(path: &str, schema: &serde_json::Value, missing: &mut Vec<String>) {
+            if let Some(props) = schema.get("properties").and_then(|p| p.as_object()) {
+                for (name, sub) in props {
+                    let p = format!("{path}.{name}");
+                    if sub.get("description").is_none()
+                        && !matches!(name.as_str(), "apiVersion" | "kind" | "metadata")
+                    {
+                        missing.push(p.clone());
+                    }
+                    walk(&p, sub, missing);
+                }
+            }
+            if let Some(items) = schema.get("items") {
+                walk(&format!("{path}[]"), items, missing);
+            }
+        }
+        for (file, crd) in all() {
+            let schema = serde_json::to_value(&crd.spec.versions[0].schema).unwrap();
+            let mut missing = Vec::new();
+            walk("", &schema["openAPIV3Schema"], &mut missing);
+            assert!(
+                missing.is_empty(),
+                "{file}: fields without a description: {missing:?}"
+            );
+        }
+    }
+}

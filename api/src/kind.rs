@@ -1,0 +1,173 @@
+//! The three kinds behind one interface, for callers that hold raw JSON (the webhook).
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::field::{FieldError, FieldErrors};
+use crate::{MemcachedSpec, ScalerSpec, WelcomeSpec};
+
+/// A kubesteer kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kind {
+    Scaler,
+    Welcome,
+    Memcached,
+}
+
+/// Every kind, in a stable order.
+pub const ALL: [Kind; 3] = [Kind::Scaler, Kind::Welcome, Kind::Memcached];
+
+impl Kind {
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Scaler => "Scaler",
+            Kind::Welcome => "Welcome",
+            Kind::Memcached => "Memcached",
+        }
+    }
+
+    /// The lowercase plural, as in URLs and RBAC rules.
+    pub fn plural(self) -> &'static str {
+        match self {
+            Kind::Scaler => "scalers",
+            Kind::Welcome => "welcomes",
+            Kind::Memcached => "memcacheds",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Kind> {
+        ALL.into_iter().find(|k| k.name() == name)
+    }
+
+    /// The defaulting patch for a whole object; `namespace` is the object's namespace.
+    pub fn defaulting_patch(
+        self,
+        object: &Value,
+        namespace: &str,
+    ) -> Result<json_patch::Patch, FieldErrors> {
+        let spec = spec_of(object)?;
+        let defaulted = match self {
+            Kind::Scaler => to_value(parse::<ScalerSpec>(spec)?.defaulted(namespace)),
+            Kind::Welcome => to_value(parse::<WelcomeSpec>(spec)?.defaulted()),
+            Kind::Memcached => to_value(parse::<MemcachedSpec>(spec)?.defaulted()),
+        };
+        Ok(crate::defaults::patch_for(
+            object,
+            &serde_json::json!({ "spec": defaulted }),
+        ))
+    }
+
+    /// Checks a whole object: `Ok(warnings)` when it is admitted, every violation otherwise.
+    pub fn validate(self, object: &Value) -> Result<Vec<String>, FieldErrors> {
+        let spec = spec_of(object)?;
+        let (errors, warnings) = match self {
+            Kind::Scaler => (parse::<ScalerSpec>(spec)?.validate(), Vec::new()),
+            Kind::Welcome => {
+                let s = parse::<WelcomeSpec>(spec)?;
+                (s.validate(), s.warnings())
+            }
+            Kind::Memcached => (parse::<MemcachedSpec>(spec)?.validate(), Vec::new()),
+        };
+        if errors.is_empty() {
+            Ok(warnings)
+        } else {
+            Err(errors)
+        }
+    }
+}
+
+fn spec_of(object: &Value) -> Result<&Value, FieldErrors> {
+    match object.get("spec") {
+        Some(spec @ Value::Object(_)) => Ok(spec),
+        Some(other) => Err(vec![FieldError::invalid(
+            "spec",
+            type_name(other),
+            "must be an object",
+        )]),
+        None => Err(vec![FieldError::required("spec", "")]),
+    }
+}
+
+/// Deserializes a spec; a type error names the field it is in.
+fn parse<T: DeserializeOwned>(spec: &Value) -> Result<T, FieldErrors> {
+    serde_path_to_error::deserialize(spec).map_err(|e| {
+        let path = e.path().to_string();
+        let path = if path == "." {
+            "spec".to_string()
+        } else {
+            format!("spec.{path}")
+        };
+        // serde's message names the expected type; the value itself is left out so no secret is echoed.
+        vec![FieldError::invalid(
+            path,
+            "(see detail)",
+            e.into_inner().to_string(),
+        )]
+    })
+}
+
+fn to_value<T: serde::Serialize>(v: T) -> Value {
+    serde_json::to_value(v).unwrap_or(Value::Null)
+}
+
+fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn type_errors_name_the_field() {
+        let err = Kind::Memcached
+            .validate(&json!({"spec": {"size": "three"}}))
+            .unwrap_err();
+        assert_eq!(err[0].path, "spec.size", "{err:?}");
+        let err = Kind::Scaler
+            .validate(&json!({"spec": {"deployments": [{"name": 7}], "start": 1, "end": 2}}))
+            .unwrap_err();
+        assert_eq!(err[0].path, "spec.deployments[0].name", "{err:?}");
+        let err = Kind::Welcome.validate(&json!({"spec": "x"})).unwrap_err();
+        assert_eq!(
+            err[0].to_string(),
+            "spec: Invalid value: \"string\": must be an object"
+        );
+        let err = Kind::Welcome
+            .validate(&json!({"metadata": {}}))
+            .unwrap_err();
+        assert_eq!(err[0].to_string(), "spec: Required value");
+    }
+
+    #[test]
+    fn defaulting_is_idempotent_for_every_kind() {
+        let objects = [
+            (
+                Kind::Scaler,
+                json!({"spec": {"deployments": [{"name": "web"}], "start": 9, "end": 17}}),
+            ),
+            (Kind::Welcome, json!({"spec": {"name": "x"}})),
+            (Kind::Memcached, json!({"spec": {}})),
+        ];
+        for (kind, mut object) in objects {
+            let patch = kind.defaulting_patch(&object, "ns").unwrap();
+            assert!(!patch.0.is_empty(), "{kind:?}");
+            json_patch::patch(&mut object, &patch).unwrap();
+            assert!(
+                kind.defaulting_patch(&object, "ns").unwrap().0.is_empty(),
+                "{kind:?}"
+            );
+            assert!(
+                kind.validate(&object).is_ok(),
+                "{kind:?} defaulted must be valid"
+            );
+        }
+    }
+}

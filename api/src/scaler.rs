@@ -1,0 +1,682 @@
+//! Scaler: scales Deployments on a schedule, either a daily window or cron jobs.
+use std::collections::BTreeSet;
+
+use chrono::{NaiveTime, Weekday};
+use chrono_tz::Tz;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::{CustomResource, KubeSchema};
+use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
+use serde::{Deserialize, Serialize};
+
+use crate::field::{check_name, FieldError, FieldErrors};
+use crate::schedule::{self, CronSchedule, Window};
+
+/// Replicas inside the window when `replicas` is not given.
+pub const DEFAULT_REPLICAS: i32 = 1;
+/// The time zone when `timeZone` is not given.
+pub const DEFAULT_TIME_ZONE: &str = "UTC";
+/// The annotation on a target that records its replicas from before the window opened.
+pub const ORIGINAL_REPLICAS_ANNOTATION: &str = "kubesteer.io/original-replicas";
+pub const MAX_TARGETS: usize = 50;
+pub const MAX_JOBS: usize = 20;
+const TIME_OF_DAY_RULE: &str = "must be an hour 0-23 or \"HH:MM\"";
+
+/// Scales Deployments on a schedule: a daily window (start, end, replicas) or cron jobs.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[kube(
+    group = "kubesteer.io",
+    version = "v1alpha1",
+    kind = "Scaler",
+    namespaced,
+    status = "ScalerStatus",
+    shortname = "scl",
+    category = "kubesteer",
+    doc = "Scaler scales Deployments on a schedule: during a daily window, or at cron firings.",
+    printcolumn = r#"{"name":"Start","type":"string","jsonPath":".spec.start","description":"When the window opens"}"#,
+    printcolumn = r#"{"name":"End","type":"string","jsonPath":".spec.end","description":"When the window closes"}"#,
+    printcolumn = r#"{"name":"Replicas","type":"integer","jsonPath":".spec.replicas","description":"Replicas inside the window"}"#,
+    printcolumn = r#"{"name":"TimeZone","type":"string","jsonPath":".spec.timeZone","description":"IANA time zone of the schedule"}"#,
+    printcolumn = r#"{"name":"Active","type":"boolean","jsonPath":".status.active","description":"Whether the Scaler is scaling its targets now"}"#,
+    printcolumn = r#"{"name":"Next","type":"string","jsonPath":".status.nextTransition","description":"When the next transition happens"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[x_kube(validation = Rule::new("!has(self.jobs) || (!has(self.start) && !has(self.end) && !has(self.replicas))").message("jobs cannot be combined with start, end or replicas"))]
+#[x_kube(validation = Rule::new("has(self.jobs) || (has(self.start) && has(self.end))").message("either start and end (window mode) or jobs (cron mode) is required"))]
+#[serde(rename_all = "camelCase")]
+pub struct ScalerSpec {
+    /// The Deployments to scale: 1-50 entries, no duplicates. A missing namespace means the Scaler's own.
+    #[schemars(length(min = 1, max = 50))]
+    #[x_kube(validation = Rule::new("self.all(a, self.exists_one(b, a.name == b.name && (has(a.__namespace__) ? a.__namespace__ : '') == (has(b.__namespace__) ? b.__namespace__ : '')))").message("must not contain duplicates"))]
+    pub deployments: Vec<ScaleTarget>,
+
+    /// When the window opens (window mode): an hour 0-23, or "HH:MM", in timeZone. Inclusive.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "time_of_day_schema")]
+    pub start: Option<TimeOfDay>,
+
+    /// When the window closes (window mode): an hour 0-23, or "HH:MM", in timeZone. Exclusive; earlier than start means the window crosses midnight.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "time_of_day_schema")]
+    pub end: Option<TimeOfDay>,
+
+    /// Replicas for every target while the window is open (window mode). Defaults to 1; 0 is allowed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub replicas: Option<i32>,
+
+    /// The weekdays on which the window opens (Mon..Sun). A window that crosses midnight belongs to the day it opened. Every day when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 7), extend("x-kubernetes-list-type" = "set"))]
+    pub days: Option<Vec<Day>>,
+
+    /// IANA time zone in which start, end, days and schedules are read, e.g. "Europe/Berlin". Defaults to UTC.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 64))]
+    pub time_zone: Option<String>,
+
+    /// Replicas for every target outside the window. When absent, targets go back to the replicas they had before the window opened.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub outside_replicas: Option<i32>,
+
+    /// Cron mode: at each firing of a job, the targets go to that job's replicas. Cannot be combined with start, end or replicas.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 20), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub jobs: Option<Vec<ScaleJob>>,
+
+    /// Stops all scaling while true; targets are left as they are. Defaults to false.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suspend: Option<bool>,
+}
+
+/// A Deployment that a Scaler scales.
+#[derive(
+    Serialize, Deserialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, JsonSchema, Default,
+)]
+pub struct ScaleTarget {
+    /// Name of the Deployment.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    /// Namespace of the Deployment. Defaults to the Scaler's namespace; another namespace needs permission to scale Deployments there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63))]
+    pub namespace: Option<String>,
+}
+
+/// A cron job of a Scaler in cron mode.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]
+pub struct ScaleJob {
+    /// Name of the job, unique within the Scaler.
+    #[schemars(length(min = 1, max = 63))]
+    pub name: String,
+    /// Standard 5-field cron expression ("0 9 * * 1-5") or a macro such as "@hourly", read in timeZone.
+    #[schemars(length(min = 1, max = 128))]
+    pub schedule: String,
+    /// Replicas for every target from this job's firing until the next firing.
+    #[schemars(range(min = 0))]
+    pub replicas: i32,
+}
+
+/// A weekday.
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema,
+)]
+pub enum Day {
+    Mon,
+    Tue,
+    Wed,
+    Thu,
+    Fri,
+    Sat,
+    Sun,
+}
+
+impl From<Day> for Weekday {
+    fn from(d: Day) -> Self {
+        match d {
+            Day::Mon => Weekday::Mon,
+            Day::Tue => Weekday::Tue,
+            Day::Wed => Weekday::Wed,
+            Day::Thu => Weekday::Thu,
+            Day::Fri => Weekday::Fri,
+            Day::Sat => Weekday::Sat,
+            Day::Sun => Weekday::Sun,
+        }
+    }
+}
+
+/// A time of day: an hour 0-23 (as in the seed operator) or an "HH:MM" string.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(untagged)]
+pub enum TimeOfDay {
+    Hour(i64),
+    Clock(String),
+}
+
+impl TimeOfDay {
+    /// The time of day, or None when the value is out of range or malformed.
+    pub fn to_time(&self) -> Option<NaiveTime> {
+        match self {
+            TimeOfDay::Hour(h) => u32::try_from(*h)
+                .ok()
+                .and_then(|h| NaiveTime::from_hms_opt(h, 0, 0)),
+            TimeOfDay::Clock(s) => {
+                let (h, m) = s.split_once(':')?;
+                if h.len() != 2
+                    || m.len() != 2
+                    || !(h.bytes().chain(m.bytes())).all(|b| b.is_ascii_digit())
+                {
+                    return None;
+                }
+                NaiveTime::from_hms_opt(h.parse().ok()?, m.parse().ok()?, 0)
+            }
+        }
+    }
+
+    fn as_json(&self) -> serde_json::Value {
+        match self {
+            TimeOfDay::Hour(h) => (*h).into(),
+            TimeOfDay::Clock(s) => s.clone().into(),
+        }
+    }
+}
+
+fn time_of_day_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "x-kubernetes-int-or-string": true,
+        "x-kubernetes-validations": [{
+            "rule": "type(self) == int ? (self >= 0 && self <= 23) : self.matches('^([01][0-9]|2[0-3]):[0-5][0-9]$')",
+            "message": TIME_OF_DAY_RULE,
+        }],
+    })
+}
+
+/// What a Scaler reports.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ScalerStatus {
+    /// Whether the Scaler is scaling its targets now (inside the window, or after a cron firing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active: Option<bool>,
+    /// When the next transition (window opening or closing, or cron firing) happens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_transition: Option<Time>,
+    /// When the last transition happened.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_transition: Option<Time>,
+    /// Each target as last seen.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub targets: Vec<TargetStatus>,
+    /// The generation of the spec this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Standard conditions; Ready is False with reason TargetNotFound when a target is missing.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "crate::common::conditions_schema")]
+    pub conditions: Vec<Condition>,
+}
+
+/// One target as the Scaler last saw it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct TargetStatus {
+    /// Name of the Deployment.
+    pub name: String,
+    /// Namespace of the Deployment.
+    pub namespace: String,
+    /// The Deployment's replicas as last set or seen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<i32>,
+    /// The replicas recorded when the window opened, restored when it closes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub original_replicas: Option<i32>,
+}
+
+/// The schedule of a Scaler, parsed.
+#[derive(Debug, Clone)]
+pub enum Schedule {
+    Window {
+        window: Window,
+        replicas: i32,
+        outside_replicas: Option<i32>,
+    },
+    Cron {
+        jobs: CronSchedule,
+        outside_replicas: Option<i32>,
+    },
+}
+
+impl ScalerSpec {
+    /// Whether the spec is in cron mode.
+    pub fn is_cron(&self) -> bool {
+        self.jobs.is_some()
+    }
+
+    pub fn replicas(&self) -> i32 {
+        self.replicas.unwrap_or(DEFAULT_REPLICAS)
+    }
+
+    pub fn time_zone(&self) -> &str {
+        self.time_zone.as_deref().unwrap_or(DEFAULT_TIME_ZONE)
+    }
+
+    pub fn suspend(&self) -> bool {
+        self.suspend.unwrap_or(false)
+    }
+
+    /// Each target with its namespace filled in, as `(namespace, name)`.
+    pub fn targets<'a>(
+        &'a self,
+        own_namespace: &'a str,
+    ) -> impl Iterator<Item = (&'a str, &'a str)> + 'a {
+        self.deployments.iter().map(move |t| {
+            (
+                t.namespace.as_deref().unwrap_or(own_namespace),
+                t.name.as_str(),
+            )
+        })
+    }
+
+    /// The spec with every default filled in; `own_namespace` is the Scaler's namespace.
+    pub fn defaulted(&self, own_namespace: &str) -> Self {
+        let mut spec = self.clone();
+        for t in &mut spec.deployments {
+            t.namespace.get_or_insert_with(|| own_namespace.to_string());
+        }
+        if !spec.is_cron() {
+            spec.replicas.get_or_insert(DEFAULT_REPLICAS);
+        }
+        spec.time_zone
+            .get_or_insert_with(|| DEFAULT_TIME_ZONE.to_string());
+        spec.suspend.get_or_insert(false);
+        spec
+    }
+
+    /// The parsed schedule, or the field errors that prevent it.
+    pub fn schedule(&self) -> Result<Schedule, FieldErrors> {
+        let mut errors = FieldErrors::new();
+        let tz = self.parsed_time_zone(&mut errors);
+        let schedule = if let Some(jobs) = &self.jobs {
+            let tuples = jobs
+                .iter()
+                .map(|j| (j.name.as_str(), j.schedule.as_str(), j.replicas));
+            match (tz, CronSchedule::new(tuples, tz.unwrap_or(Tz::UTC))) {
+                (Some(_), Ok(jobs)) => Some(Schedule::Cron {
+                    jobs,
+                    outside_replicas: self.outside_replicas,
+                }),
+                (_, Err(e)) => {
+                    errors.push(FieldError::invalid(
+                        "spec.jobs",
+                        serde_json::Value::Null,
+                        e.to_string(),
+                    ));
+                    None
+                }
+                _ => None,
+            }
+        } else {
+            let start = self.time_of_day(&mut errors, "spec.start", self.start.as_ref());
+            let end = self.time_of_day(&mut errors, "spec.end", self.end.as_ref());
+            match (start, end, tz) {
+                (Some(s), Some(e), _) if s == e => {
+                    errors.push(FieldError::invalid(
+                        "spec.end",
+                        self.end
+                            .as_ref()
+                            .map(TimeOfDay::as_json)
+                            .unwrap_or_default(),
+                        "must differ from spec.start",
+                    ));
+                    None
+                }
+                (Some(s), Some(e), Some(tz)) => {
+                    let days: Option<Vec<Weekday>> = self
+                        .days
+                        .as_ref()
+                        .map(|d| d.iter().map(|&d| d.into()).collect());
+                    match Window::new(s, e, days.as_deref(), tz) {
+                        Ok(window) => Some(Schedule::Window {
+                            window,
+                            replicas: self.replicas(),
+                            outside_replicas: self.outside_replicas,
+                        }),
+                        Err(err) => {
+                            errors.push(FieldError::invalid(
+                                "spec",
+                                serde_json::Value::Null,
+                                err.to_string(),
+                            ));
+                            None
+                        }
+                    }
+                }
+                _ => None,
+            }
+        };
+        match schedule {
+            Some(s) if errors.is_empty() => Ok(s),
+            _ => Err(errors),
+        }
+    }
+
+    fn parsed_time_zone(&self, errors: &mut FieldErrors) -> Option<Tz> {
+        match self.time_zone().parse::<Tz>() {
+            Ok(tz) => Some(tz),
+            Err(_) => {
+                errors.push(FieldError::invalid(
+                    "spec.timeZone",
+                    self.time_zone(),
+                    "must be an IANA time zone name such as \"Europe/Berlin\"",
+                ));
+                None
+            }
+        }
+    }
+
+    fn time_of_day(
+        &self,
+        errors: &mut FieldErrors,
+        path: &str,
+        value: Option<&TimeOfDay>,
+    ) -> Option<NaiveTime> {
+        match value {
+            None => {
+                errors.push(FieldError::required(
+                    path,
+                    "start and end are required unless jobs are given",
+                ));
+                None
+            }
+            Some(v) => {
+                let t = v.to_time();
+                if t.is_none() {
+                    errors.push(FieldError::invalid(path, v.as_json(), TIME_OF_DAY_RULE));
+                }
+                t
+            }
+        }
+    }
+
+    /// Every violation of the field rules, each with its path.
+    pub fn validate(&self) -> FieldErrors {
+        let mut errors = FieldErrors::new();
+        if self.deployments.is_empty() {
+            errors.push(FieldError::required(
+                "spec.deployments",
+                "must name at least one Deployment",
+            ));
+        } else if self.deployments.len() > MAX_TARGETS {
+            errors.push(FieldError::too_many(
+                "spec.deployments",
+                self.deployments.len(),
+                MAX_TARGETS,
+            ));
+        }
+        let mut seen = BTreeSet::new();
+        for (i, t) in self.deployments.iter().enumerate() {
+            let path = format!("spec.deployments[{i}]");
+            check_name(&mut errors, &format!("{path}.name"), &t.name, false);
+            if let Some(ns) = &t.namespace {
+                check_name(&mut errors, &format!("{path}.namespace"), ns, true);
+            }
+            if !seen.insert((t.namespace.as_deref(), t.name.as_str())) {
+                errors.push(FieldError::duplicate(
+                    path,
+                    serde_json::to_value(t).unwrap_or_default(),
+                ));
+            }
+        }
+        for (path, value) in [
+            ("spec.replicas", self.replicas),
+            ("spec.outsideReplicas", self.outside_replicas),
+        ] {
+            if let Some(v) = value.filter(|v| *v < 0) {
+                errors.push(FieldError::invalid(
+                    path,
+                    v,
+                    "must be greater than or equal to 0",
+                ));
+            }
+        }
+        if let Some(days) = &self.days {
+            if days.is_empty() {
+                errors.push(FieldError::invalid(
+                    "spec.days",
+                    serde_json::json!([]),
+                    "must name at least one day when given",
+                ));
+            }
+            let mut seen = BTreeSet::new();
+            for (i, d) in days.iter().enumerate() {
+                if !seen.insert(d) {
+                    errors.push(FieldError::duplicate(
+                        format!("spec.days[{i}]"),
+                        serde_json::to_value(d).unwrap_or_default(),
+                    ));
+                }
+            }
+        }
+        if let Some(jobs) = &self.jobs {
+            for (field, set) in [
+                ("spec.start", self.start.is_some()),
+                ("spec.end", self.end.is_some()),
+                ("spec.replicas", self.replicas.is_some()),
+            ] {
+                if set {
+                    errors.push(FieldError::forbidden(
+                        field,
+                        "may not be combined with spec.jobs",
+                    ));
+                }
+            }
+            if jobs.is_empty() {
+                errors.push(FieldError::required(
+                    "spec.jobs",
+                    "must have at least one job when given",
+                ));
+            } else if jobs.len() > MAX_JOBS {
+                errors.push(FieldError::too_many("spec.jobs", jobs.len(), MAX_JOBS));
+            }
+            let mut names = BTreeSet::new();
+            for (i, j) in jobs.iter().enumerate() {
+                let path = format!("spec.jobs[{i}]");
+                if j.name.is_empty() {
+                    errors.push(FieldError::required(format!("{path}.name"), ""));
+                } else if !names.insert(j.name.as_str()) {
+                    errors.push(FieldError::duplicate(
+                        format!("{path}.name"),
+                        j.name.as_str(),
+                    ));
+                }
+                if let Err(e) = schedule::parse_cron(&j.schedule) {
+                    errors.push(FieldError::invalid(
+                        format!("{path}.schedule"),
+                        j.schedule.as_str(),
+                        e,
+                    ));
+                }
+                if j.replicas < 0 {
+                    errors.push(FieldError::invalid(
+                        format!("{path}.replicas"),
+                        j.replicas,
+                        "must be greater than or equal to 0",
+                    ));
+                }
+            }
+            self.parsed_time_zone(&mut errors);
+        } else if let Err(schedule_errors) = self.schedule() {
+            errors.extend(schedule_errors);
+        }
+        errors
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn spec(v: serde_json::Value) -> ScalerSpec {
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn messages(s: &ScalerSpec) -> Vec<String> {
+        s.validate().iter().map(ToString::to_string).collect()
+    }
+
+    #[test]
+    fn a_seed_style_window_is_valid() {
+        let s =
+            spec(json!({"deployments": [{"name": "web"}], "start": 9, "end": 17, "replicas": 3}));
+        assert_eq!(messages(&s), Vec::<String>::new());
+        let s = spec(
+            json!({"deployments": [{"name": "web"}], "start": "22:30", "end": "06:00", "days": ["Fri"], "timeZone": "Asia/Shanghai"}),
+        );
+        assert_eq!(messages(&s), Vec::<String>::new());
+    }
+
+    #[test]
+    fn every_violation_is_reported_with_its_path() {
+        let s = spec(json!({
+            "deployments": [{"name": "Web"}, {"name": "a", "namespace": "x"}, {"name": "a", "namespace": "x"}],
+            "start": 25, "end": "7:00", "replicas": -1, "timeZone": "Mars/Olympus"
+        }));
+        let m = messages(&s);
+        assert!(
+            m.contains(
+                &"spec.start: Invalid value: 25: must be an hour 0-23 or \"HH:MM\"".to_string()
+            ),
+            "{m:?}"
+        );
+        assert!(
+            m.contains(
+                &"spec.end: Invalid value: \"7:00\": must be an hour 0-23 or \"HH:MM\"".to_string()
+            ),
+            "{m:?}"
+        );
+        assert!(
+            m.iter()
+                .any(|e| e.starts_with("spec.deployments[0].name: Invalid value: \"Web\"")),
+            "{m:?}"
+        );
+        assert!(
+            m.iter()
+                .any(|e| e.starts_with("spec.deployments[2]: Duplicate value")),
+            "{m:?}"
+        );
+        assert!(
+            m.contains(
+                &"spec.replicas: Invalid value: -1: must be greater than or equal to 0".to_string()
+            ),
+            "{m:?}"
+        );
+        assert!(
+            m.iter()
+                .any(|e| e.starts_with("spec.timeZone: Invalid value: \"Mars/Olympus\"")),
+            "{m:?}"
+        );
+    }
+
+    #[test]
+    fn start_equal_to_end_is_rejected() {
+        let s = spec(json!({"deployments": [{"name": "web"}], "start": 9, "end": "09:00"}));
+        assert_eq!(
+            messages(&s),
+            vec!["spec.end: Invalid value: \"09:00\": must differ from spec.start"]
+        );
+    }
+
+    #[test]
+    fn modes_are_exclusive_and_one_is_required() {
+        let s = spec(
+            json!({"deployments": [{"name": "web"}], "start": 1, "replicas": 2,
+            "jobs": [{"name": "a", "schedule": "@hourly", "replicas": 1}]}),
+        );
+        let m = messages(&s);
+        assert!(
+            m.contains(&"spec.start: Forbidden: may not be combined with spec.jobs".to_string()),
+            "{m:?}"
+        );
+        assert!(
+            m.contains(&"spec.replicas: Forbidden: may not be combined with spec.jobs".to_string()),
+            "{m:?}"
+        );
+        let s = spec(json!({"deployments": [{"name": "web"}]}));
+        let m = messages(&s);
+        assert!(
+            m.iter()
+                .any(|e| e.starts_with("spec.start: Required value")),
+            "{m:?}"
+        );
+        assert!(
+            m.iter().any(|e| e.starts_with("spec.end: Required value")),
+            "{m:?}"
+        );
+    }
+
+    #[test]
+    fn jobs_are_checked_one_by_one() {
+        let s = spec(json!({"deployments": [{"name": "web"}], "jobs": [
+            {"name": "a", "schedule": "0 9 * * 1-5", "replicas": 3},
+            {"name": "a", "schedule": "not cron", "replicas": -2},
+        ]}));
+        let m = messages(&s);
+        assert!(
+            m.contains(&"spec.jobs[1].name: Duplicate value: \"a\"".to_string()),
+            "{m:?}"
+        );
+        assert!(
+            m.iter()
+                .any(|e| e.starts_with("spec.jobs[1].schedule: Invalid value: \"not cron\"")),
+            "{m:?}"
+        );
+        assert!(
+            m.contains(
+                &"spec.jobs[1].replicas: Invalid value: -2: must be greater than or equal to 0"
+                    .to_string()
+            ),
+            "{m:?}"
+        );
+        assert_eq!(m.len(), 3, "{m:?}");
+    }
+
+    #[test]
+    fn defaults_fill_only_what_is_missing() {
+        let s = spec(
+            json!({"deployments": [{"name": "web"}, {"name": "api", "namespace": "other"}], "start": 9, "end": 17}),
+        );
+        let d = s.defaulted("team");
+        assert_eq!(d.deployments[0].namespace.as_deref(), Some("team"));
+        assert_eq!(d.deployments[1].namespace.as_deref(), Some("other"));
+        assert_eq!(d.replicas, Some(1));
+        assert_eq!(d.time_zone.as_deref(), Some("UTC"));
+        assert_eq!(d.suspend, Some(false));
+        assert_eq!(d.defaulted("team"), d);
+        let cron = spec(
+            json!({"deployments": [{"name": "web"}], "jobs": [{"name": "a", "schedule": "@daily", "replicas": 1}]}),
+        );
+        assert_eq!(
+            cron.defaulted("team").replicas,
+            None,
+            "cron mode must not get a window default"
+        );
+    }
+
+    #[test]
+    fn time_of_day_parses_both_forms() {
+        assert_eq!(
+            TimeOfDay::Hour(23).to_time(),
+            NaiveTime::from_hms_opt(23, 0, 0)
+        );
+        assert_eq!(TimeOfDay::Hour(24).to_time(), None);
+        assert_eq!(TimeOfDay::Hour(-1).to_time(), None);
+        assert_eq!(
+            TimeOfDay::Clock("07:45".into()).to_time(),
+            NaiveTime::from_hms_opt(7, 45, 0)
+        );
+        for bad in ["7:45", "24:00", "12:60", "ab:cd", "1200", "+1:00"] {
+            assert_eq!(TimeOfDay::Clock(bad.into()).to_time(), None, "{bad}");
+        }
+    }
+}

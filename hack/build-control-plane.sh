@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# Builds the local control plane from the Go module proxy at the pins in versions.env,
+# into a cache outside the repository (like setup-envtest). Skips whatever is already built.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=../versions.env
+. "$root/versions.env"
+cache=${KUBESTEER_CACHE:-$HOME/.cache/kubesteer}
+bin="$cache/bin"
+mkdir -p "$bin"
+export GOFLAGS=${GOFLAGS:--trimpath}
+export CGO_ENABLED=0
+log() { printf '[control-plane] %s\n' "$*" >&2; }
+
+# A binary counts as built when its stamp file names the pinned version.
+built() { [ -x "$bin/$1" ] && [ "$(cat "$bin/.$1.version" 2>/dev/null)" = "$2" ]; }
+stamp() { echo "$2" >"$bin/.$1.version"; }
+
+build_kubernetes() {
+  local v=$K8S_VERSION todo=()
+  for c in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
+    built "$c" "$v" || todo+=("$c")
+  done
+  [ ${#todo[@]} -eq 0 ] && { log "kubernetes $v: cached"; return; }
+  log "kubernetes $v: building ${todo[*]}"
+  local src="$cache/src/kubernetes-$v" minor=${v#v1.}
+  local staging_v="v0.$minor"
+  mkdir -p "$src"
+  # The published go.mod points its staging modules at ./staging; map each to its tagged v0.N.M.
+  local gomod
+  gomod=$(cd "$src" && go mod download -json "k8s.io/kubernetes@$v" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
+  {
+    echo "module kubesteer.local/controlplane"
+    echo
+    echo "go 1.24"
+    echo
+    echo "require k8s.io/kubernetes $v"
+    echo
+    grep -E '^\s*k8s\.io/[^ ]+ => \./staging/src/k8s\.io/' "$gomod" |
+      awk -v sv="$staging_v" '{print "replace " $1 " => " $1 " " sv}'
+  } >"$src/go.mod"
+  cat >"$src/tools.go" <<'GO'
+//go:build tools
+
+package tools
+
+import (
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+	_ "k8s.io/kubernetes/cmd/kube-scheduler"
+	_ "k8s.io/kubernetes/cmd/kubectl"
+)
+GO
+  (cd "$src" && go mod tidy)
+  local date major commit ld=""
+  date=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+  major=1
+  commit=$(printf '%s' "$v" | sha1sum | cut -c1-40)
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ld+=" -X $pkg.gitVersion=$v -X $pkg.gitMajor=$major -X $pkg.gitMinor=${minor%%.*}"
+    ld+=" -X $pkg.gitCommit=$commit -X $pkg.gitTreeState=clean -X $pkg.buildDate=$date"
+  done
+  for c in "${todo[@]}"; do
+    log "go build $c"
+    (cd "$src" && go build -tags tools -ldflags "-s -w$ld" -o "$bin/$c" "k8s.io/kubernetes/cmd/$c")
+    stamp "$c" "$v"
+  done
+}
+
+go_install() { # name version module-path
+  built "$1" "$2" && { log "$1 $2: cached"; return; }
+  log "$1 $2: go install $3@$2"
+  GOBIN="$bin" go install -ldflags "-s -w" "$3@$2"
+  stamp "$1" "$2"
+}
+
+build_etcd() {
+  local v=$ETCD_VERSION
+  built etcd "$v" && { log "etcd $v: cached"; return; }
+  log "etcd $v: building"
+  # etcd's own go.mod uses local replaces, so it is built from a wrapper module that requires it.
+  local src="$cache/src/etcd-$v"
+  mkdir -p "$src"
+  cat >"$src/go.mod" <<GOMOD
+module kubesteer.local/etcd
+
+go 1.24
+
+require go.etcd.io/etcd/server/v3 $v
+GOMOD
+  cat >"$src/tools.go" <<'GO'
+//go:build tools
+
+package tools
+
+import _ "go.etcd.io/etcd/server/v3"
+GO
+  (cd "$src" && go mod tidy && go build -tags tools -ldflags "-s -w" -o "$bin/etcd" go.etcd.io/etcd/server/v3)
+  stamp etcd "$v"
+}
+
+what=${1:-all}
+case $what in
+  all)
+    build_etcd
+    go_install kwok "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok
+    go_install kwokctl "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwokctl
+    go_install helm "$HELM_VERSION" helm.sh/helm/v3/cmd/helm
+    build_kubernetes
+    ;;
+  etcd) build_etcd ;;
+  kubernetes) build_kubernetes ;;
+  *) echo "usage: $0 [all|etcd|kubernetes]" >&2; exit 2 ;;
+esac
+log "binaries in $bin"

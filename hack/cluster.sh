@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# The local real control plane: etcd, kube-apiserver, kube-controller-manager, kube-scheduler
+# and kwok (fake nodes whose pods become Running and Ready), all from the pinned cache.
+#   hack/cluster.sh up     start it (or reuse a running one), install the CRDs, write .kubesteer/kubeconfig
+#   hack/cluster.sh down   stop it and delete its state
+#   hack/cluster.sh status exit 0 when it answers
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=../versions.env
+. "$root/versions.env"
+cache=${KUBESTEER_CACHE:-$HOME/.cache/kubesteer}
+bin="$cache/bin"
+state="$root/.kubesteer"
+name=${KUBESTEER_CLUSTER:-kubesteer}
+nodes=${KUBESTEER_NODES:-3}
+kubeconfig="$state/kubeconfig"
+export KWOK_WORKDIR="$state/kwok"
+kwokctl=("$bin/kwokctl" --name "$name")
+kubectl=("$bin/kubectl" --kubeconfig "$kubeconfig")
+log() { printf '[cluster] %s\n' "$*" >&2; }
+
+answers() { [ -f "$kubeconfig" ] && "${kubectl[@]}" get --raw /readyz >/dev/null 2>&1; }
+
+up() {
+  mkdir -p "$state"
+  if answers; then
+    log "reusing the running cluster $name"
+  else
+    # A stale cluster (from a killed session) is removed before a fresh start.
+    "${kwokctl[@]}" delete cluster >/dev/null 2>&1 || true
+    rm -f "$kubeconfig"
+    cat >"$state/kwokctl.yaml" <<YAML
+kind: KwokctlConfiguration
+apiVersion: config.kwok.x-k8s.io/v1alpha1
+options:
+  runtime: binary
+  kubeVersion: $K8S_VERSION
+  etcdBinary: $bin/etcd
+  kubeApiserverBinary: $bin/kube-apiserver
+  kubeControllerManagerBinary: $bin/kube-controller-manager
+  kubeSchedulerBinary: $bin/kube-scheduler
+  kwokControllerBinary: $bin/kwok
+  kubectlBinary: $bin/kubectl
+  disableQPSLimits: true
+YAML
+    local started=$SECONDS
+    log "starting cluster $name (Kubernetes $K8S_VERSION)"
+    "${kwokctl[@]}" create cluster --config "$state/kwokctl.yaml" --kubeconfig "$kubeconfig" \
+      --extra-args "etcd=unsafe-no-fsync=true" --wait 120s
+    log "scaling to $nodes fake nodes"
+    "${kwokctl[@]}" scale node --replicas "$nodes"
+    "${kubectl[@]}" wait --for=condition=Ready node --all --timeout=60s >/dev/null
+    log "cluster up in $((SECONDS - started))s"
+  fi
+  "${kubectl[@]}" apply --server-side --force-conflicts -f "$root/charts/kubesteer/crds/" >/dev/null
+  "${kubectl[@]}" wait --for=condition=Established --timeout=60s -f "$root/charts/kubesteer/crds/" >/dev/null
+  log "CRDs installed; kubeconfig: $kubeconfig"
+}
+
+down() {
+  "${kwokctl[@]}" delete cluster >/dev/null 2>&1 || true
+  rm -f "$kubeconfig"
+  log "cluster $name deleted"
+}
+
+case ${1:-} in
+  up) up ;;
+  down) down ;;
+  status) answers ;;
+  *) echo "usage: $0 up|down|status" >&2; exit 2 ;;
+esac
