@@ -96,13 +96,21 @@ fn parse<T: DeserializeOwned>(spec: &Value) -> Result<T, FieldErrors> {
         } else {
             format!("spec.{path}")
         };
-        // serde's message names the expected type; the value itself is left out so no secret is echoed.
         vec![FieldError::invalid(
             path,
-            "(see detail)",
-            e.into_inner().to_string(),
+            "(value omitted)",
+            expectation(&e.into_inner().to_string()),
         )]
     })
+}
+
+/// The "expected ..." part of a serde message; the value itself is dropped so no secret is echoed.
+fn expectation(message: &str) -> String {
+    match message.split_once(", expected ") {
+        Some((_, expected)) => format!("expected {expected}"),
+        None if message.starts_with("missing field") => message.to_string(),
+        None => "has the wrong type".to_string(),
+    }
 }
 
 fn to_value<T: serde::Serialize>(v: T) -> Value {
@@ -135,6 +143,17 @@ mod tests {
             .validate(&json!({"spec": {"deployments": [{"name": 7}], "start": 1, "end": 2}}))
             .unwrap_err();
         assert_eq!(err[0].path, "spec.deployments[0].name", "{err:?}");
+        let err = Kind::Welcome
+            .validate(&json!({"spec": {"name": "a", "password": 12345}}))
+            .unwrap_err();
+        assert_eq!(
+            err[0].to_string(),
+            "spec.password: Invalid value: \"(value omitted)\": expected a string"
+        );
+        let err = Kind::Welcome
+            .validate(&json!({"spec": {"password": "hunter2", "name": ["hunter2"]}}))
+            .unwrap_err();
+        assert!(!err[0].to_string().contains("hunter2"), "{err:?}");
         let err = Kind::Welcome.validate(&json!({"spec": "x"})).unwrap_err();
         assert_eq!(
             err[0].to_string(),

@@ -1,14 +1,89 @@
 #![forbid(unsafe_code)]
 #![deny(warnings, rust_2018_idioms)]
 
+use std::process::ExitCode;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
 use clap::Parser;
+use kubesteer_webhook::args::Args;
+use kubesteer_webhook::cluster::KubeCluster;
+use kubesteer_webhook::server::{self, Limits};
+use kubesteer_webhook::tls::{self, CertFiles, CertStore};
+use kubesteer_webhook::{router, AppState, Error};
 
-/// kubesteer-webhook: kubesteer's admission webhook: validates and defaults Scaler, Welcome and Memcached.
-#[derive(Debug, Parser)]
-#[command(name = "kubesteer-webhook", version, about, long_about = None)]
-struct Args {}
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = Args::parse();
+    init_logging(args.log_json);
+    match run(args).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = %e, "kubesteer-webhook failed");
+            ExitCode::FAILURE
+        }
+    }
+}
 
-fn main() {
-    let _args = Args::parse();
-    println!("kubesteer-webhook {}", env!("CARGO_PKG_VERSION"));
+async fn run(args: Args) -> Result<(), Error> {
+    // Only ring is linked; make it the process default for the kube client too.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let files = CertFiles {
+        cert: args.tls_cert_file.clone(),
+        key: args.tls_key_file.clone(),
+    };
+    let store = CertStore::new(files.load()?);
+    let client = kube::Client::try_default().await?;
+    let state = Arc::new(AppState::new(KubeCluster::start(client)));
+    state.tls_ready.store(true, Ordering::Release);
+    tokio::spawn(files.watch(store.clone(), args.cert_reload_interval));
+    let listener = tokio::net::TcpListener::bind(args.addr)
+        .await
+        .map_err(|source| Error::Bind {
+            addr: args.addr.to_string(),
+            source,
+        })?;
+    tracing::info!(addr = %args.addr, "serving admission reviews");
+    let limits = Limits {
+        handshake: args.handshake_timeout,
+        idle: args.idle_timeout,
+        request: args.request_timeout,
+        max_connections: args.max_connections,
+    };
+    server::serve(
+        listener,
+        tls::server_config(store)?,
+        router(state),
+        limits,
+        shutdown_signal(),
+    )
+    .await;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => return std::future::pending().await,
+            };
+        tokio::select! { _ = ctrl_c => {}, _ = term.recv() => {} }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}
+
+fn init_logging(json: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,kube=warn"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    if json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
 }

@@ -1,0 +1,313 @@
+//! The admission endpoints: decode, route by kind, answer with a patch, warnings or a denial.
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::http::{header, StatusCode};
+use axum::response::IntoResponse;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
+use kube::core::DynamicObject;
+use kubesteer_api::field::{summarize, FieldError, FieldErrors};
+use kubesteer_api::kind::{Kind, ALL};
+use kubesteer_api::ScalerSpec;
+use serde_json::Value;
+
+use crate::cluster::Cluster;
+use crate::error::ApiError;
+use crate::metrics::{KindLabels, Metrics, ReviewLabels};
+
+/// Largest accepted review body: an object may be 1.5 MiB, and UPDATE carries two of them.
+pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
+
+/// Shared state of the handlers.
+pub struct AppState<C> {
+    pub cluster: C,
+    pub metrics: Metrics,
+    /// Set once a serving certificate is loaded.
+    pub tls_ready: AtomicBool,
+}
+
+impl<C: Cluster> AppState<C> {
+    pub fn new(cluster: C) -> Self {
+        Self {
+            cluster,
+            metrics: Metrics::default(),
+            tls_ready: AtomicBool::new(false),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Endpoint {
+    Mutate,
+    Validate,
+}
+
+impl Endpoint {
+    fn name(self) -> &'static str {
+        match self {
+            Endpoint::Mutate => "mutate",
+            Endpoint::Validate => "validate",
+        }
+    }
+}
+
+/// The webhook's routes: `/mutate/<plural>`, `/validate/<plural>`, health and metrics.
+pub fn router<C: Cluster>(state: Arc<AppState<C>>) -> Router {
+    Router::new()
+        .route("/mutate/{plural}", post(mutate::<C>))
+        .route("/validate/{plural}", post(validate::<C>))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz::<C>))
+        .route("/metrics", get(metrics::<C>))
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(state)
+}
+
+async fn readyz<C: Cluster>(State(state): State<Arc<AppState<C>>>) -> impl IntoResponse {
+    if state.tls_ready.load(Ordering::Acquire) && state.cluster.ready() {
+        (StatusCode::OK, "ok")
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "caches or certificate not ready",
+        )
+    }
+}
+
+async fn metrics<C: Cluster>(State(state): State<Arc<AppState<C>>>) -> impl IntoResponse {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        state.metrics.encode(),
+    )
+}
+
+async fn mutate<C: Cluster>(
+    state: State<Arc<AppState<C>>>,
+    plural: Path<String>,
+    body: Bytes,
+) -> Result<Json<AdmissionReview<DynamicObject>>, ApiError> {
+    review(state, plural, body, Endpoint::Mutate).await
+}
+
+async fn validate<C: Cluster>(
+    state: State<Arc<AppState<C>>>,
+    plural: Path<String>,
+    body: Bytes,
+) -> Result<Json<AdmissionReview<DynamicObject>>, ApiError> {
+    review(state, plural, body, Endpoint::Validate).await
+}
+
+async fn review<C: Cluster>(
+    State(state): State<Arc<AppState<C>>>,
+    Path(plural): Path<String>,
+    body: Bytes,
+    endpoint: Endpoint,
+) -> Result<Json<AdmissionReview<DynamicObject>>, ApiError> {
+    let started = Instant::now();
+    let kind = ALL
+        .into_iter()
+        .find(|k| k.plural() == plural)
+        .ok_or_else(|| ApiError::NotFound(format!("/{}/{plural}", endpoint.name())))?;
+    let review: AdmissionReview<DynamicObject> =
+        serde_json::from_slice(&body).map_err(|e| ApiError::BadReview(e.to_string()))?;
+    let request: AdmissionRequest<DynamicObject> =
+        review
+            .try_into()
+            .map_err(|e: kube::core::admission::ConvertAdmissionReviewError| {
+                ApiError::BadReview(format!("{e}: the review carries no request"))
+            })?;
+    let (response, result) = decide(&state.cluster, kind, endpoint, &request).await;
+    let operation = format!("{:?}", request.operation).to_uppercase();
+    if !response.allowed {
+        tracing::info!(
+            kind = kind.name(),
+            endpoint = endpoint.name(),
+            namespace = request.namespace.as_deref().unwrap_or(""),
+            name = request.name.as_str(),
+            user = request.user_info.username.as_deref().unwrap_or(""),
+            reason = response.result.message.as_str(),
+            "denied"
+        );
+    }
+    state
+        .metrics
+        .reviews
+        .get_or_create(&ReviewLabels {
+            kind: kind.name().into(),
+            endpoint: endpoint.name(),
+            operation,
+            result,
+        })
+        .inc();
+    state
+        .metrics
+        .duration
+        .get_or_create(&KindLabels {
+            kind: kind.name().into(),
+            endpoint: endpoint.name(),
+        })
+        .observe(started.elapsed().as_secs_f64());
+    Ok(Json(response.into_review()))
+}
+
+/// The answer to one request, and its result label for metrics.
+async fn decide<C: Cluster>(
+    cluster: &C,
+    kind: Kind,
+    endpoint: Endpoint,
+    request: &AdmissionRequest<DynamicObject>,
+) -> (AdmissionResponse, &'static str) {
+    let allowed = AdmissionResponse::from(request);
+    if request.kind.group != kubesteer_api::GROUP || request.kind.kind != kind.name() {
+        let got = format!("{}/{}", request.kind.group, request.kind.kind);
+        let message = format!(
+            "this endpoint admits {}.{}, not {got}",
+            kind.name(),
+            kubesteer_api::GROUP
+        );
+        return (deny(allowed, message), "wrong-kind");
+    }
+    if !matches!(request.operation, Operation::Create | Operation::Update) {
+        return (allowed, "allowed");
+    }
+    let Some(object) = &request.object else {
+        return (deny(allowed, "the review carries no object"), "denied");
+    };
+    let value = match serde_json::to_value(object) {
+        Ok(v) => v,
+        Err(e) => {
+            return (
+                deny(allowed, format!("object cannot be read: {e}")),
+                "denied",
+            )
+        }
+    };
+    let namespace = request
+        .namespace
+        .clone()
+        .or_else(|| object.metadata.namespace.clone())
+        .unwrap_or_default();
+    let name = if request.name.is_empty() {
+        object
+            .metadata
+            .name
+            .clone()
+            .or_else(|| object.metadata.generate_name.clone())
+            .unwrap_or_default()
+    } else {
+        request.name.clone()
+    };
+    match endpoint {
+        Endpoint::Mutate => match kind.defaulting_patch(&value, &namespace) {
+            Ok(patch) if patch.0.is_empty() => (allowed, "allowed"),
+            Ok(patch) => match allowed.with_patch(patch) {
+                Ok(patched) => (patched, "patched"),
+                Err(e) => (
+                    deny(
+                        AdmissionResponse::from(request),
+                        format!("patch cannot be encoded: {e}"),
+                    ),
+                    "error",
+                ),
+            },
+            Err(errors) => (
+                deny(allowed, summarize(kind.name(), &name, &errors)),
+                "denied",
+            ),
+        },
+        Endpoint::Validate => {
+            let (mut errors, mut warnings) = match kind.validate(&value) {
+                Ok(warnings) => (FieldErrors::new(), warnings),
+                Err(errors) => (errors, Vec::new()),
+            };
+            if kind == Kind::Scaler && errors.is_empty() {
+                scaler_rules(
+                    cluster,
+                    request,
+                    &value,
+                    (&namespace, &name),
+                    &mut errors,
+                    &mut warnings,
+                )
+                .await;
+            }
+            if errors.is_empty() {
+                let mut response = allowed;
+                if !warnings.is_empty() {
+                    response.warnings = Some(warnings);
+                }
+                (response, "allowed")
+            } else {
+                (
+                    deny(allowed, summarize(kind.name(), &name, &errors)),
+                    "denied",
+                )
+            }
+        }
+    }
+}
+
+/// The Scaler rules that need the cluster: permission across namespaces, claims, and advice.
+async fn scaler_rules<C: Cluster>(
+    cluster: &C,
+    request: &AdmissionRequest<DynamicObject>,
+    object: &Value,
+    me: (&str, &str),
+    errors: &mut FieldErrors,
+    warnings: &mut Vec<String>,
+) {
+    let Some(spec) = object
+        .get("spec")
+        .and_then(|s| serde_json::from_value::<ScalerSpec>(s.clone()).ok())
+    else {
+        return;
+    };
+    let user = request.user_info.username.as_deref().unwrap_or("(unknown)");
+    for (i, (ns, name)) in spec.targets(me.0).enumerate() {
+        let path = format!("spec.deployments[{i}]");
+        if ns != me.0 {
+            match cluster.may_scale(&request.user_info, ns).await {
+                Ok(true) => {}
+                Ok(false) => errors.push(FieldError::forbidden(
+                    format!("{path}.namespace"),
+                    format!("user {user:?} may not update deployments/scale in namespace {ns:?}"),
+                )),
+                Err(e) => errors.push(FieldError::forbidden(
+                    format!("{path}.namespace"),
+                    format!("could not check permission to scale in namespace {ns:?}: {e}"),
+                )),
+            }
+        }
+        if let Some(other) = cluster.claimant((ns, name), me) {
+            errors.push(FieldError::forbidden(
+                path.clone(),
+                format!("Deployment {ns}/{name} is already scaled by Scaler {other}"),
+            ));
+        }
+        if cluster.deployment_exists(ns, name) == Some(false) {
+            warnings.push(format!(
+                "{path}: Deployment {ns}/{name} does not exist yet; it is scaled once it appears"
+            ));
+        }
+        if let Some(hpa) = cluster.hpa_for(ns, name) {
+            warnings.push(format!(
+                "{path}: Deployment {ns}/{name} is also scaled by HorizontalPodAutoscaler {hpa}; they will fight over replicas"
+            ));
+        }
+    }
+}
+
+fn deny(response: AdmissionResponse, message: impl Into<String>) -> AdmissionResponse {
+    let mut response = response.deny(message.into());
+    response.result.code = 422;
+    response.result.reason = "Invalid".into();
+    response
+}

@@ -1,0 +1,96 @@
+//! Command-line flags, each with an environment-variable fallback.
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+
+/// kubesteer-webhook: validates and defaults Scaler, Welcome and Memcached through JSON patches.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "kubesteer-webhook", version, about, long_about = None)]
+pub struct Args {
+    /// Address of the HTTPS server (admission endpoints, /healthz, /readyz, /metrics).
+    #[arg(long, env = "KUBESTEER_WEBHOOK_ADDR", default_value = "0.0.0.0:9443")]
+    pub addr: SocketAddr,
+
+    /// PEM file with the serving certificate chain; reloaded when it changes.
+    #[arg(long, env = "KUBESTEER_TLS_CERT_FILE", default_value = "/tls/tls.crt")]
+    pub tls_cert_file: PathBuf,
+
+    /// PEM file with the serving private key; reloaded when it changes.
+    #[arg(long, env = "KUBESTEER_TLS_KEY_FILE", default_value = "/tls/tls.key")]
+    pub tls_key_file: PathBuf,
+
+    /// How often the certificate files are checked for changes, e.g. "2s".
+    #[arg(long, env = "KUBESTEER_CERT_RELOAD_INTERVAL", default_value = "2s", value_parser = parse_duration)]
+    pub cert_reload_interval: Duration,
+
+    /// Time a client has to finish the TLS handshake.
+    #[arg(long, env = "KUBESTEER_HANDSHAKE_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub handshake_timeout: Duration,
+
+    /// Time a kept-alive connection may sit without sending a complete request head. Longer than
+    /// the apiserver's 90 s idle timeout, so the apiserver, not us, closes idle connections.
+    #[arg(long, env = "KUBESTEER_IDLE_TIMEOUT", default_value = "120s", value_parser = parse_duration)]
+    pub idle_timeout: Duration,
+
+    /// Time to read a request body and answer it; the apiserver gives up after 5-10 s anyway.
+    #[arg(long, env = "KUBESTEER_REQUEST_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub request_timeout: Duration,
+
+    /// Connections served at once; further clients wait in the accept queue.
+    #[arg(long, env = "KUBESTEER_MAX_CONNECTIONS", default_value_t = 1024)]
+    pub max_connections: usize,
+
+    /// Log as JSON lines instead of text.
+    #[arg(long, env = "KUBESTEER_LOG_JSON")]
+    pub log_json: bool,
+}
+
+/// Parses "250ms", "10s", "2m" or a bare number of seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (number, unit) = match s.find(|c: char| !c.is_ascii_digit()) {
+        Some(i) => s.split_at(i),
+        None => (s, "s"),
+    };
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration like 500ms, 10s or 2m"))?;
+    match unit {
+        "ms" => Ok(Duration::from_millis(n)),
+        "s" => Ok(Duration::from_secs(n)),
+        "m" => Ok(Duration::from_secs(n * 60)),
+        _ => Err(format!("{s:?}: unknown unit {unit:?}; use ms, s or m")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("10"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert!(parse_duration("ten").is_err());
+        assert!(parse_duration("5h").is_err());
+    }
+
+    #[test]
+    fn help_is_complete() {
+        use clap::CommandFactory;
+        let help = Args::command().render_help().to_string();
+        for flag in [
+            "--addr",
+            "--tls-cert-file",
+            "--tls-key-file",
+            "--idle-timeout",
+            "--request-timeout",
+            "--log-json",
+        ] {
+            assert!(help.contains(flag), "{flag} missing from --help");
+        }
+    }
+}

@@ -1,0 +1,44 @@
+//! The crate's errors, and the HTTP errors handlers return.
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("reading {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("TLS material in {path}: {reason}")]
+    Tls { path: String, reason: String },
+    #[error("binding {addr}: {source}")]
+    Bind {
+        addr: String,
+        source: std::io::Error,
+    },
+    #[error("kubernetes client: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("kubeconfig: {0}")]
+    Config(String),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// An HTTP-level failure: the body was not something the webhook can answer.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("not an AdmissionReview: {0}")]
+    BadReview(String),
+    #[error("no such endpoint: {0}")]
+    NotFound(String),
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = match self {
+            ApiError::BadReview(_) => StatusCode::BAD_REQUEST,
+            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+        };
+        (status, self.to_string()).into_response()
+    }
+}

@@ -1,0 +1,14 @@
+//! kubesteer's admission webhook: routes AdmissionReviews by kind to the rules in `api/`.
+#![forbid(unsafe_code)]
+#![deny(warnings, rust_2018_idioms)]
+
+pub mod admission;
+pub mod args;
+pub mod cluster;
+pub mod error;
+pub mod metrics;
+pub mod server;
+pub mod tls;
+
+pub use admission::{router, AppState};
+pub use error::{Error, Result};

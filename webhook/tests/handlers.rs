@@ -1,0 +1,369 @@
+//! Every admission rule, default, warning and malformed input, through the router (no TLS, no cluster).
+mod common;
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use common::*;
+use http_body_util::BodyExt;
+use serde_json::json;
+use tower::ServiceExt;
+
+fn applied(review: &serde_json::Value, patch: &json_patch::Patch) -> serde_json::Value {
+    let mut object = review["request"]["object"].clone();
+    json_patch::patch(&mut object, patch).unwrap();
+    object
+}
+
+#[tokio::test]
+async fn memcached_gets_every_default_and_a_second_pass_is_empty() {
+    let review = fixture("memcached-create.json");
+    let reply = send(cluster(), "/mutate/memcacheds", &review).await;
+    assert_eq!(reply.status, StatusCode::OK);
+    assert!(reply.allowed());
+    assert_eq!(reply.response()["patchType"], "JSONPatch");
+    let patch = reply.patch().expect("a patch");
+    assert!(
+        patch
+            .0
+            .iter()
+            .all(|op| matches!(op, json_patch::PatchOperation::Add(_))),
+        "only adds: {patch:?}"
+    );
+    let object = applied(&review, &patch);
+    assert_eq!(object["spec"]["size"], 1);
+    assert_eq!(object["spec"]["port"], 11211);
+    assert_eq!(object["spec"]["memoryMB"], 64);
+    assert_eq!(
+        object["spec"]["image"],
+        kubesteer_api::memcached::DEFAULT_IMAGE
+    );
+    assert_eq!(object["spec"]["resources"]["requests"]["cpu"], "100m");
+    let mut again = review.clone();
+    again["request"]["object"] = object;
+    let reply = send(cluster(), "/mutate/memcacheds", &again).await;
+    assert!(reply.allowed());
+    assert!(
+        reply.patch().is_none(),
+        "reinvocation must give no patch: {}",
+        reply.body
+    );
+}
+
+#[tokio::test]
+async fn scaler_defaults_fill_namespace_replicas_and_time_zone() {
+    let review = with_spec(
+        "scaler-create.json",
+        json!({"deployments": [{"name": "web"}, {"name": "api", "namespace": "other"}], "start": 9, "end": 17}),
+    );
+    let reply = send(cluster(), "/mutate/scalers", &review).await;
+    let object = applied(&review, &reply.patch().unwrap());
+    assert_eq!(object["spec"]["deployments"][0]["namespace"], "team");
+    assert_eq!(object["spec"]["deployments"][1]["namespace"], "other");
+    assert_eq!(object["spec"]["replicas"], 1);
+    assert_eq!(object["spec"]["timeZone"], "UTC");
+    assert_eq!(object["spec"]["suspend"], false);
+}
+
+#[tokio::test]
+async fn welcome_defaults_keep_what_is_given() {
+    let review = with_spec(
+        "welcome-create.json",
+        json!({"name": "kubesteer", "port": 9000}),
+    );
+    let reply = send(cluster(), "/mutate/welcomes", &review).await;
+    let object = applied(&review, &reply.patch().unwrap());
+    assert_eq!(object["spec"]["port"], 9000);
+    assert_eq!(object["spec"]["replicas"], 1);
+    assert_eq!(object["spec"]["serviceType"], "NodePort");
+    assert_eq!(
+        object["spec"]["image"],
+        kubesteer_api::welcome::DEFAULT_IMAGE
+    );
+}
+
+#[tokio::test]
+async fn a_denial_lists_every_violation_with_its_path() {
+    let review = with_spec(
+        "memcached-create.json",
+        json!({"size": -1, "port": 70000, "memoryMB": 0}),
+    );
+    let reply = send(cluster(), "/validate/memcacheds", &review).await;
+    assert!(!reply.allowed());
+    assert_eq!(reply.response()["status"]["code"], 422);
+    let m = reply.message();
+    assert!(
+        m.starts_with("Memcached.kubesteer.io \"cache\" is invalid: ["),
+        "{m}"
+    );
+    for want in [
+        "spec.size: Invalid value: -1",
+        "spec.port: Invalid value: 70000",
+        "spec.memoryMB: Invalid value: 0",
+    ] {
+        assert!(m.contains(want), "{want} missing in {m}");
+    }
+}
+
+#[tokio::test]
+async fn scaler_field_rules_deny_with_paths() {
+    let review = with_spec(
+        "scaler-create.json",
+        json!({"deployments": [{"name": "web"}, {"name": "web"}], "start": 25, "end": "25:00", "timeZone": "Nowhere/City"}),
+    );
+    let reply = send(cluster(), "/validate/scalers", &review).await;
+    assert!(!reply.allowed());
+    let m = reply.message();
+    for want in [
+        "spec.start: Invalid value: 25: must be an hour 0-23 or \\\"HH:MM\\\""
+            .replace("\\\"", "\""),
+        "spec.end: Invalid value: \"25:00\"".to_string(),
+        "spec.deployments[1]: Duplicate value".to_string(),
+        "spec.timeZone: Invalid value: \"Nowhere/City\"".to_string(),
+    ] {
+        assert!(m.contains(&want), "{want} missing in {m}");
+    }
+}
+
+#[tokio::test]
+async fn an_invalid_update_is_denied() {
+    let reply = send(
+        cluster(),
+        "/validate/memcacheds",
+        &fixture("memcached-update.json"),
+    )
+    .await;
+    assert!(!reply.allowed());
+    assert!(
+        reply.message().contains("spec.size: Invalid value: 500"),
+        "{}",
+        reply.message()
+    );
+}
+
+#[tokio::test]
+async fn a_plain_password_is_admitted_with_a_warning_that_does_not_echo_it() {
+    let review = with_spec(
+        "welcome-create.json",
+        json!({"name": "kubesteer", "password": "hunter2"}),
+    );
+    let reply = send(cluster(), "/validate/welcomes", &review).await;
+    assert!(reply.allowed());
+    let warnings = reply.warnings();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(warnings[0].contains("passwordSecretRef"));
+    assert!(!reply.body.contains("hunter2"));
+}
+
+#[tokio::test]
+async fn a_cross_namespace_target_needs_permission_to_scale_there() {
+    let review = with_spec(
+        "scaler-create.json",
+        json!({"deployments": [{"name": "web", "namespace": "prod"}], "start": 9, "end": 17}),
+    );
+    let reply = send(cluster(), "/validate/scalers", &review).await;
+    assert!(!reply.allowed());
+    let m = reply.message();
+    assert!(m.contains("spec.deployments[0].namespace: Forbidden: user \"alice\" may not update deployments/scale in namespace \"prod\""), "{m}");
+    let allowed = FakeCluster {
+        may_scale_in: vec!["prod".into()],
+        deployments: vec![("prod".into(), "web".into())],
+        ..cluster()
+    };
+    let reply = send(allowed, "/validate/scalers", &review).await;
+    assert!(reply.allowed(), "{}", reply.body);
+}
+
+#[tokio::test]
+async fn a_target_claimed_by_another_scaler_is_denied_with_its_name() {
+    let mut c = cluster();
+    c.claims
+        .insert(("team".into(), "web".into()), "team/nightly".into());
+    let reply = send(
+        c.clone(),
+        "/validate/scalers",
+        &fixture("scaler-create.json"),
+    )
+    .await;
+    assert!(!reply.allowed());
+    assert!(
+        reply
+            .message()
+            .contains("already scaled by Scaler team/nightly"),
+        "{}",
+        reply.message()
+    );
+    c.claims
+        .insert(("team".into(), "web".into()), "team/office-hours".into());
+    let reply = send(c, "/validate/scalers", &fixture("scaler-create.json")).await;
+    assert!(
+        reply.allowed(),
+        "a Scaler does not conflict with itself on UPDATE: {}",
+        reply.body
+    );
+}
+
+#[tokio::test]
+async fn missing_targets_and_hpas_are_warnings() {
+    let mut c = FakeCluster::default();
+    c.hpas
+        .insert(("team".into(), "web".into()), "web-hpa".into());
+    let reply = send(c, "/validate/scalers", &fixture("scaler-create.json")).await;
+    assert!(reply.allowed());
+    let w = reply.warnings();
+    assert!(w.iter().any(|w| w.contains("does not exist yet")), "{w:?}");
+    assert!(
+        w.iter()
+            .any(|w| w.contains("HorizontalPodAutoscaler web-hpa")),
+        "{w:?}"
+    );
+}
+
+#[tokio::test]
+async fn cron_mode_is_accepted_and_mixed_modes_are_not() {
+    let review = with_spec(
+        "scaler-create.json",
+        json!({"deployments": [{"name": "web"}], "jobs": [{"name": "up", "schedule": "0 8 * * 1-5", "replicas": 5}]}),
+    );
+    assert!(send(cluster(), "/validate/scalers", &review)
+        .await
+        .allowed());
+    let review = with_spec(
+        "scaler-create.json",
+        json!({"deployments": [{"name": "web"}], "start": 1, "jobs": [{"name": "up", "schedule": "@hourly", "replicas": 5}]}),
+    );
+    let reply = send(cluster(), "/validate/scalers", &review).await;
+    assert!(
+        reply
+            .message()
+            .contains("spec.start: Forbidden: may not be combined with spec.jobs"),
+        "{}",
+        reply.body
+    );
+}
+
+#[tokio::test]
+async fn a_wrong_kind_is_rejected_on_every_endpoint() {
+    for path in ["/validate/scalers", "/mutate/scalers"] {
+        let reply = send(cluster(), path, &fixture("pod-create.json")).await;
+        assert!(!reply.allowed());
+        assert!(
+            reply
+                .message()
+                .contains("this endpoint admits Scaler.kubesteer.io, not /Pod"),
+            "{}",
+            reply.body
+        );
+    }
+    let reply = send(
+        cluster(),
+        "/validate/welcomes",
+        &fixture("scaler-create.json"),
+    )
+    .await;
+    assert!(!reply.allowed());
+    assert!(
+        reply
+            .message()
+            .contains("admits Welcome.kubesteer.io, not kubesteer.io/Scaler"),
+        "{}",
+        reply.body
+    );
+}
+
+#[tokio::test]
+async fn delete_is_always_allowed() {
+    let mut review = fixture("memcached-update.json");
+    review["request"]["operation"] = json!("DELETE");
+    review["request"]["object"] = json!(null);
+    assert!(send(cluster(), "/validate/memcacheds", &review)
+        .await
+        .allowed());
+}
+
+#[tokio::test]
+async fn a_wrongly_typed_field_is_named_not_panicked_on() {
+    let review = with_spec("memcached-create.json", json!({"size": "three"}));
+    for path in ["/mutate/memcacheds", "/validate/memcacheds"] {
+        let reply = send(cluster(), path, &review).await;
+        assert_eq!(reply.status, StatusCode::OK);
+        assert!(!reply.allowed());
+        assert!(
+            reply.message().contains("spec.size: Invalid value"),
+            "{}",
+            reply.body
+        );
+    }
+}
+
+#[tokio::test]
+async fn malformed_bodies_get_400_with_a_reason() {
+    for body in [&b"not json"[..], b"{}", b"[]", b"{\"request\": 5}", b""] {
+        let reply = send_raw(cluster(), "/validate/scalers", body.to_vec()).await;
+        assert_eq!(
+            reply.status,
+            StatusCode::BAD_REQUEST,
+            "{:?} -> {}",
+            String::from_utf8_lossy(body),
+            reply.body
+        );
+        assert!(
+            reply.body.starts_with("not an AdmissionReview"),
+            "{}",
+            reply.body
+        );
+    }
+    let reply = send(cluster(), "/validate/pods", &fixture("scaler-create.json")).await;
+    assert_eq!(reply.status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn oversized_bodies_get_413() {
+    let mut review = fixture("memcached-create.json");
+    review["request"]["object"]["metadata"]["annotations"] =
+        json!({"big": "x".repeat(kubesteer_webhook::admission::MAX_BODY_BYTES)});
+    let reply = send(cluster(), "/validate/memcacheds", &review).await;
+    assert_eq!(reply.status, StatusCode::PAYLOAD_TOO_LARGE);
+}
+
+#[tokio::test]
+async fn metrics_count_reviews_by_kind_operation_and_result() {
+    let state = Arc::new(kubesteer_webhook::AppState::new(cluster()));
+    let app = kubesteer_webhook::router(state.clone());
+    let body = serde_json::to_vec(&fixture("memcached-update.json")).unwrap();
+    let req = Request::post("/validate/memcacheds")
+        .body(Body::from(body))
+        .unwrap();
+    assert_eq!(
+        app.clone().oneshot(req).await.unwrap().status(),
+        StatusCode::OK
+    );
+    let res = app
+        .clone()
+        .oneshot(Request::get("/metrics").body(Body::empty()).unwrap())
+        .await
+        .unwrap();
+    let text =
+        String::from_utf8(res.into_body().collect().await.unwrap().to_bytes().to_vec()).unwrap();
+    assert!(
+        text.contains("kubesteer_webhook_reviews_total{kind=\"Memcached\",endpoint=\"validate\",operation=\"UPDATE\",result=\"denied\"} 1"),
+        "{text}"
+    );
+    assert!(text.contains("kubesteer_webhook_review_duration_seconds_count{kind=\"Memcached\",endpoint=\"validate\"} 1"), "{text}");
+    let res = app
+        .clone()
+        .oneshot(Request::get("/healthz").body(Body::empty()).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    let res = app
+        .oneshot(Request::get("/readyz").body(Body::empty()).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(
+        res.status(),
+        StatusCode::SERVICE_UNAVAILABLE,
+        "no certificate loaded yet"
+    );
+}
