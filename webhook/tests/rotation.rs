@@ -1,0 +1,235 @@
+//! Certificate rotation over real TLS: files are replaced while a client keeps a connection open.
+//! New handshakes see the new certificate; the open connection keeps working; no request fails.
+mod common;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use http_body_util::BodyExt;
+use hyper_util::rt::TokioIo;
+use kubesteer_webhook::server::{serve, Limits};
+use kubesteer_webhook::tls::{server_config, CertFiles, CertStore};
+use kubesteer_webhook::{router, AppState};
+use rcgen::{CertificateParams, DnType, IsCa, Issuer, KeyPair};
+use rustls::pki_types::{CertificateDer, ServerName};
+use tokio_rustls::TlsConnector;
+
+struct Ca {
+    issuer: Issuer<'static, KeyPair>,
+    der: CertificateDer<'static>,
+}
+
+fn ca() -> Ca {
+    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "test-ca");
+    let key = KeyPair::generate().unwrap();
+    let cert = params.self_signed(&key).unwrap();
+    Ca {
+        der: cert.der().clone(),
+        issuer: Issuer::new(params, key),
+    }
+}
+
+/// Writes a serving pair for 127.0.0.1 signed by `ca` the way a Secret volume updates: a new
+/// directory, then an atomic symlink swap.
+fn write_serving(ca: &Ca, dir: &Path, generation: u32) -> CertificateDer<'static> {
+    let mut params = CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+    params
+        .subject_alt_names
+        .push(rcgen::SanType::IpAddress("127.0.0.1".parse().unwrap()));
+    params
+        .distinguished_name
+        .push(DnType::CommonName, format!("serving-{generation}"));
+    let key = KeyPair::generate().unwrap();
+    let cert = params.signed_by(&key, &ca.issuer).unwrap();
+    let data = dir.join(format!("..{generation}"));
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::write(data.join("tls.crt"), cert.pem()).unwrap();
+    std::fs::write(data.join("tls.key"), key.serialize_pem()).unwrap();
+    let tmp = dir.join("..data_tmp");
+    let _ = std::fs::remove_file(&tmp);
+    std::os::unix::fs::symlink(&data, &tmp).unwrap();
+    std::fs::rename(&tmp, dir.join("..data")).unwrap();
+    for f in ["tls.crt", "tls.key"] {
+        if !dir.join(f).exists() {
+            std::os::unix::fs::symlink(dir.join("..data").join(f), dir.join(f)).unwrap();
+        }
+    }
+    cert.der().clone()
+}
+
+type Sender = hyper::client::conn::http1::SendRequest<Body>;
+
+async fn connect(
+    addr: SocketAddr,
+    ca: &CertificateDer<'static>,
+) -> (Sender, CertificateDer<'static>) {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ca.clone()).unwrap();
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let tls = TlsConnector::from(Arc::new(config))
+        .connect(ServerName::IpAddress(addr.ip().into()), tcp)
+        .await
+        .unwrap();
+    let leaf = tls.get_ref().1.peer_certificates().unwrap()[0]
+        .clone()
+        .into_owned();
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    (sender, leaf)
+}
+
+async fn healthz(sender: &mut Sender) -> Result<u16, String> {
+    sender.ready().await.map_err(|e| e.to_string())?;
+    let req = hyper::Request::get("/healthz")
+        .header("host", "127.0.0.1")
+        .body(Body::empty())
+        .unwrap();
+    let res = sender.send_request(req).await.map_err(|e| e.to_string())?;
+    let status = res.status().as_u16();
+    res.into_body().collect().await.map_err(|e| e.to_string())?;
+    Ok(status)
+}
+
+#[tokio::test]
+async fn rotation_serves_the_new_certificate_without_dropping_a_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = ca();
+    let first = write_serving(&ca, dir.path(), 1);
+    let files = CertFiles {
+        cert: dir.path().join("tls.crt"),
+        key: dir.path().join("tls.key"),
+    };
+    let store = CertStore::new(files.load().unwrap());
+    tokio::spawn(files.watch(store.clone(), Duration::from_millis(100)));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let limits = Limits {
+        handshake: Duration::from_secs(5),
+        idle: Duration::from_secs(30),
+        request: Duration::from_secs(5),
+        max_connections: 64,
+    };
+    let app = router(Arc::new(AppState::new(common::cluster())));
+    tokio::spawn(serve(
+        listener,
+        server_config(store.clone()).unwrap(),
+        app,
+        limits,
+        std::future::pending(),
+    ));
+
+    let (mut kept, leaf) = connect(addr, &ca.der).await;
+    assert_eq!(leaf, first);
+    let mut served = 0;
+    for _ in 0..20 {
+        assert_eq!(healthz(&mut kept).await, Ok(200));
+        served += 1;
+    }
+    let second = write_serving(&ca, dir.path(), 2);
+    assert_ne!(first, second);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        assert_eq!(
+            healthz(&mut kept).await,
+            Ok(200),
+            "the open connection must keep working"
+        );
+        served += 1;
+        let (mut fresh, leaf) = connect(addr, &ca.der).await;
+        assert_eq!(healthz(&mut fresh).await, Ok(200));
+        if leaf == second {
+            break;
+        }
+        assert_eq!(leaf, first);
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "new handshakes never saw the new certificate"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for _ in 0..20 {
+        assert_eq!(healthz(&mut kept).await, Ok(200));
+        served += 1;
+    }
+    assert!(served >= 41);
+}
+
+#[tokio::test]
+async fn a_broken_replacement_keeps_the_old_certificate() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = ca();
+    write_serving(&ca, dir.path(), 1);
+    let files = CertFiles {
+        cert: dir.path().join("tls.crt"),
+        key: dir.path().join("tls.key"),
+    };
+    let store = CertStore::new(files.load().unwrap());
+    let before = store.leaf();
+    tokio::spawn(files.watch(store.clone(), Duration::from_millis(50)));
+    std::fs::write(dir.path().join("..1/tls.key"), "garbage").unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(store.leaf(), before);
+}
+
+#[tokio::test]
+async fn idle_and_slow_clients_are_cut_off() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = tempfile::tempdir().unwrap();
+    let ca = ca();
+    write_serving(&ca, dir.path(), 1);
+    let files = CertFiles {
+        cert: dir.path().join("tls.crt"),
+        key: dir.path().join("tls.key"),
+    };
+    let store = CertStore::new(files.load().unwrap());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let limits = Limits {
+        handshake: Duration::from_millis(300),
+        idle: Duration::from_millis(300),
+        request: Duration::from_secs(5),
+        max_connections: 64,
+    };
+    let app = router(Arc::new(AppState::new(common::cluster())));
+    tokio::spawn(serve(
+        listener,
+        server_config(store).unwrap(),
+        app,
+        limits,
+        std::future::pending(),
+    ));
+
+    // A client that never starts the handshake is closed after the handshake timeout.
+    let mut silent = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut buf = [0u8; 16];
+    let n = tokio::time::timeout(Duration::from_secs(3), silent.read(&mut buf))
+        .await
+        .expect("closed in time");
+    assert!(matches!(n, Ok(0) | Err(_)));
+
+    // A client that sends half a request head is closed after the idle/header timeout.
+    let (mut sender, _) = connect(addr, &ca.der).await;
+    assert_eq!(healthz(&mut sender).await, Ok(200));
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert!(
+        healthz(&mut sender).await.is_err(),
+        "an idle kept-alive connection must be closed"
+    );
+    let _ = silent.shutdown().await;
+}
