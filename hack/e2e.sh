@@ -11,4 +11,5 @@ cleanup() {
 }
 trap cleanup EXIT
 hack/cluster.sh up
+cargo build --workspace --bins
 cargo test -p kubesteer-tests -- --test-threads "${KUBESTEER_E2E_THREADS:-4}"

@@ -141,3 +141,329 @@ pub fn jsonpath(ns: &str, resource: &str, path: &str) -> Result<String> {
         None,
     )
 }
+
+/// The directory cargo builds into (honours CARGO_TARGET_DIR).
+pub fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("target"))
+}
+
+/// A workspace binary, built by `hack/e2e.sh` before the tests run.
+pub fn workspace_bin(name: &str) -> PathBuf {
+    target_dir().join("debug").join(name)
+}
+
+/// Runs a pinned tool from the control-plane cache (helm, kubectl).
+pub fn cached_tool(name: &str) -> PathBuf {
+    cache_bin().join(name)
+}
+
+fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+/// A kubesteer-webhook process on 127.0.0.1 with its own certificates, registered through the
+/// chart's webhook configurations for namespaces labelled `kubesteer.io/e2e=<id>` only, so tests
+/// never affect each other. Everything is removed on drop.
+pub struct Webhook {
+    pub id: String,
+    pub port: u16,
+    pub dir: PathBuf,
+    child: std::process::Child,
+}
+
+impl Webhook {
+    pub fn start(id: &str) -> Result<Self> {
+        let port = free_port()?;
+        let dir = target_dir().join("e2e").join(format!("webhook-{id}"));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir)?;
+        let dir_s = dir.to_string_lossy().to_string();
+        let out = Command::new(workspace_bin("kubesteer-certs"))
+            .args([
+                "generate",
+                "--service",
+                "kubesteer-webhook",
+                "--namespace",
+                "kubesteer-system",
+            ])
+            .args(["--ip", "127.0.0.1", "--out-dir", &dir_s])
+            .output()
+            .context("running kubesteer-certs; run `cargo build --workspace` first")?;
+        if !out.status.success() {
+            bail!("kubesteer-certs: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        let log = std::fs::File::create(dir.join("webhook.log"))?;
+        let child = Command::new(workspace_bin("kubesteer-webhook"))
+            .args(["--addr", &format!("127.0.0.1:{port}")])
+            .args([
+                "--tls-cert-file",
+                &format!("{dir_s}/tls.crt"),
+                "--tls-key-file",
+                &format!("{dir_s}/tls.key"),
+            ])
+            .env("KUBECONFIG", kubeconfig())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .context("starting kubesteer-webhook")?;
+        let webhook = Webhook {
+            id: id.to_string(),
+            port,
+            dir,
+            child,
+        };
+        webhook.wait_ready()?;
+        webhook.register()?;
+        Ok(webhook)
+    }
+
+    fn curl(&self, path: &str) -> Result<bool> {
+        let ca = self.dir.join("ca.crt");
+        let out = Command::new("curl")
+            .args(["-sf", "--max-time", "2", "--cacert", &ca.to_string_lossy()])
+            .arg(format!("https://127.0.0.1:{}{path}", self.port))
+            .output()?;
+        Ok(out.status.success())
+    }
+
+    fn wait_ready(&self) -> Result<()> {
+        eventually(Duration::from_secs(30), "webhook /readyz", || {
+            Ok(self.curl("/readyz")?.then_some(()))
+        })
+    }
+
+    /// Renders the chart's webhook configurations for this process and applies them.
+    fn register(&self) -> Result<()> {
+        let rendered = Command::new(cached_tool("helm"))
+            .args([
+                "template",
+                &format!("e2e-{}", self.id),
+                &repo_root().join("charts/kubesteer").to_string_lossy(),
+            ])
+            .args([
+                "--namespace",
+                "kubesteer-system",
+                "--show-only",
+                "templates/webhook-configurations.yaml",
+            ])
+            .args([
+                "--set",
+                &format!("webhook.url=https://127.0.0.1:{}", self.port),
+            ])
+            .args([
+                "--set-file",
+                &format!("webhook.caBundle={}", self.dir.join("ca.crt").display()),
+            ])
+            .args([
+                "--set",
+                &format!(
+                    "webhook.namespaceSelector.matchLabels.kubesteer\\.io/e2e={}",
+                    self.id
+                ),
+            ])
+            .output()?;
+        if !rendered.status.success() {
+            bail!(
+                "helm template: {}",
+                String::from_utf8_lossy(&rendered.stderr)
+            );
+        }
+        kubectl_ok(
+            &["apply", "-f", "-"],
+            Some(&String::from_utf8_lossy(&rendered.stdout)),
+        )?;
+        Ok(())
+    }
+
+    /// A fresh namespace that this webhook admits.
+    pub fn namespace(&self, prefix: &str) -> Result<Namespace> {
+        let ns = Namespace::new(prefix)?;
+        kubectl_ok(
+            &[
+                "label",
+                "namespace",
+                ns.name(),
+                &format!("kubesteer.io/e2e={}", self.id),
+            ],
+            None,
+        )?;
+        Ok(ns)
+    }
+
+    /// The webhook's log so far, for assertions about what it logged.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("webhook.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Webhook {
+    fn drop(&mut self) {
+        let name = format!("e2e-{}-kubesteer", self.id);
+        let _ = kubectl(
+            &[
+                "delete",
+                "mutatingwebhookconfiguration,validatingwebhookconfiguration",
+                &name,
+                "--ignore-not-found",
+            ],
+            None,
+        );
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+static CONTROLLER_BUILD: std::sync::OnceLock<std::result::Result<PathBuf, String>> =
+    std::sync::OnceLock::new();
+
+/// Builds `kubesteer-controller` once per test process and returns its path.
+pub fn controller_binary() -> Result<PathBuf> {
+    let built = CONTROLLER_BUILD.get_or_init(|| {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+        let out = Command::new(cargo)
+            .args(["build", "-q", "-p", "kubesteer-controller"])
+            .current_dir(repo_root())
+            .output()
+            .map_err(|e| format!("running cargo build: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "cargo build -p kubesteer-controller failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        Ok(target_dir().join("debug/kubesteer-controller"))
+    });
+    built.clone().map_err(anyhow::Error::msg)
+}
+
+/// `kubesteer-controller` running as a child process for one test, watching only `namespace`,
+/// so tests running side by side never share a controller. Stopped with SIGTERM on drop.
+pub struct ControllerProcess {
+    child: std::process::Child,
+    log: PathBuf,
+}
+
+impl ControllerProcess {
+    pub fn start(namespace: &str) -> Result<Self> {
+        Self::start_with(namespace, namespace, &[])
+    }
+
+    /// Starts one with extra arguments; `log_name` names its log file under target/e2e-logs.
+    pub fn start_with(namespace: &str, log_name: &str, extra: &[&str]) -> Result<Self> {
+        let binary = controller_binary()?;
+        let dir = target_dir().join("e2e-logs");
+        std::fs::create_dir_all(&dir)?;
+        let log = dir.join(format!("{log_name}.log"));
+        let out = std::fs::File::create(&log)?;
+        let child = Command::new(&binary)
+            .args(["--namespace", namespace, "--metrics-addr", "127.0.0.1:0"])
+            .args(extra)
+            .env("KUBECONFIG", kubeconfig())
+            .env("RUST_LOG", "info,kubesteer_controller=debug")
+            .stdin(Stdio::null())
+            .stdout(out.try_clone()?)
+            .stderr(out)
+            .spawn()
+            .with_context(|| format!("starting {}", binary.display()))?;
+        Ok(Self { child, log })
+    }
+
+    pub fn id(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// What the controller logged so far.
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Whether the process is still running.
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Kills it at once, as a crash would: no graceful shutdown, no Lease release.
+    pub fn crash(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Asks it to stop with SIGTERM and waits up to `timeout`; true when it exited in time.
+    pub fn terminate(&mut self, timeout: Duration) -> bool {
+        if !self.is_running() {
+            return true;
+        }
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if !self.is_running() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        false
+    }
+}
+
+impl Drop for ControllerProcess {
+    fn drop(&mut self) {
+        if !self.terminate(Duration::from_secs(10)) {
+            self.crash();
+        }
+    }
+}
+
+/// Seconds since the Unix epoch, now.
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or_default()
+}
+
+/// The UTC wall-clock time `"HH:MM"` of a Unix time.
+pub fn hh_mm(unix: u64) -> String {
+    let of_day = unix % 86_400;
+    format!("{:02}:{:02}", of_day / 3600, of_day % 3600 / 60)
+}
+
+/// A Unix time as Kubernetes prints it, e.g. "2025-03-03T09:00:00Z".
+pub fn rfc3339(unix: u64) -> String {
+    // Civil-from-days, after Howard Hinnant's algorithm, to avoid a date crate here.
+    let days = (unix / 86_400) as i64;
+    let of_day = unix % 86_400;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        of_day / 3600,
+        of_day % 3600 / 60,
+        of_day % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_print_like_kubernetes() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(1_740_992_400), "2025-03-03T09:00:00Z");
+        assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(hh_mm(1_740_992_400 + 59), "09:00");
+    }
+}

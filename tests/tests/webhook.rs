@@ -1,0 +1,345 @@
+//! The webhook through a real apiserver with real kubectl: denials that name fields, defaults the
+//! apiserver really applies (proving the patch encoding), warnings, dry-run and permissions.
+use anyhow::Result;
+use kubesteer_tests::{jsonpath, kubectl, kubectl_ok, Webhook};
+use serde_json::Value;
+
+const MC: &str = "apiVersion: kubesteer.io/v1alpha1\nkind: Memcached\n";
+const WEL: &str = "apiVersion: kubesteer.io/v1alpha1\nkind: Welcome\n";
+const SCL: &str = "apiVersion: kubesteer.io/v1alpha1\nkind: Scaler\n";
+
+fn get_json(ns: &str, what: &str) -> Result<Value> {
+    Ok(serde_json::from_str(&kubectl_ok(
+        &["get", "-n", ns, what, "-o", "json"],
+        None,
+    )?)?)
+}
+
+#[test]
+fn defaults_are_stored_and_reapplying_is_unchanged() -> Result<()> {
+    let webhook = Webhook::start("defaults")?;
+    let ns = webhook.namespace("defaults")?;
+    let mc = format!("{MC}metadata: {{name: cache}}\nspec: {{}}\n");
+    let out = ns.apply(&mc)?;
+    assert!(out.ok, "{out:?}");
+    let spec = &get_json(ns.name(), "memcached/cache")?["spec"];
+    assert_eq!(spec["size"], 1, "{spec}");
+    assert_eq!(spec["port"], 11211);
+    assert_eq!(spec["memoryMB"], 64);
+    assert_eq!(spec["image"], kubesteer_api::memcached::DEFAULT_IMAGE);
+    assert_eq!(spec["resources"]["requests"]["memory"], "128Mi");
+    let again = ns.apply(&mc)?;
+    assert!(
+        again
+            .stdout
+            .contains("memcached.kubesteer.io/cache unchanged"),
+        "{again:?}"
+    );
+
+    let wel = format!("{WEL}metadata: {{name: hello}}\nspec: {{name: kubesteer, port: 9000}}\n");
+    assert!(ns.apply(&wel)?.ok);
+    let spec = &get_json(ns.name(), "welcome/hello")?["spec"];
+    assert_eq!(
+        (spec["port"].as_i64(), spec["replicas"].as_i64()),
+        (Some(9000), Some(1)),
+        "{spec}"
+    );
+    assert_eq!(spec["serviceType"], "NodePort");
+
+    kubectl_ok(
+        &[
+            "create",
+            "deployment",
+            "web",
+            "-n",
+            ns.name(),
+            "--image=nginx",
+        ],
+        None,
+    )?;
+    let scl = format!("{SCL}metadata: {{name: hours}}\nspec: {{deployments: [{{name: web}}], start: 9, end: \"17:30\"}}\n");
+    assert!(ns.apply(&scl)?.ok);
+    let spec = &get_json(ns.name(), "scaler/hours")?["spec"];
+    assert_eq!(spec["deployments"][0]["namespace"], ns.name(), "{spec}");
+    assert_eq!(
+        (spec["replicas"].as_i64(), spec["timeZone"].as_str()),
+        (Some(1), Some("UTC"))
+    );
+    // kubectl's client-side merge patch replaces whole lists, so a defaulted field inside
+    // `deployments` makes it send a patch; the webhook re-adds the default and nothing changes.
+    let version = jsonpath(ns.name(), "scaler/hours", "{.metadata.resourceVersion}")?;
+    assert!(ns.apply(&scl)?.ok);
+    assert_eq!(
+        jsonpath(ns.name(), "scaler/hours", "{.metadata.resourceVersion}")?,
+        version
+    );
+    Ok(())
+}
+
+/// Applies `yaml` and expects a denial from the webhook or the schema naming every field in `fields`.
+fn expect_denied(ns: &kubesteer_tests::Namespace, yaml: &str, fields: &[&str]) -> Result<String> {
+    let run = ns.apply(yaml)?;
+    assert!(!run.ok, "accepted:\n{yaml}\n{}", run.stdout);
+    for f in fields {
+        assert!(run.stderr.contains(f), "{f:?} not named in: {}", run.stderr);
+    }
+    Ok(run.stderr)
+}
+
+#[test]
+fn invalid_objects_of_every_kind_are_denied_naming_each_field() -> Result<()> {
+    let webhook = Webhook::start("denials")?;
+    let ns = webhook.namespace("denials")?;
+    let denied_by_webhook = "denied the request";
+    let mc = |name: &str, spec: &str| format!("{MC}metadata: {{name: {name}}}\nspec: {spec}\n");
+    for (yaml, fields) in [
+        (
+            mc("m1", "{image: \"memcached latest\"}"),
+            vec!["spec.image", denied_by_webhook],
+        ),
+        (mc("m2", "{size: 101, image: \"a b\"}"), vec!["spec.size"]),
+        (mc("m3", "{port: 0}"), vec!["spec.port"]),
+        (mc("m4", "{memoryMB: 0}"), vec!["spec.memoryMB"]),
+        (mc("m5", "{size: \"three\"}"), vec!["spec.size"]),
+    ] {
+        expect_denied(&ns, &yaml, &fields)?;
+    }
+    let wel = |name: &str, spec: &str| format!("{WEL}metadata: {{name: {name}}}\nspec: {spec}\n");
+    for (yaml, fields) in [
+        (
+            wel("w1", "{name: x, email: \"not-an-email\"}"),
+            vec!["spec.email"],
+        ),
+        (
+            wel(
+                "w2",
+                "{name: x, passwordSecretRef: {name: \"Bad_Name\", key: k}}",
+            ),
+            vec!["spec.passwordSecretRef.name", denied_by_webhook],
+        ),
+        (
+            wel("w3", "{name: \"\", port: 0}"),
+            vec!["spec.name", "spec.port"],
+        ),
+        (
+            wel("w4", "{name: x, userID: 70000, replicas: 101}"),
+            vec!["spec.userID", "spec.replicas"],
+        ),
+        (
+            wel("w5", "{name: x, image: \"a b\", groups: [\"\"]}"),
+            vec!["spec.groups[0]"],
+        ),
+        (
+            wel("w6", "{name: x, image: \"with space\"}"),
+            vec!["spec.image", denied_by_webhook],
+        ),
+    ] {
+        expect_denied(&ns, &yaml, &fields)?;
+    }
+    let scl = |name: &str, spec: &str| format!("{SCL}metadata: {{name: {name}}}\nspec: {spec}\n");
+    for (yaml, fields) in [
+        (scl("s1", "{deployments: [{name: web}], start: 9, end: \"09:00\"}"), vec!["spec.end", "must differ from spec.start", denied_by_webhook]),
+        (scl("s2", "{deployments: [{name: web}], start: 9, end: 17, timeZone: Mars/Olympus}"), vec!["spec.timeZone", denied_by_webhook]),
+        (scl("s3", "{deployments: [{name: web}], jobs: [{name: a, schedule: \"not cron\", replicas: 1}]}"), vec!["spec.jobs[0].schedule", denied_by_webhook]),
+        (scl("s4", "{deployments: [{name: Web}], start: 1, end: 2}"), vec!["spec.deployments[0].name", denied_by_webhook]),
+        (scl("s5", "{deployments: [{name: web}], start: 25, end: 3}"), vec!["spec.start"]),
+        (scl("s6", "{deployments: [{name: web}], start: 1, end: 2, jobs: [{name: a, schedule: \"@hourly\", replicas: 1}]}"), vec!["jobs cannot be combined with start, end or replicas"]),
+    ] {
+        expect_denied(&ns, &yaml, &fields)?;
+    }
+    let denials = webhook.log().matches("denied").count();
+    assert!(
+        denials >= 6,
+        "one log line per denial, got {denials}:\n{}",
+        webhook.log()
+    );
+    Ok(())
+}
+
+#[test]
+fn an_invalid_update_is_denied_and_the_object_is_unchanged() -> Result<()> {
+    let webhook = Webhook::start("update")?;
+    let ns = webhook.namespace("update")?;
+    assert!(
+        ns.apply(&format!(
+            "{MC}metadata: {{name: cache}}\nspec: {{size: 2}}\n"
+        ))?
+        .ok
+    );
+    let run = kubectl(
+        &[
+            "patch",
+            "-n",
+            ns.name(),
+            "memcached/cache",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"size":3,"image":"bad image"}}"#,
+        ],
+        None,
+    )?;
+    assert!(!run.ok);
+    assert!(
+        run.stderr
+            .contains("spec.image: Invalid value: \"bad image\""),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(
+        jsonpath(ns.name(), "memcached/cache", "{.spec.size}")?,
+        "2",
+        "nothing half-applied"
+    );
+    Ok(())
+}
+
+#[test]
+fn warnings_are_printed_by_kubectl() -> Result<()> {
+    let webhook = Webhook::start("warnings")?;
+    let ns = webhook.namespace("warnings")?;
+    let run = ns.apply(&format!(
+        "{WEL}metadata: {{name: hello}}\nspec: {{name: x, password: hunter2}}\n"
+    ))?;
+    assert!(run.ok, "{run:?}");
+    assert!(
+        run.stderr.contains("Warning: spec.password"),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        !webhook.log().contains("hunter2"),
+        "the password must never be logged"
+    );
+    let run = ns.apply(&format!("{SCL}metadata: {{name: later}}\nspec: {{deployments: [{{name: not-yet}}], start: 1, end: 2}}\n"))?;
+    assert!(run.ok, "{run:?}");
+    assert!(
+        run.stderr
+            .contains("Warning: spec.deployments[0]: Deployment")
+            && run.stderr.contains("does not exist yet"),
+        "{}",
+        run.stderr
+    );
+    kubectl_ok(
+        &[
+            "create",
+            "deployment",
+            "web",
+            "-n",
+            ns.name(),
+            "--image=nginx",
+        ],
+        None,
+    )?;
+    kubectl_ok(
+        &["autoscale", "deployment", "web", "-n", ns.name(), "--max=3"],
+        None,
+    )?;
+    let hpa_seen = kubesteer_tests::eventually(
+        std::time::Duration::from_secs(10),
+        "HPA warning",
+        || {
+            let run = ns.apply(&format!("{SCL}metadata: {{name: office}}\nspec: {{deployments: [{{name: web}}], start: 1, end: 2}}\n"))?;
+            Ok(run
+                .stderr
+                .contains("HorizontalPodAutoscaler web")
+                .then_some(run))
+        },
+    )?;
+    assert!(hpa_seen.ok);
+    Ok(())
+}
+
+#[test]
+fn server_side_dry_run_defaults_without_storing() -> Result<()> {
+    let webhook = Webhook::start("dryrun")?;
+    let ns = webhook.namespace("dryrun")?;
+    let out = kubectl_ok(
+        &[
+            "apply",
+            "-n",
+            ns.name(),
+            "--dry-run=server",
+            "-o",
+            "json",
+            "-f",
+            "-",
+        ],
+        Some(&format!("{MC}metadata: {{name: dry}}\nspec: {{}}\n")),
+    )?;
+    let object: Value = serde_json::from_str(&out)?;
+    assert_eq!(object["spec"]["size"], 1, "{object}");
+    let run = kubectl(&["get", "-n", ns.name(), "memcached/dry"], None)?;
+    assert!(!run.ok && run.stderr.contains("NotFound"), "{run:?}");
+    let run = kubectl(
+        &["apply", "-n", ns.name(), "--dry-run=server", "-f", "-"],
+        Some(&format!(
+            "{MC}metadata: {{name: dry}}\nspec: {{image: \"a b\"}}\n"
+        )),
+    )?;
+    assert!(
+        !run.ok && run.stderr.contains("spec.image"),
+        "dry-run denies like a real request: {run:?}"
+    );
+    Ok(())
+}
+
+#[test]
+fn cross_namespace_targets_need_permission_and_targets_are_not_shared() -> Result<()> {
+    let webhook = Webhook::start("crossns")?;
+    let ns = webhook.namespace("crossns")?;
+    let other = kubesteer_tests::Namespace::new("crossns-prod")?;
+    kubectl_ok(
+        &[
+            "create",
+            "deployment",
+            "web",
+            "-n",
+            other.name(),
+            "--image=nginx",
+        ],
+        None,
+    )?;
+    kubectl_ok(
+        &[
+            "create",
+            "role",
+            "scaler-editor",
+            "-n",
+            ns.name(),
+            "--verb=get,list,create,update,patch",
+            "--resource=scalers.kubesteer.io",
+        ],
+        None,
+    )?;
+    kubectl_ok(
+        &[
+            "create",
+            "rolebinding",
+            "bob",
+            "-n",
+            ns.name(),
+            "--role=scaler-editor",
+            "--user=bob",
+        ],
+        None,
+    )?;
+    let yaml = format!("{SCL}metadata: {{name: remote}}\nspec: {{deployments: [{{name: web, namespace: {}}}], start: 1, end: 2}}\n", other.name());
+    let run = kubectl(
+        &["apply", "--as=bob", "-n", ns.name(), "-f", "-"],
+        Some(&yaml),
+    )?;
+    assert!(!run.ok, "{run:?}");
+    let want = format!("spec.deployments[0].namespace: Forbidden: user \"bob\" may not update deployments/scale in namespace \"{}\"", other.name());
+    assert!(run.stderr.contains(&want), "{}", run.stderr);
+    // The cluster admin may scale there, so the same object is admitted for them.
+    assert!(ns.apply(&yaml)?.ok);
+    let second = format!("{SCL}metadata: {{name: rival}}\nspec: {{deployments: [{{name: web, namespace: {}}}], start: 3, end: 4}}\n", other.name());
+    let claimed =
+        kubesteer_tests::eventually(std::time::Duration::from_secs(10), "claim denial", || {
+            let run = ns.apply(&second)?;
+            Ok((!run.ok).then_some(run))
+        })?;
+    let want = format!("is already scaled by Scaler {}/remote", ns.name());
+    assert!(claimed.stderr.contains(&want), "{}", claimed.stderr);
+    Ok(())
+}
