@@ -10,7 +10,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 . "$root/versions.env"
 cache=${KUBESTEER_CACHE:-$HOME/.cache/kubesteer}
 bin="$cache/bin"
-state="$root/.kubesteer"
+state=${KUBESTEER_STATE:-$root/.kubesteer}
 name=${KUBESTEER_CLUSTER:-kubesteer}
 nodes=${KUBESTEER_NODES:-3}
 kubeconfig="$state/kubeconfig"
