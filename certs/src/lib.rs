@@ -337,32 +337,46 @@ pub fn read_dir(dir: &Path) -> Result<Option<Bundle>> {
     Ok(Some(Bundle { ca, serving }))
 }
 
-/// Makes `dir` hold a usable bundle for `opts`, keeping a healthy CA so the caBundle stays stable.
-pub fn ensure_dir(dir: &Path, opts: &Options, now: SystemTime) -> Result<Outcome> {
-    let ca = read_pair(dir, CA_CERT_FILE, CA_KEY_FILE)?.filter(|ca| !ca_needs_renewal(ca, now));
-    let Some(ca) = ca else {
-        write_dir(&generate(opts)?, dir)?;
-        return Ok(Outcome::Created);
+/// Decides what a holder of `ca` and `serving` (either possibly absent) should hold now: a
+/// healthy CA is kept so the caBundle stays stable, and the serving certificate is reissued
+/// only when [`check`] says so. The Outcome says whether anything changed.
+pub fn renew(
+    ca: Option<Pem>,
+    serving: Option<Pem>,
+    opts: &Options,
+    now: SystemTime,
+) -> Result<(Bundle, Outcome)> {
+    let Some(ca) = ca.filter(|ca| !ca_needs_renewal(ca, now)) else {
+        return Ok((generate(opts)?, Outcome::Created));
     };
-    let renewal = match read_pair(dir, SERVING_CERT_FILE, SERVING_KEY_FILE)? {
-        Some(serving) => check(
-            &Bundle {
+    let renewal = match serving {
+        Some(serving) => {
+            let bundle = Bundle {
                 ca: ca.clone(),
                 serving,
-            },
-            opts,
-            now,
-        ),
+            };
+            match check(&bundle, opts, now) {
+                Renewal::NotNeeded => return Ok((bundle, Outcome::Kept)),
+                needed => needed,
+            }
+        }
         None => Renewal::Unreadable(format!(
             "{SERVING_CERT_FILE} or {SERVING_KEY_FILE} is missing"
         )),
     };
-    if !renewal.is_needed() {
-        return Ok(Outcome::Kept);
-    }
     let serving = issue_serving(&ca, opts)?;
-    write_dir(&Bundle { ca, serving }, dir)?;
-    Ok(Outcome::Renewed(renewal))
+    Ok((Bundle { ca, serving }, Outcome::Renewed(renewal)))
+}
+
+/// Makes `dir` hold a usable bundle for `opts`, keeping a healthy CA so the caBundle stays stable.
+pub fn ensure_dir(dir: &Path, opts: &Options, now: SystemTime) -> Result<Outcome> {
+    let ca = read_pair(dir, CA_CERT_FILE, CA_KEY_FILE)?;
+    let serving = read_pair(dir, SERVING_CERT_FILE, SERVING_KEY_FILE)?;
+    let (bundle, outcome) = renew(ca, serving, opts, now)?;
+    if outcome != Outcome::Kept {
+        write_dir(&bundle, dir)?;
+    }
+    Ok(outcome)
 }
 
 /// A rustls server configuration (ring, TLS 1.2 and 1.3, ALPN http/1.1) serving `serving`.

@@ -21,6 +21,51 @@ pub struct Args {
     #[arg(long, env = "KUBESTEER_TLS_KEY_FILE", default_value = "/tls/tls.key")]
     pub tls_key_file: PathBuf,
 
+    /// Where the serving certificate comes from: `files` (reloaded when they change) or
+    /// `self-managed` (kept in a Secret, renewed, and its CA injected into the webhook configurations).
+    #[arg(long, env = "KUBESTEER_CERT_MODE", value_enum, default_value_t = CertMode::Files)]
+    pub cert_mode: CertMode,
+
+    /// Self-managed: the Secret that holds ca.crt, ca.key, tls.crt and tls.key.
+    #[arg(
+        long,
+        env = "KUBESTEER_CERT_SECRET",
+        default_value = "kubesteer-webhook-tls"
+    )]
+    pub cert_secret: String,
+
+    /// Self-managed: the namespace of the Secret and the Service.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "kubesteer-system")]
+    pub namespace: String,
+
+    /// Self-managed: the webhook Service, whose DNS names the certificate carries.
+    #[arg(long, env = "KUBESTEER_SERVICE", default_value = "kubesteer-webhook")]
+    pub service: String,
+
+    /// Self-managed: the name of both webhook configurations whose caBundle is kept current.
+    #[arg(
+        long,
+        env = "KUBESTEER_WEBHOOK_CONFIGURATION",
+        default_value = "kubesteer"
+    )]
+    pub webhook_configuration: String,
+
+    /// Self-managed: extra DNS names for the certificate (comma-separated in the variable).
+    #[arg(long = "cert-dns", env = "KUBESTEER_CERT_DNS", value_delimiter = ',')]
+    pub cert_dns: Vec<String>,
+
+    /// Self-managed: extra IP addresses for the certificate, e.g. 127.0.0.1 for a URL webhook.
+    #[arg(long = "cert-ip", env = "KUBESTEER_CERT_IP", value_delimiter = ',')]
+    pub cert_ip: Vec<std::net::IpAddr>,
+
+    /// Self-managed: how often the Secret is checked and the certificate renewed when due.
+    #[arg(long, env = "KUBESTEER_CERT_CHECK_INTERVAL", default_value = "60s", value_parser = parse_duration)]
+    pub cert_check_interval: Duration,
+
+    /// Self-managed: lifetime of a serving certificate; it is renewed when a third is left.
+    #[arg(long, env = "KUBESTEER_CERT_VALIDITY", default_value = "8760h", value_parser = parse_duration)]
+    pub cert_validity: Duration,
+
     /// How often the certificate files are checked for changes, e.g. "2s".
     #[arg(long, env = "KUBESTEER_CERT_RELOAD_INTERVAL", default_value = "2s", value_parser = parse_duration)]
     pub cert_reload_interval: Duration,
@@ -47,7 +92,14 @@ pub struct Args {
     pub log_json: bool,
 }
 
-/// Parses "250ms", "10s", "2m" or a bare number of seconds.
+/// Where the serving certificate comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum CertMode {
+    Files,
+    SelfManaged,
+}
+
+/// Parses "250ms", "10s", "2m", "8760h" or a bare number of seconds.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
     let (number, unit) = match s.find(|c: char| !c.is_ascii_digit()) {
@@ -61,7 +113,8 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         "ms" => Ok(Duration::from_millis(n)),
         "s" => Ok(Duration::from_secs(n)),
         "m" => Ok(Duration::from_secs(n * 60)),
-        _ => Err(format!("{s:?}: unknown unit {unit:?}; use ms, s or m")),
+        "h" => Ok(Duration::from_secs(n * 3600)),
+        _ => Err(format!("{s:?}: unknown unit {unit:?}; use ms, s, m or h")),
     }
 }
 
@@ -75,7 +128,8 @@ mod tests {
         assert_eq!(parse_duration("10"), Ok(Duration::from_secs(10)));
         assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
         assert!(parse_duration("ten").is_err());
-        assert!(parse_duration("5h").is_err());
+        assert_eq!(parse_duration("2h"), Ok(Duration::from_secs(7200)));
+        assert!(parse_duration("5d").is_err());
     }
 
     #[test]

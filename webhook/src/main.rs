@@ -6,8 +6,9 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use clap::Parser;
-use kubesteer_webhook::args::Args;
+use kubesteer_webhook::args::{Args, CertMode};
 use kubesteer_webhook::cluster::KubeCluster;
+use kubesteer_webhook::selfmanaged::SelfManaged;
 use kubesteer_webhook::server::{self, Limits};
 use kubesteer_webhook::tls::{self, CertFiles, CertStore};
 use kubesteer_webhook::{router, AppState, Error};
@@ -28,22 +29,49 @@ async fn main() -> ExitCode {
 async fn run(args: Args) -> Result<(), Error> {
     // Only ring is linked; make it the process default for the kube client too.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let files = CertFiles {
-        cert: args.tls_cert_file.clone(),
-        key: args.tls_key_file.clone(),
-    };
-    let store = CertStore::new(files.load()?);
     let client = kube::Client::try_default().await?;
+    let store = match args.cert_mode {
+        CertMode::Files => {
+            let files = CertFiles {
+                cert: args.tls_cert_file.clone(),
+                key: args.tls_key_file.clone(),
+            };
+            let store = CertStore::new(files.load()?);
+            tokio::spawn(files.watch(store.clone(), args.cert_reload_interval));
+            store
+        }
+        CertMode::SelfManaged => {
+            let mut options = kubesteer_certs::Options::new(&args.service, &args.namespace);
+            options.dns = args.cert_dns.clone();
+            options.ips = args.cert_ip.clone();
+            options.serving_validity = args.cert_validity;
+            let manager = SelfManaged {
+                client: client.clone(),
+                namespace: args.namespace.clone(),
+                secret: args.cert_secret.clone(),
+                configuration: args.webhook_configuration.clone(),
+                options,
+            };
+            let bundle = manager.ensure().await?;
+            let store = CertStore::new(tls::certified_key(
+                bundle.serving.cert.as_bytes(),
+                bundle.serving.key.as_bytes(),
+                &args.cert_secret,
+            )?);
+            manager.inject_ca(&bundle.ca).await?;
+            tokio::spawn(manager.run(store.clone(), bundle, args.cert_check_interval));
+            store
+        }
+    };
     let state = Arc::new(AppState::new(KubeCluster::start(client)));
     state.tls_ready.store(true, Ordering::Release);
-    tokio::spawn(files.watch(store.clone(), args.cert_reload_interval));
     let listener = tokio::net::TcpListener::bind(args.addr)
         .await
         .map_err(|source| Error::Bind {
             addr: args.addr.to_string(),
             source,
         })?;
-    tracing::info!(addr = %args.addr, "serving admission reviews");
+    tracing::info!(addr = %args.addr, mode = ?args.cert_mode, "serving admission reviews");
     let limits = Limits {
         handshake: args.handshake_timeout,
         idle: args.idle_timeout,
