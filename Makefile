@@ -10,7 +10,7 @@ KUBECONFIG_FILE := $(CURDIR)/.kubesteer/kubeconfig
 KUBECTL := $(BIN)/kubectl --kubeconfig $(KUBECONFIG_FILE)
 CARGO ?= cargo
 
-.PHONY: all build control-plane cluster-up cluster-down manifests install run test fmt-check clippy unit e2e
+.PHONY: all build control-plane cluster-up cluster-down manifests install run test fmt-check clippy unit e2e bench-webhook
 
 all: build
 
@@ -54,3 +54,7 @@ unit:
 ## e2e: end-to-end tests against a real local control plane (reused when one is already up).
 e2e: control-plane
 	hack/e2e.sh
+
+## bench-webhook: load benchmark of the webhook; writes bench/results/webhook.json.
+bench-webhook: control-plane
+	hack/bench-webhook.sh

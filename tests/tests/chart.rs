@@ -1,0 +1,901 @@
+//! The Helm chart as an operator meets it: lint, render in each certificate mode, and read what
+//! would be applied. The last test installs and upgrades a release on the local cluster.
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{bail, Context, Result};
+use kubesteer_tests::{cached_tool, kubeconfig, kubectl_ok, repo_root, Namespace};
+use serde_yaml::Value;
+
+const NS: &str = "kubesteer-system";
+const RELEASE: &str = "ks";
+const FULLNAME: &str = "ks-kubesteer";
+const PLURALS: [&str; 3] = ["scalers", "welcomes", "memcacheds"];
+const CA_PEM: &str =
+    "-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIUKubesteer\n-----END CERTIFICATE-----\n";
+
+fn chart() -> PathBuf {
+    repo_root().join("charts/kubesteer")
+}
+
+fn helm(args: &[&str]) -> Result<kubesteer_tests::Run> {
+    let out = Command::new(cached_tool("helm"))
+        .args(args)
+        .output()
+        .context("running helm; run `make control-plane` first")?;
+    Ok(out.into())
+}
+
+/// `helm template` of the chart with `extra` arguments, as one YAML value per document.
+fn render(extra: &[&str]) -> Result<Vec<Value>> {
+    let chart = chart();
+    let mut args = vec![
+        "template",
+        RELEASE,
+        chart.to_str().unwrap(),
+        "--namespace",
+        NS,
+    ];
+    args.extend_from_slice(extra);
+    let run = helm(&args)?;
+    if !run.ok {
+        bail!("helm template {extra:?} failed: {}", run.stderr);
+    }
+    let mut docs = Vec::new();
+    for text in run.stdout.split("\n---\n") {
+        let doc: Value = serde_yaml::from_str(text).with_context(|| format!("parsing {text}"))?;
+        if !doc.is_null() {
+            docs.push(doc);
+        }
+    }
+    Ok(docs)
+}
+
+/// The error of a `helm template` that must fail.
+fn render_error(extra: &[&str]) -> Result<String> {
+    let chart = chart();
+    let mut args = vec![
+        "template",
+        RELEASE,
+        chart.to_str().unwrap(),
+        "--namespace",
+        NS,
+    ];
+    args.extend_from_slice(extra);
+    let run = helm(&args)?;
+    if run.ok {
+        bail!("helm template {extra:?} succeeded but should have failed");
+    }
+    Ok(run.stderr)
+}
+
+fn all<'a>(docs: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    docs.iter().filter(|d| d["kind"] == kind).collect()
+}
+
+fn one<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
+    let found: Vec<_> = docs
+        .iter()
+        .filter(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+        .collect();
+    assert_eq!(found.len(), 1, "exactly one {kind} {name}");
+    found[0]
+}
+
+fn str_of(v: &Value) -> &str {
+    v.as_str().unwrap_or_else(|| panic!("not a string: {v:?}"))
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    v.as_sequence()
+        .map(|s| s.iter().map(|x| str_of(x).to_string()).collect())
+        .unwrap_or_default()
+}
+
+fn env<'a>(container: &'a Value, name: &str) -> Option<&'a Value> {
+    container["env"]
+        .as_sequence()?
+        .iter()
+        .find(|e| e["name"] == name)
+}
+
+fn env_value(container: &Value, name: &str) -> Option<String> {
+    env(container, name).map(|e| str_of(&e["value"]).to_string())
+}
+
+fn container<'a>(docs: &'a [Value], deployment: &str) -> &'a Value {
+    &one(docs, "Deployment", deployment)["spec"]["template"]["spec"]["containers"][0]
+}
+
+/// Both webhook configurations' webhooks, with the kind they belong to.
+fn webhooks(docs: &[Value]) -> Vec<(&'static str, &Value)> {
+    let mut out = Vec::new();
+    for kind in [
+        "MutatingWebhookConfiguration",
+        "ValidatingWebhookConfiguration",
+    ] {
+        let config = one(docs, kind, FULLNAME);
+        for hook in config["webhooks"].as_sequence().expect("webhooks") {
+            out.push((kind, hook));
+        }
+    }
+    out
+}
+
+/// Each rule flattened to `group resource verb [resourceName]` lines, to compare whole roles.
+fn grants(role: &Value) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for rule in role["rules"].as_sequence().expect("rules") {
+        let names = strings(&rule["resourceNames"]);
+        for group in strings(&rule["apiGroups"]) {
+            for resource in strings(&rule["resources"]) {
+                for verb in strings(&rule["verbs"]) {
+                    if names.is_empty() {
+                        out.insert(format!("{group} {resource} {verb}"));
+                    }
+                    for name in &names {
+                        out.insert(format!("{group} {resource} {verb} {name}"));
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+fn expand(groups: &[&str], resources: &[&str], verbs: &[&str], name: Option<&str>) -> Vec<String> {
+    let mut out = Vec::new();
+    for g in groups {
+        for r in resources {
+            for v in verbs {
+                out.push(match name {
+                    Some(n) => format!("{g} {r} {v} {n}"),
+                    None => format!("{g} {r} {v}"),
+                });
+            }
+        }
+    }
+    out
+}
+
+fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, b)| n | (u32::from(*b) << (16 - 8 * i)));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+fn ca_file(name: &str) -> Result<PathBuf> {
+    let dir = kubesteer_tests::target_dir().join("chart-tests");
+    std::fs::create_dir_all(&dir)?;
+    let path = dir.join(name);
+    std::fs::write(&path, CA_PEM)?;
+    Ok(path)
+}
+
+#[test]
+fn lint_is_clean_in_every_mode() -> Result<()> {
+    let chart = chart();
+    let chart = chart.to_str().unwrap();
+    let modes: [&[&str]; 4] = [
+        &[],
+        &["--set", "certs.mode=certManager"],
+        &[
+            "--set",
+            "certs.mode=provided",
+            "--set",
+            "certs.provided.secretName=my-tls",
+        ],
+        &["--set", "webhook.url=https://127.0.0.1:9443"],
+    ];
+    for extra in modes {
+        for strict in [false, true] {
+            let mut args = vec!["lint", chart];
+            if strict {
+                args.push("--strict");
+            }
+            args.extend_from_slice(extra);
+            let run = helm(&args)?;
+            assert!(run.ok, "helm {args:?}: {}{}", run.stdout, run.stderr);
+            assert!(run.stdout.contains("0 chart(s) failed"), "{}", run.stdout);
+            for bad in ["[WARNING]", "[ERROR]"] {
+                assert!(!run.stdout.contains(bad), "helm {args:?}: {}", run.stdout);
+            }
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn every_webhook_fails_closed_quickly_and_skips_system_namespaces() -> Result<()> {
+    for extra in [
+        &[][..],
+        &["--set", "certs.mode=certManager"],
+        &[
+            "--set",
+            "certs.mode=provided",
+            "--set",
+            "certs.provided.secretName=my-tls",
+        ],
+    ] {
+        let docs = render(extra)?;
+        let hooks = webhooks(&docs);
+        assert_eq!(hooks.len(), 6);
+        for (kind, hook) in hooks {
+            let name = str_of(&hook["name"]);
+            assert_eq!(hook["failurePolicy"], "Fail", "{name}");
+            assert_eq!(hook["sideEffects"], "None", "{name}");
+            assert_eq!(hook["timeoutSeconds"].as_u64(), Some(5), "{name}");
+            assert_eq!(hook["matchPolicy"], "Equivalent", "{name}");
+            let (prefix, path) = if kind.starts_with("Mutating") {
+                ("default", "mutate")
+            } else {
+                ("validate", "validate")
+            };
+            let plural = strings(&hook["rules"][0]["resources"]).remove(0);
+            assert!(PLURALS.contains(&plural.as_str()), "{plural}");
+            assert_eq!(name, format!("{prefix}.{plural}.kubesteer.io"));
+            let service = &hook["clientConfig"]["service"];
+            assert_eq!(service["name"], format!("{FULLNAME}-webhook").as_str());
+            assert_eq!(service["namespace"], NS);
+            assert_eq!(service["port"].as_u64(), Some(443));
+            assert_eq!(service["path"], format!("/{path}/{plural}").as_str());
+            let expr = &hook["namespaceSelector"]["matchExpressions"][0];
+            assert_eq!(expr["key"], "kubernetes.io/metadata.name");
+            assert_eq!(expr["operator"], "NotIn");
+            let excluded = strings(&expr["values"]);
+            assert!(
+                excluded.contains(&"kube-system".to_string()),
+                "{excluded:?}"
+            );
+            assert!(excluded.contains(&NS.to_string()), "{excluded:?}");
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn self_managed_is_the_default_and_renders_no_ca_bundle() -> Result<()> {
+    let docs = render(&[])?;
+    for (_, hook) in webhooks(&docs) {
+        // Rendering any caBundle, even empty, would let `helm upgrade` wipe the injected one.
+        assert!(hook["clientConfig"].get("caBundle").is_none(), "{hook:?}");
+    }
+    for kind in [
+        "MutatingWebhookConfiguration",
+        "ValidatingWebhookConfiguration",
+    ] {
+        let config = one(&docs, kind, FULLNAME);
+        assert!(
+            config["metadata"].get("annotations").is_none(),
+            "{config:?}"
+        );
+    }
+    assert!(all(&docs, "Certificate").is_empty());
+    assert!(all(&docs, "Issuer").is_empty());
+
+    let webhook = container(&docs, &format!("{FULLNAME}-webhook"));
+    assert_eq!(
+        env_value(webhook, "KUBESTEER_CERT_MODE").as_deref(),
+        Some("self-managed")
+    );
+    let secret = format!("{FULLNAME}-webhook-tls");
+    assert_eq!(env_value(webhook, "KUBESTEER_CERT_SECRET"), Some(secret));
+    assert_eq!(
+        env_value(webhook, "KUBESTEER_SERVICE"),
+        Some(format!("{FULLNAME}-webhook"))
+    );
+    assert_eq!(
+        env_value(webhook, "KUBESTEER_WEBHOOK_CONFIGURATION").as_deref(),
+        Some(FULLNAME)
+    );
+    let pod_ns = env(webhook, "POD_NAMESPACE").expect("POD_NAMESPACE");
+    assert_eq!(
+        pod_ns["valueFrom"]["fieldRef"]["fieldPath"],
+        "metadata.namespace"
+    );
+    assert!(webhook.get("volumeMounts").is_none());
+    let pod = &one(&docs, "Deployment", &format!("{FULLNAME}-webhook"))["spec"]["template"]["spec"];
+    assert!(pod.get("volumes").is_none());
+    Ok(())
+}
+
+#[test]
+fn two_hardened_replicas_of_each_with_probes_and_disruption_budgets() -> Result<()> {
+    let docs = render(&[])?;
+    for (component, port, scheme) in [("webhook", 9443, "HTTPS"), ("controller", 8080, "HTTP")] {
+        let name = format!("{FULLNAME}-{component}");
+        let deployment = one(&docs, "Deployment", &name);
+        assert_eq!(deployment["spec"]["replicas"].as_u64(), Some(2), "{name}");
+        let pod = &deployment["spec"]["template"]["spec"];
+        assert_eq!(pod["serviceAccountName"], name.as_str());
+        assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+        assert_eq!(pod["securityContext"]["runAsUser"].as_u64(), Some(65532));
+        assert_eq!(
+            pod["securityContext"]["seccompProfile"]["type"],
+            "RuntimeDefault"
+        );
+        let anti = &pod["affinity"]["podAntiAffinity"]
+            ["preferredDuringSchedulingIgnoredDuringExecution"][0];
+        assert_eq!(
+            anti["podAffinityTerm"]["topologyKey"],
+            "kubernetes.io/hostname"
+        );
+        assert_eq!(
+            anti["podAffinityTerm"]["labelSelector"]["matchLabels"]["app.kubernetes.io/component"],
+            component
+        );
+
+        let c = &pod["containers"][0];
+        let sc = &c["securityContext"];
+        assert_eq!(sc["runAsNonRoot"], true, "{name}");
+        assert_eq!(sc["runAsUser"].as_u64(), Some(65532), "{name}");
+        assert_eq!(sc["readOnlyRootFilesystem"], true, "{name}");
+        assert_eq!(sc["allowPrivilegeEscalation"], false, "{name}");
+        assert_eq!(strings(&sc["capabilities"]["drop"]), ["ALL"], "{name}");
+        assert_eq!(sc["seccompProfile"]["type"], "RuntimeDefault", "{name}");
+        assert_eq!(
+            c["image"],
+            format!("ghcr.io/kubesteer/kubesteer-{component}:0.1.0").as_str()
+        );
+        assert_eq!(c["ports"][0]["containerPort"].as_u64(), Some(port));
+        for (probe, path) in [("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")] {
+            let get = &c[probe]["httpGet"];
+            assert_eq!(get["path"], path, "{name} {probe}");
+            assert_eq!(get["scheme"], scheme, "{name} {probe}");
+            assert_eq!(get["port"], c["ports"][0]["name"], "{name} {probe}");
+        }
+
+        let pdb = one(&docs, "PodDisruptionBudget", &name);
+        assert_eq!(pdb["spec"]["minAvailable"].as_u64(), Some(1));
+        assert_eq!(
+            pdb["spec"]["selector"]["matchLabels"],
+            deployment["spec"]["selector"]["matchLabels"]
+        );
+        one(&docs, "ServiceAccount", &name);
+    }
+
+    let controller = container(&docs, &format!("{FULLNAME}-controller"));
+    assert_eq!(
+        env_value(controller, "KUBESTEER_LEADER_ELECTION").as_deref(),
+        Some("true")
+    );
+    assert_eq!(
+        env_value(controller, "KUBESTEER_LEASE_NAME"),
+        Some(format!("{FULLNAME}-controller"))
+    );
+    assert!(env(controller, "POD_NAME").is_some());
+    assert!(env(controller, "POD_NAMESPACE").is_some());
+
+    let service = one(&docs, "Service", &format!("{FULLNAME}-webhook"));
+    assert_eq!(service["spec"]["ports"][0]["port"].as_u64(), Some(443));
+    assert_eq!(service["spec"]["ports"][0]["targetPort"], "https");
+    let webhook_deployment = one(&docs, "Deployment", &format!("{FULLNAME}-webhook"));
+    assert_eq!(
+        service["spec"]["selector"],
+        webhook_deployment["spec"]["selector"]["matchLabels"]
+    );
+    Ok(())
+}
+
+#[test]
+fn a_single_replica_gets_no_disruption_budget_and_many_need_leader_election() -> Result<()> {
+    let docs = render(&[
+        "--set",
+        "webhook.replicas=1",
+        "--set",
+        "controller.replicas=1",
+    ])?;
+    assert!(all(&docs, "PodDisruptionBudget").is_empty());
+
+    let err = render_error(&["--set", "controller.leaderElection=false"])?;
+    assert!(err.contains("leaderElection"), "{err}");
+    let docs = render(&[
+        "--set",
+        "controller.leaderElection=false",
+        "--set",
+        "controller.replicas=1",
+    ])?;
+    assert!(docs.iter().all(|d| !(d["kind"] == "Role"
+        && d["metadata"]["name"] == format!("{FULLNAME}-controller").as_str())));
+    Ok(())
+}
+
+#[test]
+fn rbac_grants_exactly_what_each_binary_uses() -> Result<()> {
+    let docs = render(&[])?;
+    let secret = format!("{FULLNAME}-webhook-tls");
+
+    let mut webhook: BTreeSet<String> = BTreeSet::new();
+    webhook.extend(expand(
+        &["authorization.k8s.io"],
+        &["subjectaccessreviews"],
+        &["create"],
+        None,
+    ));
+    webhook.extend(expand(
+        &["kubesteer.io"],
+        &["scalers"],
+        &["get", "list", "watch"],
+        None,
+    ));
+    webhook.extend(expand(
+        &["apps"],
+        &["deployments"],
+        &["get", "list", "watch"],
+        None,
+    ));
+    webhook.extend(expand(
+        &["autoscaling"],
+        &["horizontalpodautoscalers"],
+        &["get", "list", "watch"],
+        None,
+    ));
+    let configs = expand(
+        &["admissionregistration.k8s.io"],
+        &[
+            "mutatingwebhookconfigurations",
+            "validatingwebhookconfigurations",
+        ],
+        &["get", "patch"],
+        Some(FULLNAME),
+    );
+    let mut self_managed = webhook.clone();
+    self_managed.extend(configs);
+    assert_eq!(
+        grants(one(&docs, "ClusterRole", &format!("{FULLNAME}-webhook"))),
+        self_managed
+    );
+
+    // Secrets: create cannot name its object; everything else is limited to the cert Secret.
+    let secrets = one(&docs, "Role", &format!("{FULLNAME}-webhook"));
+    assert_eq!(secrets["metadata"]["namespace"], NS);
+    let mut expected: BTreeSet<String> = expand(&[""], &["secrets"], &["create"], None)
+        .into_iter()
+        .collect();
+    expected.extend(expand(
+        &[""],
+        &["secrets"],
+        &["get", "update", "patch"],
+        Some(&secret),
+    ));
+    assert_eq!(grants(secrets), expected);
+
+    let kinds = ["scalers", "welcomes", "memcacheds"];
+    let status: Vec<String> = kinds.iter().map(|k| format!("{k}/status")).collect();
+    let finalizers: Vec<String> = kinds.iter().map(|k| format!("{k}/finalizers")).collect();
+    let status: Vec<&str> = status.iter().map(String::as_str).collect();
+    let finalizers: Vec<&str> = finalizers.iter().map(String::as_str).collect();
+    let write = [
+        "get", "list", "watch", "create", "patch", "update", "delete",
+    ];
+    let mut controller: BTreeSet<String> = BTreeSet::new();
+    controller.extend(expand(
+        &["kubesteer.io"],
+        &kinds,
+        &["get", "list", "watch", "patch", "update"],
+        None,
+    ));
+    controller.extend(expand(
+        &["kubesteer.io"],
+        &status,
+        &["get", "patch", "update"],
+        None,
+    ));
+    controller.extend(expand(&["kubesteer.io"], &finalizers, &["update"], None));
+    controller.extend(expand(&["apps"], &["deployments"], &write, None));
+    controller.extend(expand(
+        &["apps"],
+        &["deployments/scale"],
+        &["get", "patch", "update"],
+        None,
+    ));
+    controller.extend(expand(&[""], &["services", "secrets"], &write, None));
+    controller.extend(expand(&[""], &["pods"], &["get", "list", "watch"], None));
+    controller.extend(expand(
+        &["events.k8s.io", ""],
+        &["events"],
+        &["create", "patch"],
+        None,
+    ));
+    assert_eq!(
+        grants(one(&docs, "ClusterRole", &format!("{FULLNAME}-controller"))),
+        controller
+    );
+    let lease = one(&docs, "Role", &format!("{FULLNAME}-controller"));
+    assert_eq!(lease["metadata"]["namespace"], NS);
+    assert_eq!(
+        grants(lease),
+        expand(&["coordination.k8s.io"], &["leases"], &write, None)
+            .into_iter()
+            .collect::<BTreeSet<_>>()
+    );
+
+    for binding in ["ClusterRoleBinding", "RoleBinding"] {
+        for component in ["webhook", "controller"] {
+            let name = format!("{FULLNAME}-{component}");
+            let b = one(&docs, binding, &name);
+            assert_eq!(b["roleRef"]["name"], name.as_str());
+            assert_eq!(b["subjects"][0]["name"], name.as_str());
+            assert_eq!(b["subjects"][0]["namespace"], NS);
+        }
+    }
+
+    // Only the self-managed webhook writes certificates and webhook configurations.
+    for extra in [
+        &["--set", "certs.mode=certManager"][..],
+        &[
+            "--set",
+            "certs.mode=provided",
+            "--set",
+            "certs.provided.secretName=my-tls",
+        ],
+    ] {
+        let docs = render(extra)?;
+        assert_eq!(
+            grants(one(&docs, "ClusterRole", &format!("{FULLNAME}-webhook"))),
+            webhook,
+            "{extra:?}"
+        );
+        assert!(docs.iter().all(|d| !(d["kind"] == "Role"
+            && d["metadata"]["name"] == format!("{FULLNAME}-webhook").as_str())));
+    }
+    Ok(())
+}
+
+#[test]
+fn cert_manager_mode_issues_a_certificate_and_injects_its_ca() -> Result<()> {
+    let docs = render(&["--set", "certs.mode=certManager"])?;
+    let certificate = format!("{FULLNAME}-webhook");
+    for kind in [
+        "MutatingWebhookConfiguration",
+        "ValidatingWebhookConfiguration",
+    ] {
+        let config = one(&docs, kind, FULLNAME);
+        assert_eq!(
+            config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
+            format!("{NS}/{certificate}").as_str()
+        );
+    }
+    for (_, hook) in webhooks(&docs) {
+        assert!(hook["clientConfig"].get("caBundle").is_none());
+    }
+
+    let cert = one(&docs, "Certificate", &certificate);
+    let svc = format!("{FULLNAME}-webhook");
+    assert_eq!(
+        strings(&cert["spec"]["dnsNames"]),
+        [
+            svc.clone(),
+            format!("{svc}.{NS}"),
+            format!("{svc}.{NS}.svc"),
+            format!("{svc}.{NS}.svc.cluster.local"),
+        ]
+    );
+    let secret = str_of(&cert["spec"]["secretName"]).to_string();
+    assert!(cert["spec"]["duration"].is_string());
+    assert!(cert["spec"]["renewBefore"].is_string());
+
+    // The chart's own chain: self-signed Issuer -> CA Certificate -> CA Issuer -> serving cert.
+    let ca_issuer = format!("{FULLNAME}-ca");
+    assert_eq!(cert["spec"]["issuerRef"]["name"], ca_issuer.as_str());
+    assert_eq!(cert["spec"]["issuerRef"]["kind"], "Issuer");
+    let issuer = one(&docs, "Issuer", &ca_issuer);
+    let ca = one(&docs, "Certificate", &ca_issuer);
+    assert_eq!(ca["spec"]["isCA"], true);
+    assert_eq!(issuer["spec"]["ca"]["secretName"], ca["spec"]["secretName"]);
+    let selfsigned = str_of(&ca["spec"]["issuerRef"]["name"]);
+    assert!(one(&docs, "Issuer", selfsigned)["spec"]
+        .get("selfSigned")
+        .is_some());
+
+    let webhook = container(&docs, &format!("{FULLNAME}-webhook"));
+    assert_eq!(
+        env_value(webhook, "KUBESTEER_CERT_MODE").as_deref(),
+        Some("files")
+    );
+    assert_eq!(
+        env_value(webhook, "KUBESTEER_TLS_CERT_FILE").as_deref(),
+        Some("/tls/tls.crt")
+    );
+    assert_eq!(
+        env_value(webhook, "KUBESTEER_TLS_KEY_FILE").as_deref(),
+        Some("/tls/tls.key")
+    );
+    assert!(env(webhook, "KUBESTEER_CERT_SECRET").is_none());
+    assert_eq!(webhook["volumeMounts"][0]["mountPath"], "/tls");
+    assert_eq!(webhook["volumeMounts"][0]["readOnly"], true);
+    let pod = &one(&docs, "Deployment", &format!("{FULLNAME}-webhook"))["spec"]["template"]["spec"];
+    assert_eq!(pod["volumes"][0]["secret"]["secretName"], secret.as_str());
+
+    // With an issuer of the user's, the chart makes none of its own.
+    let docs = render(&[
+        "--set",
+        "certs.mode=certManager",
+        "--set",
+        "certs.certManager.issuerRef.name=corp-ca",
+        "--set",
+        "certs.certManager.issuerRef.kind=ClusterIssuer",
+    ])?;
+    assert!(all(&docs, "Issuer").is_empty());
+    assert_eq!(all(&docs, "Certificate").len(), 1);
+    let cert = one(&docs, "Certificate", &certificate);
+    assert_eq!(cert["spec"]["issuerRef"]["name"], "corp-ca");
+    assert_eq!(cert["spec"]["issuerRef"]["kind"], "ClusterIssuer");
+    assert_eq!(cert["spec"]["issuerRef"]["group"], "cert-manager.io");
+    Ok(())
+}
+
+#[test]
+fn provided_mode_mounts_the_secret_and_renders_its_ca() -> Result<()> {
+    let ca = ca_file("provided-ca.crt")?;
+    let set_file = format!("certs.provided.caBundle={}", ca.display());
+    let docs = render(&[
+        "--set",
+        "certs.mode=provided",
+        "--set",
+        "certs.provided.secretName=my-tls",
+        "--set-file",
+        &set_file,
+    ])?;
+    let encoded = base64(CA_PEM.as_bytes());
+    for (_, hook) in webhooks(&docs) {
+        assert_eq!(hook["clientConfig"]["caBundle"], encoded.as_str());
+    }
+    for kind in [
+        "MutatingWebhookConfiguration",
+        "ValidatingWebhookConfiguration",
+    ] {
+        assert!(one(&docs, kind, FULLNAME)["metadata"]
+            .get("annotations")
+            .is_none());
+    }
+    assert!(all(&docs, "Certificate").is_empty());
+    let webhook = container(&docs, &format!("{FULLNAME}-webhook"));
+    assert_eq!(
+        env_value(webhook, "KUBESTEER_CERT_MODE").as_deref(),
+        Some("files")
+    );
+    assert_eq!(webhook["volumeMounts"][0]["mountPath"], "/tls");
+    let pod = &one(&docs, "Deployment", &format!("{FULLNAME}-webhook"))["spec"]["template"]["spec"];
+    assert_eq!(pod["volumes"][0]["secret"]["secretName"], "my-tls");
+
+    let err = render_error(&["--set", "certs.mode=provided"])?;
+    assert!(err.contains("secretName"), "{err}");
+    Ok(())
+}
+
+/// What `make run` and the webhook end-to-end tests render: the configurations alone, by URL.
+#[test]
+fn url_mode_renders_only_the_configurations_for_a_local_webhook() -> Result<()> {
+    let ca = ca_file("url-ca.crt")?;
+    let set_file = format!("webhook.caBundle={}", ca.display());
+    let docs = render(&[
+        "--show-only",
+        "templates/webhook-configurations.yaml",
+        "--set",
+        "webhook.url=https://127.0.0.1:9999",
+        "--set-file",
+        &set_file,
+        "--set",
+        "webhook.namespaceSelector.matchLabels.kubesteer\\.io/e2e=abc",
+    ])?;
+    assert_eq!(docs.len(), 2);
+    let encoded = base64(CA_PEM.as_bytes());
+    let hooks = webhooks(&docs);
+    assert_eq!(hooks.len(), 6);
+    for (kind, hook) in hooks {
+        let plural = strings(&hook["rules"][0]["resources"]).remove(0);
+        let path = if kind.starts_with("Mutating") {
+            "mutate"
+        } else {
+            "validate"
+        };
+        let client = &hook["clientConfig"];
+        assert_eq!(
+            client["url"],
+            format!("https://127.0.0.1:9999/{path}/{plural}").as_str()
+        );
+        assert!(client.get("service").is_none());
+        assert_eq!(client["caBundle"], encoded.as_str());
+        assert_eq!(
+            hook["namespaceSelector"]["matchLabels"]["kubesteer.io/e2e"],
+            "abc"
+        );
+        assert!(hook["namespaceSelector"].get("matchExpressions").is_none());
+    }
+    Ok(())
+}
+
+#[test]
+fn the_schema_refuses_nonsense() -> Result<()> {
+    for (set, complaint) in [
+        ("certs.mode=vault", "/certs/mode"),
+        ("webhook.failurePolicy=Sometimes", "/webhook/failurePolicy"),
+        ("webhook.timeoutSeconds=0", "/webhook/timeoutSeconds"),
+        ("webhook.timeoutSeconds=31", "/webhook/timeoutSeconds"),
+        ("webhook.replicas=0", "/webhook/replicas"),
+        ("controller.replicas=0", "/controller/replicas"),
+        (
+            "controller.leaderElection=yes",
+            "/controller/leaderElection",
+        ),
+        (
+            "image.webhook.pullPolicy=Sometimes",
+            "/image/webhook/pullPolicy",
+        ),
+        ("webhook.url=http://insecure", "/webhook/url"),
+        ("webhok.replicas=3", "webhok"),
+    ] {
+        let err = render_error(&["--set", set])?;
+        assert!(err.contains("schema"), "{set}: {err}");
+        assert!(err.contains(complaint), "{set}: {err}");
+    }
+    Ok(())
+}
+
+fn template_files(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path.is_dir() {
+            template_files(&path, out)?;
+        } else {
+            out.push(path);
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn no_template_generates_certificates_at_render_time() -> Result<()> {
+    let mut files = Vec::new();
+    template_files(&chart().join("templates"), &mut files)?;
+    assert!(files.len() > 5, "{files:?}");
+    for file in files {
+        let text = std::fs::read_to_string(&file)?;
+        for function in [
+            "genCA",
+            "genSelfSignedCert",
+            "genSignedCert",
+            "genPrivateKey",
+            "buildCustomCert",
+        ] {
+            assert!(
+                !text.contains(function),
+                "{} uses {function}",
+                file.display()
+            );
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn helm_test_calls_the_webhook_healthz_over_https_through_the_service() -> Result<()> {
+    let docs = render(&["--show-only", "templates/tests/test-webhook-healthz.yaml"])?;
+    assert_eq!(docs.len(), 1);
+    let pod = &docs[0];
+    assert_eq!(pod["kind"], "Pod");
+    assert_eq!(pod["metadata"]["annotations"]["helm.sh/hook"], "test");
+    let c = &pod["spec"]["containers"][0];
+    let args = strings(&c["args"]);
+    assert!(
+        args.contains(&format!("https://{FULLNAME}-webhook.{NS}.svc:443/healthz")),
+        "{args:?}"
+    );
+    assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true);
+    Ok(())
+}
+
+/// Removes a release of the chart when a test ends, however it ends.
+struct Release<'a> {
+    name: String,
+    ns: &'a Namespace,
+}
+
+impl Drop for Release<'_> {
+    fn drop(&mut self) {
+        let _ = helm(&[
+            "uninstall",
+            &self.name,
+            "--namespace",
+            self.ns.name(),
+            "--kubeconfig",
+            &kubeconfig().to_string_lossy(),
+        ]);
+    }
+}
+
+/// On the real apiserver: everything the chart renders is accepted, and a `helm upgrade` leaves the
+/// caBundle that the self-managed webhook patched into the configurations alone.
+#[test]
+fn helm_upgrade_keeps_the_self_managed_ca_bundle() -> Result<()> {
+    let ns = Namespace::new("chart-upgrade")?;
+    let release = Release {
+        name: ns.name().to_string(),
+        ns: &ns,
+    };
+    let kubeconfig = kubeconfig();
+    let chart = chart();
+    let install = |verb: &str, timeout: &str| -> Result<()> {
+        let run = helm(&[
+            verb,
+            &release.name,
+            chart.to_str().unwrap(),
+            "--namespace",
+            ns.name(),
+            "--kubeconfig",
+            &kubeconfig.to_string_lossy(),
+            "--skip-crds",
+            // The release must admit nothing: no webhook runs behind it in this cluster.
+            "--set",
+            "webhook.namespaceSelector.matchLabels.kubesteer\\.io/chart-upgrade-test=none",
+            "--set",
+            &format!("webhook.timeoutSeconds={timeout}"),
+        ])?;
+        if !run.ok {
+            bail!("helm {verb}: {}", run.stderr);
+        }
+        Ok(())
+    };
+    install("install", "5")?;
+    let config = format!("{}-kubesteer", release.name);
+    let injected = base64(CA_PEM.as_bytes());
+    for kind in [
+        "mutatingwebhookconfiguration",
+        "validatingwebhookconfiguration",
+    ] {
+        let patch: Vec<String> = (0..3)
+            .map(|i| {
+                format!(
+                    r#"{{"op":"add","path":"/webhooks/{i}/clientConfig/caBundle","value":"{injected}"}}"#
+                )
+            })
+            .collect();
+        kubectl_ok(
+            &[
+                "patch",
+                kind,
+                &config,
+                "--type=json",
+                "-p",
+                &format!("[{}]", patch.join(",")),
+            ],
+            None,
+        )?;
+    }
+
+    install("upgrade", "7")?;
+    for kind in [
+        "mutatingwebhookconfiguration",
+        "validatingwebhookconfiguration",
+    ] {
+        let out = kubectl_ok(
+            &[
+                "get",
+                kind,
+                &config,
+                "-o",
+                "jsonpath={range .webhooks[*]}{.timeoutSeconds} {.clientConfig.caBundle}{\"\\n\"}{end}",
+            ],
+            None,
+        )?;
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines, vec![format!("7 {injected}").as_str(); 3], "{kind}");
+    }
+    drop(release);
+    Ok(())
+}
