@@ -159,7 +159,8 @@ pub fn cached_tool(name: &str) -> PathBuf {
     cache_bin().join(name)
 }
 
-fn free_port() -> Result<u16> {
+/// A free TCP port on 127.0.0.1.
+pub fn free_port() -> Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port())
@@ -466,4 +467,103 @@ mod tests {
         assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
         assert_eq!(hh_mm(1_740_992_400 + 59), "09:00");
     }
+}
+
+/// A random-enough suffix for names that must not collide between runs.
+pub fn unique(prefix: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!("{prefix}{:x}{:x}", std::process::id() % 4096, nanos % 65536)
+}
+
+/// A copy of the local kubeconfig whose user impersonates `user` with `groups`, so a process
+/// run with it has exactly that identity's RBAC.
+pub fn impersonating_kubeconfig(user: &str, groups: &[&str], file: &str) -> Result<PathBuf> {
+    let mut config: serde_yaml::Value =
+        serde_yaml::from_str(&std::fs::read_to_string(kubeconfig())?)?;
+    let users = config
+        .get_mut("users")
+        .and_then(|u| u.as_sequence_mut())
+        .context("kubeconfig has no users")?;
+    for entry in users {
+        if let Some(u) = entry.get_mut("user").and_then(|u| u.as_mapping_mut()) {
+            u.insert("as".into(), user.into());
+            u.insert(
+                "as-groups".into(),
+                groups
+                    .iter()
+                    .map(|g| serde_yaml::Value::from(*g))
+                    .collect::<Vec<_>>()
+                    .into(),
+            );
+        }
+    }
+    let path = target_dir().join("e2e").join(file);
+    std::fs::create_dir_all(path.parent().context("no parent")?)?;
+    std::fs::write(&path, serde_yaml::to_string(&config)?)?;
+    Ok(path)
+}
+
+/// A background process for one test, with its output in a log file; killed on drop.
+pub struct Daemon {
+    child: std::process::Child,
+    pub log: PathBuf,
+}
+
+impl Daemon {
+    pub fn spawn(
+        binary: &str,
+        args: &[String],
+        kubeconfig: &std::path::Path,
+        log_name: &str,
+    ) -> Result<Self> {
+        let dir = target_dir().join("e2e");
+        std::fs::create_dir_all(&dir)?;
+        let log = dir.join(format!("{log_name}.log"));
+        let out = std::fs::File::create(&log)?;
+        let child = Command::new(workspace_bin(binary))
+            .args(args)
+            .env("KUBECONFIG", kubeconfig)
+            .stdin(Stdio::null())
+            .stdout(out.try_clone()?)
+            .stderr(out)
+            .spawn()
+            .with_context(|| format!("starting {binary}; run `cargo build --workspace` first"))?;
+        Ok(Self { child, log })
+    }
+
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Stops the process now (also done on drop).
+    pub fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Runs the pinned helm against the local cluster.
+pub fn helm(args: &[&str]) -> Result<String> {
+    let out = Command::new(cached_tool("helm"))
+        .arg("--kubeconfig")
+        .arg(kubeconfig())
+        .args(args)
+        .output()?;
+    if !out.status.success() {
+        bail!(
+            "helm {} failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
