@@ -2,13 +2,18 @@
 #![deny(warnings, rust_2018_idioms)]
 
 use clap::Parser;
+use kubesteer_controller::args::Args;
 
-/// kubesteer-controller: kubesteer's controller: reconciles what Scaler, Welcome and Memcached own.
-#[derive(Debug, Parser)]
-#[command(name = "kubesteer-controller", version, about, long_about = None)]
-struct Args {}
-
-fn main() {
-    let _args = Args::parse();
-    println!("kubesteer-controller {}", env!("CARGO_PKG_VERSION"));
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    // ring is the only provider built in; installing it up front keeps every TLS config on it.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let args = Args::parse();
+    match kubesteer_controller::run::run(args).await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("kubesteer-controller: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
 }

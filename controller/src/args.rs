@@ -1,0 +1,79 @@
+//! Command-line arguments, each with an environment fallback for the Helm chart.
+use std::net::SocketAddr;
+
+use clap::Parser;
+
+/// kubesteer-controller: reconciles what Scaler, Welcome and Memcached own.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "kubesteer-controller", version, about, long_about = None)]
+pub struct Args {
+    /// Address of the HTTP server for /metrics, /healthz and /readyz.
+    #[arg(long, env = "KUBESTEER_METRICS_ADDR", default_value = "0.0.0.0:8080")]
+    pub metrics_addr: SocketAddr,
+
+    /// Run the controllers only while holding the leader Lease.
+    #[arg(long, env = "KUBESTEER_LEADER_ELECTION", default_value_t = false)]
+    pub leader_election: bool,
+
+    /// Name of the leader Lease.
+    #[arg(
+        long,
+        env = "KUBESTEER_LEASE_NAME",
+        default_value = "kubesteer-controller"
+    )]
+    pub lease_name: String,
+
+    /// Namespace of the leader Lease; defaults to the pod's namespace.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    pub lease_namespace: String,
+
+    /// Identity in the leader Lease; defaults to the pod name, or hostname and pid.
+    #[arg(long, env = "POD_NAME")]
+    pub identity: Option<String>,
+
+    /// Watch only this namespace instead of the whole cluster (operator-sdk's WATCH_NAMESPACE).
+    #[arg(long, env = "WATCH_NAMESPACE")]
+    pub namespace: Option<String>,
+
+    /// Write logs as JSON lines.
+    #[arg(long, env = "KUBESTEER_LOG_JSON", default_value_t = false)]
+    pub log_json: bool,
+}
+
+impl Args {
+    /// The leader identity: the given one, or `hostname-pid` so two local runs differ.
+    pub fn identity(&self) -> String {
+        self.identity.clone().unwrap_or_else(|| {
+            let host = std::fs::read_to_string("/etc/hostname")
+                .ok()
+                .map(|h| h.trim().to_string())
+                .filter(|h| !h.is_empty())
+                .or_else(|| std::env::var("HOSTNAME").ok())
+                .unwrap_or_else(|| "kubesteer-controller".to_string());
+            format!("{host}-{}", std::process::id())
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_and_flags() {
+        let a = Args::try_parse_from(["kubesteer-controller"]).unwrap();
+        assert_eq!(a.metrics_addr.to_string(), "0.0.0.0:8080");
+        assert!(!a.leader_election);
+        assert_eq!(a.lease_name, "kubesteer-controller");
+        let a = Args::try_parse_from([
+            "kubesteer-controller",
+            "--leader-election",
+            "--identity=me",
+            "--metrics-addr=127.0.0.1:0",
+            "--log-json",
+        ])
+        .unwrap();
+        assert!(a.leader_election && a.log_json);
+        assert_eq!(a.identity(), "me");
+    }
+}

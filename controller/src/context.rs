@@ -1,0 +1,179 @@
+//! What every reconcile gets: the client, the event recorder, metrics, the clock and backoff.
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::{Client, Resource, ResourceExt};
+use tracing::{debug, warn};
+
+use crate::metrics::Metrics;
+use crate::{Error, Result};
+
+/// The time source; tests inject a fixed clock to drive Scaler transitions.
+pub trait Clock: Send + Sync + 'static {
+    fn now(&self) -> DateTime<Utc>;
+}
+
+/// The real clock.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> DateTime<Utc> {
+        Utc::now()
+    }
+}
+
+// Short enough that a conflicting writer is caught up with at once, long enough not to spin.
+const CONFLICT_REQUEUE: Duration = Duration::from_millis(500);
+const BACKOFF_BASE: Duration = Duration::from_secs(1);
+// A broken object is retried at least every five minutes, like the built-in controllers.
+const BACKOFF_MAX: Duration = Duration::from_secs(300);
+
+/// Shared state of all reconcilers.
+pub struct Context {
+    pub client: Client,
+    pub recorder: Recorder,
+    pub metrics: Arc<Metrics>,
+    pub clock: Arc<dyn Clock>,
+    failures: Mutex<HashMap<String, u32>>,
+}
+
+impl Context {
+    pub fn new(
+        client: Client,
+        metrics: Arc<Metrics>,
+        clock: Arc<dyn Clock>,
+        identity: Option<String>,
+    ) -> Self {
+        let reporter = Reporter {
+            controller: crate::FIELD_MANAGER.to_string(),
+            instance: identity,
+        };
+        Self {
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            metrics,
+            clock,
+            failures: Mutex::default(),
+        }
+    }
+
+    /// Runs one reconcile of `obj`: counts and times it, retries conflicts quietly, and tells
+    /// the user about a failure with a Warning event.
+    pub async fn reconcile<K>(
+        &self,
+        kind: &'static str,
+        obj: &K,
+        work: impl Future<Output = Result<Action>>,
+    ) -> Result<Action>
+    where
+        K: Resource<DynamicType = ()>,
+    {
+        let _measure = self.metrics.reconcile(kind);
+        let key = key_of(kind, obj);
+        match work.await {
+            Ok(action) => {
+                self.lock_failures().remove(&key);
+                Ok(action)
+            }
+            Err(e) if e.is_conflict() => {
+                debug!(%key, "conflict; retrying with a fresh read");
+                Ok(Action::requeue(CONFLICT_REQUEUE))
+            }
+            Err(e) => {
+                let event = Event {
+                    type_: EventType::Warning,
+                    reason: "ReconcileFailed".into(),
+                    note: Some(truncate(&e.to_string(), 1000)),
+                    action: "Reconcile".into(),
+                    secondary: None,
+                };
+                if let Err(pe) = self.recorder.publish(&event, &obj.object_ref(&())).await {
+                    debug!(%key, error = %pe, "could not publish the failure event");
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// The error policy of every controller: count the error and requeue with exponential backoff.
+    pub fn error_policy<K>(&self, kind: &'static str, obj: &K, error: &Error) -> Action
+    where
+        K: Resource<DynamicType = ()>,
+    {
+        self.metrics.error(kind, error);
+        let key = key_of(kind, obj);
+        let attempts = {
+            let mut failures = self.lock_failures();
+            let n = failures.entry(key.clone()).or_insert(0);
+            *n = n.saturating_add(1);
+            *n
+        };
+        let delay = backoff(attempts);
+        warn!(%key, %error, attempts, retry_in = ?delay, "reconcile failed");
+        Action::requeue(delay)
+    }
+
+    /// Publishes an event about `obj`; a failure to publish is logged, never fatal.
+    pub async fn publish<K>(&self, obj: &K, type_: EventType, reason: &str, note: String)
+    where
+        K: Resource<DynamicType = ()>,
+    {
+        let event = Event {
+            type_,
+            reason: reason.into(),
+            note: Some(truncate(&note, 1000)),
+            action: reason.into(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&event, &obj.object_ref(&())).await {
+            warn!(reason, error = %e, "could not publish an event");
+        }
+    }
+
+    fn lock_failures(&self) -> std::sync::MutexGuard<'_, HashMap<String, u32>> {
+        // A panic while holding this lock cannot leave the map inconsistent, so poison is ignored.
+        self.failures
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+fn key_of<K: Resource>(kind: &str, obj: &K) -> String {
+    format!(
+        "{kind}/{}/{}",
+        obj.namespace().unwrap_or_default(),
+        obj.name_any()
+    )
+}
+
+/// 1 s, 2 s, 4 s, ... up to five minutes.
+pub fn backoff(attempts: u32) -> Duration {
+    let exp = attempts.saturating_sub(1).min(16);
+    BACKOFF_BASE.saturating_mul(1 << exp).min(BACKOFF_MAX)
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    match s.char_indices().nth(max) {
+        Some((i, _)) => s[..i].to_string(),
+        None => s.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_up_to_five_minutes() {
+        assert_eq!(backoff(1), Duration::from_secs(1));
+        assert_eq!(backoff(2), Duration::from_secs(2));
+        assert_eq!(backoff(4), Duration::from_secs(8));
+        assert_eq!(backoff(100), Duration::from_secs(300));
+    }
+}

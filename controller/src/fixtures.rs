@@ -1,0 +1,184 @@
+//! A mock apiserver for reconcile tests: each scenario lists the exact calls it expects, in
+//! order, and fails on a missing, different or extra call.
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use http::{Method, Request, Response, StatusCode};
+use kube::client::Body;
+use kube::Client;
+use serde_json::{json, Value};
+use tokio::task::JoinHandle;
+use tower_test::mock::{self, Handle};
+
+use crate::metrics::Metrics;
+use crate::{Clock, Context};
+
+/// A clock the test sets.
+pub struct FixedClock(pub Mutex<DateTime<Utc>>);
+
+impl Clock for FixedClock {
+    fn now(&self) -> DateTime<Utc> {
+        *self.0.lock().unwrap()
+    }
+}
+
+pub fn at(rfc3339: &str) -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339(rfc3339).unwrap().to_utc()
+}
+
+/// A context on a mock apiserver, at 2025-03-03T12:00:00Z (a Monday).
+pub fn context() -> (Arc<Context>, Verifier) {
+    context_at(at("2025-03-03T12:00:00Z"))
+}
+
+pub fn context_at(now: DateTime<Utc>) -> (Arc<Context>, Verifier) {
+    let (service, handle) = mock::pair::<Request<Body>, Response<Body>>();
+    let client = Client::new(service, "default");
+    let ctx = Context::new(
+        client,
+        Arc::new(Metrics::default()),
+        Arc::new(FixedClock(Mutex::new(now))),
+        Some("test".into()),
+    );
+    (Arc::new(ctx), Verifier(handle))
+}
+
+type Check = Box<dyn FnOnce(&Value) + Send>;
+
+enum Reply {
+    Json(StatusCode, Value),
+    EchoBody,
+    WithStatus(Value),
+}
+
+/// One expected call and the apiserver's answer to it.
+pub struct Call {
+    method: Method,
+    uri: String,
+    check: Option<Check>,
+    reply: Reply,
+}
+
+impl Call {
+    fn new(method: Method, uri: &str) -> Self {
+        Self {
+            method,
+            uri: uri.to_string(),
+            check: None,
+            reply: Reply::EchoBody,
+        }
+    }
+    pub fn get(uri: &str) -> Self {
+        Self::new(Method::GET, uri)
+    }
+    pub fn patch(uri: &str) -> Self {
+        Self::new(Method::PATCH, uri)
+    }
+    pub fn post(uri: &str) -> Self {
+        Self::new(Method::POST, uri)
+    }
+    pub fn delete(uri: &str) -> Self {
+        Self::new(Method::DELETE, uri)
+    }
+    /// An event published in `ns`, whose reason and note the check may inspect.
+    pub fn event(ns: &str) -> Self {
+        Self::post(&format!("/apis/events.k8s.io/v1/namespaces/{ns}/events?"))
+    }
+    /// Asserts on the request body, parsed as JSON.
+    pub fn body(mut self, check: impl FnOnce(&Value) + Send + 'static) -> Self {
+        self.check = Some(Box::new(check));
+        self
+    }
+    pub fn respond(mut self, body: Value) -> Self {
+        self.reply = Reply::Json(StatusCode::OK, body);
+        self
+    }
+    /// Answers with the request body, as an apiserver accepting the write would, roughly.
+    pub fn respond_with_body(mut self) -> Self {
+        self.reply = Reply::EchoBody;
+        self
+    }
+    /// Answers a status patch with `object` carrying the status that was sent.
+    pub fn respond_status_of(mut self, object: &impl serde::Serialize) -> Self {
+        self.reply = Reply::WithStatus(serde_json::to_value(object).unwrap());
+        self
+    }
+    pub fn not_found(mut self) -> Self {
+        self.reply = Reply::Json(
+            StatusCode::NOT_FOUND,
+            json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                   "message": "not found", "reason": "NotFound", "code": 404}),
+        );
+        self
+    }
+    pub fn conflict(mut self) -> Self {
+        self.reply = Reply::Json(
+            StatusCode::CONFLICT,
+            json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                   "message": "the object has been modified", "reason": "Conflict", "code": 409}),
+        );
+        self
+    }
+}
+
+pub struct Verifier(Handle<Request<Body>, Response<Body>>);
+
+/// A running scenario; `finish` waits for it and fails on any extra call.
+pub struct Scenario(JoinHandle<()>);
+
+impl Verifier {
+    pub fn run(self, calls: Vec<Call>) -> Scenario {
+        let mut handle = self.0;
+        Scenario(tokio::spawn(async move {
+            for (i, call) in calls.into_iter().enumerate() {
+                let (request, send) = handle
+                    .next_request()
+                    .await
+                    .unwrap_or_else(|| panic!("call {i} never came: {} {}", call.method, call.uri));
+                assert_eq!(
+                    (request.method(), request.uri().to_string()),
+                    (&call.method, call.uri.clone()),
+                    "call {i}"
+                );
+                let bytes = request.into_body().collect_bytes().await.unwrap();
+                let body: Value = if bytes.is_empty() {
+                    Value::Null
+                } else {
+                    serde_json::from_slice(&bytes).unwrap()
+                };
+                if let Some(check) = call.check {
+                    check(&body);
+                }
+                let (status, reply) = match call.reply {
+                    Reply::Json(status, v) => (status, v),
+                    Reply::EchoBody => (StatusCode::OK, body),
+                    Reply::WithStatus(mut object) => {
+                        object["status"] = body["status"].clone();
+                        (StatusCode::OK, object)
+                    }
+                };
+                send.send_response(
+                    Response::builder()
+                        .status(status)
+                        .body(Body::from(serde_json::to_vec(&reply).unwrap()))
+                        .unwrap(),
+                );
+            }
+            if let Some((request, _)) = handle.next_request().await {
+                panic!("unexpected call: {} {}", request.method(), request.uri());
+            }
+        }))
+    }
+}
+
+impl Scenario {
+    /// Drops the context (and so the client) and waits for the scenario to end cleanly.
+    pub async fn finish(self, ctx: Arc<Context>) {
+        drop(ctx);
+        tokio::time::timeout(Duration::from_secs(5), self.0)
+            .await
+            .expect("the scenario did not end: is a client still alive?")
+            .expect("the scenario failed");
+    }
+}

@@ -1,0 +1,103 @@
+//! kubesteer's controller: one kube-runtime `Controller` per kind, reconciling what Scaler,
+//! Welcome and Memcached own.
+#![forbid(unsafe_code)]
+#![deny(warnings, rust_2018_idioms)]
+
+pub mod args;
+pub mod context;
+pub mod http;
+pub mod lease;
+pub mod memcached;
+pub mod metrics;
+pub mod objects;
+pub mod run;
+pub mod scaler;
+pub mod telemetry;
+pub mod welcome;
+
+#[cfg(test)]
+pub mod fixtures;
+
+pub use context::{Clock, Context, SystemClock};
+
+/// The one field manager of every server-side apply, so ownership of fields stays stable.
+pub const FIELD_MANAGER: &str = "kubesteer-controller";
+
+/// Everything that can go wrong in the controller.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+
+    #[error("finalizer: {0}")]
+    Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
+
+    #[error("{kind} {name:?} has no {what}")]
+    MissingField {
+        kind: &'static str,
+        name: String,
+        what: &'static str,
+    },
+
+    #[error("serializing: {0}")]
+    Serialize(#[from] serde_json::Error),
+
+    #[error("kubeconfig: {0}")]
+    Config(#[from] kube::config::InferConfigError),
+
+    #[error("leader election: {0}")]
+    Lease(#[from] kube_lease_manager::LeaseManagerError),
+
+    #[error("metrics server: {0}")]
+    Io(#[from] std::io::Error),
+
+    #[error("logging: {0}")]
+    Telemetry(String),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// A short, bounded label for the errors metric.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Error::Kube(_) => "kube",
+            Error::Finalizer(_) => "finalizer",
+            Error::MissingField { .. } => "missing_field",
+            Error::Serialize(_) => "serialize",
+            Error::Config(_) => "config",
+            Error::Lease(_) => "lease",
+            Error::Io(_) => "io",
+            Error::Telemetry(_) => "telemetry",
+        }
+    }
+
+    /// Whether the apiserver refused a write because the object changed meanwhile.
+    pub fn is_conflict(&self) -> bool {
+        match self {
+            Error::Kube(e) => is_status(e, 409),
+            Error::Finalizer(e) => match e.as_ref() {
+                kube::runtime::finalizer::Error::ApplyFailed(e)
+                | kube::runtime::finalizer::Error::CleanupFailed(e) => e.is_conflict(),
+                kube::runtime::finalizer::Error::AddFinalizer(e)
+                | kube::runtime::finalizer::Error::RemoveFinalizer(e) => {
+                    // A failed `test` op of the finalizer patch is a conflict in all but name.
+                    is_status(e, 409) || is_status(e, 422)
+                }
+                _ => false,
+            },
+            _ => false,
+        }
+    }
+}
+
+impl From<kube::runtime::finalizer::Error<Error>> for Error {
+    fn from(e: kube::runtime::finalizer::Error<Error>) -> Self {
+        Error::Finalizer(Box::new(e))
+    }
+}
+
+/// Whether a kube error is an apiserver status with this code.
+pub fn is_status(e: &kube::Error, code: u16) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == code)
+}

@@ -1,0 +1,454 @@
+//! Memcached: a Deployment of memcached pods behind a headless Service.
+use std::sync::Arc;
+
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
+use k8s_openapi::api::core::v1::{
+    Container, ContainerPort, Pod, PodSpec, PodTemplateSpec, Probe, Service, ServicePort,
+    ServiceSpec, TCPSocketAction,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::api::{ListParams, Patch};
+use kube::runtime::controller::Action;
+use kube::{Api, Resource, ResourceExt};
+use kubesteer_api::common::{condition, READY};
+use kubesteer_api::{Memcached, MemcachedStatus};
+
+use crate::objects::{self, apply_params, child_meta, namespace_and_name, status_patch};
+use crate::{Context, Result};
+
+pub const KIND: &str = "Memcached";
+/// The `app.kubernetes.io/name` of everything a Memcached owns.
+pub const APP: &str = "memcached";
+/// memcached's own uid in the official image, so files it writes stay its own.
+const MEMCACHED_UID: i64 = 11211;
+const PORT_NAME: &str = "memcached";
+
+/// The controller's reconcile function for Memcached.
+pub async fn reconcile(mc: Arc<Memcached>, ctx: Arc<Context>) -> Result<Action> {
+    ctx.reconcile(KIND, mc.as_ref(), apply(&mc, &ctx)).await
+}
+
+pub fn error_policy(mc: Arc<Memcached>, error: &crate::Error, ctx: Arc<Context>) -> Action {
+    ctx.error_policy(KIND, mc.as_ref(), error)
+}
+
+async fn apply(mc: &Memcached, ctx: &Context) -> Result<Action> {
+    if mc.meta().deletion_timestamp.is_some() {
+        // Garbage collection removes the children; recreating them would only race it.
+        return Ok(Action::await_change());
+    }
+    let (ns, name) = namespace_and_name(KIND, mc)?;
+    let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), &ns);
+    let deployment = deployments
+        .patch(&name, &apply_params(), &Patch::Apply(deployment(mc)?))
+        .await?;
+    let services: Api<Service> = Api::namespaced(ctx.client.clone(), &ns);
+    services
+        .patch(&name, &apply_params(), &Patch::Apply(service(mc)?))
+        .await?;
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let pods = pods
+        .list(&ListParams::default().labels(&objects::selector_string(APP, &name)))
+        .await?;
+    let status = status(mc, &deployment, &pods.items, ctx.clock.now());
+    if mc.status.as_ref() != Some(&status) {
+        let api: Api<Memcached> = Api::namespaced(ctx.client.clone(), &ns);
+        api.patch_status(&name, &apply_params(), &status_patch::<Memcached>(&status))
+            .await?;
+    }
+    Ok(Action::await_change())
+}
+
+/// The Deployment a Memcached wants.
+pub fn deployment(mc: &Memcached) -> Result<Deployment> {
+    let name = mc.name_any();
+    let spec = &mc.spec;
+    let port = spec.port();
+    let probe = Probe {
+        tcp_socket: Some(TCPSocketAction {
+            port: IntOrString::String(PORT_NAME.into()),
+            ..TCPSocketAction::default()
+        }),
+        period_seconds: Some(10),
+        ..Probe::default()
+    };
+    let container = Container {
+        name: "memcached".into(),
+        image: Some(spec.image().to_string()),
+        args: Some(vec![
+            "-m".into(),
+            spec.memory_mb().to_string(),
+            "-p".into(),
+            port.to_string(),
+        ]),
+        ports: Some(vec![ContainerPort {
+            name: Some(PORT_NAME.into()),
+            container_port: port,
+            protocol: Some("TCP".into()),
+            ..ContainerPort::default()
+        }]),
+        resources: Some(spec.resources()),
+        liveness_probe: Some(probe.clone()),
+        readiness_probe: Some(probe),
+        security_context: Some(objects::restricted_security_context(MEMCACHED_UID)),
+        ..Container::default()
+    };
+    Ok(Deployment {
+        metadata: child_meta(KIND, mc, name.clone(), objects::labels(APP, &name))?,
+        spec: Some(DeploymentSpec {
+            replicas: Some(spec.size()),
+            selector: LabelSelector {
+                match_labels: Some(objects::selector_labels(APP, &name)),
+                ..LabelSelector::default()
+            },
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(objects::labels(APP, &name)),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(PodSpec {
+                    containers: vec![container],
+                    ..PodSpec::default()
+                }),
+            },
+            ..DeploymentSpec::default()
+        }),
+        ..Deployment::default()
+    })
+}
+
+/// The headless Service a Memcached wants: clients need every pod's endpoint.
+pub fn service(mc: &Memcached) -> Result<Service> {
+    let name = mc.name_any();
+    let port = mc.spec.port();
+    Ok(Service {
+        metadata: child_meta(KIND, mc, name.clone(), objects::labels(APP, &name))?,
+        spec: Some(ServiceSpec {
+            cluster_ip: Some("None".into()),
+            selector: Some(objects::selector_labels(APP, &name)),
+            ports: Some(vec![ServicePort {
+                name: Some(PORT_NAME.into()),
+                port,
+                target_port: Some(IntOrString::String(PORT_NAME.into())),
+                protocol: Some("TCP".into()),
+                ..ServicePort::default()
+            }]),
+            ..ServiceSpec::default()
+        }),
+        ..Service::default()
+    })
+}
+
+fn deployment_condition<'a>(
+    d: &'a Deployment,
+    type_: &str,
+) -> Option<&'a k8s_openapi::api::apps::v1::DeploymentCondition> {
+    d.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == type_)
+}
+
+/// The status a Memcached reports, from its Deployment and pods.
+pub fn status(
+    mc: &Memcached,
+    deployment: &Deployment,
+    pods: &[Pod],
+    now: chrono::DateTime<chrono::Utc>,
+) -> MemcachedStatus {
+    let now = objects::time(now);
+    let generation = mc.meta().generation;
+    let previous: &[Condition] = mc
+        .status
+        .as_ref()
+        .map(|s| s.conditions.as_slice())
+        .unwrap_or_default();
+    let size = mc.spec.size();
+    let ds = deployment.status.clone().unwrap_or_default();
+    let ready = ds.ready_replicas.unwrap_or(0);
+    let observed =
+        ds.observed_generation.unwrap_or(0) >= deployment.metadata.generation.unwrap_or(0);
+    let rolled_out = observed
+        && ds.updated_replicas.unwrap_or(0) == size
+        && ds.replicas.unwrap_or(0) == size
+        && ready == size;
+
+    let deadline_exceeded =
+        deployment_condition(deployment, "Progressing").is_some_and(|c| c.status == "False");
+    let replica_failure = deployment_condition(deployment, "ReplicaFailure");
+    let degraded = deadline_exceeded || replica_failure.is_some_and(|c| c.status == "True");
+    let degraded_message = replica_failure
+        .filter(|c| c.status == "True")
+        .or_else(|| deployment_condition(deployment, "Progressing").filter(|_| deadline_exceeded))
+        .and_then(|c| c.message.clone())
+        .unwrap_or_default();
+    let available = deployment_condition(deployment, "Available");
+
+    let c = |type_: &str, ok: bool, reason: &str, message: String| {
+        condition(
+            type_,
+            ok,
+            reason,
+            message,
+            generation,
+            now.clone(),
+            previous,
+        )
+    };
+    let ready_message = format!("{ready}/{size} pods ready");
+    let conditions = vec![
+        if rolled_out {
+            c(READY, true, "AllPodsReady", ready_message.clone())
+        } else {
+            c(READY, false, "PodsNotReady", ready_message.clone())
+        },
+        match available {
+            Some(a) if a.status == "True" => c(
+                "Available",
+                true,
+                "MinimumPodsAvailable",
+                ready_message.clone(),
+            ),
+            _ => c(
+                "Available",
+                false,
+                "MinimumPodsUnavailable",
+                ready_message.clone(),
+            ),
+        },
+        if degraded {
+            c(
+                "Progressing",
+                false,
+                "RolloutStalled",
+                degraded_message.clone(),
+            )
+        } else if rolled_out {
+            c(
+                "Progressing",
+                false,
+                "RolloutComplete",
+                format!("{size} pods up to date"),
+            )
+        } else {
+            c("Progressing", true, "RollingOut", ready_message)
+        },
+        if degraded {
+            c("Degraded", true, "DeploymentFailing", degraded_message)
+        } else {
+            c("Degraded", false, "AsExpected", String::new())
+        },
+    ];
+
+    let mut nodes: Vec<String> = pods
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .map(ResourceExt::name_any)
+        .collect();
+    nodes.sort();
+    MemcachedStatus {
+        nodes,
+        ready_replicas: Some(ready),
+        observed_generation: generation,
+        conditions,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fixtures::{self, Call};
+    use serde_json::json;
+
+    fn memcached(spec: serde_json::Value) -> Memcached {
+        serde_json::from_value(json!({
+            "apiVersion": "kubesteer.io/v1alpha1", "kind": "Memcached",
+            "metadata": {"name": "cache", "namespace": "team", "uid": "mc-uid", "generation": 2},
+            "spec": spec,
+        }))
+        .unwrap()
+    }
+
+    fn deployment_with(status: serde_json::Value) -> serde_json::Value {
+        let mut d =
+            serde_json::to_value(deployment(&memcached(json!({"size": 2}))).unwrap()).unwrap();
+        d["metadata"]["generation"] = json!(1);
+        d["status"] = status;
+        d
+    }
+
+    fn pod(name: &str) -> serde_json::Value {
+        json!({"metadata": {"name": name, "namespace": "team"}})
+    }
+
+    #[test]
+    fn the_deployment_is_the_seeds_with_a_restricted_context() {
+        let d = serde_json::to_value(
+            deployment(&memcached(
+                json!({"size": 3, "port": 11311, "memoryMB": 128}),
+            ))
+            .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(d["apiVersion"], "apps/v1");
+        assert_eq!(d["spec"]["replicas"], 3);
+        assert_eq!(
+            d["spec"]["selector"]["matchLabels"],
+            json!({"app.kubernetes.io/name": "memcached", "app.kubernetes.io/instance": "cache"})
+        );
+        assert_eq!(
+            d["metadata"]["labels"]["app.kubernetes.io/managed-by"],
+            "kubesteer"
+        );
+        let owner = &d["metadata"]["ownerReferences"][0];
+        assert_eq!(owner["kind"], "Memcached");
+        assert_eq!(owner["controller"], true);
+        let c = &d["spec"]["template"]["spec"]["containers"][0];
+        assert_eq!(c["image"], kubesteer_api::memcached::DEFAULT_IMAGE);
+        assert_eq!(c["args"], json!(["-m", "128", "-p", "11311"]));
+        assert_eq!(c["ports"][0]["containerPort"], 11311);
+        assert_eq!(c["readinessProbe"]["tcpSocket"]["port"], "memcached");
+        assert_eq!(c["livenessProbe"]["tcpSocket"]["port"], "memcached");
+        assert_eq!(c["resources"]["requests"]["cpu"], "100m");
+        let sc = &c["securityContext"];
+        assert_eq!(sc["runAsNonRoot"], true);
+        assert_eq!(sc["runAsUser"], 11211);
+        assert_eq!(sc["allowPrivilegeEscalation"], false);
+        assert_eq!(sc["readOnlyRootFilesystem"], true);
+        assert_eq!(sc["capabilities"]["drop"], json!(["ALL"]));
+        assert_eq!(sc["seccompProfile"]["type"], "RuntimeDefault");
+    }
+
+    #[test]
+    fn the_service_is_headless_on_the_port() {
+        let s = serde_json::to_value(service(&memcached(json!({}))).unwrap()).unwrap();
+        assert_eq!(s["spec"]["clusterIP"], "None");
+        assert_eq!(s["spec"]["ports"][0]["port"], 11211);
+        assert_eq!(s["spec"]["selector"]["app.kubernetes.io/instance"], "cache");
+    }
+
+    #[tokio::test]
+    async fn a_new_memcached_gets_its_deployment_and_service_applied_and_its_status_patched() {
+        let mc = memcached(json!({"size": 2}));
+        let (ctx, verifier) = fixtures::context();
+        let scenario = verifier.run(vec![
+            Call::patch("/apis/apps/v1/namespaces/team/deployments/cache?&force=true&fieldManager=kubesteer-controller")
+                .body(|b| {
+                    assert_eq!(b["kind"], "Deployment");
+                    assert_eq!(b["spec"]["replicas"], 2);
+                })
+                .respond(deployment_with(json!({}))),
+            Call::patch("/api/v1/namespaces/team/services/cache?&force=true&fieldManager=kubesteer-controller")
+                .body(|b| {
+                    assert_eq!(b["kind"], "Service");
+                    assert_eq!(b["spec"]["clusterIP"], "None");
+                })
+                .respond_with_body(),
+            Call::get("/api/v1/namespaces/team/pods?&labelSelector=app.kubernetes.io%2Fname%3Dmemcached%2Capp.kubernetes.io%2Finstance%3Dcache")
+                .respond(json!({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": []})),
+            Call::patch("/apis/kubesteer.io/v1alpha1/namespaces/team/memcacheds/cache/status?&force=true&fieldManager=kubesteer-controller")
+                .body(|b| {
+                    assert_eq!(b["kind"], "Memcached");
+                    assert_eq!(b["status"]["readyReplicas"], 0);
+                    assert_eq!(b["status"]["observedGeneration"], 2);
+                    assert_eq!(b["status"]["conditions"][0]["type"], "Ready");
+                    assert_eq!(b["status"]["conditions"][0]["status"], "False");
+                    assert!(b["status"].get("nodes").is_none(), "{b}");
+                })
+                .respond_status_of(&mc),
+        ]);
+        let action = reconcile(Arc::new(mc), ctx.clone()).await.unwrap();
+        assert_eq!(action, Action::await_change());
+        scenario.finish(ctx).await;
+    }
+
+    #[tokio::test]
+    async fn ready_pods_are_reported_sorted_and_an_unchanged_status_is_not_patched() {
+        let ready = json!({"observedGeneration": 1, "replicas": 2, "updatedReplicas": 2, "readyReplicas": 2,
+            "conditions": [{"type": "Available", "status": "True"}, {"type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable"}]});
+        let pods = json!({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": [pod("cache-b"), pod("cache-a")]});
+        let mc = memcached(json!({"size": 2}));
+        let (ctx, verifier) = fixtures::context();
+        let scenario = verifier.run(vec![
+            Call::patch("/apis/apps/v1/namespaces/team/deployments/cache?&force=true&fieldManager=kubesteer-controller")
+                .respond(deployment_with(ready.clone())),
+            Call::patch("/api/v1/namespaces/team/services/cache?&force=true&fieldManager=kubesteer-controller")
+                .respond_with_body(),
+            Call::get("/api/v1/namespaces/team/pods?&labelSelector=app.kubernetes.io%2Fname%3Dmemcached%2Capp.kubernetes.io%2Finstance%3Dcache")
+                .respond(pods.clone()),
+            Call::patch("/apis/kubesteer.io/v1alpha1/namespaces/team/memcacheds/cache/status?&force=true&fieldManager=kubesteer-controller")
+                .body(|b| {
+                    assert_eq!(b["status"]["nodes"], json!(["cache-a", "cache-b"]));
+                    assert_eq!(b["status"]["readyReplicas"], 2);
+                    let conditions: Vec<(String, String)> = b["status"]["conditions"].as_array().unwrap().iter()
+                        .map(|c| (c["type"].as_str().unwrap().to_string(), c["status"].as_str().unwrap().to_string()))
+                        .collect();
+                    assert_eq!(conditions, [("Ready", "True"), ("Available", "True"), ("Progressing", "False"), ("Degraded", "False")]
+                        .map(|(a, b)| (a.to_string(), b.to_string())));
+                })
+                .respond_status_of(&mc),
+        ]);
+        reconcile(Arc::new(mc.clone()), ctx.clone()).await.unwrap();
+        scenario.finish(ctx).await;
+
+        // The same world again: the reconcile must not write the status a second time.
+        let mut settled = mc;
+        let d: Deployment = serde_json::from_value(deployment_with(ready.clone())).unwrap();
+        let items: Vec<Pod> = serde_json::from_value(pods["items"].clone()).unwrap();
+        let (ctx, verifier) = fixtures::context();
+        settled.status = Some(status(&settled, &d, &items, ctx.clock.now()));
+        let scenario = verifier.run(vec![
+            Call::patch("/apis/apps/v1/namespaces/team/deployments/cache?&force=true&fieldManager=kubesteer-controller")
+                .respond(deployment_with(ready)),
+            Call::patch("/api/v1/namespaces/team/services/cache?&force=true&fieldManager=kubesteer-controller")
+                .respond_with_body(),
+            Call::get("/api/v1/namespaces/team/pods?&labelSelector=app.kubernetes.io%2Fname%3Dmemcached%2Capp.kubernetes.io%2Finstance%3Dcache")
+                .respond(pods),
+        ]);
+        reconcile(Arc::new(settled), ctx.clone()).await.unwrap();
+        scenario.finish(ctx).await;
+    }
+
+    #[test]
+    fn a_stalled_rollout_is_degraded_and_transition_times_are_kept() {
+        let mut mc = memcached(json!({"size": 2}));
+        let stalled: Deployment = serde_json::from_value(deployment_with(json!({
+            "observedGeneration": 1, "replicas": 2, "updatedReplicas": 2, "readyReplicas": 1,
+            "conditions": [{"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded", "message": "too slow"}]
+        })))
+        .unwrap();
+        let t0 = chrono::DateTime::parse_from_rfc3339("2025-01-01T00:00:00Z")
+            .unwrap()
+            .to_utc();
+        let first = status(&mc, &stalled, &[], t0);
+        let degraded = first
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Degraded")
+            .unwrap();
+        assert_eq!(degraded.status, "True");
+        assert_eq!(degraded.message, "too slow");
+        mc.status = Some(first.clone());
+        let later = status(&mc, &stalled, &[], t0 + chrono::TimeDelta::minutes(5));
+        assert_eq!(
+            later, first,
+            "lastTransitionTime must stay while nothing changes"
+        );
+    }
+
+    #[test]
+    fn terminating_pods_are_not_nodes() {
+        let mc = memcached(json!({"size": 1}));
+        let d: Deployment = serde_json::from_value(deployment_with(json!({}))).unwrap();
+        let pods: Vec<Pod> = serde_json::from_value(json!([
+            pod("cache-new"),
+            {"metadata": {"name": "cache-old", "deletionTimestamp": "2025-01-01T00:00:00Z"}},
+        ]))
+        .unwrap();
+        let s = status(&mc, &d, &pods, chrono::Utc::now());
+        assert_eq!(s.nodes, vec!["cache-new"]);
+    }
+}

@@ -1,0 +1,141 @@
+//! Prometheus metrics per kind: reconciles, errors and reconcile duration.
+use std::time::Instant;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+use crate::Error;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabel {
+    kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ErrorLabels {
+    kind: &'static str,
+    error: &'static str,
+}
+
+type HistogramFamily = Family<KindLabel, Histogram, fn() -> Histogram>;
+
+/// The controller's metrics, registered in their own registry.
+pub struct Metrics {
+    registry: Registry,
+    reconciles: Family<KindLabel, Counter>,
+    errors: Family<ErrorLabels, Counter>,
+    duration: HistogramFamily,
+}
+
+// Reconciles take milliseconds; the top buckets catch a slow or throttled apiserver.
+const DURATION_BUCKETS: [f64; 9] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0];
+
+fn duration_histogram() -> Histogram {
+    Histogram::new(DURATION_BUCKETS)
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::with_prefix("kubesteer");
+        let reconciles = Family::<KindLabel, Counter>::default();
+        let errors = Family::<ErrorLabels, Counter>::default();
+        let duration: HistogramFamily = Family::new_with_constructor(duration_histogram);
+        registry.register(
+            "reconciles",
+            "Reconciliations started, per kind",
+            reconciles.clone(),
+        );
+        registry.register(
+            "reconcile_errors",
+            "Reconciliations that failed, per kind and error",
+            errors.clone(),
+        );
+        registry.register(
+            "reconcile_duration_seconds",
+            "Time a reconciliation took, per kind",
+            duration.clone(),
+        );
+        Self {
+            registry,
+            reconciles,
+            errors,
+            duration,
+        }
+    }
+}
+
+impl Metrics {
+    /// Counts a reconcile of `kind`; the returned guard records its duration when dropped.
+    pub fn reconcile(&self, kind: &'static str) -> ReconcileMeasurer {
+        self.reconciles.get_or_create(&KindLabel { kind }).inc();
+        ReconcileMeasurer {
+            start: Instant::now(),
+            histogram: self.duration.get_or_create(&KindLabel { kind }).clone(),
+        }
+    }
+
+    pub fn error(&self, kind: &'static str, error: &Error) {
+        self.errors
+            .get_or_create(&ErrorLabels {
+                kind,
+                error: error.metric_label(),
+            })
+            .inc();
+    }
+
+    /// The text exposition format, for `/metrics`.
+    pub fn encode(&self) -> Result<String, std::fmt::Error> {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)?;
+        Ok(out)
+    }
+}
+
+/// Records the reconcile duration when dropped, so early returns and errors are measured too.
+pub struct ReconcileMeasurer {
+    start: Instant,
+    histogram: Histogram,
+}
+
+impl Drop for ReconcileMeasurer {
+    fn drop(&mut self) {
+        self.histogram.observe(self.start.elapsed().as_secs_f64());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reconciles_errors_and_durations_are_labelled_per_kind() {
+        let metrics = Metrics::default();
+        drop(metrics.reconcile("Memcached"));
+        metrics.error(
+            "Scaler",
+            &Error::MissingField {
+                kind: "Scaler",
+                name: "x".into(),
+                what: "namespace",
+            },
+        );
+        let text = metrics.encode().unwrap();
+        assert!(
+            text.contains("kubesteer_reconciles_total{kind=\"Memcached\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "kubesteer_reconcile_errors_total{kind=\"Scaler\",error=\"missing_field\"} 1"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("kubesteer_reconcile_duration_seconds_count{kind=\"Memcached\"} 1"),
+            "{text}"
+        );
+    }
+}

@@ -1,0 +1,134 @@
+//! Building blocks of owned objects: labels, owner references, security context, time.
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use k8s_openapi::api::core::v1::{Capabilities, SeccompProfile, SecurityContext};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Patch, PatchParams};
+use kube::{Resource, ResourceExt};
+
+use crate::{Error, Result};
+
+pub const NAME_LABEL: &str = "app.kubernetes.io/name";
+pub const INSTANCE_LABEL: &str = "app.kubernetes.io/instance";
+pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+pub const MANAGED_BY: &str = "kubesteer";
+
+/// The labels of every object owned by instance `instance` of app `app`.
+pub fn labels(app: &str, instance: &str) -> BTreeMap<String, String> {
+    let mut l = selector_labels(app, instance);
+    l.insert(MANAGED_BY_LABEL.into(), MANAGED_BY.into());
+    l
+}
+
+/// The labels a Deployment selects its pods by; they never change, as a selector cannot.
+pub fn selector_labels(app: &str, instance: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (NAME_LABEL.to_string(), app.to_string()),
+        (INSTANCE_LABEL.to_string(), instance.to_string()),
+    ])
+}
+
+/// `selector_labels` as a label selector string.
+pub fn selector_string(app: &str, instance: &str) -> String {
+    format!("{NAME_LABEL}={app},{INSTANCE_LABEL}={instance}")
+}
+
+/// The label selector of everything kubesteer owns of `app`, for watches.
+pub fn owned_by_kubesteer(app: &str) -> String {
+    format!("{NAME_LABEL}={app},{MANAGED_BY_LABEL}={MANAGED_BY}")
+}
+
+/// The namespace and name of a namespaced custom resource.
+pub fn namespace_and_name<K: Resource>(kind: &'static str, obj: &K) -> Result<(String, String)> {
+    let name = obj.name_any();
+    let ns = obj.namespace().ok_or_else(|| Error::MissingField {
+        kind,
+        name: name.clone(),
+        what: "namespace",
+    })?;
+    Ok((ns, name))
+}
+
+/// Metadata of a child named `name`, labelled, and controlled by `owner` so GC deletes it.
+pub fn child_meta<K>(
+    kind: &'static str,
+    owner: &K,
+    name: String,
+    labels: BTreeMap<String, String>,
+) -> Result<ObjectMeta>
+where
+    K: Resource<DynamicType = ()>,
+{
+    let owner_ref = owner
+        .controller_owner_ref(&())
+        .ok_or_else(|| Error::MissingField {
+            kind,
+            name: owner.name_any(),
+            what: "uid",
+        })?;
+    Ok(ObjectMeta {
+        name: Some(name),
+        namespace: owner.namespace(),
+        labels: Some(labels),
+        owner_references: Some(vec![owner_ref]),
+        ..ObjectMeta::default()
+    })
+}
+
+/// The restricted Pod Security Standard for a container running as `user`.
+pub fn restricted_security_context(user: i64) -> SecurityContext {
+    SecurityContext {
+        run_as_non_root: Some(true),
+        run_as_user: Some(user),
+        allow_privilege_escalation: Some(false),
+        read_only_root_filesystem: Some(true),
+        capabilities: Some(Capabilities {
+            drop: Some(vec!["ALL".into()]),
+            ..Capabilities::default()
+        }),
+        seccomp_profile: Some(SeccompProfile {
+            type_: "RuntimeDefault".into(),
+            ..SeccompProfile::default()
+        }),
+        ..SecurityContext::default()
+    }
+}
+
+/// Server-side apply under kubesteer's one field manager, taking over fields from hand edits.
+pub fn apply_params() -> PatchParams {
+    PatchParams::apply(crate::FIELD_MANAGER).force()
+}
+
+/// A server-side apply patch of a custom resource's status.
+pub fn status_patch<K>(status: &impl serde::Serialize) -> Patch<serde_json::Value>
+where
+    K: Resource<DynamicType = ()>,
+{
+    Patch::Apply(serde_json::json!({
+        "apiVersion": K::api_version(&()),
+        "kind": K::kind(&()),
+        "status": status,
+    }))
+}
+
+/// A Kubernetes time from a UTC instant, to whole seconds as the API stores it, so a status
+/// computed twice compares equal.
+pub fn time(at: DateTime<Utc>) -> Time {
+    Time(Timestamp::from_second(at.timestamp()).unwrap_or(Timestamp::UNIX_EPOCH))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_are_whole_seconds() {
+        let at = DateTime::parse_from_rfc3339("2025-03-01T09:00:00.750Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        let t = time(at);
+        assert_eq!(serde_json::to_value(&t).unwrap(), "2025-03-01T09:00:00Z");
+    }
+}

@@ -1,0 +1,963 @@
+//! Scaler: scales Deployments during a daily window or at cron firings, and restores them.
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
+use kube::runtime::finalizer::{finalizer, Event as Finalizer};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Api, Resource, ResourceExt};
+use kubesteer_api::common::{condition, READY};
+use kubesteer_api::scaler::{Schedule, TargetStatus, ORIGINAL_REPLICAS_ANNOTATION};
+use kubesteer_api::{Scaler, ScalerStatus};
+use serde_json::{json, Value};
+use tracing::info;
+
+use crate::objects::{self, apply_params, namespace_and_name, status_patch};
+use crate::{is_status, Context, Error, Result};
+
+pub const KIND: &str = "Scaler";
+/// Keeps a deleted Scaler around until its targets are restored.
+pub const FINALIZER: &str = "kubesteer.io/restore-targets";
+/// A Deployment's replicas when its spec leaves them out, as the apiserver defaults them.
+const DEPLOYMENT_DEFAULT_REPLICAS: i32 = 1;
+// Past the boundary, so the clock read at wake-up is never a hair before it.
+const BOUNDARY_SLACK: Duration = Duration::from_millis(50);
+// Enough to ride out a burst of concurrent writers; after that the reconcile is requeued.
+const CONFLICT_RETRIES: usize = 3;
+
+/// The controller's reconcile function for Scaler.
+pub async fn reconcile(scaler: Arc<Scaler>, ctx: Arc<Context>) -> Result<Action> {
+    ctx.reconcile(KIND, scaler.as_ref(), with_finalizer(scaler.clone(), &ctx))
+        .await
+}
+
+pub fn error_policy(scaler: Arc<Scaler>, error: &Error, ctx: Arc<Context>) -> Action {
+    ctx.error_policy(KIND, scaler.as_ref(), error)
+}
+
+async fn with_finalizer(scaler: Arc<Scaler>, ctx: &Context) -> Result<Action> {
+    let (ns, _) = namespace_and_name(KIND, scaler.as_ref())?;
+    let api: Api<Scaler> = Api::namespaced(ctx.client.clone(), &ns);
+    match finalizer(&api, FINALIZER, scaler, |event| async move {
+        match event {
+            Finalizer::Apply(s) => apply(&s, ctx).await,
+            Finalizer::Cleanup(s) => cleanup(&s, ctx).await,
+        }
+    })
+    .await
+    {
+        Ok(action) => Ok(action),
+        // A second cleanup raced the first; the Scaler is gone, which is all that was wanted.
+        Err(kube::runtime::finalizer::Error::RemoveFinalizer(e)) if is_status(&e, 404) => {
+            Ok(Action::await_change())
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The Scalers among `scalers` that target the Deployment `namespace/name`, now or as last seen.
+pub fn scalers_targeting(
+    scalers: &Store<Scaler>,
+    deployment: &Deployment,
+) -> Vec<ObjectRef<Scaler>> {
+    let Some(ns) = deployment.namespace() else {
+        return Vec::new();
+    };
+    let name = deployment.name_any();
+    scalers
+        .state()
+        .iter()
+        .filter(|s| {
+            let own = s.namespace().unwrap_or_default();
+            let in_spec = s.spec.targets(&own).any(|(n, d)| n == ns && d == name);
+            let in_status = s
+                .status
+                .iter()
+                .flat_map(|st| &st.targets)
+                .any(|t| t.namespace == ns && t.name == name);
+            in_spec || in_status
+        })
+        .map(|s| ObjectRef::from_obj(s.as_ref()))
+        .collect()
+}
+
+/// What the schedule says at one instant.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    /// The replicas every target must have now; None leaves targets alone.
+    pub replicas: Option<i32>,
+    pub next: Option<DateTime<Utc>>,
+    pub last: Option<DateTime<Utc>>,
+    /// Reason of the Ready condition while every target is found.
+    pub reason: &'static str,
+    pub message: String,
+}
+
+/// The plan of `schedule` at `now`.
+pub fn plan(schedule: &Schedule, now: DateTime<Utc>) -> Plan {
+    match schedule {
+        Schedule::Window {
+            window, replicas, ..
+        } => {
+            let state = window.state_at(now);
+            let (reason, message) = if state.active {
+                (
+                    "WindowOpen",
+                    format!(
+                        "window open until {}; targets at {replicas} replicas",
+                        state.next_transition
+                    ),
+                )
+            } else {
+                (
+                    "WindowClosed",
+                    format!("window closed until {}", state.next_transition),
+                )
+            };
+            Plan {
+                replicas: state.active.then_some(*replicas),
+                next: Some(state.next_transition),
+                last: state.last_transition,
+                reason,
+                message,
+            }
+        }
+        Schedule::Cron { jobs, .. } => {
+            let last = jobs.last_firing(now);
+            let next = jobs.next_firing(now);
+            let (reason, message) = match &last {
+                Some(f) => (
+                    "JobFired",
+                    format!(
+                        "job {:?} fired at {}; targets at {} replicas",
+                        f.job, f.at, f.replicas
+                    ),
+                ),
+                None => ("WaitingForFirstFiring", "no job has fired yet".to_string()),
+            };
+            Plan {
+                replicas: last.as_ref().map(|f| f.replicas),
+                next: next.map(|f| f.at),
+                last: last.map(|f| f.at),
+                reason,
+                message,
+            }
+        }
+    }
+}
+
+fn outside_replicas(schedule: Option<&Schedule>) -> Option<i32> {
+    match schedule? {
+        Schedule::Window {
+            outside_replicas, ..
+        }
+        | Schedule::Cron {
+            outside_replicas, ..
+        } => *outside_replicas,
+    }
+}
+
+fn original_replicas(d: &Deployment) -> Option<i32> {
+    d.annotations()
+        .get(ORIGINAL_REPLICAS_ANNOTATION)
+        .and_then(|v| v.trim().parse().ok())
+}
+
+fn replicas_of(d: &Deployment) -> i32 {
+    d.spec
+        .as_ref()
+        .and_then(|s| s.replicas)
+        .unwrap_or(DEPLOYMENT_DEFAULT_REPLICAS)
+}
+
+/// A change to one target, as a merge patch, with what to tell the user about it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TargetChange {
+    pub patch: Value,
+    pub reason: &'static str,
+    pub note: String,
+}
+
+/// What a target needs: `wanted` replicas inside the window (recording the original once), or,
+/// outside it, going back to `outside` or the recorded replicas. None when it is as it should be.
+pub fn target_change(
+    d: &Deployment,
+    wanted: Option<i32>,
+    outside: Option<i32>,
+) -> Option<TargetChange> {
+    let current = replicas_of(d);
+    let has_annotation = d.annotations().contains_key(ORIGINAL_REPLICAS_ANNOTATION);
+    let target = format!("{}/{}", d.namespace().unwrap_or_default(), d.name_any());
+    // resourceVersion makes the write conditional on what was read: a concurrent change means a retry.
+    let rv = d.resource_version();
+    match wanted {
+        Some(wanted) if !has_annotation => Some(TargetChange {
+            patch: json!({
+                "metadata": {"resourceVersion": rv, "annotations": {ORIGINAL_REPLICAS_ANNOTATION: current.to_string()}},
+                "spec": {"replicas": wanted},
+            }),
+            reason: "Scaled",
+            note: format!("Scaled Deployment {target} from {current} to {wanted} replicas; recorded {current} to restore"),
+        }),
+        Some(wanted) if current != wanted => Some(TargetChange {
+            patch: json!({"metadata": {"resourceVersion": rv}, "spec": {"replicas": wanted}}),
+            reason: "Scaled",
+            note: format!("Scaled Deployment {target} from {current} back to {wanted} replicas"),
+        }),
+        Some(_) => None,
+        None if has_annotation => {
+            let restore = outside.or_else(|| original_replicas(d));
+            let mut patch = json!({
+                "metadata": {"resourceVersion": rv, "annotations": {ORIGINAL_REPLICAS_ANNOTATION: null}},
+            });
+            let note = match restore {
+                Some(to) => {
+                    patch["spec"] = json!({"replicas": to});
+                    format!("Restored Deployment {target} from {current} to {to} replicas")
+                }
+                None => format!("Released Deployment {target}; its recorded replicas were unreadable"),
+            };
+            Some(TargetChange {
+                patch,
+                reason: "Restored",
+                note,
+            })
+        }
+        None => None,
+    }
+}
+
+/// Brings one target to the plan; None when it does not exist.
+async fn reconcile_target<K>(
+    ctx: &Context,
+    owner: &K,
+    namespace: &str,
+    name: &str,
+    wanted: Option<i32>,
+    outside: Option<i32>,
+) -> Result<Option<Deployment>>
+where
+    K: Resource<DynamicType = ()>,
+{
+    let api: Api<Deployment> = Api::namespaced(ctx.client.clone(), namespace);
+    let params = PatchParams {
+        field_manager: Some(crate::FIELD_MANAGER.into()),
+        ..PatchParams::default()
+    };
+    let mut attempt = 0;
+    loop {
+        let deployment = match api.get(name).await {
+            Ok(d) => d,
+            Err(e) if is_status(&e, 404) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        let Some(change) = target_change(&deployment, wanted, outside) else {
+            return Ok(Some(deployment));
+        };
+        match api.patch(name, &params, &Patch::Merge(&change.patch)).await {
+            Ok(patched) => {
+                info!(target = %format!("{namespace}/{name}"), reason = change.reason, "{}", change.note);
+                ctx.publish(owner, EventType::Normal, change.reason, change.note)
+                    .await;
+                return Ok(Some(patched));
+            }
+            Err(e) if is_status(&e, 409) && attempt + 1 < CONFLICT_RETRIES => attempt += 1,
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+fn target_status(namespace: &str, name: &str, d: Option<&Deployment>) -> TargetStatus {
+    TargetStatus {
+        name: name.to_string(),
+        namespace: namespace.to_string(),
+        replicas: d.map(replicas_of),
+        original_replicas: d.and_then(original_replicas),
+    }
+}
+
+async fn apply(scaler: &Scaler, ctx: &Context) -> Result<Action> {
+    let (ns, name) = namespace_and_name(KIND, scaler)?;
+    let now = ctx.clock.now();
+    let generation = scaler.meta().generation;
+    let previous = scaler.status.clone().unwrap_or_default();
+    let ready = |ok: bool, reason: &str, message: String| {
+        condition(
+            READY,
+            ok,
+            reason,
+            message,
+            generation,
+            objects::time(now),
+            &previous.conditions,
+        )
+    };
+
+    let schedule = match scaler.spec.schedule() {
+        Ok(s) => s,
+        Err(errors) => {
+            let message = errors
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("; ");
+            let status = ScalerStatus {
+                active: Some(false),
+                conditions: vec![ready(false, "InvalidSchedule", message.clone())],
+                observed_generation: generation,
+                ..previous.clone()
+            };
+            if status != previous {
+                ctx.publish(scaler, EventType::Warning, "InvalidSchedule", message)
+                    .await;
+                patch_status(ctx, &ns, &name, &status).await?;
+            }
+            return Ok(Action::await_change());
+        }
+    };
+    let suspended = scaler.spec.suspend();
+    let plan = plan(&schedule, now);
+    let outside = outside_replicas(Some(&schedule));
+
+    let wanted_targets: Vec<(String, String)> = scaler
+        .spec
+        .targets(&ns)
+        .map(|(n, d)| (n.to_string(), d.to_string()))
+        .collect();
+    let mut targets = Vec::new();
+    let mut missing = Vec::new();
+    for (t_ns, t_name) in &wanted_targets {
+        let deployment = if suspended {
+            read_target(ctx, t_ns, t_name).await?
+        } else {
+            reconcile_target(ctx, scaler, t_ns, t_name, plan.replicas, outside).await?
+        };
+        if deployment.is_none() {
+            missing.push(format!("{t_ns}/{t_name}"));
+        }
+        targets.push(target_status(t_ns, t_name, deployment.as_ref()));
+    }
+    // Targets dropped from the spec while scaled are given back as if their window closed.
+    let wanted: BTreeSet<&(String, String)> = wanted_targets.iter().collect();
+    for old in &previous.targets {
+        if !wanted.contains(&(old.namespace.clone(), old.name.clone())) && !suspended {
+            reconcile_target(ctx, scaler, &old.namespace, &old.name, None, outside).await?;
+        }
+    }
+
+    let condition = if !missing.is_empty() {
+        ready(
+            false,
+            "TargetNotFound",
+            format!("Deployment {} not found", missing.join(", ")),
+        )
+    } else if suspended {
+        ready(true, "Suspended", "scaling is suspended".into())
+    } else {
+        ready(true, plan.reason, plan.message.clone())
+    };
+    let status = ScalerStatus {
+        active: Some(!suspended && plan.replicas.is_some()),
+        next_transition: plan.next.filter(|_| !suspended).map(objects::time),
+        last_transition: plan.last.map(objects::time),
+        targets,
+        observed_generation: generation,
+        conditions: vec![condition.clone()],
+    };
+    let was_missing = previous.conditions.iter().any(|c| {
+        c.type_ == READY && c.reason == condition.reason && c.message == condition.message
+    });
+    if condition.reason == "TargetNotFound" && !was_missing {
+        ctx.publish(
+            scaler,
+            EventType::Warning,
+            "TargetNotFound",
+            condition.message.clone(),
+        )
+        .await;
+    }
+    if status != previous {
+        patch_status(ctx, &ns, &name, &status).await?;
+    }
+    Ok(match plan.next {
+        Some(next) if !suspended => Action::requeue(until(now, next)),
+        _ => Action::await_change(),
+    })
+}
+
+/// The time to sleep from `now` until just past `next`.
+pub fn until(now: DateTime<Utc>, next: DateTime<Utc>) -> Duration {
+    (next - now).to_std().unwrap_or_default() + BOUNDARY_SLACK
+}
+
+async fn read_target(ctx: &Context, namespace: &str, name: &str) -> Result<Option<Deployment>> {
+    let api: Api<Deployment> = Api::namespaced(ctx.client.clone(), namespace);
+    match api.get(name).await {
+        Ok(d) => Ok(Some(d)),
+        Err(e) if is_status(&e, 404) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// A deleted Scaler gives every target it scaled back, as when its window closes.
+async fn cleanup(scaler: &Scaler, ctx: &Context) -> Result<Action> {
+    let (ns, _) = namespace_and_name(KIND, scaler)?;
+    let outside = outside_replicas(scaler.spec.schedule().ok().as_ref());
+    let mut seen = BTreeSet::new();
+    let from_status = scaler
+        .status
+        .iter()
+        .flat_map(|s| &s.targets)
+        .map(|t| (t.namespace.clone(), t.name.clone()));
+    let from_spec = scaler
+        .spec
+        .targets(&ns)
+        .map(|(n, d)| (n.to_string(), d.to_string()));
+    for (t_ns, t_name) in from_spec.chain(from_status) {
+        if seen.insert((t_ns.clone(), t_name.clone())) {
+            reconcile_target(ctx, scaler, &t_ns, &t_name, None, outside).await?;
+        }
+    }
+    Ok(Action::await_change())
+}
+
+async fn patch_status(ctx: &Context, ns: &str, name: &str, status: &ScalerStatus) -> Result<()> {
+    let api: Api<Scaler> = Api::namespaced(ctx.client.clone(), ns);
+    api.patch_status(name, &apply_params(), &status_patch::<Scaler>(status))
+        .await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fixtures::{self, at, Call};
+    use serde_json::json;
+
+    const STATUS: &str = "/apis/kubesteer.io/v1alpha1/namespaces/team/scalers/nightly/status?&force=true&fieldManager=kubesteer-controller";
+    const WEB: &str = "/apis/apps/v1/namespaces/team/deployments/web";
+    const WEB_PATCH: &str =
+        "/apis/apps/v1/namespaces/team/deployments/web?&fieldManager=kubesteer-controller";
+    const API: &str = "/apis/apps/v1/namespaces/other/deployments/api";
+    const SCALER: &str = "/apis/kubesteer.io/v1alpha1/namespaces/team/scalers/nightly?";
+
+    fn scaler(spec: serde_json::Value) -> Scaler {
+        serde_json::from_value(json!({
+            "apiVersion": "kubesteer.io/v1alpha1", "kind": "Scaler",
+            "metadata": {"name": "nightly", "namespace": "team", "uid": "scl-uid", "generation": 3,
+                         "finalizers": [FINALIZER]},
+            "spec": spec,
+        }))
+        .unwrap()
+    }
+
+    fn nine_to_five() -> Scaler {
+        scaler(json!({"deployments": [{"name": "web"}], "start": 9, "end": 17, "replicas": 5}))
+    }
+
+    fn target(ns: &str, name: &str, replicas: i32, original: Option<i32>) -> serde_json::Value {
+        let mut d = json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": name, "namespace": ns, "resourceVersion": "41"},
+            "spec": {"replicas": replicas, "selector": {}, "template": {}},
+        });
+        if let Some(o) = original {
+            d["metadata"]["annotations"] = json!({ORIGINAL_REPLICAS_ANNOTATION: o.to_string()});
+        }
+        d
+    }
+
+    /// The target as the apiserver returns it after a merge patch.
+    fn patched(mut before: serde_json::Value, patch: &serde_json::Value) -> serde_json::Value {
+        if let Some(r) = patch["spec"]["replicas"].as_i64() {
+            before["spec"]["replicas"] = json!(r);
+        }
+        if let Some(a) = patch["metadata"]["annotations"].as_object() {
+            for (k, v) in a {
+                if v.is_null() {
+                    before["metadata"]["annotations"]
+                        .as_object_mut()
+                        .map(|m| m.remove(k));
+                } else {
+                    before["metadata"]["annotations"][k] = v.clone();
+                }
+            }
+        }
+        before
+    }
+
+    #[tokio::test]
+    async fn opening_the_window_records_the_original_replicas_once_and_scales() {
+        let (ctx, verifier) = fixtures::context_at(at("2025-03-03T12:00:00Z"));
+        let before = target("team", "web", 2, None);
+        let expected_patch = json!({
+            "metadata": {"resourceVersion": "41", "annotations": {ORIGINAL_REPLICAS_ANNOTATION: "2"}},
+            "spec": {"replicas": 5},
+        });
+        let scenario = verifier.run(vec![
+            Call::get(WEB).respond(before.clone()),
+            Call::patch(WEB_PATCH)
+                .body({
+                    let p = expected_patch.clone();
+                    move |b| assert_eq!(b, &p)
+                })
+                .respond(patched(before, &expected_patch)),
+            Call::event("team")
+                .body(|b| {
+                    assert_eq!(b["reason"], "Scaled");
+                    assert_eq!(b["type"], "Normal");
+                    assert!(b["note"].as_str().unwrap().contains("from 2 to 5"), "{b}");
+                })
+                .respond_with_body(),
+            Call::patch(STATUS)
+                .body(|b| {
+                    let s = &b["status"];
+                    assert_eq!(s["active"], true);
+                    assert_eq!(s["nextTransition"], "2025-03-03T17:00:00Z");
+                    assert_eq!(s["lastTransition"], "2025-03-03T09:00:00Z");
+                    assert_eq!(
+                        s["targets"],
+                        json!([{"name": "web", "namespace": "team", "replicas": 5, "originalReplicas": 2}])
+                    );
+                    assert_eq!(s["observedGeneration"], 3);
+                    assert_eq!(s["conditions"][0]["reason"], "WindowOpen");
+                    assert_eq!(s["conditions"][0]["status"], "True");
+                })
+                .respond_status_of(&nine_to_five()),
+        ]);
+        let action = reconcile(Arc::new(nine_to_five()), ctx.clone())
+            .await
+            .unwrap();
+        assert_eq!(
+            action,
+            Action::requeue(Duration::from_secs(5 * 3600) + BOUNDARY_SLACK),
+            "requeued at the closing boundary"
+        );
+        scenario.finish(ctx).await;
+    }
+
+    #[tokio::test]
+    async fn closing_the_window_restores_the_recorded_replicas_and_removes_the_annotation() {
+        let (ctx, verifier) = fixtures::context_at(at("2025-03-03T17:00:00Z"));
+        let before = target("team", "web", 5, Some(2));
+        let expected_patch = json!({
+            "metadata": {"resourceVersion": "41", "annotations": {ORIGINAL_REPLICAS_ANNOTATION: null}},
+            "spec": {"replicas": 2},
+        });
+        let scenario = verifier.run(vec![
+            Call::get(WEB).respond(before.clone()),
+            Call::patch(WEB_PATCH)
+                .body({
+                    let p = expected_patch.clone();
+                    move |b| assert_eq!(b, &p)
+                })
+                .respond(patched(before, &expected_patch)),
+            Call::event("team")
+                .body(|b| assert_eq!(b["reason"], "Restored"))
+                .respond_with_body(),
+            Call::patch(STATUS)
+                .body(|b| {
+                    let s = &b["status"];
+                    assert_eq!(s["active"], false);
+                    assert_eq!(s["nextTransition"], "2025-03-04T09:00:00Z");
+                    assert_eq!(s["lastTransition"], "2025-03-03T17:00:00Z");
+                    assert_eq!(
+                        s["targets"],
+                        json!([{"name": "web", "namespace": "team", "replicas": 2}])
+                    );
+                    assert_eq!(s["conditions"][0]["reason"], "WindowClosed");
+                })
+                .respond_status_of(&nine_to_five()),
+        ]);
+        let action = reconcile(Arc::new(nine_to_five()), ctx.clone())
+            .await
+            .unwrap();
+        assert_eq!(
+            action,
+            Action::requeue(Duration::from_secs(16 * 3600) + BOUNDARY_SLACK)
+        );
+        scenario.finish(ctx).await;
+    }
+
+    #[tokio::test]
+    async fn closing_goes_to_outside_replicas_when_set() {
+        let s = scaler(
+            json!({"deployments": [{"name": "web"}], "start": 9, "end": 17, "replicas": 5, "outsideReplicas": 1}),
+        );
+        let (ctx, verifier) = fixtures::context_at(at("2025-03-03T18:00:00Z"));
+        let scenario = verifier.run(vec![
+            Call::get(WEB).respond(target("team", "web", 5, Some(2))),
+            Call::patch(WEB_PATCH)
+                .body(|b| {
+                    assert_eq!(b["spec"]["replicas"], 1);
+                    assert_eq!(
+                        b["metadata"]["annotations"][ORIGINAL_REPLICAS_ANNOTATION],
+                        json!(null)
+                    );
+                })
+                .respond(target("team", "web", 1, None)),
+            Call::event("team").respond_with_body(),
+            Call::patch(STATUS).respond_status_of(&s),
+        ]);
+        reconcile(Arc::new(s), ctx.clone()).await.unwrap();
+        scenario.finish(ctx).await;
+    }
+
+    #[tokio::test]
+    async fn a_manual_change_inside_the_window_is_reverted_and_the_original_kept() {
+        let (ctx, verifier) = fixtures::context_at(at("2025-03-03T10:30:00Z"));
+        let scenario = verifier.run(vec![
+            Call::get(WEB).respond(target("team", "web", 7, Some(2))),
+            Call::patch(WEB_PATCH)
+                .body(|b| {
+                    assert_eq!(
+                        b,
+                        &json!({"metadata": {"resourceVersion": "41"}, "spec": {"replicas": 5}})
+                    )
+                })
+                .respond(target("team", "web", 5, Some(2))),
+            Call::event("team")
+                .body(|b| assert!(b["note"].as_str().unwrap().contains("from 7 back to 5")))
+                .respond_with_body(),
+            Call::patch(STATUS)
+                .body(|b| {
+                    assert_eq!(b["status"]["targets"][0]["originalReplicas"], 2);
+                    assert_eq!(b["status"]["targets"][0]["replicas"], 5);
+                })
+                .respond_status_of(&nine_to_five()),
+        ]);
+        reconcile(Arc::new(nine_to_five()), ctx.clone())
+            .await
+            .unwrap();
+        scenario.finish(ctx).await;
+    }
+
+    #[tokio::test]
+    async fn a_closed_window_makes_no_target_writes_and_requeues_at_the_next_boundary() {
+        let now = at("2025-03-03T06:15:30Z");
+        let (ctx, verifier) = fixtures::context_at(now);
+        let scenario = verifier.run(vec![
+            Call::get(WEB).respond(target("team", "web", 2, None)),
+            Call::patch(STATUS)
+                .body(|b| {
+                    assert_eq!(b["status"]["active"], false);
+                    assert_eq!(b["status"]["nextTransition"], "2025-03-03T09:00:00Z");
+                    assert_eq!(b["status"]["targets"][0]["replicas"], 2);
+                })
+                .respond_status_of(&nine_to_five()),
+        ]);
+        let action = reconcile(Arc::new(nine_to_five()), ctx.clone())
+            .await
+            .unwrap();
+        assert_eq!(
+            action,
+            Action::requeue(until(now, at("2025-03-03T09:00:00Z")))
+        );
+        assert_eq!(
+            until(now, at("2025-03-03T09:00:00Z")),
+            Duration::from_secs(2 * 3600 + 44 * 60 + 30) + BOUNDARY_SLACK
+        );
+        scenario.finish(ctx).await;
+    }
+
+    #[tokio::test]
+    async fn a_missing_target_is_reported_and_the_others_are_still_scaled() {
+        let s = scaler(
+            json!({"deployments": [{"name": "web"}, {"name": "api", "namespace": "other"}],
+                              "start": 9, "end": 17, "replicas": 3}),
+        );
+        let (ctx, verifier) = fixtures::context_at(at("2025-03-03T12:00:00Z"));
+        let scenario = verifier.run(vec![
+            Call::get(WEB).not_found(),
+            Call::get(API).respond(target("other", "api", 1, None)),
+            Call::patch(
+                "/apis/apps/v1/namespaces/other/deployments/api?&fieldManager=kubesteer-controller",
+            )
+            .body(|b| assert_eq!(b["spec"]["replicas"], 3))
+            .respond(target("other", "api", 3, Some(1))),
+            Call::event("team")
+                .body(|b| assert_eq!(b["reason"], "Scaled"))
+                .respond_with_body(),
+            Call::event("team")
+                .body(|b| {
+                    assert_eq!(b["reason"], "TargetNotFound");
+                    assert_eq!(b["type"], "Warning");
+                    assert!(b["note"].as_str().unwrap().contains("team/web"), "{b}");
+                })
+                .respond_with_body(),
+            Call::patch(STATUS)
+                .body(|b| {
+                    let s = &b["status"];
+                    assert_eq!(s["conditions"][0]["type"], "Ready");
+                    assert_eq!(s["conditions"][0]["status"], "False");
+                    assert_eq!(s["conditions"][0]["reason"], "TargetNotFound");
+                    assert_eq!(s["targets"][0], json!({"name": "web", "namespace": "team"}));
+                    assert_eq!(s["targets"][1]["replicas"], 3);
+                })
+                .respond_status_of(&s),
+        ]);
+        reconcile(Arc::new(s), ctx.clone()).await.unwrap();
+        scenario.finish(ctx).await;
+    }
+
+    #[tokio::test]
+    async fn a_target_that_stays_missing_is_not_announced_again() {
+        let (ctx0, _) = fixtures::context_at(at("2025-03-03T06:00:00Z"));
+        let mut s = nine_to_five();
+        let missing = condition(
+            READY,
+            false,
+            "TargetNotFound",
+            "Deployment team/web not found",
+            Some(3),
+            objects::time(ctx0.clock.now()),
+            &[],
+        );
+        s.status = Some(ScalerStatus {
+            active: Some(false),
+            next_transition: Some(objects::time(at("2025-03-03T09:00:00Z"))),
+            last_transition: Some(objects::time(at("2025-03-02T17:00:00Z"))),
+            targets: vec![TargetStatus {
+                name: "web".into(),
+                namespace: "team".into(),
+                ..TargetStatus::default()
+            }],
+            observed_generation: Some(3),
+            conditions: vec![missing],
+        });
+        let (ctx, verifier) = fixtures::context_at(at("2025-03-03T07:00:00Z"));
+        let scenario = verifier.run(vec![Call::get(WEB).not_found()]);
+        reconcile(Arc::new(s), ctx.clone()).await.unwrap();
+        scenario.finish(ctx).await;
+    }
+
+    #[tokio::test]
+    async fn a_conflict_is_retried_with_a_fresh_read() {
+        let (ctx, verifier) = fixtures::context_at(at("2025-03-03T12:00:00Z"));
+        let scenario = verifier.run(vec![
+            Call::get(WEB).respond(target("team", "web", 2, None)),
+            Call::patch(WEB_PATCH).conflict(),
+            Call::get(WEB).respond(target("team", "web", 3, None)),
+            Call::patch(WEB_PATCH)
+                .body(|b| {
+                    assert_eq!(
+                        b["metadata"]["annotations"][ORIGINAL_REPLICAS_ANNOTATION],
+                        "3"
+                    )
+                })
+                .respond(target("team", "web", 5, Some(3))),
+            Call::event("team").respond_with_body(),
+            Call::patch(STATUS).respond_status_of(&nine_to_five()),
+        ]);
+        reconcile(Arc::new(nine_to_five()), ctx.clone())
+            .await
+            .unwrap();
+        scenario.finish(ctx).await;
+    }
+
+    #[tokio::test]
+    async fn a_new_scaler_first_gets_its_finalizer() {
+        let mut s = nine_to_five();
+        s.metadata.finalizers = None;
+        let (ctx, verifier) = fixtures::context();
+        let scenario = verifier.run(vec![Call::patch(SCALER)
+            .body(|b| {
+                assert_eq!(
+                    b,
+                    &json!([{"op": "test", "path": "/metadata/finalizers", "value": null},
+                            {"op": "add", "path": "/metadata/finalizers", "value": [FINALIZER]}])
+                )
+            })
+            .respond(serde_json::to_value(nine_to_five()).unwrap())]);
+        assert_eq!(
+            reconcile(Arc::new(s), ctx.clone()).await.unwrap(),
+            Action::await_change()
+        );
+        scenario.finish(ctx).await;
+    }
+
+    #[tokio::test]
+    async fn deleting_an_active_scaler_restores_its_targets_then_lets_go() {
+        let mut s = nine_to_five();
+        s.metadata.deletion_timestamp = Some(objects::time(at("2025-03-03T12:00:00Z")));
+        let (ctx, verifier) = fixtures::context_at(at("2025-03-03T12:00:01Z"));
+        let scenario = verifier.run(vec![
+            Call::get(WEB).respond(target("team", "web", 5, Some(2))),
+            Call::patch(WEB_PATCH)
+                .body(|b| {
+                    assert_eq!(b["spec"]["replicas"], 2);
+                    assert_eq!(b["metadata"]["annotations"][ORIGINAL_REPLICAS_ANNOTATION], json!(null));
+                })
+                .respond(target("team", "web", 2, None)),
+            Call::event("team").body(|b| assert_eq!(b["reason"], "Restored")).respond_with_body(),
+            Call::patch(SCALER)
+                .body(|b| {
+                    assert_eq!(
+                        b,
+                        &json!([{"op": "test", "path": "/metadata/finalizers/0", "value": FINALIZER},
+                                {"op": "remove", "path": "/metadata/finalizers/0"}])
+                    )
+                })
+                .respond(serde_json::to_value(nine_to_five()).unwrap()),
+        ]);
+        reconcile(Arc::new(s), ctx.clone()).await.unwrap();
+        scenario.finish(ctx).await;
+    }
+
+    #[tokio::test]
+    async fn cron_mode_catches_up_on_the_most_recent_past_firing() {
+        let s = scaler(
+            json!({"deployments": [{"name": "web"}], "timeZone": "Europe/Berlin", "jobs": [
+                {"name": "morning", "schedule": "0 8 * * *", "replicas": 4},
+                {"name": "night", "schedule": "0 20 * * *", "replicas": 1},
+            ]}),
+        );
+        // 12:00 UTC is 13:00 in Berlin: "morning" fired at 07:00 UTC, "night" fires at 19:00 UTC.
+        let (ctx, verifier) = fixtures::context_at(at("2025-03-03T12:00:00Z"));
+        let scenario = verifier.run(vec![
+            Call::get(WEB).respond(target("team", "web", 2, None)),
+            Call::patch(WEB_PATCH)
+                .body(|b| {
+                    assert_eq!(b["spec"]["replicas"], 4);
+                    assert_eq!(
+                        b["metadata"]["annotations"][ORIGINAL_REPLICAS_ANNOTATION],
+                        "2"
+                    );
+                })
+                .respond(target("team", "web", 4, Some(2))),
+            Call::event("team").respond_with_body(),
+            Call::patch(STATUS)
+                .body(|b| {
+                    let s = &b["status"];
+                    assert_eq!(s["active"], true);
+                    assert_eq!(s["lastTransition"], "2025-03-03T07:00:00Z");
+                    assert_eq!(s["nextTransition"], "2025-03-03T19:00:00Z");
+                    assert_eq!(s["conditions"][0]["reason"], "JobFired");
+                })
+                .respond_status_of(&s),
+        ]);
+        let action = reconcile(Arc::new(s), ctx.clone()).await.unwrap();
+        assert_eq!(
+            action,
+            Action::requeue(Duration::from_secs(7 * 3600) + BOUNDARY_SLACK)
+        );
+        scenario.finish(ctx).await;
+    }
+
+    #[tokio::test]
+    async fn a_suspended_scaler_only_reads() {
+        let s = scaler(
+            json!({"deployments": [{"name": "web"}], "start": 9, "end": 17, "suspend": true}),
+        );
+        let (ctx, verifier) = fixtures::context_at(at("2025-03-03T12:00:00Z"));
+        let scenario = verifier.run(vec![
+            Call::get(WEB).respond(target("team", "web", 2, None)),
+            Call::patch(STATUS)
+                .body(|b| {
+                    assert_eq!(b["status"]["active"], false);
+                    assert!(b["status"].get("nextTransition").is_none(), "{b}");
+                    assert_eq!(b["status"]["conditions"][0]["reason"], "Suspended");
+                })
+                .respond_status_of(&s),
+        ]);
+        assert_eq!(
+            reconcile(Arc::new(s), ctx.clone()).await.unwrap(),
+            Action::await_change()
+        );
+        scenario.finish(ctx).await;
+    }
+
+    #[test]
+    fn the_plan_flips_exactly_at_each_boundary() {
+        let s = nine_to_five();
+        let schedule = s.spec.schedule().unwrap();
+        let just_before = plan(&schedule, at("2025-03-03T08:59:59Z"));
+        assert_eq!(just_before.replicas, None);
+        assert_eq!(just_before.next, Some(at("2025-03-03T09:00:00Z")));
+        assert_eq!(
+            plan(&schedule, at("2025-03-03T09:00:00Z")).replicas,
+            Some(5)
+        );
+        assert_eq!(
+            plan(&schedule, at("2025-03-03T16:59:59Z")).replicas,
+            Some(5)
+        );
+        assert_eq!(plan(&schedule, at("2025-03-03T17:00:00Z")).replicas, None);
+    }
+
+    #[test]
+    fn target_changes_follow_the_annotation() {
+        let d = |r: i32, o: Option<i32>| -> Deployment {
+            serde_json::from_value(target("team", "web", r, o)).unwrap()
+        };
+        assert_eq!(
+            target_change(&d(5, Some(2)), Some(5), None),
+            None,
+            "settled"
+        );
+        assert_eq!(
+            target_change(&d(2, None), None, Some(9)),
+            None,
+            "outside: left alone"
+        );
+        let same = target_change(&d(5, None), Some(5), None).unwrap();
+        assert_eq!(
+            same.patch["metadata"]["annotations"][ORIGINAL_REPLICAS_ANNOTATION], "5",
+            "the original is recorded even when it already matches"
+        );
+        let unreadable: Deployment = serde_json::from_value({
+            let mut t = target("team", "web", 5, None);
+            t["metadata"]["annotations"] = json!({ORIGINAL_REPLICAS_ANNOTATION: "many"});
+            t
+        })
+        .unwrap();
+        let release = target_change(&unreadable, None, None).unwrap();
+        assert!(release.patch.get("spec").is_none(), "{:?}", release.patch);
+    }
+
+    #[test]
+    fn deployments_map_to_the_scalers_that_target_them() {
+        let (reader, mut writer) = kube::runtime::reflector::store::<Scaler>();
+        let mut other_ns = scaler(
+            json!({"deployments": [{"name": "api", "namespace": "other"}], "start": 1, "end": 2}),
+        );
+        other_ns.metadata.name = Some("cross".into());
+        writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(nine_to_five()));
+        writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(other_ns));
+        let d = |ns: &str, name: &str| -> Deployment {
+            serde_json::from_value(target(ns, name, 1, None)).unwrap()
+        };
+        let names =
+            |refs: Vec<ObjectRef<Scaler>>| refs.into_iter().map(|r| r.name).collect::<Vec<_>>();
+        assert_eq!(
+            names(scalers_targeting(&reader, &d("team", "web"))),
+            vec!["nightly"]
+        );
+        assert_eq!(
+            names(scalers_targeting(&reader, &d("other", "api"))),
+            vec!["cross"]
+        );
+        assert!(scalers_targeting(&reader, &d("other", "web")).is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_cleanup_that_lost_the_race_to_a_gone_scaler_is_quiet() {
+        let mut s = nine_to_five();
+        s.metadata.deletion_timestamp = Some(objects::time(at("2025-03-03T12:00:00Z")));
+        let (ctx, verifier) = fixtures::context_at(at("2025-03-03T12:00:01Z"));
+        let scenario = verifier.run(vec![
+            Call::get(WEB).respond(target("team", "web", 2, None)),
+            Call::patch(SCALER).not_found(),
+        ]);
+        assert_eq!(
+            reconcile(Arc::new(s), ctx.clone()).await.unwrap(),
+            Action::await_change()
+        );
+        scenario.finish(ctx).await;
+    }
+}

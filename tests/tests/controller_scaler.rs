@@ -1,0 +1,358 @@
+//! The controller and Scaler, end to end: windows that open, close and are deleted, cron
+//! firings, and targets that do not exist yet, against a real control plane.
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use kubesteer_tests::{
+    eventually, hh_mm, jsonpath, kubectl, kubectl_ok, rfc3339, unix_now, ControllerProcess,
+    Namespace,
+};
+
+const WAIT: Duration = Duration::from_secs(60);
+const ORIGINAL: &str = "{.metadata.annotations.kubesteer\\.io/original-replicas}";
+
+fn deployment(ns: &Namespace, name: &str, replicas: u32) -> Result<()> {
+    kubectl_ok(
+        &[
+            "create",
+            "deployment",
+            name,
+            "-n",
+            ns.name(),
+            "--image=nginx",
+            &format!("--replicas={replicas}"),
+        ],
+        None,
+    )?;
+    Ok(())
+}
+
+fn replicas(ns: &Namespace, name: &str) -> Result<String> {
+    jsonpath(ns.name(), &format!("deployment/{name}"), "{.spec.replicas}")
+}
+
+fn wait_replicas(ns: &Namespace, name: &str, want: &str) -> Result<()> {
+    eventually(
+        WAIT,
+        &format!("deployment/{name} at {want} replicas"),
+        || Ok((replicas(ns, name)? == want).then_some(())),
+    )
+}
+
+/// When the controller last wrote the Deployment, to the second, from its managed fields.
+fn write_time(ns: &Namespace, name: &str) -> Result<String> {
+    jsonpath(
+        ns.name(),
+        &format!("deployment/{name}"),
+        "{.metadata.managedFields[?(@.manager==\"kubesteer-controller\")].time}",
+    )
+}
+
+fn window(targets: &str, start: &str, end: &str, extra: &str) -> String {
+    format!(
+        "apiVersion: kubesteer.io/v1alpha1\nkind: Scaler\nmetadata: {{name: sched}}\nspec: {{deployments: [{targets}], start: \"{start}\", end: \"{end}\"{extra}}}\n"
+    )
+}
+
+fn scaler(ns: &Namespace, path: &str) -> Result<String> {
+    jsonpath(ns.name(), "scaler/sched", path)
+}
+
+#[test]
+fn an_open_window_scales_reverts_hand_edits_and_deleting_restores() -> Result<()> {
+    let ns = Namespace::new("ctl-scl-open")?;
+    let mut controller = ControllerProcess::start(ns.name())?;
+    deployment(&ns, "web", 1)?;
+    let now = unix_now();
+    let run = ns.apply(&window(
+        "{name: web}",
+        &hh_mm(now - 3600),
+        &hh_mm(now + 3600),
+        ", replicas: 3",
+    ))?;
+    assert!(run.ok, "{run:?}");
+
+    wait_replicas(&ns, "web", "3")?;
+    assert_eq!(jsonpath(ns.name(), "deployment/web", ORIGINAL)?, "1");
+    kubectl_ok(
+        &[
+            "wait",
+            "-n",
+            ns.name(),
+            "--for=condition=Ready",
+            "scaler/sched",
+            "--timeout=60s",
+        ],
+        None,
+    )?;
+    eventually(WAIT, "status.active and the target", || {
+        let active = scaler(&ns, "{.status.active}")?;
+        let target = scaler(
+            &ns,
+            "{.status.targets[0].replicas}/{.status.targets[0].originalReplicas}",
+        )?;
+        Ok((active == "true" && target == "3/1").then_some(()))
+    })?;
+
+    kubectl_ok(
+        &["scale", "-n", ns.name(), "deployment/web", "--replicas=7"],
+        None,
+    )?;
+    wait_replicas(&ns, "web", "3")?;
+    assert_eq!(
+        jsonpath(ns.name(), "deployment/web", ORIGINAL)?,
+        "1",
+        "recorded once"
+    );
+
+    kubectl_ok(
+        &["delete", "-n", ns.name(), "scaler/sched", "--timeout=60s"],
+        None,
+    )?;
+    assert_eq!(
+        replicas(&ns, "web")?,
+        "1",
+        "restored before the Scaler is gone"
+    );
+    assert_eq!(jsonpath(ns.name(), "deployment/web", ORIGINAL)?, "");
+    assert!(
+        controller.terminate(Duration::from_secs(10)),
+        "graceful shutdown"
+    );
+    Ok(())
+}
+
+#[test]
+fn a_short_window_closes_on_time_and_restores() -> Result<()> {
+    let ns = Namespace::new("ctl-scl-close")?;
+    let _controller = ControllerProcess::start(ns.name())?;
+    deployment(&ns, "web", 2)?;
+    let now = unix_now();
+    let end = (now / 60) * 60 + 120;
+    let run = ns.apply(&window(
+        "{name: web}",
+        &hh_mm(now),
+        &hh_mm(end),
+        ", replicas: 4",
+    ))?;
+    assert!(run.ok, "{run:?}");
+    wait_replicas(&ns, "web", "4")?;
+    assert_eq!(jsonpath(ns.name(), "deployment/web", ORIGINAL)?, "2");
+    assert_eq!(scaler(&ns, "{.status.nextTransition}")?, rfc3339(end));
+
+    let wait = Duration::from_secs(end.saturating_sub(unix_now()) + 30);
+    eventually(wait, "the window to close", || {
+        Ok((replicas(&ns, "web")? == "2").then_some(()))
+    })?;
+    let seen = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_secs_f64();
+    assert!(
+        seen >= end as f64 - 0.5,
+        "restored early: at {seen}, boundary {end}"
+    );
+    // Polling through kubectl on a busy machine adds latency; the write time below is exact.
+    assert!(
+        seen <= end as f64 + 5.0,
+        "restored late: at {seen}, boundary {end}"
+    );
+    let written = write_time(&ns, "web")?;
+    assert!(
+        [rfc3339(end), rfc3339(end + 1)].contains(&written),
+        "the restore was written at {written}, not within 1 s of {}",
+        rfc3339(end)
+    );
+    assert_eq!(jsonpath(ns.name(), "deployment/web", ORIGINAL)?, "");
+    eventually(WAIT, "status after closing", || {
+        let s = scaler(&ns, "{.status.active} {.status.lastTransition}")?;
+        Ok((s == format!("false {}", rfc3339(end))).then_some(()))
+    })?;
+    Ok(())
+}
+
+#[test]
+fn a_closed_window_leaves_the_target_alone_and_reports_the_next_opening() -> Result<()> {
+    let ns = Namespace::new("ctl-scl-closed")?;
+    let _controller = ControllerProcess::start(ns.name())?;
+    deployment(&ns, "web", 2)?;
+    let now = unix_now();
+    let start = ((now + 7200) / 60) * 60;
+    let run = ns.apply(&window(
+        "{name: web}",
+        &hh_mm(start),
+        &hh_mm(start + 3600),
+        ", replicas: 5",
+    ))?;
+    assert!(run.ok, "{run:?}");
+    eventually(WAIT, "nextTransition", || {
+        let next = scaler(&ns, "{.status.nextTransition}")?;
+        Ok((next == rfc3339(start)).then_some(()))
+    })?;
+    assert_eq!(scaler(&ns, "{.status.active}")?, "false");
+    assert_eq!(
+        scaler(&ns, "{.status.conditions[?(@.type==\"Ready\")].reason}")?,
+        "WindowClosed"
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(replicas(&ns, "web")?, "2");
+    assert_eq!(jsonpath(ns.name(), "deployment/web", ORIGINAL)?, "");
+    Ok(())
+}
+
+#[test]
+fn cron_jobs_scale_at_each_firing() -> Result<()> {
+    let ns = Namespace::new("ctl-scl-cron")?;
+    let _controller = ControllerProcess::start(ns.name())?;
+    deployment(&ns, "web", 1)?;
+    let run = ns.apply(
+        "apiVersion: kubesteer.io/v1alpha1\nkind: Scaler\nmetadata: {name: sched}\nspec:\n  deployments: [{name: web}]\n  jobs:\n  - {name: even, schedule: \"*/2 * * * *\", replicas: 2}\n  - {name: odd, schedule: \"1-59/2 * * * *\", replicas: 3}\n",
+    )?;
+    assert!(run.ok, "{run:?}");
+    // Catch-up: the most recent firing applies at once.
+    let first = eventually(WAIT, "the catch-up firing", || {
+        let r = replicas(&ns, "web")?;
+        Ok((r == "2" || r == "3").then_some(r))
+    })?;
+    assert_eq!(jsonpath(ns.name(), "deployment/web", ORIGINAL)?, "1");
+    let other = if first == "2" { "3" } else { "2" };
+    let started = Instant::now();
+    eventually(Duration::from_secs(90), "the next firing", || {
+        Ok((replicas(&ns, "web")? == other).then_some(()))
+    })?;
+    assert!(started.elapsed() < Duration::from_secs(65));
+    let written = write_time(&ns, "web")?;
+    assert!(
+        written.ends_with(":00Z") || written.ends_with(":01Z"),
+        "a firing lands within 1 s of its minute, but was written at {written}"
+    );
+    eventually(WAIT, "lastTransition at the minute", || {
+        let last = scaler(&ns, "{.status.lastTransition}")?;
+        Ok(last.ends_with(":00Z").then_some(()))
+    })?;
+    kubectl_ok(
+        &["delete", "-n", ns.name(), "scaler/sched", "--timeout=60s"],
+        None,
+    )?;
+    assert_eq!(replicas(&ns, "web")?, "1", "deleting restores the original");
+    Ok(())
+}
+
+#[test]
+fn a_missing_target_is_reported_and_picked_up_when_it_appears() -> Result<()> {
+    let ns = Namespace::new("ctl-scl-missing")?;
+    let _controller = ControllerProcess::start(ns.name())?;
+    deployment(&ns, "web", 1)?;
+    let now = unix_now();
+    let run = ns.apply(&window(
+        "{name: web}, {name: ghost}",
+        &hh_mm(now - 3600),
+        &hh_mm(now + 3600),
+        ", replicas: 2",
+    ))?;
+    assert!(run.ok, "{run:?}");
+    eventually(WAIT, "Ready=False TargetNotFound", || {
+        let c = scaler(&ns, "{.status.conditions[?(@.type==\"Ready\")].status}/{.status.conditions[?(@.type==\"Ready\")].reason}")?;
+        Ok((c == "False/TargetNotFound").then_some(()))
+    })?;
+    wait_replicas(&ns, "web", "2")?;
+    let events = kubectl_ok(
+        &[
+            "get",
+            "events",
+            "-n",
+            ns.name(),
+            "--field-selector",
+            "reason=TargetNotFound",
+            "-o",
+            "jsonpath={.items[*].message}",
+        ],
+        None,
+    )?;
+    assert!(events.contains("ghost"), "{events:?}");
+
+    deployment(&ns, "ghost", 1)?;
+    wait_replicas(&ns, "ghost", "2")?;
+    kubectl_ok(
+        &[
+            "wait",
+            "-n",
+            ns.name(),
+            "--for=condition=Ready",
+            "scaler/sched",
+            "--timeout=60s",
+        ],
+        None,
+    )?;
+    Ok(())
+}
+
+#[test]
+fn a_standby_takes_over_within_15_seconds() -> Result<()> {
+    let ns = Namespace::new("ctl-lease")?;
+    let election = |id: &str| {
+        ControllerProcess::start_with(
+            ns.name(),
+            &format!("{}-{id}", ns.name()),
+            &[
+                "--leader-election",
+                "--lease-namespace",
+                ns.name(),
+                "--identity",
+                id,
+            ],
+        )
+    };
+    let holder = || {
+        jsonpath(
+            ns.name(),
+            "lease/kubesteer-controller",
+            "{.spec.holderIdentity}",
+        )
+    };
+    let mut first = election("first")?;
+    eventually(WAIT, "the first to lead", || {
+        Ok((holder()? == "first").then_some(()))
+    })?;
+    let _second = election("second")?;
+    let run = ns.apply("apiVersion: kubesteer.io/v1alpha1\nkind: Memcached\nmetadata: {name: cache}\nspec: {size: 1}\n")?;
+    assert!(run.ok, "{run:?}");
+    eventually(WAIT, "the leader reconciling", || {
+        Ok(
+            kubectl(&["get", "-n", ns.name(), "deployment/cache"], None)?
+                .ok
+                .then_some(()),
+        )
+    })?;
+    assert_eq!(
+        holder()?,
+        "first",
+        "the standby must not take over a live leader"
+    );
+
+    first.crash();
+    let crashed = Instant::now();
+    eventually(Duration::from_secs(20), "the standby to lead", || {
+        Ok((holder()? == "second").then_some(()))
+    })?;
+    assert!(
+        crashed.elapsed() <= Duration::from_secs(15),
+        "took {:?}",
+        crashed.elapsed()
+    );
+    kubectl_ok(
+        &[
+            "patch",
+            "-n",
+            ns.name(),
+            "memcached/cache",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"size":2}}"#,
+        ],
+        None,
+    )?;
+    eventually(WAIT, "the new leader reconciling", || {
+        Ok((jsonpath(ns.name(), "deployment/cache", "{.spec.replicas}")? == "2").then_some(()))
+    })?;
+    Ok(())
+}
