@@ -456,19 +456,6 @@ pub fn rfc3339(unix: u64) -> String {
     )
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn times_print_like_kubernetes() {
-        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
-        assert_eq!(rfc3339(1_740_992_400), "2025-03-03T09:00:00Z");
-        assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
-        assert_eq!(hh_mm(1_740_992_400 + 59), "09:00");
-    }
-}
-
 /// A random-enough suffix for names that must not collide between runs.
 pub fn unique(prefix: &str) -> String {
     let nanos = std::time::SystemTime::now()
@@ -566,4 +553,17 @@ pub fn helm(args: &[&str]) -> Result<String> {
         );
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_print_like_kubernetes() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(1_740_992_400), "2025-03-03T09:00:00Z");
+        assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(hh_mm(1_740_992_400 + 59), "09:00");
+    }
 }
