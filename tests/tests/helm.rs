@@ -84,10 +84,16 @@ impl Release {
 
     /// Starts the webhook as the chart's webhook ServiceAccount, in self-managed mode.
     fn start_webhook(&mut self) -> Result<()> {
+        self.webhook = Some(self.spawn_webhook(self.port, "webhook")?);
+        Ok(())
+    }
+
+    /// One webhook replica on `port`, returned once it serves.
+    fn spawn_webhook(&self, port: u16, log: &str) -> Result<Daemon> {
         let kubeconfig = self.kubeconfig_as("webhook")?;
         let args: Vec<String> = [
             "--addr",
-            &format!("127.0.0.1:{}", self.port),
+            &format!("127.0.0.1:{port}"),
             "--cert-mode",
             "self-managed",
             "--namespace",
@@ -106,17 +112,20 @@ impl Release {
         .iter()
         .map(|s| s.to_string())
         .collect();
-        self.webhook = Some(Daemon::spawn(
+        let daemon = Daemon::spawn(
             "kubesteer-webhook",
             &args,
             &kubeconfig,
-            &format!("{}-webhook", self.name),
-        )?);
-        let logs = || self.webhook.as_ref().map(Daemon::logs).unwrap_or_default();
+            &format!("{}-{log}", self.name),
+        )?;
         eventually(Duration::from_secs(30), "webhook serving", || {
-            Ok(logs().contains("serving admission reviews").then_some(()))
+            Ok(daemon
+                .logs()
+                .contains("serving admission reviews")
+                .then_some(()))
         })
-        .with_context(logs)
+        .with_context(|| daemon.logs())?;
+        Ok(daemon)
     }
 
     fn secret_key(&self, key: &str) -> Result<String> {
@@ -421,4 +430,69 @@ fn a_broken_serving_certificate_is_renewed_while_admissions_keep_succeeding() ->
         .unwrap_or_default()
         .contains("serving the renewed certificate"));
     Ok(())
+}
+
+#[test]
+fn two_replicas_starting_at_once_share_one_certificate() -> Result<()> {
+    let release = Release::install("dup", &[])?;
+    let ports = (free_port()?, free_port()?);
+    let (a, b) = std::thread::scope(|s| {
+        let a = s.spawn(|| release.spawn_webhook(ports.0, "replica-a"));
+        let b = s.spawn(|| release.spawn_webhook(ports.1, "replica-b"));
+        (a.join(), b.join())
+    });
+    let (a, b) = (
+        a.map_err(|_| anyhow::anyhow!("replica a panicked"))??,
+        b.map_err(|_| anyhow::anyhow!("replica b panicked"))??,
+    );
+    let dir = kubesteer_tests::target_dir()
+        .join("e2e")
+        .join(&release.name);
+    std::fs::create_dir_all(&dir)?;
+    let ca = kubectl_ok(
+        &[
+            "get",
+            "secret",
+            &release.secret(),
+            "-n",
+            &release.namespace,
+            "-o",
+            "jsonpath={.data.ca\\.crt}",
+        ],
+        None,
+    )?;
+    let ca_file = dir.join("ca.crt");
+    std::fs::write(&ca_file, base64_decode(&ca)?)?;
+    // Both replicas serve a certificate that the one CA in the Secret (and the caBundles) trusts.
+    for port in [ports.0, ports.1] {
+        let out = std::process::Command::new("curl")
+            .args([
+                "-sf",
+                "--max-time",
+                "3",
+                "--cacert",
+                &ca_file.to_string_lossy(),
+            ])
+            .arg(format!("https://127.0.0.1:{port}/healthz"))
+            .output()?;
+        assert!(
+            out.status.success(),
+            "replica on {port} serves a certificate the CA does not sign:\n{}\n{}",
+            a.logs(),
+            b.logs()
+        );
+    }
+    assert!(release.ca_bundles()?.iter().all(|x| *x == ca));
+    Ok(())
+}
+
+fn base64_decode(s: &str) -> Result<Vec<u8>> {
+    let out = std::process::Command::new("base64")
+        .arg("-d")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()?;
+    let mut child = out;
+    std::io::Write::write_all(&mut child.stdin.take().context("stdin")?, s.as_bytes())?;
+    Ok(child.wait_with_output()?.stdout)
 }
