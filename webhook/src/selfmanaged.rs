@@ -130,38 +130,58 @@ impl SelfManaged {
 
     /// Sets `caBundle` of every webhook in both configurations, by server-side apply.
     pub async fn inject_ca(&self, ca: &Pem) -> Result<()> {
-        let params = PatchParams::apply(FIELD_MANAGER).force();
-        let bundle = ca.cert.as_bytes();
+        let names = |hooks: Option<Vec<String>>| hooks.unwrap_or_default();
         let mutating: Api<MutatingWebhookConfiguration> = Api::all(self.client.clone());
         if let Some(config) = mutating.get_opt(&self.configuration).await? {
-            let webhooks: Vec<_> = config.webhooks.unwrap_or_default().iter().map(|w| {
-                json!({"name": w.name, "clientConfig": {"caBundle": ByteString(bundle.to_vec())}})
-            }).collect();
-            let patch = json!({
-                "apiVersion": "admissionregistration.k8s.io/v1",
-                "kind": "MutatingWebhookConfiguration",
-                "metadata": {"name": self.configuration},
-                "webhooks": webhooks,
-            });
-            mutating
-                .patch(&self.configuration, &params, &Patch::Apply(&patch))
+            let hooks = names(
+                config
+                    .webhooks
+                    .map(|w| w.into_iter().map(|w| w.name).collect()),
+            );
+            self.apply_ca(&mutating, "MutatingWebhookConfiguration", &hooks, ca)
                 .await?;
         }
         let validating: Api<ValidatingWebhookConfiguration> = Api::all(self.client.clone());
         if let Some(config) = validating.get_opt(&self.configuration).await? {
-            let webhooks: Vec<_> = config.webhooks.unwrap_or_default().iter().map(|w| {
-                json!({"name": w.name, "clientConfig": {"caBundle": ByteString(bundle.to_vec())}})
-            }).collect();
-            let patch = json!({
-                "apiVersion": "admissionregistration.k8s.io/v1",
-                "kind": "ValidatingWebhookConfiguration",
-                "metadata": {"name": self.configuration},
-                "webhooks": webhooks,
-            });
-            validating
-                .patch(&self.configuration, &params, &Patch::Apply(&patch))
+            let hooks = names(
+                config
+                    .webhooks
+                    .map(|w| w.into_iter().map(|w| w.name).collect()),
+            );
+            self.apply_ca(&validating, "ValidatingWebhookConfiguration", &hooks, ca)
                 .await?;
         }
+        Ok(())
+    }
+
+    /// Applies only `webhooks[*].clientConfig.caBundle`, so the chart keeps owning the rest.
+    async fn apply_ca<K>(
+        &self,
+        api: &Api<K>,
+        kind: &str,
+        webhooks: &[String],
+        ca: &Pem,
+    ) -> Result<()>
+    where
+        K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    {
+        let bundle = ByteString(ca.cert.as_bytes().to_vec());
+        let hooks: Vec<_> = webhooks
+            .iter()
+            .map(|name| json!({"name": name, "clientConfig": {"caBundle": bundle}}))
+            .collect();
+        let patch = json!({
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": kind,
+            "metadata": {"name": self.configuration},
+            "webhooks": hooks,
+        });
+        api.patch(
+            &self.configuration,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&patch),
+        )
+        .await?;
         Ok(())
     }
 
