@@ -101,6 +101,24 @@ impl Namespace {
         &self.0
     }
 
+    /// `kubectl create deployment` of `replicas` nginx pods (kwok runs them) in this namespace.
+    pub fn create_deployment(&self, name: &str, replicas: u32) -> Result<()> {
+        let replicas = format!("--replicas={replicas}");
+        kubectl_ok(
+            &[
+                "create",
+                "deployment",
+                name,
+                "-n",
+                &self.0,
+                "--image=nginx",
+                &replicas,
+            ],
+            None,
+        )?;
+        Ok(())
+    }
+
     /// `kubectl apply -f -` of `yaml` in this namespace.
     pub fn apply(&self, yaml: &str) -> Result<Run> {
         kubectl(&["apply", "-n", &self.0, "-f", "-"], Some(yaml))
@@ -110,12 +128,42 @@ impl Namespace {
 impl Drop for Namespace {
     fn drop(&mut self) {
         let _ = kubectl(&["delete", "namespace", &self.0, "--wait=false"], None);
+        // The test's controller is gone by now, so Scaler finalizers would hold the namespace
+        // in Terminating for ever.
+        let scalers = kubectl(
+            &["get", "scalers.kubesteer.io", "-n", &self.0, "-o", "name"],
+            None,
+        );
+        for scaler in scalers.iter().flat_map(|r| r.stdout.lines()) {
+            let _ = kubectl(
+                &[
+                    "patch",
+                    "-n",
+                    &self.0,
+                    scaler,
+                    "--type=merge",
+                    "-p",
+                    r#"{"metadata":{"finalizers":null}}"#,
+                ],
+                None,
+            );
+        }
     }
 }
 
 /// Polls `check` until it returns `Some`, or fails after `timeout` with the last observation.
 pub fn eventually<T>(
     timeout: Duration,
+    what: &str,
+    check: impl FnMut() -> Result<Option<T>>,
+) -> Result<T> {
+    eventually_every(timeout, Duration::from_millis(250), what, check)
+}
+
+/// Like [`eventually`], polling every `interval`, for checks that are costly to the apiserver.
+pub fn eventually_every<T>(
+    timeout: Duration,
+    interval: Duration,
     what: &str,
     mut check: impl FnMut() -> Result<Option<T>>,
 ) -> Result<T> {
@@ -130,7 +178,7 @@ pub fn eventually<T>(
         if Instant::now() > deadline {
             bail!("timed out after {timeout:?} waiting for {what}; last error: {last}");
         }
-        std::thread::sleep(Duration::from_millis(250));
+        std::thread::sleep(interval);
     }
 }
 
@@ -140,6 +188,25 @@ pub fn jsonpath(ns: &str, resource: &str, path: &str) -> Result<String> {
         &["get", "-n", ns, resource, "-o", &format!("jsonpath={path}")],
         None,
     )
+}
+
+/// The notes of the events with `reason` in `ns`, oldest first.
+pub fn event_notes(ns: &str, reason: &str) -> Result<Vec<String>> {
+    let out = kubectl_ok(
+        &[
+            "get",
+            "events.events.k8s.io",
+            "-n",
+            ns,
+            "--field-selector",
+            &format!("reason={reason}"),
+            "--sort-by=.metadata.creationTimestamp",
+            "-o",
+            "jsonpath={range .items[*]}{.note}{\"\\n\"}{end}",
+        ],
+        None,
+    )?;
+    Ok(out.lines().map(String::from).collect())
 }
 
 /// The directory cargo builds into (honours CARGO_TARGET_DIR).

@@ -119,18 +119,7 @@ fn every_sample_applies() -> Result<()> {
 #[test]
 fn a_deployment_gets_ready_pods_on_the_fake_nodes() -> Result<()> {
     let ns = Namespace::new("pods")?;
-    kubectl_ok(
-        &[
-            "create",
-            "deployment",
-            "web",
-            "-n",
-            ns.name(),
-            "--image=nginx",
-            "--replicas=2",
-        ],
-        None,
-    )?;
+    ns.create_deployment("web", 2)?;
     let ready = eventually(Duration::from_secs(90), "readyReplicas 2", || {
         let r = jsonpath(ns.name(), "deployment/web", "{.status.readyReplicas}")?;
         Ok((r == "2").then_some(r))

@@ -46,17 +46,7 @@ fn defaults_are_stored_and_reapplying_is_unchanged() -> Result<()> {
     );
     assert_eq!(spec["serviceType"], "NodePort");
 
-    kubectl_ok(
-        &[
-            "create",
-            "deployment",
-            "web",
-            "-n",
-            ns.name(),
-            "--image=nginx",
-        ],
-        None,
-    )?;
+    ns.create_deployment("web", 1)?;
     let scl = format!("{SCL}metadata: {{name: hours}}\nspec: {{deployments: [{{name: web}}], start: 9, end: \"17:30\"}}\n");
     assert!(ns.apply(&scl)?.ok);
     let spec = &get_json(ns.name(), "scaler/hours")?["spec"];
@@ -219,17 +209,7 @@ fn warnings_are_printed_by_kubectl() -> Result<()> {
         "{}",
         run.stderr
     );
-    kubectl_ok(
-        &[
-            "create",
-            "deployment",
-            "web",
-            "-n",
-            ns.name(),
-            "--image=nginx",
-        ],
-        None,
-    )?;
+    ns.create_deployment("web", 1)?;
     kubectl_ok(
         &["autoscale", "deployment", "web", "-n", ns.name(), "--max=3"],
         None,
@@ -288,17 +268,7 @@ fn cross_namespace_targets_need_permission_and_targets_are_not_shared() -> Resul
     let webhook = Webhook::start("crossns")?;
     let ns = webhook.namespace("crossns")?;
     let other = kubesteer_tests::Namespace::new("crossns-prod")?;
-    kubectl_ok(
-        &[
-            "create",
-            "deployment",
-            "web",
-            "-n",
-            other.name(),
-            "--image=nginx",
-        ],
-        None,
-    )?;
+    other.create_deployment("web", 1)?;
     kubectl_ok(
         &[
             "create",
