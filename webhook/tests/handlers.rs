@@ -273,6 +273,17 @@ async fn a_wrong_kind_is_rejected_on_every_endpoint() {
 }
 
 #[tokio::test]
+async fn an_object_being_deleted_may_drop_its_finalizers_even_if_invalid() {
+    let mut review = fixture("memcached-update.json");
+    review["request"]["object"]["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+    for path in ["/mutate/memcacheds", "/validate/memcacheds"] {
+        let reply = send(cluster(), path, &review).await;
+        assert!(reply.allowed(), "{}", reply.body);
+        assert!(reply.patch().is_none());
+    }
+}
+
+#[tokio::test]
 async fn delete_is_always_allowed() {
     let mut review = fixture("memcached-update.json");
     review["request"]["operation"] = json!("DELETE");
