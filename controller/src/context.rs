@@ -29,7 +29,7 @@ impl Clock for SystemClock {
 }
 
 // Short enough that a conflicting writer is caught up with at once, long enough not to spin.
-const CONFLICT_REQUEUE: Duration = Duration::from_millis(500);
+pub const CONFLICT_REQUEUE: Duration = Duration::from_millis(500);
 const BACKOFF_BASE: Duration = Duration::from_secs(1);
 // A broken object is retried at least every five minutes, like the built-in controllers.
 const BACKOFF_MAX: Duration = Duration::from_secs(300);
@@ -37,7 +37,9 @@ const BACKOFF_MAX: Duration = Duration::from_secs(300);
 /// Shared state of all reconcilers.
 pub struct Context {
     pub client: Client,
+    /// Folds repeats of an event (same type, reason and object) into one series.
     pub recorder: Recorder,
+    reporter: Reporter,
     pub metrics: Arc<Metrics>,
     pub clock: Arc<dyn Clock>,
     failures: Mutex<HashMap<String, u32>>,
@@ -55,7 +57,8 @@ impl Context {
             instance: identity,
         };
         Self {
-            recorder: Recorder::new(client.clone(), reporter),
+            recorder: Recorder::new(client.clone(), reporter.clone()),
+            reporter,
             client,
             metrics,
             clock,
@@ -131,7 +134,13 @@ impl Context {
             action: reason.into(),
             secondary: None,
         };
-        if let Err(e) = self.recorder.publish(&event, &obj.object_ref(&())).await {
+        // A Normal event reports one change, so it stands alone: a series keeps only the first
+        // note, and would hide "scaled back to 5" behind "scaled to 5". Warnings repeat, and fold.
+        let recorder = match type_ {
+            EventType::Normal => Recorder::new(self.client.clone(), self.reporter.clone()),
+            EventType::Warning => self.recorder.clone(),
+        };
+        if let Err(e) = recorder.publish(&event, &obj.object_ref(&())).await {
             warn!(reason, error = %e, "could not publish an event");
         }
     }
@@ -168,6 +177,35 @@ fn truncate(s: &str, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fixtures::{self, Call};
+    use kubesteer_api::Memcached;
+    use serde_json::json;
+
+    #[tokio::test]
+    async fn each_normal_event_stands_alone_with_its_own_note() {
+        let mc: Memcached = serde_json::from_value(json!({
+            "apiVersion": "kubesteer.io/v1alpha1", "kind": "Memcached",
+            "metadata": {"name": "cache", "namespace": "team", "uid": "mc-uid"}, "spec": {},
+        }))
+        .unwrap();
+        let (ctx, verifier) = fixtures::context();
+        let scenario = verifier.run(vec![
+            Call::event("team")
+                .body(|b| assert_eq!(b["note"], "Created Deployment cache, Service cache"))
+                .respond_with_body(),
+            Call::event("team")
+                .body(|b| assert_eq!(b["note"], "Created Service cache"))
+                .respond_with_body(),
+        ]);
+        for note in [
+            "Created Deployment cache, Service cache",
+            "Created Service cache",
+        ] {
+            ctx.publish(&mc, EventType::Normal, "Created", note.into())
+                .await;
+        }
+        scenario.finish(ctx).await;
+    }
 
     #[test]
     fn backoff_doubles_up_to_five_minutes() {

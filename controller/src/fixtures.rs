@@ -48,7 +48,7 @@ type Check = Box<dyn FnOnce(&Value) + Send>;
 
 enum Reply {
     Json(StatusCode, Value),
-    EchoBody,
+    EchoBody(StatusCode),
     WithStatus(Value),
 }
 
@@ -66,7 +66,7 @@ impl Call {
             method,
             uri: uri.to_string(),
             check: None,
-            reply: Reply::EchoBody,
+            reply: Reply::EchoBody(StatusCode::OK),
         }
     }
     pub fn get(uri: &str) -> Self {
@@ -96,7 +96,26 @@ impl Call {
     }
     /// Answers with the request body, as an apiserver accepting the write would, roughly.
     pub fn respond_with_body(mut self) -> Self {
-        self.reply = Reply::EchoBody;
+        self.reply = Reply::EchoBody(StatusCode::OK);
+        self
+    }
+    /// Answers an apply with 201 Created and the request body: the object did not exist.
+    pub fn created(mut self) -> Self {
+        self.reply = Reply::EchoBody(StatusCode::CREATED);
+        self
+    }
+    /// Answers an apply with 201 Created and `body`.
+    pub fn created_as(mut self, body: Value) -> Self {
+        self.reply = Reply::Json(StatusCode::CREATED, body);
+        self
+    }
+    /// Answers with an apiserver error status.
+    pub fn error(mut self, code: u16, message: &str) -> Self {
+        self.reply = Reply::Json(
+            StatusCode::from_u16(code).unwrap(),
+            json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                   "message": message, "reason": "Invalid", "code": code}),
+        );
         self
     }
     /// Answers a status patch with `object` carrying the status that was sent.
@@ -152,7 +171,7 @@ impl Verifier {
                 }
                 let (status, reply) = match call.reply {
                     Reply::Json(status, v) => (status, v),
-                    Reply::EchoBody => (StatusCode::OK, body),
+                    Reply::EchoBody(status) => (status, body),
                     Reply::WithStatus(mut object) => {
                         object["status"] = body["status"].clone();
                         (StatusCode::OK, object)

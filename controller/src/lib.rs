@@ -53,6 +53,13 @@ pub enum Error {
 
     #[error("logging: {0}")]
     Telemetry(String),
+
+    /// Another error whose text held a secret, with that secret blanked out.
+    #[error("{message}")]
+    Redacted {
+        label: &'static str,
+        message: String,
+    },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -69,6 +76,7 @@ impl Error {
             Error::Lease(_) => "lease",
             Error::Io(_) => "io",
             Error::Telemetry(_) => "telemetry",
+            Error::Redacted { label, .. } => label,
         }
     }
 

@@ -8,8 +8,9 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kube::api::{ListParams, Patch};
+use kube::api::ListParams;
 use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
 use kube::{Api, Resource, ResourceExt};
 use kubesteer_api::common::{condition, READY};
 use kubesteer_api::{Memcached, MemcachedStatus};
@@ -39,14 +40,19 @@ async fn apply(mc: &Memcached, ctx: &Context) -> Result<Action> {
         return Ok(Action::await_change());
     }
     let (ns, name) = namespace_and_name(KIND, mc)?;
-    let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), &ns);
-    let deployment = deployments
-        .patch(&name, &apply_params(), &Patch::Apply(deployment(mc)?))
-        .await?;
-    let services: Api<Service> = Api::namespaced(ctx.client.clone(), &ns);
-    services
-        .patch(&name, &apply_params(), &Patch::Apply(service(mc)?))
-        .await?;
+    let deployment = objects::apply(&ctx.client, &deployment(mc)?).await?;
+    let service = objects::apply(&ctx.client, &service(mc)?).await?;
+    let mut created = Vec::new();
+    if deployment.created {
+        created.push(format!("Deployment {name}"));
+    }
+    if service.created {
+        created.push(format!("Service {name}"));
+    }
+    if let Some(note) = objects::created_note(&created) {
+        ctx.publish(mc, EventType::Normal, "Created", note).await;
+    }
+    let deployment = deployment.object;
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
     let pods = pods
         .list(&ListParams::default().labels(&objects::selector_string(APP, &name)))
@@ -340,11 +346,20 @@ mod tests {
                     assert_eq!(b["kind"], "Deployment");
                     assert_eq!(b["spec"]["replicas"], 2);
                 })
-                .respond(deployment_with(json!({}))),
+                .created_as(deployment_with(json!({}))),
             Call::patch("/api/v1/namespaces/team/services/cache?&force=true&fieldManager=kubesteer-controller")
                 .body(|b| {
                     assert_eq!(b["kind"], "Service");
                     assert_eq!(b["spec"]["clusterIP"], "None");
+                })
+                .created(),
+            Call::event("team")
+                .body(|b| {
+                    assert_eq!(b["type"], "Normal");
+                    assert_eq!(b["reason"], "Created");
+                    assert_eq!(b["note"], "Created Deployment cache, Service cache");
+                    assert_eq!(b["regarding"]["kind"], "Memcached");
+                    assert_eq!(b["regarding"]["name"], "cache");
                 })
                 .respond_with_body(),
             Call::get("/api/v1/namespaces/team/pods?&labelSelector=app.kubernetes.io%2Fname%3Dmemcached%2Capp.kubernetes.io%2Finstance%3Dcache")
@@ -409,6 +424,39 @@ mod tests {
                 .respond(pods),
         ]);
         reconcile(Arc::new(settled), ctx.clone()).await.unwrap();
+        scenario.finish(ctx).await;
+    }
+
+    #[tokio::test]
+    async fn only_a_recreated_child_is_announced_and_errors_keep_their_status_code() {
+        let mc = memcached(json!({"size": 2}));
+        let (ctx, verifier) = fixtures::context();
+        let scenario = verifier.run(vec![
+            Call::patch("/apis/apps/v1/namespaces/team/deployments/cache?&force=true&fieldManager=kubesteer-controller")
+                .respond(deployment_with(json!({}))),
+            Call::patch("/api/v1/namespaces/team/services/cache?&force=true&fieldManager=kubesteer-controller")
+                .created(),
+            Call::event("team")
+                .body(|b| assert_eq!(b["note"], "Created Service cache"))
+                .respond_with_body(),
+            Call::get("/api/v1/namespaces/team/pods?&labelSelector=app.kubernetes.io%2Fname%3Dmemcached%2Capp.kubernetes.io%2Finstance%3Dcache")
+                .respond(json!({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": []})),
+            Call::patch("/apis/kubesteer.io/v1alpha1/namespaces/team/memcacheds/cache/status?&force=true&fieldManager=kubesteer-controller")
+                .respond_status_of(&mc),
+        ]);
+        reconcile(Arc::new(mc.clone()), ctx.clone()).await.unwrap();
+        scenario.finish(ctx).await;
+
+        // A conflicting apply is retried quietly, as with `Api::patch`.
+        let (ctx, verifier) = fixtures::context();
+        let scenario = verifier.run(vec![Call::patch(
+            "/apis/apps/v1/namespaces/team/deployments/cache?&force=true&fieldManager=kubesteer-controller",
+        )
+        .conflict()]);
+        assert_eq!(
+            reconcile(Arc::new(mc), ctx.clone()).await.unwrap(),
+            Action::requeue(crate::context::CONFLICT_REQUEUE)
+        );
         scenario.finish(ctx).await;
     }
 

@@ -6,7 +6,11 @@ use k8s_openapi::api::core::v1::{Capabilities, SeccompProfile, SecurityContext};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
-use kube::{Resource, ResourceExt};
+use kube::client::Body;
+use kube::core::{NamespaceResourceScope, Status};
+use kube::{Client, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
 
 use crate::{Error, Result};
 
@@ -99,6 +103,58 @@ pub fn restricted_security_context(user: i64) -> SecurityContext {
 /// Server-side apply under kubesteer's one field manager, taking over fields from hand edits.
 pub fn apply_params() -> PatchParams {
     PatchParams::apply(crate::FIELD_MANAGER).force()
+}
+
+/// An object as the apiserver stored it after a server-side apply.
+pub struct Applied<K> {
+    pub object: K,
+    /// Whether this apply created the object, rather than finding it there.
+    pub created: bool,
+}
+
+/// Server-side applies the namespaced `obj`. Unlike `Api::patch` it keeps the answer's status
+/// code, as 201 Created is the one exact sign that the object did not exist before.
+pub async fn apply<K>(client: &Client, obj: &K) -> Result<Applied<K>>
+where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope> + Serialize + DeserializeOwned,
+{
+    let missing = |what| Error::MissingField {
+        kind: "child",
+        name: obj.name_any(),
+        what,
+    };
+    let ns = obj
+        .meta()
+        .namespace
+        .as_deref()
+        .ok_or_else(|| missing("namespace"))?;
+    let name = obj.meta().name.as_deref().ok_or_else(|| missing("name"))?;
+    let request = kube::core::Request::new(K::url_path(&(), Some(ns)))
+        .patch(name, &apply_params(), &Patch::Apply(obj))
+        .map_err(kube::Error::BuildRequest)?;
+    let response = client.send(request.map(Body::from)).await?;
+    let code = response.status().as_u16();
+    let bytes = response.into_body().collect_bytes().await?;
+    if code >= 400 {
+        // The same error `Api::patch` gives, so conflicts and the like are recognised alike.
+        let status = serde_json::from_slice::<Status>(&bytes).unwrap_or_else(|_| {
+            Status::failure(
+                &String::from_utf8_lossy(&bytes),
+                "Failed to parse error data",
+            )
+            .with_code(code)
+        });
+        return Err(kube::Error::Api(status.boxed()).into());
+    }
+    Ok(Applied {
+        object: serde_json::from_slice(&bytes)?,
+        created: code == 201,
+    })
+}
+
+/// The note of a "Created" event naming `children` (e.g. "Deployment cache"), if any.
+pub fn created_note(children: &[String]) -> Option<String> {
+    (!children.is_empty()).then(|| format!("Created {}", children.join(", ")))
 }
 
 /// A server-side apply patch of a custom resource's status.

@@ -3,7 +3,7 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{watcher, Controller};
 use kube::{Api, Client, ResourceExt};
@@ -121,8 +121,8 @@ pub async fn controllers(ctx: Arc<Context>, namespace: Option<&str>, stop: watch
 
     let welcomes = Controller::new(api::<Welcome>(&client, ns), watcher::Config::default())
         .owns(api::<Deployment>(&client, ns), welcome_children.clone())
-        .owns(api::<Service>(&client, ns), welcome_children.clone())
-        .owns(api::<Secret>(&client, ns), welcome_children)
+        // Secrets are not watched: the controller may write them but not read them.
+        .owns(api::<Service>(&client, ns), welcome_children)
         .graceful_shutdown_on(stopped(stop.clone()))
         .run(welcome::reconcile, welcome::error_policy, ctx.clone())
         .for_each(|r| async move { log_result(welcome::KIND, r) });

@@ -511,7 +511,12 @@ mod tests {
                 .body(|b| {
                     assert_eq!(b["reason"], "Scaled");
                     assert_eq!(b["type"], "Normal");
-                    assert!(b["note"].as_str().unwrap().contains("from 2 to 5"), "{b}");
+                    assert_eq!(
+                        b["note"],
+                        "Scaled Deployment team/web from 2 to 5 replicas; recorded 2 to restore"
+                    );
+                    assert_eq!(b["regarding"]["kind"], "Scaler");
+                    assert_eq!(b["regarding"]["name"], "nightly");
                 })
                 .respond_with_body(),
             Call::patch(STATUS)
@@ -558,7 +563,14 @@ mod tests {
                 })
                 .respond(patched(before, &expected_patch)),
             Call::event("team")
-                .body(|b| assert_eq!(b["reason"], "Restored"))
+                .body(|b| {
+                    assert_eq!(b["type"], "Normal");
+                    assert_eq!(b["reason"], "Restored");
+                    assert_eq!(
+                        b["note"],
+                        "Restored Deployment team/web from 5 to 2 replicas"
+                    );
+                })
                 .respond_with_body(),
             Call::patch(STATUS)
                 .body(|b| {
@@ -601,7 +613,15 @@ mod tests {
                     );
                 })
                 .respond(target("team", "web", 1, None)),
-            Call::event("team").respond_with_body(),
+            Call::event("team")
+                .body(|b| {
+                    assert_eq!(b["reason"], "Restored");
+                    assert_eq!(
+                        b["note"],
+                        "Restored Deployment team/web from 5 to 1 replicas"
+                    );
+                })
+                .respond_with_body(),
             Call::patch(STATUS).respond_status_of(&s),
         ]);
         reconcile(Arc::new(s), ctx.clone()).await.unwrap();
@@ -794,7 +814,13 @@ mod tests {
                     assert_eq!(b["metadata"]["annotations"][ORIGINAL_REPLICAS_ANNOTATION], json!(null));
                 })
                 .respond(target("team", "web", 2, None)),
-            Call::event("team").body(|b| assert_eq!(b["reason"], "Restored")).respond_with_body(),
+            Call::event("team")
+                .body(|b| {
+                    assert_eq!(b["type"], "Normal");
+                    assert_eq!(b["reason"], "Restored");
+                    assert_eq!(b["note"], "Restored Deployment team/web from 5 to 2 replicas");
+                })
+                .respond_with_body(),
             Call::patch(SCALER)
                 .body(|b| {
                     assert_eq!(

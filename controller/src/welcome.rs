@@ -1,6 +1,7 @@
 //! Welcome: a web app that says "Hello <name>", its Service, and a Secret for a plain password.
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{
@@ -10,15 +11,16 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::ByteString;
-use kube::api::{DeleteParams, Patch};
+use kube::api::{DeleteParams, Preconditions};
 use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
 use kube::{Api, Resource, ResourceExt};
 use kubesteer_api::common::{condition, READY};
 use kubesteer_api::welcome::{ServiceType, PASSWORD_KEY};
 use kubesteer_api::{Welcome, WelcomeStatus};
 
 use crate::objects::{self, apply_params, child_meta, namespace_and_name, status_patch};
-use crate::{is_status, Context, Result};
+use crate::{is_status, Context, Error, Result};
 
 pub const KIND: &str = "Welcome";
 /// The `app.kubernetes.io/name` of everything a Welcome owns.
@@ -27,6 +29,14 @@ pub const APP: &str = "welcome";
 const APP_UID: i64 = 65532;
 const PORT_NAME: &str = "http";
 
+/// On the Deployment: the uid of the credentials Secret that its PASSWORD comes from, kept only
+/// while that Secret is the controller's. The controller may not read Secrets, so this is how it
+/// knows which one to delete when the password goes.
+pub const CREDENTIALS_UID_ANNOTATION: &str = "kubesteer.io/credentials-uid";
+// Secrets are not watched (the controller may not read them), so a deleted or edited credentials
+// Secret is put back by this periodic reconcile instead.
+const CREDENTIALS_RESYNC: Duration = Duration::from_secs(300);
+
 /// Name of the Secret that keeps a Welcome's plain password.
 pub fn secret_name(welcome: &str) -> String {
     format!("{welcome}-credentials")
@@ -34,12 +44,24 @@ pub fn secret_name(welcome: &str) -> String {
 
 /// The controller's reconcile function for Welcome.
 pub async fn reconcile(welcome: Arc<Welcome>, ctx: Arc<Context>) -> Result<Action> {
-    ctx.reconcile(KIND, welcome.as_ref(), apply(&welcome, &ctx))
-        .await
+    let password = welcome.spec.password.as_deref();
+    let work = async { redact(apply(&welcome, &ctx).await, password) };
+    ctx.reconcile(KIND, welcome.as_ref(), work).await
 }
 
 pub fn error_policy(welcome: Arc<Welcome>, error: &crate::Error, ctx: Arc<Context>) -> Action {
     ctx.error_policy(KIND, welcome.as_ref(), error)
+}
+
+/// Keeps the password out of an error, which ends up in a Warning event and the log.
+fn redact(result: Result<Action>, password: Option<&str>) -> Result<Action> {
+    match (result, password) {
+        (Err(e), Some(p)) if !p.is_empty() && e.to_string().contains(p) => Err(Error::Redacted {
+            label: e.metric_label(),
+            message: e.to_string().replace(p, "<redacted>"),
+        }),
+        (result, _) => result,
+    }
 }
 
 async fn apply(welcome: &Welcome, ctx: &Context) -> Result<Action> {
@@ -48,54 +70,112 @@ async fn apply(welcome: &Welcome, ctx: &Context) -> Result<Action> {
         return Ok(Action::await_change());
     }
     let (ns, name) = namespace_and_name(KIND, welcome)?;
-    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
+    let mut created = Vec::new();
     // The Secret comes first, so the pods never start with a dangling secretKeyRef.
-    match secret(welcome)? {
+    let credentials_uid = match secret(welcome)? {
         Some(s) => {
-            secrets
-                .patch(&secret_name(&name), &apply_params(), &Patch::Apply(s))
-                .await?;
+            let secret = objects::apply(&ctx.client, &s).await?;
+            if secret.created {
+                created.push(format!("Secret {}", secret_name(&name)));
+            }
+            Some(
+                secret
+                    .object
+                    .metadata
+                    .uid
+                    .ok_or_else(|| Error::MissingField {
+                        kind: "Secret",
+                        name: secret_name(&name),
+                        what: "uid",
+                    })?,
+            )
         }
-        None => remove_own_secret(&secrets, welcome, &name).await?,
+        None => {
+            remove_own_secret(ctx, welcome, &ns, &name).await?;
+            None
+        }
+    };
+    let deployment = objects::apply(
+        &ctx.client,
+        &deployment(welcome, credentials_uid.as_deref())?,
+    )
+    .await?;
+    if deployment.created {
+        created.push(format!("Deployment {name}"));
     }
-    let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), &ns);
-    let deployment = deployments
-        .patch(&name, &apply_params(), &Patch::Apply(deployment(welcome)?))
-        .await?;
-    let services: Api<Service> = Api::namespaced(ctx.client.clone(), &ns);
-    let service = services
-        .patch(&name, &apply_params(), &Patch::Apply(service(welcome)?))
-        .await?;
-    let status = status(welcome, &ns, &deployment, &service, ctx.clock.now());
+    let service = objects::apply(&ctx.client, &service(welcome)?).await?;
+    if service.created {
+        created.push(format!("Service {name}"));
+    }
+    if let Some(note) = objects::created_note(&created) {
+        ctx.publish(welcome, EventType::Normal, "Created", note)
+            .await;
+    }
+    let status = status(
+        welcome,
+        &ns,
+        &deployment.object,
+        &service.object,
+        ctx.clock.now(),
+    );
     if welcome.status.as_ref() != Some(&status) {
         let api: Api<Welcome> = Api::namespaced(ctx.client.clone(), &ns);
         api.patch_status(&name, &apply_params(), &status_patch::<Welcome>(&status))
             .await?;
     }
-    Ok(Action::await_change())
+    Ok(match credentials_uid {
+        Some(_) => Action::requeue(CREDENTIALS_RESYNC),
+        None => Action::await_change(),
+    })
 }
 
-/// Deletes the credentials Secret once the password is gone, but only when this Welcome
-/// controls it: a user's own Secret of that name is never touched.
-async fn remove_own_secret(secrets: &Api<Secret>, welcome: &Welcome, name: &str) -> Result<()> {
+/// Deletes the credentials Secret once the password is gone, without reading it: only when the
+/// live Deployment of this Welcome names its uid, and only if the Secret still has that uid, so a
+/// user's own Secret of that name is never touched.
+async fn remove_own_secret(ctx: &Context, welcome: &Welcome, ns: &str, name: &str) -> Result<()> {
     let secret_name = secret_name(name);
-    let existing = match secrets.get(&secret_name).await {
-        Ok(s) => s,
-        Err(e) if is_status(&e, 404) => return Ok(()),
-        Err(e) => return Err(e.into()),
+    if welcome
+        .spec
+        .password_secret_ref
+        .as_ref()
+        .is_some_and(|r| r.name == secret_name)
+    {
+        return Ok(());
+    }
+    let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), ns);
+    let Some(live) = deployments.get_opt(name).await? else {
+        return Ok(());
     };
-    let ours = existing
+    let controlled = live
         .owner_references()
         .iter()
         .any(|o| o.controller == Some(true) && Some(&o.uid) == welcome.meta().uid.as_ref());
-    if ours {
-        match secrets.delete(&secret_name, &DeleteParams::default()).await {
-            Ok(_) => {}
-            Err(e) if is_status(&e, 404) => {}
-            Err(e) => return Err(e.into()),
+    let Some(uid) = live
+        .annotations()
+        .get(CREDENTIALS_UID_ANNOTATION)
+        .filter(|_| controlled)
+    else {
+        return Ok(());
+    };
+    let only_that_secret = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: Some(uid.clone()),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
+    match secrets.delete(&secret_name, &only_that_secret).await {
+        Ok(_) => {
+            let note = format!("Deleted Secret {secret_name}, as spec.password was removed");
+            ctx.publish(welcome, EventType::Normal, "Deleted", note)
+                .await;
+            Ok(())
         }
+        // Gone already, or the name now belongs to another Secret (the uid differs): leave it.
+        Err(e) if is_status(&e, 404) || is_status(&e, 409) => Ok(()),
+        Err(e) => Err(e.into()),
     }
-    Ok(())
 }
 
 /// The credentials Secret, when the Welcome has a plain password.
@@ -130,8 +210,9 @@ fn is_http_echo(image: &str) -> bool {
     repository == "hashicorp/http-echo" || repository.ends_with("/hashicorp/http-echo")
 }
 
-/// The Deployment a Welcome wants; the password only ever enters it as a secretKeyRef.
-pub fn deployment(welcome: &Welcome) -> Result<Deployment> {
+/// The Deployment a Welcome wants; the password only ever enters it as a secretKeyRef to the
+/// credentials Secret, whose uid (`credentials_uid`) it then records.
+pub fn deployment(welcome: &Welcome, credentials_uid: Option<&str>) -> Result<Deployment> {
     let name = welcome.name_any();
     let spec = &welcome.spec;
     let port = spec.port();
@@ -203,8 +284,15 @@ pub fn deployment(welcome: &Welcome) -> Result<Deployment> {
         security_context: Some(objects::restricted_security_context(APP_UID)),
         ..Container::default()
     };
+    let mut metadata = child_meta(KIND, welcome, name.clone(), objects::labels(APP, &name))?;
+    if let (Some(_), Some(uid)) = (&spec.password, credentials_uid) {
+        metadata.annotations = Some(BTreeMap::from([(
+            CREDENTIALS_UID_ANNOTATION.to_string(),
+            uid.to_string(),
+        )]));
+    }
     Ok(Deployment {
-        metadata: child_meta(KIND, welcome, name.clone(), objects::labels(APP, &name))?,
+        metadata,
         spec: Some(DeploymentSpec {
             replicas: Some(spec.replicas()),
             selector: LabelSelector {
@@ -337,6 +425,7 @@ mod tests {
         "/api/v1/namespaces/team/services/hello?&force=true&fieldManager=kubesteer-controller";
     const SECRET_APPLY: &str = "/api/v1/namespaces/team/secrets/hello-credentials?&force=true&fieldManager=kubesteer-controller";
     const SECRET_URL: &str = "/api/v1/namespaces/team/secrets/hello-credentials";
+    const DEPLOYMENT_URL: &str = "/apis/apps/v1/namespaces/team/deployments/hello";
     const STATUS: &str = "/apis/kubesteer.io/v1alpha1/namespaces/team/welcomes/hello/status?&force=true&fieldManager=kubesteer-controller";
 
     fn with_node_port(mut service: serde_json::Value) -> serde_json::Value {
@@ -346,8 +435,11 @@ mod tests {
 
     #[test]
     fn the_default_image_gets_its_text_and_port_from_env() {
-        let d = serde_json::to_value(deployment(&welcome(json!({"name": "kubesteer"}))).unwrap())
-            .unwrap();
+        let d = serde_json::to_value(
+            deployment(&welcome(json!({"name": "kubesteer"})), Some("ignored")).unwrap(),
+        )
+        .unwrap();
+        assert!(d["metadata"].get("annotations").is_none(), "{d}");
         let c = &d["spec"]["template"]["spec"]["containers"][0];
         assert_eq!(c["image"], kubesteer_api::welcome::DEFAULT_IMAGE);
         assert_eq!(
@@ -362,9 +454,10 @@ mod tests {
         assert_eq!(c["securityContext"]["runAsNonRoot"], true);
         assert_eq!(c["securityContext"]["capabilities"]["drop"], json!(["ALL"]));
         let own = serde_json::to_value(
-            deployment(&welcome(
-                json!({"name": "x", "image": "registry.local/me/app:1"}),
-            ))
+            deployment(
+                &welcome(json!({"name": "x", "image": "registry.local/me/app:1"})),
+                None,
+            )
             .unwrap(),
         )
         .unwrap();
@@ -391,9 +484,10 @@ mod tests {
     #[test]
     fn a_password_secret_ref_is_used_as_is() {
         let d = serde_json::to_value(
-            deployment(&welcome(
-                json!({"name": "x", "passwordSecretRef": {"name": "mine", "key": "pw"}}),
-            ))
+            deployment(
+                &welcome(json!({"name": "x", "passwordSecretRef": {"name": "mine", "key": "pw"}})),
+                None,
+            )
             .unwrap(),
         )
         .unwrap();
@@ -401,6 +495,24 @@ mod tests {
             d["spec"]["template"]["spec"]["containers"][0]["env"][2],
             json!({"name": "PASSWORD", "valueFrom": {"secretKeyRef": {"name": "mine", "key": "pw", "optional": false}}})
         );
+    }
+
+    /// The credentials Secret as the apiserver returns it from an apply.
+    fn stored_secret(w: &Welcome, uid: &str) -> serde_json::Value {
+        let mut s = serde_json::to_value(secret(w).unwrap().unwrap()).unwrap();
+        s["metadata"]["uid"] = json!(uid);
+        s
+    }
+
+    /// The live Deployment of a Welcome that had a password kept in the Secret with `uid`.
+    fn live_with_password(uid: &str) -> serde_json::Value {
+        let had = welcome(json!({"name": "kubesteer", "password": SECRET}));
+        serde_json::to_value(deployment(&had, Some(uid)).unwrap()).unwrap()
+    }
+
+    fn no_password_in(b: &serde_json::Value) {
+        let text = b.to_string();
+        assert!(!text.contains(SECRET), "the password leaked into {text}");
     }
 
     #[tokio::test]
@@ -417,23 +529,36 @@ mod tests {
                     let bytes: ByteString = serde_json::from_value(json!(encoded)).unwrap();
                     assert_eq!(bytes.0, SECRET.as_bytes());
                 })
-                .respond_with_body(),
+                .created_as(stored_secret(&w, "sec-uid")),
             Call::patch(DEPLOYMENT)
                 .body(|b| {
-                    let text = b.to_string();
-                    assert!(!text.contains(SECRET), "the password leaked into {text}");
+                    no_password_in(b);
                     assert_eq!(
                         b["spec"]["template"]["spec"]["containers"][0]["env"][2],
                         json!({"name": "PASSWORD", "valueFrom": {"secretKeyRef": {"name": "hello-credentials", "key": PASSWORD_KEY, "optional": false}}})
                     );
+                    assert_eq!(
+                        b["metadata"]["annotations"],
+                        json!({CREDENTIALS_UID_ANNOTATION: "sec-uid"}),
+                        "the Deployment records which Secret is the controller's"
+                    );
                 })
-                .respond_with_body(),
+                .created(),
             Call::patch(SERVICE)
                 .body(|b| assert_eq!(b["spec"]["type"], "NodePort"))
-                .respond(with_node_port(serde_json::to_value(service(&welcome(json!({"name": "kubesteer"}))).unwrap()).unwrap())),
+                .created_as(with_node_port(serde_json::to_value(service(&welcome(json!({"name": "kubesteer"}))).unwrap()).unwrap())),
+            Call::event("team")
+                .body(|b| {
+                    no_password_in(b);
+                    assert_eq!(b["type"], "Normal");
+                    assert_eq!(b["reason"], "Created");
+                    assert_eq!(b["note"], "Created Secret hello-credentials, Deployment hello, Service hello");
+                    assert_eq!(b["regarding"]["name"], "hello");
+                })
+                .respond_with_body(),
             Call::patch(STATUS)
                 .body(|b| {
-                    assert!(!b.to_string().contains(SECRET));
+                    no_password_in(b);
                     assert_eq!(b["status"]["serviceURL"], "http://hello.team.svc:8088");
                     assert_eq!(b["status"]["nodePort"], 30123);
                     assert_eq!(b["status"]["readyReplicas"], 0);
@@ -441,28 +566,53 @@ mod tests {
                 })
                 .respond_status_of(&w),
         ]);
+        let action = reconcile(Arc::new(w), ctx.clone()).await.unwrap();
+        assert_eq!(
+            action,
+            Action::requeue(CREDENTIALS_RESYNC),
+            "the unwatched Secret is resynced"
+        );
+        scenario.finish(ctx).await;
+    }
+
+    #[tokio::test]
+    async fn a_settled_welcome_with_a_password_writes_nothing_new_and_never_reads_the_secret() {
+        let mut w =
+            welcome(json!({"name": "kubesteer", "password": SECRET, "serviceType": "ClusterIP"}));
+        let live = deployment(&w, Some("sec-uid")).unwrap();
+        let svc = service(&w).unwrap();
+        let (ctx, verifier) = fixtures::context();
+        w.status = Some(status(&w, "team", &live, &svc, ctx.clock.now()));
+        let scenario = verifier.run(vec![
+            Call::patch(SECRET_APPLY).respond(stored_secret(&w, "sec-uid")),
+            Call::patch(DEPLOYMENT).respond_with_body(),
+            Call::patch(SERVICE).respond_with_body(),
+        ]);
         reconcile(Arc::new(w), ctx.clone()).await.unwrap();
         scenario.finish(ctx).await;
     }
 
     #[tokio::test]
-    async fn a_removed_password_deletes_the_owned_secret() {
+    async fn a_removed_password_deletes_the_secret_the_deployment_vouches_for() {
         let w = welcome(json!({"name": "kubesteer", "serviceType": "ClusterIP"}));
-        let owned = serde_json::to_value(
-            secret(&welcome(json!({"name": "kubesteer", "password": SECRET})))
-                .unwrap()
-                .unwrap(),
-        )
-        .unwrap();
         let (ctx, verifier) = fixtures::context();
         let scenario = verifier.run(vec![
-            Call::get(SECRET_URL).respond(owned),
-            Call::delete(&format!("{SECRET_URL}?")).respond(json!({
-                "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"})),
+            Call::get(DEPLOYMENT_URL).respond(live_with_password("sec-uid")),
+            Call::delete(&format!("{SECRET_URL}?"))
+                .body(|b| assert_eq!(b["preconditions"], json!({"uid": "sec-uid"}), "{b}"))
+                .respond(json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"})),
+            Call::event("team")
+                .body(|b| {
+                    assert_eq!(b["type"], "Normal");
+                    assert_eq!(b["reason"], "Deleted");
+                    assert_eq!(b["note"], "Deleted Secret hello-credentials, as spec.password was removed");
+                })
+                .respond_with_body(),
             Call::patch(DEPLOYMENT)
                 .body(|b| {
                     let env = &b["spec"]["template"]["spec"]["containers"][0]["env"];
                     assert_eq!(env.as_array().unwrap().len(), 2, "{env}");
+                    assert!(b["metadata"].get("annotations").is_none(), "{b}");
                 })
                 .respond_with_body(),
             Call::patch(SERVICE)
@@ -472,8 +622,51 @@ mod tests {
                 .body(|b| assert!(b["status"].get("nodePort").is_none(), "{b}"))
                 .respond_status_of(&w),
         ]);
+        let action = reconcile(Arc::new(w), ctx.clone()).await.unwrap();
+        assert_eq!(action, Action::await_change());
+        scenario.finish(ctx).await;
+    }
+
+    #[tokio::test]
+    async fn a_secret_that_replaced_the_controllers_own_is_left_alone() {
+        let w = welcome(json!({"name": "kubesteer"}));
+        let (ctx, verifier) = fixtures::context();
+        let scenario = verifier.run(vec![
+            Call::get(DEPLOYMENT_URL).respond(live_with_password("sec-uid")),
+            Call::delete(&format!("{SECRET_URL}?")).error(
+                409,
+                "Precondition failed: UID in precondition: sec-uid, UID in object meta: users-uid",
+            ),
+            Call::patch(DEPLOYMENT).respond_with_body(),
+            Call::patch(SERVICE).respond_with_body(),
+            Call::patch(STATUS).respond_status_of(&w),
+        ]);
         reconcile(Arc::new(w), ctx.clone()).await.unwrap();
         scenario.finish(ctx).await;
+    }
+
+    #[tokio::test]
+    async fn without_the_deployments_word_no_secret_is_deleted() {
+        let w = welcome(json!({"name": "kubesteer"}));
+        // A passwordSecretRef to the user's own Secret of that name, just removed: no annotation.
+        let users = serde_json::to_value(
+            deployment(&welcome(json!({"name": "kubesteer", "passwordSecretRef": {"name": "hello-credentials", "key": "password"}})), None).unwrap(),
+        )
+        .unwrap();
+        // A Deployment of that name that this Welcome does not control.
+        let mut foreign = live_with_password("sec-uid");
+        foreign["metadata"]["ownerReferences"][0]["uid"] = json!("someone-else");
+        for live in [users, foreign] {
+            let (ctx, verifier) = fixtures::context();
+            let scenario = verifier.run(vec![
+                Call::get(DEPLOYMENT_URL).respond(live),
+                Call::patch(DEPLOYMENT).respond_with_body(),
+                Call::patch(SERVICE).respond_with_body(),
+                Call::patch(STATUS).respond_status_of(&w),
+            ]);
+            reconcile(Arc::new(w.clone()), ctx.clone()).await.unwrap();
+            scenario.finish(ctx).await;
+        }
     }
 
     #[tokio::test]
@@ -483,13 +676,33 @@ mod tests {
         );
         let (ctx, verifier) = fixtures::context();
         let scenario = verifier.run(vec![
-            Call::get(SECRET_URL).respond(json!({"apiVersion": "v1", "kind": "Secret",
-                "metadata": {"name": "hello-credentials", "namespace": "team"}})),
             Call::patch(DEPLOYMENT).respond_with_body(),
             Call::patch(SERVICE).respond_with_body(),
             Call::patch(STATUS).respond_status_of(&w),
         ]);
         reconcile(Arc::new(w), ctx.clone()).await.unwrap();
+        scenario.finish(ctx).await;
+    }
+
+    #[tokio::test]
+    async fn a_failure_that_echoes_the_password_is_reported_without_it() {
+        let w = welcome(json!({"name": "kubesteer", "password": SECRET}));
+        let (ctx, verifier) = fixtures::context();
+        let scenario = verifier.run(vec![
+            Call::patch(SECRET_APPLY)
+                .error(422, &format!("data[password]: Invalid value: {SECRET:?}")),
+            Call::event("team")
+                .body(|b| {
+                    no_password_in(b);
+                    assert_eq!(b["type"], "Warning");
+                    assert_eq!(b["reason"], "ReconcileFailed");
+                    assert!(b["note"].as_str().unwrap().contains("<redacted>"), "{b}");
+                })
+                .respond_with_body(),
+        ]);
+        let err = reconcile(Arc::new(w), ctx.clone()).await.unwrap_err();
+        assert!(!err.to_string().contains(SECRET), "{err}");
+        assert_eq!(err.metric_label(), "kube");
         scenario.finish(ctx).await;
     }
 }

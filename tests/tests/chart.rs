@@ -503,7 +503,14 @@ fn rbac_grants_exactly_what_each_binary_uses() -> Result<()> {
         &["get", "patch", "update"],
         None,
     ));
-    controller.extend(expand(&[""], &["services", "secrets"], &write, None));
+    controller.extend(expand(&[""], &["services"], &write, None));
+    // Welcome credentials are written, never read.
+    controller.extend(expand(
+        &[""],
+        &["secrets"],
+        &["create", "patch", "update", "delete"],
+        None,
+    ));
     controller.extend(expand(&[""], &["pods"], &["get", "list", "watch"], None));
     controller.extend(expand(
         &["events.k8s.io", ""],

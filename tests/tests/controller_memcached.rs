@@ -3,7 +3,9 @@
 use std::time::Duration;
 
 use anyhow::Result;
-use kubesteer_tests::{eventually, jsonpath, kubectl, kubectl_ok, ControllerProcess, Namespace};
+use kubesteer_tests::{
+    event_notes, eventually, jsonpath, kubectl, kubectl_ok, ControllerProcess, Namespace,
+};
 
 const MEMCACHED: &str = r#"
 apiVersion: kubesteer.io/v1alpha1
@@ -126,6 +128,18 @@ fn memcached_runs_scales_reverts_hand_edits_and_is_collected() -> Result<()> {
         Ok(kubectl(&["get", "-n", ns.name(), "service/cache"], None)?
             .ok
             .then_some(()))
+    })?;
+    eventually(WAIT, "a Normal event for each creation", || {
+        let notes = event_notes(ns.name(), "Created")?;
+        anyhow::ensure!(
+            notes
+                == [
+                    "Created Deployment cache, Service cache",
+                    "Created Service cache"
+                ],
+            "Created events: {notes:?}"
+        );
+        Ok(Some(()))
     })?;
 
     // Deleting the Memcached garbage-collects what it owns.

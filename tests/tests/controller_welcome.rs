@@ -3,7 +3,9 @@
 use std::time::Duration;
 
 use anyhow::Result;
-use kubesteer_tests::{eventually, jsonpath, kubectl, kubectl_ok, ControllerProcess, Namespace};
+use kubesteer_tests::{
+    event_notes, eventually, jsonpath, kubectl, kubectl_ok, ControllerProcess, Namespace,
+};
 
 const PASSWORD: &str = "correct-horse-battery-staple";
 const WAIT: Duration = Duration::from_secs(90);
@@ -66,6 +68,11 @@ fn welcome_gets_a_nodeport_service_a_secret_and_a_status() -> Result<()> {
     );
     let pods = kubectl_ok(&["get", "-n", ns.name(), "pods", "-o", "json"], None)?;
     assert!(!pods.contains(PASSWORD), "the password leaked into a pod");
+    assert_eq!(
+        event_notes(ns.name(), "Created")?,
+        ["Created Secret hello-credentials, Deployment hello, Service hello"],
+        "one Normal event names what was created"
+    );
     let columns = kubectl_ok(
         &["get", "-n", ns.name(), "wel", "hello", "--no-headers"],
         None,
@@ -109,8 +116,124 @@ fn welcome_gets_a_nodeport_service_a_secret_and_a_status() -> Result<()> {
         )?;
         Ok((env == "NAME PORT").then_some(()))
     })?;
+    eventually(WAIT, "the Deleted event", || {
+        let notes = event_notes(ns.name(), "Deleted")?;
+        anyhow::ensure!(
+            notes == ["Deleted Secret hello-credentials, as spec.password was removed"],
+            "Deleted events: {notes:?}"
+        );
+        Ok(Some(()))
+    })?;
+    let all_events = kubectl_ok(&["get", "events", "-n", ns.name(), "-o", "json"], None)?;
+    assert!(
+        !all_events.contains(PASSWORD) && !all_events.contains(&base64(PASSWORD.as_bytes())),
+        "the password leaked into an event"
+    );
     let logs = controller.logs();
     assert!(!logs.contains(PASSWORD), "the password leaked into the log");
+    Ok(())
+}
+
+#[test]
+fn a_users_own_secret_of_the_credentials_name_is_never_deleted() -> Result<()> {
+    let ns = Namespace::new("ctl-wel-own")?;
+    let mut controller = ControllerProcess::start(ns.name())?;
+    let welcome = |spec: &str| {
+        let run = ns.apply(&format!(
+            "apiVersion: kubesteer.io/v1alpha1\nkind: Welcome\nmetadata: {{name: hello}}\nspec: {spec}\n"
+        ))?;
+        anyhow::ensure!(run.ok, "{run:?}");
+        Ok(())
+    };
+    let password_ref = || {
+        jsonpath(
+            ns.name(),
+            "deployment/hello",
+            "{.spec.template.spec.containers[0].env[?(@.name==\"PASSWORD\")].valueFrom.secretKeyRef.name}",
+        )
+    };
+    let users_secret = || -> Result<String> {
+        kubectl_ok(
+            &[
+                "create",
+                "secret",
+                "generic",
+                "hello-credentials",
+                "-n",
+                ns.name(),
+                "--from-literal=password=the-users-own",
+            ],
+            None,
+        )?;
+        jsonpath(ns.name(), "secret/hello-credentials", "{.metadata.uid}")
+    };
+    let secret_uid = || jsonpath(ns.name(), "secret/hello-credentials", "{.metadata.uid}");
+
+    // The user's Secret, referenced and then no longer: the controller leaves it be.
+    let uid = users_secret()?;
+    welcome("{name: kubesteer, passwordSecretRef: {name: hello-credentials, key: password}}")?;
+    eventually(WAIT, "the Deployment referencing the user's Secret", || {
+        Ok((password_ref()? == "hello-credentials").then_some(()))
+    })?;
+    kubectl_ok(
+        &[
+            "patch",
+            "-n",
+            ns.name(),
+            "welcome/hello",
+            "--type=json",
+            "-p",
+            r#"[{"op":"remove","path":"/spec/passwordSecretRef"}]"#,
+        ],
+        None,
+    )?;
+    eventually(WAIT, "PASSWORD gone from the env", || {
+        Ok(password_ref()?.is_empty().then_some(()))
+    })?;
+    // The delete, had there been one, comes before the Deployment changes.
+    assert_eq!(secret_uid()?, uid, "the user's Secret was deleted");
+
+    // The controller's Secret, replaced by the user's own while the controller was down, and
+    // then the password removed: the delete is conditional on the uid the controller wrote.
+    kubectl_ok(
+        &["delete", "-n", ns.name(), "secret/hello-credentials"],
+        None,
+    )?;
+    welcome(&format!("{{name: kubesteer, password: {PASSWORD}}}"))?;
+    kubectl_ok(
+        &[
+            "wait",
+            "-n",
+            ns.name(),
+            "--for=condition=Ready",
+            "welcome/hello",
+            "--timeout=90s",
+        ],
+        None,
+    )?;
+    eventually(WAIT, "the controller's Secret", || {
+        Ok((password_ref()? == "hello-credentials" && !secret_uid()?.is_empty()).then_some(()))
+    })?;
+    assert!(
+        controller.terminate(Duration::from_secs(10)),
+        "graceful shutdown"
+    );
+    kubectl_ok(
+        &["delete", "-n", ns.name(), "secret/hello-credentials"],
+        None,
+    )?;
+    let uid = users_secret()?;
+    welcome("{name: kubesteer}")?;
+    let _restarted =
+        ControllerProcess::start_with(ns.name(), &format!("{}-restarted", ns.name()), &[])?;
+    eventually(WAIT, "PASSWORD gone from the env", || {
+        Ok(password_ref()?.is_empty().then_some(()))
+    })?;
+    assert_eq!(
+        secret_uid()?,
+        uid,
+        "the user's replacement Secret was deleted"
+    );
     Ok(())
 }
 

@@ -255,6 +255,42 @@ fn install_upgrade_and_uninstall_with_self_managed_certificates() -> Result<()> 
         )?
         .ok
     );
+    // A Welcome's credentials Secret is created and, with the password gone, deleted, by a
+    // controller that may not read Secrets.
+    let run = ns.apply(
+        "apiVersion: kubesteer.io/v1alpha1\nkind: Welcome\nmetadata: {name: hello}\nspec: {name: helm, password: not-read-back}\n",
+    )?;
+    assert!(run.ok, "{run:?}");
+    let secret_exists = || -> Result<bool> {
+        Ok(kubectl(&["get", "-n", ns.name(), "secret/hello-credentials"], None)?.ok)
+    };
+    eventually(Duration::from_secs(60), "the credentials Secret", || {
+        Ok(secret_exists()?.then_some(()))
+    })
+    .with_context(|| controller.logs())?;
+    kubectl_ok(
+        &[
+            "patch",
+            "-n",
+            ns.name(),
+            "welcome/hello",
+            "--type=json",
+            "-p",
+            r#"[{"op":"remove","path":"/spec/password"}]"#,
+        ],
+        None,
+    )?;
+    eventually(
+        Duration::from_secs(60),
+        "the credentials Secret deleted",
+        || Ok((!secret_exists()?).then_some(())),
+    )
+    .with_context(|| controller.logs())?;
+    assert!(
+        !controller.logs().contains("forbidden"),
+        "{}",
+        controller.logs()
+    );
     let can = kubectl(
         &[
             "auth",
