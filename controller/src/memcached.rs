@@ -1,12 +1,11 @@
 //! Memcached: a Deployment of memcached pods behind a headless Service.
 use std::sync::Arc;
 
-use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{
-    Container, ContainerPort, Pod, PodSpec, PodTemplateSpec, Probe, Service, ServicePort,
-    ServiceSpec, TCPSocketAction,
+    Container, ContainerPort, Pod, Probe, Service, ServicePort, ServiceSpec, TCPSocketAction,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::ListParams;
 use kube::runtime::controller::Action;
@@ -102,24 +101,7 @@ pub fn deployment(mc: &Memcached) -> Result<Deployment> {
     };
     Ok(Deployment {
         metadata: child_meta(KIND, mc, name.clone(), objects::labels(APP, &name))?,
-        spec: Some(DeploymentSpec {
-            replicas: Some(spec.size()),
-            selector: LabelSelector {
-                match_labels: Some(objects::selector_labels(APP, &name)),
-                ..LabelSelector::default()
-            },
-            template: PodTemplateSpec {
-                metadata: Some(ObjectMeta {
-                    labels: Some(objects::labels(APP, &name)),
-                    ..ObjectMeta::default()
-                }),
-                spec: Some(PodSpec {
-                    containers: vec![container],
-                    ..PodSpec::default()
-                }),
-            },
-            ..DeploymentSpec::default()
-        }),
+        spec: Some(objects::deployment_spec(APP, &name, spec.size(), container)),
         ..Deployment::default()
     })
 }

@@ -2,8 +2,11 @@
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
-use k8s_openapi::api::core::v1::{Capabilities, SeccompProfile, SecurityContext};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::api::apps::v1::DeploymentSpec;
+use k8s_openapi::api::core::v1::{
+    Capabilities, Container, PodSpec, PodTemplateSpec, SeccompProfile, SecurityContext,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
 use kube::client::Body;
@@ -79,6 +82,32 @@ where
         owner_references: Some(vec![owner_ref]),
         ..ObjectMeta::default()
     })
+}
+/// A Deployment spec of `replicas` pods of one `container`, labelled for `app`/`instance`.
+pub fn deployment_spec(
+    app: &str,
+    instance: &str,
+    replicas: i32,
+    container: Container,
+) -> DeploymentSpec {
+    DeploymentSpec {
+        replicas: Some(replicas),
+        selector: LabelSelector {
+            match_labels: Some(selector_labels(app, instance)),
+            ..LabelSelector::default()
+        },
+        template: PodTemplateSpec {
+            metadata: Some(ObjectMeta {
+                labels: Some(labels(app, instance)),
+                ..ObjectMeta::default()
+            }),
+            spec: Some(PodSpec {
+                containers: vec![container],
+                ..PodSpec::default()
+            }),
+        },
+        ..DeploymentSpec::default()
+    }
 }
 
 /// The restricted Pod Security Standard for a container running as `user`.

@@ -3,12 +3,12 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{
-    Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction, PodSpec, PodTemplateSpec, Probe,
-    Secret, SecretKeySelector, Service, ServicePort, ServiceSpec, TCPSocketAction,
+    Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction, Probe, Secret,
+    SecretKeySelector, Service, ServicePort, ServiceSpec, TCPSocketAction,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::ByteString;
 use kube::api::{DeleteParams, Preconditions};
@@ -293,24 +293,12 @@ pub fn deployment(welcome: &Welcome, credentials_uid: Option<&str>) -> Result<De
     }
     Ok(Deployment {
         metadata,
-        spec: Some(DeploymentSpec {
-            replicas: Some(spec.replicas()),
-            selector: LabelSelector {
-                match_labels: Some(objects::selector_labels(APP, &name)),
-                ..LabelSelector::default()
-            },
-            template: PodTemplateSpec {
-                metadata: Some(ObjectMeta {
-                    labels: Some(objects::labels(APP, &name)),
-                    ..ObjectMeta::default()
-                }),
-                spec: Some(PodSpec {
-                    containers: vec![container],
-                    ..PodSpec::default()
-                }),
-            },
-            ..DeploymentSpec::default()
-        }),
+        spec: Some(objects::deployment_spec(
+            APP,
+            &name,
+            spec.replicas(),
+            container,
+        )),
         ..Deployment::default()
     })
 }
