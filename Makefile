@@ -10,7 +10,7 @@ KUBECONFIG_FILE := $(CURDIR)/.kubesteer/kubeconfig
 KUBECTL := $(BIN)/kubectl --kubeconfig $(KUBECONFIG_FILE)
 CARGO ?= cargo
 
-.PHONY: all build control-plane cluster-up cluster-down manifests install run test fmt-check clippy unit e2e bench-webhook
+.PHONY: all build control-plane cluster-up cluster-down manifests install run test fmt-check clippy unit e2e bench-webhook bench-controller
 
 all: build
 
@@ -58,3 +58,8 @@ e2e: control-plane
 ## bench-webhook: load benchmark of the webhook; writes bench/results/webhook.json.
 bench-webhook: control-plane
 	hack/bench-webhook.sh
+
+## bench-controller: controller benchmark on a cluster of its own (KUBESTEER_CLUSTER=bench);
+## writes bench/results/controller.json.
+bench-controller: control-plane
+	hack/bench-controller.sh

@@ -4,6 +4,9 @@
 #   hack/cluster.sh up     start it (or reuse a running one), install the CRDs, write .kubesteer/kubeconfig
 #   hack/cluster.sh down   stop it and delete its state
 #   hack/cluster.sh status exit 0 when it answers
+# Environment: KUBESTEER_CLUSTER (name), KUBESTEER_STATE (state dir), KUBESTEER_NODES (fake nodes),
+# KUBESTEER_AUDIT_POLICY (opt-in: an audit policy file; the log is $KUBESTEER_STATE/kwok/clusters/<name>/logs/audit.log),
+# KUBESTEER_EXTRA_ARGS (opt-in: more kwokctl --extra-args, space-separated, e.g. "kube-scheduler=v=2").
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=../versions.env
@@ -13,6 +16,13 @@ bin="$cache/bin"
 state=${KUBESTEER_STATE:-$root/.kubesteer}
 name=${KUBESTEER_CLUSTER:-kubesteer}
 nodes=${KUBESTEER_NODES:-3}
+opt_in=() # kwokctl flags from the opt-in variables above
+if [ -n "${KUBESTEER_AUDIT_POLICY:-}" ]; then
+  opt_in=(--kube-audit-policy "$(realpath "$KUBESTEER_AUDIT_POLICY")")
+fi
+for a in ${KUBESTEER_EXTRA_ARGS:-}; do
+  opt_in+=(--extra-args "$a")
+done
 kubeconfig="$state/kubeconfig"
 export KWOK_WORKDIR="$state/kwok"
 kwokctl=("$bin/kwokctl" --name "$name")
@@ -46,7 +56,7 @@ YAML
     local started=$SECONDS
     log "starting cluster $name (Kubernetes $K8S_VERSION)"
     "${kwokctl[@]}" create cluster --config "$state/kwokctl.yaml" --kubeconfig "$kubeconfig" \
-      --extra-args "etcd=unsafe-no-fsync=true" --wait 120s
+      --extra-args "etcd=unsafe-no-fsync=true" ${opt_in[@]+"${opt_in[@]}"} --wait 120s
     log "scaling to $nodes fake nodes"
     "${kwokctl[@]}" scale node --replicas "$nodes"
     "${kubectl[@]}" wait --for=condition=Ready node --all --timeout=60s >/dev/null

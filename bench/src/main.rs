@@ -1,0 +1,759 @@
+//! kubesteer-bench: the client side of `make bench-controller` (see hack/bench-controller.sh).
+//!
+//! Every subcommand prints one JSON object on stdout; the script assembles them into
+//! bench/results/controller.json. Times are wall-clock on the benchmark machine.
+#![forbid(unsafe_code)]
+#![deny(warnings, rust_2018_idioms)]
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fmt::Debug;
+use std::io::BufRead;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _, Result};
+use chrono::{DateTime, DurationRound, TimeDelta, Timelike, Utc};
+use clap::{Parser, Subcommand, ValueEnum};
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
+use k8s_openapi::api::core::v1::{Container, Namespace, PodSpec, PodTemplateSpec, Service};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use kube::api::PostParams;
+use kube::runtime::watcher::{self, Event};
+use kube::runtime::WatchStreamExt;
+use kube::{Api, Client, Resource, ResourceExt};
+use kubesteer_api::scaler::{ScaleTarget, TimeOfDay};
+use kubesteer_api::{Memcached, MemcachedSpec, Scaler, ScalerSpec};
+use serde_json::{json, Value};
+use tokio::sync::oneshot;
+
+#[derive(Debug, Parser)]
+#[command(name = "kubesteer-bench", about = "Controller benchmark client")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Creates `count` objects and waits until all of them have converged (see `Mode`).
+    Converge {
+        #[arg(long, value_enum)]
+        mode: Mode,
+        #[arg(long)]
+        namespace: String,
+        #[arg(long, default_value_t = 1000)]
+        count: usize,
+        /// Memcached size, or the ceiling Deployments' replicas.
+        #[arg(long, default_value_t = 1)]
+        size: i32,
+        /// Requests of this client in flight at once.
+        #[arg(long, default_value_t = 32)]
+        concurrency: usize,
+        /// What the controller mode waits for.
+        #[arg(long, value_enum, default_value_t = Until::Ready)]
+        until: Until,
+        #[arg(long, default_value_t = 900)]
+        timeout_secs: u64,
+    },
+    /// Creates `count` Deployments (0 replicas) and one Scaler each, with a window hours away;
+    /// returns once every Scaler has a status.
+    IdleSetup {
+        #[arg(long)]
+        namespace: String,
+        #[arg(long, default_value_t = 100)]
+        count: usize,
+        #[arg(long, default_value_t = 300)]
+        timeout_secs: u64,
+    },
+    /// Creates `count` Deployments (0 replicas) and one Scaler each whose window opens at the
+    /// next minute boundary at least `lead_secs` away and closes a minute later, and measures
+    /// when each Deployment's spec.replicas changes, as seen by a watch.
+    Lateness {
+        #[arg(long)]
+        namespace: String,
+        #[arg(long, default_value_t = 30)]
+        count: usize,
+        #[arg(long, default_value_t = 20)]
+        lead_secs: i64,
+        /// How long after the closing boundary to keep watching.
+        #[arg(long, default_value_t = 15)]
+        grace_secs: u64,
+    },
+    /// Counts the requests of `user` in an apiserver audit log (Metadata level, one
+    /// ResponseComplete event per request), received between `since` and `until`.
+    Audit {
+        /// The audit log files (the apiserver rotates them at 100 MB).
+        #[arg(long, num_args = 1.., required = true)]
+        log: Vec<PathBuf>,
+        #[arg(long)]
+        user: String,
+        #[arg(long)]
+        since: Option<DateTime<Utc>>,
+        #[arg(long)]
+        until: Option<DateTime<Utc>>,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Mode {
+    /// Memcacheds, converged when each has condition Ready=True (the controller wrote it after
+    /// its Deployment rolled out with every pod Ready and its Service was applied).
+    Controller,
+    /// The same Deployments and Services as the controller would write, created directly
+    /// (POST), converged when each Deployment has rolled out with every pod Ready.
+    Ceiling,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Until {
+    /// Every Memcached has condition Ready=True.
+    Ready,
+    /// Every Memcached has a status for its generation: the controller has applied its
+    /// Deployment and Service and written the status once (Ready or not).
+    Reconciled,
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let out = match Cli::parse().command {
+        Command::Converge {
+            mode,
+            namespace,
+            count,
+            size,
+            concurrency,
+            until,
+            timeout_secs,
+        } => {
+            let client = Client::try_default().await?;
+            converge(
+                client,
+                mode,
+                &namespace,
+                count,
+                size,
+                concurrency,
+                until,
+                Duration::from_secs(timeout_secs),
+            )
+            .await?
+        }
+        Command::IdleSetup {
+            namespace,
+            count,
+            timeout_secs,
+        } => {
+            let client = Client::try_default().await?;
+            idle_setup(client, &namespace, count, Duration::from_secs(timeout_secs)).await?
+        }
+        Command::Lateness {
+            namespace,
+            count,
+            lead_secs,
+            grace_secs,
+        } => {
+            let client = Client::try_default().await?;
+            lateness(
+                client,
+                &namespace,
+                count,
+                lead_secs,
+                Duration::from_secs(grace_secs),
+            )
+            .await?
+        }
+        Command::Audit {
+            log,
+            user,
+            since,
+            until,
+        } => audit(&log, &user, since, until)?,
+    };
+    println!("{}", serde_json::to_string_pretty(&out)?);
+    Ok(())
+}
+
+fn log(msg: impl AsRef<str>) {
+    eprintln!(
+        "[bench {}] {}",
+        Utc::now().format("%H:%M:%S%.3f"),
+        msg.as_ref()
+    );
+}
+
+fn secs(d: Duration) -> f64 {
+    (d.as_secs_f64() * 1000.0).round() / 1000.0
+}
+
+async fn ensure_namespace(client: &Client, name: &str) -> Result<()> {
+    let api: Api<Namespace> = Api::all(client.clone());
+    let ns = Namespace {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..ObjectMeta::default()
+        },
+        ..Namespace::default()
+    };
+    match api.create(&PostParams::default(), &ns).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Watches `api` from a fresh list and records, per name, when `done` first held. Returns once
+/// the watch is established (list done) with a handle that resolves when `count` names are done.
+async fn watch_until<K>(
+    api: Api<K>,
+    count: usize,
+    done: impl Fn(&K) -> bool + Send + 'static,
+) -> Result<tokio::task::JoinHandle<HashMap<String, Instant>>>
+where
+    K: Resource + Clone + Debug + serde::de::DeserializeOwned + Send + 'static,
+{
+    let (ready_tx, ready_rx) = oneshot::channel();
+    let handle = tokio::spawn(async move {
+        let mut ready_tx = Some(ready_tx);
+        let mut seen: HashMap<String, Instant> = HashMap::new();
+        let mut stream = watcher::watcher(api, watcher::Config::default())
+            .default_backoff()
+            .boxed();
+        while let Some(event) = stream.next().await {
+            match event {
+                Ok(Event::InitDone) => {
+                    if let Some(tx) = ready_tx.take() {
+                        let _ = tx.send(());
+                    }
+                }
+                Ok(Event::Apply(o) | Event::InitApply(o)) => {
+                    if done(&o) {
+                        seen.entry(o.name_any()).or_insert_with(Instant::now);
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => log(format!("watch error (retrying): {e}")),
+            }
+            if seen.len() >= count {
+                break;
+            }
+        }
+        seen
+    });
+    ready_rx
+        .await
+        .context("the watch ended before its initial list")?;
+    Ok(handle)
+}
+
+fn has_ready_condition(
+    conditions: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
+) -> bool {
+    conditions
+        .iter()
+        .any(|c| c.type_ == "Ready" && c.status == "True")
+}
+
+/// A Deployment rolled out with every pod Ready, as the controller's Ready condition reads it.
+fn rolled_out(d: &Deployment) -> bool {
+    let want = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+    let Some(s) = d.status.as_ref() else {
+        return false;
+    };
+    s.observed_generation.unwrap_or(0) >= d.metadata.generation.unwrap_or(0)
+        && s.replicas.unwrap_or(0) == want
+        && s.updated_replicas.unwrap_or(0) == want
+        && s.ready_replicas.unwrap_or(0) == want
+}
+
+fn memcached(name: &str, namespace: &str, size: i32) -> Memcached {
+    let mut mc = Memcached::new(
+        name,
+        MemcachedSpec {
+            size: Some(size),
+            ..MemcachedSpec::default()
+        },
+    );
+    mc.metadata.namespace = Some(namespace.into());
+    mc
+}
+
+/// The Deployment and Service the controller would write for a Memcached, without the owner
+/// reference (there is no owner here, and the garbage collector would delete orphans).
+fn ceiling_objects(name: &str, namespace: &str, size: i32) -> Result<(Deployment, Service)> {
+    let mut mc = memcached(name, namespace, size);
+    mc.metadata.uid = Some(format!("ceiling-{name}"));
+    let mut d = kubesteer_controller::memcached::deployment(&mc)?;
+    let mut s = kubesteer_controller::memcached::service(&mc)?;
+    d.metadata.owner_references = None;
+    s.metadata.owner_references = None;
+    Ok((d, s))
+}
+
+/// Times, from the start, at which a share of the objects had converged.
+fn progress(start: Instant, done: &HashMap<String, Instant>) -> Value {
+    let mut t: Vec<f64> = done.values().map(|i| secs(*i - start)).collect();
+    t.sort_by(f64::total_cmp);
+    let at = |q: f64| -> Value {
+        if t.is_empty() {
+            return Value::Null;
+        }
+        let i = ((q * t.len() as f64).ceil() as usize).clamp(1, t.len()) - 1;
+        json!(t[i])
+    };
+    json!({"p10_s": at(0.1), "p50_s": at(0.5), "p90_s": at(0.9), "p100_s": at(1.0)})
+}
+
+#[allow(clippy::too_many_arguments)] // one call site; a struct would only rename the same eight settings
+async fn converge(
+    client: Client,
+    mode: Mode,
+    namespace: &str,
+    count: usize,
+    size: i32,
+    concurrency: usize,
+    until: Until,
+    timeout: Duration,
+) -> Result<Value> {
+    ensure_namespace(&client, namespace).await?;
+    let watch = match mode {
+        Mode::Controller => {
+            let api: Api<Memcached> = Api::namespaced(client.clone(), namespace);
+            watch_until(api, count, move |mc: &Memcached| {
+                mc.status.as_ref().is_some_and(|s| match until {
+                    Until::Ready => has_ready_condition(&s.conditions),
+                    Until::Reconciled => {
+                        s.observed_generation.is_some()
+                            && s.observed_generation == mc.metadata.generation
+                    }
+                })
+            })
+            .await?
+        }
+        Mode::Ceiling => {
+            let api: Api<Deployment> = Api::namespaced(client.clone(), namespace);
+            watch_until(api, count, rolled_out).await?
+        }
+    };
+    log(format!(
+        "{mode:?}: creating {count} in {namespace} (size {size}, concurrency {concurrency})"
+    ));
+    let started_at = Utc::now();
+    let start = Instant::now();
+    let pp = PostParams::default();
+    let names: Vec<String> = (0..count).map(|i| format!("mc-{i:05}")).collect();
+    let requests = futures::stream::iter(names.iter().map(|name| {
+        let client = client.clone();
+        let pp = &pp;
+        async move {
+            match mode {
+                Mode::Controller => {
+                    let api: Api<Memcached> = Api::namespaced(client, namespace);
+                    api.create(pp, &memcached(name, namespace, size)).await?;
+                    Ok::<usize, anyhow::Error>(1)
+                }
+                Mode::Ceiling => {
+                    let (d, s) = ceiling_objects(name, namespace, size)?;
+                    Api::<Deployment>::namespaced(client.clone(), namespace)
+                        .create(pp, &d)
+                        .await?;
+                    Api::<Service>::namespaced(client, namespace)
+                        .create(pp, &s)
+                        .await?;
+                    Ok(2)
+                }
+            }
+        }
+    }))
+    .buffer_unordered(concurrency.max(1))
+    .try_fold(0usize, |n, k| async move { Ok(n + k) })
+    .await?;
+    let created = start.elapsed();
+    log(format!(
+        "{mode:?}: {requests} creates accepted in {:.1}s; waiting for convergence",
+        created.as_secs_f64()
+    ));
+    let done = match tokio::time::timeout(timeout.saturating_sub(created), watch).await {
+        Ok(done) => done?,
+        Err(_) => bail!("{mode:?}: not converged within {timeout:?}"),
+    };
+    let converged = done.values().max().map(|t| *t - start).unwrap_or_default();
+    let converged_at = started_at + TimeDelta::from_std(converged)?;
+    log(format!(
+        "{mode:?}: {} converged in {:.1}s",
+        done.len(),
+        converged.as_secs_f64()
+    ));
+    // Counts of what exists, as a check that both sides built the same.
+    let deployments = Api::<Deployment>::namespaced(client.clone(), namespace)
+        .list_metadata(&Default::default())
+        .await?
+        .items
+        .len();
+    let services = Api::<Service>::namespaced(client.clone(), namespace)
+        .list_metadata(&Default::default())
+        .await?
+        .items
+        .len();
+    Ok(json!({
+        "mode": format!("{mode:?}").to_lowercase(),
+        "until": match mode {
+            Mode::Controller => format!("{until:?}").to_lowercase(),
+            Mode::Ceiling => "rolled_out".to_string(),
+        },
+        "namespace": namespace,
+        "count": count,
+        "size": size,
+        "client_concurrency": concurrency,
+        "client_create_requests": requests,
+        "started_at": started_at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+        "converged_at": converged_at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+        "creates_accepted_s": secs(created),
+        "converged_s": secs(converged),
+        "converged_progress": progress(start, &done),
+        "deployments": deployments,
+        "services": services,
+    }))
+}
+
+fn target_deployment(name: &str, namespace: &str, replicas: i32) -> Deployment {
+    let labels = BTreeMap::from([("app".to_string(), name.to_string())]);
+    Deployment {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(namespace.into()),
+            labels: Some(labels.clone()),
+            ..ObjectMeta::default()
+        },
+        spec: Some(DeploymentSpec {
+            replicas: Some(replicas),
+            selector: LabelSelector {
+                match_labels: Some(labels.clone()),
+                ..LabelSelector::default()
+            },
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(labels),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(PodSpec {
+                    containers: vec![Container {
+                        name: "app".into(),
+                        image: Some("registry.k8s.io/pause:3.10".into()),
+                        ..Container::default()
+                    }],
+                    ..PodSpec::default()
+                }),
+            },
+            ..DeploymentSpec::default()
+        }),
+        ..Deployment::default()
+    }
+}
+
+fn window_scaler(
+    name: &str,
+    namespace: &str,
+    target: &str,
+    start: TimeOfDay,
+    end: TimeOfDay,
+) -> Scaler {
+    let mut s = Scaler::new(
+        name,
+        ScalerSpec {
+            deployments: vec![ScaleTarget {
+                name: target.into(),
+                namespace: None,
+            }],
+            start: Some(start),
+            end: Some(end),
+            replicas: Some(1),
+            ..ScalerSpec::default()
+        },
+    );
+    s.metadata.namespace = Some(namespace.into());
+    s
+}
+
+/// Creates the targets and their Scalers, `concurrency` at a time.
+async fn create_scalers(
+    client: &Client,
+    namespace: &str,
+    count: usize,
+    prefix: &str,
+    start: TimeOfDay,
+    end: TimeOfDay,
+) -> Result<()> {
+    let pp = PostParams::default();
+    futures::stream::iter(0..count)
+        .map(|i| {
+            let name = format!("{prefix}-{i:03}");
+            let (start, end, pp) = (start.clone(), end.clone(), &pp);
+            async move {
+                Api::<Deployment>::namespaced(client.clone(), namespace)
+                    .create(pp, &target_deployment(&name, namespace, 0))
+                    .await?;
+                Api::<Scaler>::namespaced(client.clone(), namespace)
+                    .create(pp, &window_scaler(&name, namespace, &name, start, end))
+                    .await?;
+                Ok::<(), anyhow::Error>(())
+            }
+        })
+        .buffer_unordered(16)
+        .try_collect::<Vec<()>>()
+        .await?;
+    Ok(())
+}
+
+/// A Scaler the controller has reconciled since its last spec change.
+fn scaler_reconciled(s: &Scaler) -> bool {
+    s.status.as_ref().is_some_and(|st| {
+        st.observed_generation.is_some()
+            && st.observed_generation == s.metadata.generation
+            && !st.conditions.is_empty()
+    })
+}
+
+async fn idle_setup(
+    client: Client,
+    namespace: &str,
+    count: usize,
+    timeout: Duration,
+) -> Result<Value> {
+    ensure_namespace(&client, namespace).await?;
+    let now = Utc::now();
+    // Whole hours 6 to 8 hours ahead: no boundary during any idle measurement.
+    let start_hour = (i64::from(now.hour()) + 6) % 24;
+    let end_hour = (start_hour + 2) % 24;
+    let watch = watch_until(
+        Api::<Scaler>::namespaced(client.clone(), namespace),
+        count,
+        scaler_reconciled,
+    )
+    .await?;
+    let t = Instant::now();
+    create_scalers(
+        &client,
+        namespace,
+        count,
+        "idle",
+        TimeOfDay::Hour(start_hour),
+        TimeOfDay::Hour(end_hour),
+    )
+    .await?;
+    let done = match tokio::time::timeout(timeout, watch).await {
+        Ok(done) => done?,
+        Err(_) => bail!("idle Scalers not reconciled within {timeout:?}"),
+    };
+    log(format!(
+        "{} idle Scalers reconciled in {:.1}s",
+        done.len(),
+        t.elapsed().as_secs_f64()
+    ));
+    Ok(json!({
+        "count": count,
+        "window_utc": {"start": start_hour, "end": end_hour},
+        "reconciled_s": secs(t.elapsed()),
+    }))
+}
+
+/// A Deployment's spec.replicas as a watch saw it, and when.
+type Seen = (String, i32, DateTime<Utc>);
+
+fn hh_mm(t: DateTime<Utc>) -> TimeOfDay {
+    TimeOfDay::Clock(t.format("%H:%M").to_string())
+}
+
+fn percentile(sorted: &[f64], q: f64) -> Option<f64> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let i = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len()) - 1;
+    Some(sorted[i])
+}
+
+fn summary_ms(mut v: Vec<f64>) -> Value {
+    v.sort_by(f64::total_cmp);
+    json!({
+        "samples": v.len(),
+        "min_ms": v.first(),
+        "p50_ms": percentile(&v, 0.5),
+        "p90_ms": percentile(&v, 0.9),
+        "max_ms": v.last(),
+    })
+}
+
+async fn lateness(
+    client: Client,
+    namespace: &str,
+    count: usize,
+    lead_secs: i64,
+    grace: Duration,
+) -> Result<Value> {
+    ensure_namespace(&client, namespace).await?;
+    // Every spec.replicas the watch sees, with when it saw it.
+    let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
+    let (ready_tx, ready_rx) = oneshot::channel();
+    let recorder = {
+        let seen = seen.clone();
+        let api: Api<Deployment> = Api::namespaced(client.clone(), namespace);
+        tokio::spawn(async move {
+            let mut ready_tx = Some(ready_tx);
+            let mut stream = watcher::watcher(api, watcher::Config::default())
+                .default_backoff()
+                .boxed();
+            while let Some(event) = stream.next().await {
+                let at = Utc::now();
+                match event {
+                    Ok(Event::InitDone) => {
+                        if let Some(tx) = ready_tx.take() {
+                            let _ = tx.send(());
+                        }
+                    }
+                    Ok(Event::Apply(d) | Event::InitApply(d)) => {
+                        let replicas = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+                        if let Ok(mut seen) = seen.lock() {
+                            seen.push((d.name_any(), replicas, at));
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(e) => log(format!("watch error (retrying): {e}")),
+                }
+            }
+        })
+    };
+    ready_rx.await.context("the Deployment watch ended early")?;
+
+    let now = Utc::now();
+    let open = (now + TimeDelta::seconds(lead_secs + 59)).duration_trunc(TimeDelta::minutes(1))?;
+    let close = open + TimeDelta::minutes(1);
+    let reconciled = watch_until(
+        Api::<Scaler>::namespaced(client.clone(), namespace),
+        count,
+        scaler_reconciled,
+    )
+    .await?;
+    log(format!(
+        "{count} Scalers with the window [{}, {}) UTC",
+        open.format("%H:%M"),
+        close.format("%H:%M")
+    ));
+    create_scalers(&client, namespace, count, "late", hh_mm(open), hh_mm(close)).await?;
+    let until_open = (open - Utc::now()).to_std().unwrap_or_default();
+    let reconciled_before_open = tokio::time::timeout(until_open, reconciled).await.is_ok();
+    if !reconciled_before_open {
+        log("warning: not every Scaler was reconciled before the window opened");
+    }
+    let until_end = (close - Utc::now()).to_std().unwrap_or_default() + grace;
+    log(format!("watching for {:.0}s", until_end.as_secs_f64()));
+    tokio::time::sleep(until_end).await;
+    recorder.abort();
+
+    let seen = seen.lock().map(|s| s.clone()).unwrap_or_default();
+    let mut opening = Vec::new();
+    let mut closing = Vec::new();
+    let mut missed = Vec::new();
+    for i in 0..count {
+        let name = format!("late-{i:03}");
+        let events: Vec<&Seen> = seen.iter().filter(|(n, _, _)| *n == name).collect();
+        let scaled = events.iter().position(|(_, r, _)| *r == 1);
+        let restored =
+            scaled.and_then(|p| events[p..].iter().find(|(_, r, _)| *r == 0).map(|e| e.2));
+        let ms = |at: DateTime<Utc>, boundary: DateTime<Utc>| {
+            (at - boundary).num_microseconds().unwrap_or(0) as f64 / 1000.0
+        };
+        match scaled {
+            Some(p) => opening.push(ms(events[p].2, open)),
+            None => missed.push(format!("{name}: not scaled up")),
+        }
+        match restored {
+            Some(at) => closing.push(ms(at, close)),
+            None => missed.push(format!("{name}: not restored")),
+        }
+    }
+    let all: Vec<f64> = opening.iter().chain(&closing).copied().collect();
+    Ok(json!({
+        "scalers": count,
+        "window_open_at": open.to_rfc3339(),
+        "window_close_at": close.to_rfc3339(),
+        "reconciled_before_open": reconciled_before_open,
+        "opening": summary_ms(opening),
+        "closing": summary_ms(closing),
+        "all_transitions": summary_ms(all),
+        "missed": missed,
+    }))
+}
+
+/// Counts requests by verb and resource in a Metadata-level audit log.
+fn audit(
+    paths: &[PathBuf],
+    user: &str,
+    since: Option<DateTime<Utc>>,
+    until: Option<DateTime<Utc>>,
+) -> Result<Value> {
+    let mut by_kind: BTreeMap<String, u64> = BTreeMap::new();
+    let mut codes: BTreeMap<String, u64> = BTreeMap::new();
+    let mut watches_opened = 0u64;
+    let mut non_watch = 0u64;
+    let mut ids: HashSet<String> = HashSet::new();
+    let mut lines = Vec::new();
+    for path in paths {
+        let file =
+            std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+        lines.push(std::io::BufReader::new(file).lines());
+    }
+    for line in lines.into_iter().flatten() {
+        let line = line?;
+        let Ok(e) = serde_json::from_str::<Value>(&line) else {
+            continue;
+        };
+        if e["user"]["username"] != user {
+            continue;
+        }
+        let received = e["requestReceivedTimestamp"]
+            .as_str()
+            .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
+            .map(|t| t.to_utc());
+        let Some(received) = received else { continue };
+        if since.is_some_and(|s| received < s) || until.is_some_and(|u| received > u) {
+            continue;
+        }
+        let verb = e["verb"].as_str().unwrap_or_default();
+        let stage = e["stage"].as_str().unwrap_or_default();
+        if verb == "watch" {
+            if stage == "ResponseStarted" {
+                watches_opened += 1;
+            }
+            continue;
+        }
+        if stage != "ResponseComplete" {
+            continue;
+        }
+        let id = e["auditID"].as_str().unwrap_or_default().to_string();
+        if !ids.insert(id) {
+            continue;
+        }
+        non_watch += 1;
+        let o = &e["objectRef"];
+        let mut resource = o["resource"].as_str().unwrap_or("-").to_string();
+        if let Some(sub) = o["subresource"].as_str() {
+            resource = format!("{resource}/{sub}");
+        }
+        *by_kind.entry(format!("{verb} {resource}")).or_default() += 1;
+        let code = e["responseStatus"]["code"]
+            .as_i64()
+            .map_or("-".to_string(), |c| c.to_string());
+        *codes.entry(code).or_default() += 1;
+    }
+    Ok(json!({
+        "user": user,
+        "since": since.map(|t| t.to_rfc3339()),
+        "until": until.map(|t| t.to_rfc3339()),
+        "non_watch_requests": non_watch,
+        "watch_requests": watches_opened,
+        "by_verb_resource": by_kind,
+        "by_status_code": codes,
+    }))
+}
