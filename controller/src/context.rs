@@ -10,6 +10,7 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Client, Resource, ResourceExt};
 use tracing::{debug, warn};
 
+use crate::cache::Caches;
 use crate::metrics::Metrics;
 use crate::{Error, Result};
 
@@ -42,6 +43,8 @@ pub struct Context {
     reporter: Reporter,
     pub metrics: Arc<Metrics>,
     pub clock: Arc<dyn Clock>,
+    /// Watch caches of the owned objects.
+    pub caches: Caches,
     failures: Mutex<HashMap<String, u32>>,
 }
 
@@ -51,6 +54,7 @@ impl Context {
         metrics: Arc<Metrics>,
         clock: Arc<dyn Clock>,
         identity: Option<String>,
+        caches: Caches,
     ) -> Self {
         let reporter = Reporter {
             controller: crate::FIELD_MANAGER.to_string(),
@@ -62,8 +66,20 @@ impl Context {
             client,
             metrics,
             clock,
+            caches,
             failures: Mutex::default(),
         }
+    }
+
+    /// The same context with other caches, for a new run of the controllers.
+    pub fn with_caches(&self, caches: Caches) -> Self {
+        Self::new(
+            self.client.clone(),
+            self.metrics.clone(),
+            self.clock.clone(),
+            self.reporter.instance.clone(),
+            caches,
+        )
     }
 
     /// Runs one reconcile of `obj`: counts and times it, retries conflicts quietly, and tells

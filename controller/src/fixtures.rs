@@ -11,8 +11,10 @@ use serde_json::{json, Value};
 use tokio::task::JoinHandle;
 use tower_test::mock::{self, Handle};
 
+use crate::cache::{Caches, Writers};
 use crate::metrics::Metrics;
 use crate::{Clock, Context};
+use kube::runtime::reflector::store::Writer;
 
 /// A clock the test sets.
 pub struct FixedClock(pub Mutex<DateTime<Utc>>);
@@ -33,6 +35,11 @@ pub fn context() -> (Arc<Context>, Verifier) {
 }
 
 pub fn context_at(now: DateTime<Utc>) -> (Arc<Context>, Verifier) {
+    context_with(now, Caches::empty())
+}
+
+/// A context whose watch caches are `caches`.
+pub fn context_with(now: DateTime<Utc>, caches: Caches) -> (Arc<Context>, Verifier) {
     let (service, handle) = mock::pair::<Request<Body>, Response<Body>>();
     let client = Client::new(service, "default");
     let ctx = Context::new(
@@ -40,8 +47,25 @@ pub fn context_at(now: DateTime<Utc>) -> (Arc<Context>, Verifier) {
         Arc::new(Metrics::default()),
         Arc::new(FixedClock(Mutex::new(now))),
         Some("test".into()),
+        caches,
     );
     (Arc::new(ctx), Verifier(handle))
+}
+
+/// Caches filled by `fill`, as watches would have filled them.
+pub fn caches(fill: impl FnOnce(&mut Writers)) -> Caches {
+    let (caches, mut writers) = Caches::new();
+    fill(&mut writers);
+    caches
+}
+
+/// Puts `object` into a cache.
+pub fn put<K>(writer: &mut Writer<K>, object: Value)
+where
+    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned,
+{
+    let object: K = serde_json::from_value(object).unwrap();
+    writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(object));
 }
 
 type Check = Box<dyn FnOnce(&Value) + Send>;

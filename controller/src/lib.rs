@@ -4,6 +4,7 @@
 #![deny(warnings, rust_2018_idioms)]
 
 pub mod args;
+pub mod cache;
 pub mod context;
 pub mod http;
 pub mod lease;

@@ -3,17 +3,17 @@ use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{
-    Container, ContainerPort, Pod, Probe, Service, ServicePort, ServiceSpec, TCPSocketAction,
+    Container, ContainerPort, Probe, Service, ServicePort, ServiceSpec, TCPSocketAction,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kube::api::ListParams;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Api, Resource, ResourceExt};
 use kubesteer_api::common::{condition, READY};
 use kubesteer_api::{Memcached, MemcachedStatus};
 
+use crate::cache;
 use crate::objects::{self, apply_params, child_meta, namespace_and_name, status_patch};
 use crate::{Context, Result};
 
@@ -39,8 +39,9 @@ async fn apply(mc: &Memcached, ctx: &Context) -> Result<Action> {
         return Ok(Action::await_change());
     }
     let (ns, name) = namespace_and_name(KIND, mc)?;
-    let deployment = objects::apply(&ctx.client, &deployment(mc)?).await?;
-    let service = objects::apply(&ctx.client, &service(mc)?).await?;
+    let children = &ctx.caches.memcached;
+    let deployment = cache::ensure(ctx, &children.deployments, &deployment(mc)?).await?;
+    let service = cache::ensure(ctx, &children.services, &service(mc)?).await?;
     let mut created = Vec::new();
     if deployment.created {
         created.push(format!("Deployment {name}"));
@@ -51,12 +52,8 @@ async fn apply(mc: &Memcached, ctx: &Context) -> Result<Action> {
     if let Some(note) = objects::created_note(&created) {
         ctx.publish(mc, EventType::Normal, "Created", note).await;
     }
-    let deployment = deployment.object;
-    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
-    let pods = pods
-        .list(&ListParams::default().labels(&objects::selector_string(APP, &name)))
-        .await?;
-    let status = status(mc, &deployment, &pods.items, ctx.clock.now());
+    let nodes = cache::pod_names(&ctx.caches.memcached_pods, &ns, APP, &name);
+    let status = status(mc, &deployment.object, nodes, ctx.clock.now());
     if mc.status.as_ref() != Some(&status) {
         let api: Api<Memcached> = Api::namespaced(ctx.client.clone(), &ns);
         api.patch_status(&name, &apply_params(), &status_patch::<Memcached>(&status))
@@ -140,11 +137,11 @@ fn deployment_condition<'a>(
         .find(|c| c.type_ == type_)
 }
 
-/// The status a Memcached reports, from its Deployment and pods.
+/// The status a Memcached reports, from its Deployment and the names of its live pods.
 pub fn status(
     mc: &Memcached,
     deployment: &Deployment,
-    pods: &[Pod],
+    mut nodes: Vec<String>,
     now: chrono::DateTime<chrono::Utc>,
 ) -> MemcachedStatus {
     let now = objects::time(now);
@@ -231,11 +228,6 @@ pub fn status(
         },
     ];
 
-    let mut nodes: Vec<String> = pods
-        .iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .map(ResourceExt::name_any)
-        .collect();
     nodes.sort();
     MemcachedStatus {
         nodes,
@@ -266,10 +258,6 @@ mod tests {
         d["metadata"]["generation"] = json!(1);
         d["status"] = status;
         d
-    }
-
-    fn pod(name: &str) -> serde_json::Value {
-        json!({"metadata": {"name": name, "namespace": "team"}})
     }
 
     #[test]
@@ -318,18 +306,53 @@ mod tests {
         assert_eq!(s["spec"]["selector"]["app.kubernetes.io/instance"], "cache");
     }
 
+    const DEPLOYMENT: &str = "/apis/apps/v1/namespaces/team/deployments/cache?&force=true&fieldManager=kubesteer-controller";
+    const SERVICE: &str =
+        "/api/v1/namespaces/team/services/cache?&force=true&fieldManager=kubesteer-controller";
+    const STATUS: &str = "/apis/kubesteer.io/v1alpha1/namespaces/team/memcacheds/cache/status?&force=true&fieldManager=kubesteer-controller";
+
+    /// The Deployment as the apiserver keeps it after the controller applied it, with `status`.
+    fn applied_deployment(mc: &Memcached, status: serde_json::Value) -> serde_json::Value {
+        let mut d =
+            serde_json::to_value(cache::stamped(&deployment(mc).unwrap()).unwrap()).unwrap();
+        d["metadata"]["generation"] = json!(1);
+        d["metadata"]["uid"] = json!("d-uid");
+        d["spec"]["progressDeadlineSeconds"] = json!(600);
+        d["status"] = status;
+        d
+    }
+
+    fn applied_service(mc: &Memcached) -> serde_json::Value {
+        let mut s = serde_json::to_value(cache::stamped(&service(mc).unwrap()).unwrap()).unwrap();
+        s["spec"]["clusterIPs"] = json!(["None"]);
+        s["spec"]["type"] = json!("ClusterIP");
+        s
+    }
+
+    fn cached_pod(name: &str) -> serde_json::Value {
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "team",
+            "labels": {"app.kubernetes.io/name": "memcached", "app.kubernetes.io/instance": "cache"}}})
+    }
+
+    const READY: fn() -> serde_json::Value = || {
+        json!({"observedGeneration": 1, "replicas": 2, "updatedReplicas": 2, "readyReplicas": 2,
+            "conditions": [{"type": "Available", "status": "True"}, {"type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable"}]})
+    };
+
     #[tokio::test]
     async fn a_new_memcached_gets_its_deployment_and_service_applied_and_its_status_patched() {
         let mc = memcached(json!({"size": 2}));
         let (ctx, verifier) = fixtures::context();
         let scenario = verifier.run(vec![
-            Call::patch("/apis/apps/v1/namespaces/team/deployments/cache?&force=true&fieldManager=kubesteer-controller")
+            Call::patch(DEPLOYMENT)
                 .body(|b| {
                     assert_eq!(b["kind"], "Deployment");
                     assert_eq!(b["spec"]["replicas"], 2);
+                    let fingerprint = &b["metadata"]["annotations"][cache::APPLIED_ANNOTATION];
+                    assert_eq!(fingerprint.as_str().map(str::len), Some(16), "{b}");
                 })
                 .created_as(deployment_with(json!({}))),
-            Call::patch("/api/v1/namespaces/team/services/cache?&force=true&fieldManager=kubesteer-controller")
+            Call::patch(SERVICE)
                 .body(|b| {
                     assert_eq!(b["kind"], "Service");
                     assert_eq!(b["spec"]["clusterIP"], "None");
@@ -344,9 +367,7 @@ mod tests {
                     assert_eq!(b["regarding"]["name"], "cache");
                 })
                 .respond_with_body(),
-            Call::get("/api/v1/namespaces/team/pods?&labelSelector=app.kubernetes.io%2Fname%3Dmemcached%2Capp.kubernetes.io%2Finstance%3Dcache")
-                .respond(json!({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": []})),
-            Call::patch("/apis/kubesteer.io/v1alpha1/namespaces/team/memcacheds/cache/status?&force=true&fieldManager=kubesteer-controller")
+            Call::patch(STATUS)
                 .body(|b| {
                     assert_eq!(b["kind"], "Memcached");
                     assert_eq!(b["status"]["readyReplicas"], 0);
@@ -363,78 +384,112 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn ready_pods_are_reported_sorted_and_an_unchanged_status_is_not_patched() {
-        let ready = json!({"observedGeneration": 1, "replicas": 2, "updatedReplicas": 2, "readyReplicas": 2,
-            "conditions": [{"type": "Available", "status": "True"}, {"type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable"}]});
-        let pods = json!({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": [pod("cache-b"), pod("cache-a")]});
+    async fn cached_children_as_wanted_are_not_written_and_pods_come_from_the_cache_sorted() {
         let mc = memcached(json!({"size": 2}));
-        let (ctx, verifier) = fixtures::context();
-        let scenario = verifier.run(vec![
-            Call::patch("/apis/apps/v1/namespaces/team/deployments/cache?&force=true&fieldManager=kubesteer-controller")
-                .respond(deployment_with(ready.clone())),
-            Call::patch("/api/v1/namespaces/team/services/cache?&force=true&fieldManager=kubesteer-controller")
-                .respond_with_body(),
-            Call::get("/api/v1/namespaces/team/pods?&labelSelector=app.kubernetes.io%2Fname%3Dmemcached%2Capp.kubernetes.io%2Finstance%3Dcache")
-                .respond(pods.clone()),
-            Call::patch("/apis/kubesteer.io/v1alpha1/namespaces/team/memcacheds/cache/status?&force=true&fieldManager=kubesteer-controller")
-                .body(|b| {
-                    assert_eq!(b["status"]["nodes"], json!(["cache-a", "cache-b"]));
-                    assert_eq!(b["status"]["readyReplicas"], 2);
-                    let conditions: Vec<(String, String)> = b["status"]["conditions"].as_array().unwrap().iter()
-                        .map(|c| (c["type"].as_str().unwrap().to_string(), c["status"].as_str().unwrap().to_string()))
-                        .collect();
-                    assert_eq!(conditions, [("Ready", "True"), ("Available", "True"), ("Progressing", "False"), ("Degraded", "False")]
-                        .map(|(a, b)| (a.to_string(), b.to_string())));
-                })
-                .respond_status_of(&mc),
-        ]);
+        let caches = fixtures::caches(|w| {
+            fixtures::put(
+                &mut w.memcached_deployments,
+                applied_deployment(&mc, READY()),
+            );
+            fixtures::put(&mut w.memcached_services, applied_service(&mc));
+            fixtures::put(&mut w.memcached_pods, cached_pod("cache-b"));
+            fixtures::put(&mut w.memcached_pods, cached_pod("cache-a"));
+        });
+        let (ctx, verifier) =
+            fixtures::context_with(fixtures::at("2025-03-03T12:00:00Z"), caches.clone());
+        let scenario = verifier.run(vec![Call::patch(STATUS)
+            .body(|b| {
+                assert_eq!(b["status"]["nodes"], json!(["cache-a", "cache-b"]));
+                assert_eq!(b["status"]["readyReplicas"], 2);
+                let conditions: Vec<(String, String)> = b["status"]["conditions"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|c| {
+                        (
+                            c["type"].as_str().unwrap().to_string(),
+                            c["status"].as_str().unwrap().to_string(),
+                        )
+                    })
+                    .collect();
+                assert_eq!(
+                    conditions,
+                    [
+                        ("Ready", "True"),
+                        ("Available", "True"),
+                        ("Progressing", "False"),
+                        ("Degraded", "False")
+                    ]
+                    .map(|(a, b)| (a.to_string(), b.to_string()))
+                );
+            })
+            .respond_status_of(&mc)]);
         reconcile(Arc::new(mc.clone()), ctx.clone()).await.unwrap();
         scenario.finish(ctx).await;
 
-        // The same world again: the reconcile must not write the status a second time.
+        // The same world again, with that status: not a single request.
         let mut settled = mc;
-        let d: Deployment = serde_json::from_value(deployment_with(ready.clone())).unwrap();
-        let items: Vec<Pod> = serde_json::from_value(pods["items"].clone()).unwrap();
-        let (ctx, verifier) = fixtures::context();
-        settled.status = Some(status(&settled, &d, &items, ctx.clock.now()));
-        let scenario = verifier.run(vec![
-            Call::patch("/apis/apps/v1/namespaces/team/deployments/cache?&force=true&fieldManager=kubesteer-controller")
-                .respond(deployment_with(ready)),
-            Call::patch("/api/v1/namespaces/team/services/cache?&force=true&fieldManager=kubesteer-controller")
-                .respond_with_body(),
-            Call::get("/api/v1/namespaces/team/pods?&labelSelector=app.kubernetes.io%2Fname%3Dmemcached%2Capp.kubernetes.io%2Finstance%3Dcache")
-                .respond(pods),
-        ]);
+        let d: Deployment = serde_json::from_value(applied_deployment(&settled, READY())).unwrap();
+        let (ctx, verifier) = fixtures::context_with(fixtures::at("2025-03-03T12:00:00Z"), caches);
+        settled.status = Some(status(
+            &settled,
+            &d,
+            vec!["cache-a".into(), "cache-b".into()],
+            ctx.clock.now(),
+        ));
+        let scenario = verifier.run(vec![]);
         reconcile(Arc::new(settled), ctx.clone()).await.unwrap();
         scenario.finish(ctx).await;
     }
 
     #[tokio::test]
+    async fn a_hand_scaled_or_outdated_cached_deployment_is_applied_again() {
+        let mc = memcached(json!({"size": 2}));
+        let mut scaled = applied_deployment(&mc, READY());
+        scaled["spec"]["replicas"] = json!(5);
+        // Applied for size 3 before the Memcached went to size 2: its fingerprint differs too.
+        let outdated = applied_deployment(&memcached(json!({"size": 3})), READY());
+        for cached in [scaled, outdated] {
+            let caches = fixtures::caches(|w| {
+                fixtures::put(&mut w.memcached_deployments, cached);
+                fixtures::put(&mut w.memcached_services, applied_service(&mc));
+            });
+            let (ctx, verifier) =
+                fixtures::context_with(fixtures::at("2025-03-03T12:00:00Z"), caches);
+            let scenario = verifier.run(vec![
+                Call::patch(DEPLOYMENT)
+                    .body(|b| assert_eq!(b["spec"]["replicas"], 2))
+                    .respond(applied_deployment(&mc, READY())),
+                Call::patch(STATUS).respond_status_of(&mc),
+            ]);
+            reconcile(Arc::new(mc.clone()), ctx.clone()).await.unwrap();
+            scenario.finish(ctx).await;
+        }
+    }
+
+    #[tokio::test]
     async fn only_a_recreated_child_is_announced_and_errors_keep_their_status_code() {
         let mc = memcached(json!({"size": 2}));
-        let (ctx, verifier) = fixtures::context();
+        let caches = fixtures::caches(|w| {
+            fixtures::put(
+                &mut w.memcached_deployments,
+                applied_deployment(&mc, json!({})),
+            );
+        });
+        let (ctx, verifier) = fixtures::context_with(fixtures::at("2025-03-03T12:00:00Z"), caches);
         let scenario = verifier.run(vec![
-            Call::patch("/apis/apps/v1/namespaces/team/deployments/cache?&force=true&fieldManager=kubesteer-controller")
-                .respond(deployment_with(json!({}))),
-            Call::patch("/api/v1/namespaces/team/services/cache?&force=true&fieldManager=kubesteer-controller")
-                .created(),
+            Call::patch(SERVICE).created(),
             Call::event("team")
                 .body(|b| assert_eq!(b["note"], "Created Service cache"))
                 .respond_with_body(),
-            Call::get("/api/v1/namespaces/team/pods?&labelSelector=app.kubernetes.io%2Fname%3Dmemcached%2Capp.kubernetes.io%2Finstance%3Dcache")
-                .respond(json!({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": []})),
-            Call::patch("/apis/kubesteer.io/v1alpha1/namespaces/team/memcacheds/cache/status?&force=true&fieldManager=kubesteer-controller")
-                .respond_status_of(&mc),
+            Call::patch(STATUS).respond_status_of(&mc),
         ]);
         reconcile(Arc::new(mc.clone()), ctx.clone()).await.unwrap();
         scenario.finish(ctx).await;
 
         // A conflicting apply is retried quietly, as with `Api::patch`.
         let (ctx, verifier) = fixtures::context();
-        let scenario = verifier.run(vec![Call::patch(
-            "/apis/apps/v1/namespaces/team/deployments/cache?&force=true&fieldManager=kubesteer-controller",
-        )
-        .conflict()]);
+        let scenario = verifier.run(vec![Call::patch(DEPLOYMENT).conflict()]);
         assert_eq!(
             reconcile(Arc::new(mc), ctx.clone()).await.unwrap(),
             Action::requeue(crate::context::CONFLICT_REQUEUE)
@@ -453,7 +508,7 @@ mod tests {
         let t0 = chrono::DateTime::parse_from_rfc3339("2025-01-01T00:00:00Z")
             .unwrap()
             .to_utc();
-        let first = status(&mc, &stalled, &[], t0);
+        let first = status(&mc, &stalled, vec![], t0);
         let degraded = first
             .conditions
             .iter()
@@ -462,23 +517,10 @@ mod tests {
         assert_eq!(degraded.status, "True");
         assert_eq!(degraded.message, "too slow");
         mc.status = Some(first.clone());
-        let later = status(&mc, &stalled, &[], t0 + chrono::TimeDelta::minutes(5));
+        let later = status(&mc, &stalled, vec![], t0 + chrono::TimeDelta::minutes(5));
         assert_eq!(
             later, first,
             "lastTransitionTime must stay while nothing changes"
         );
-    }
-
-    #[test]
-    fn terminating_pods_are_not_nodes() {
-        let mc = memcached(json!({"size": 1}));
-        let d: Deployment = serde_json::from_value(deployment_with(json!({}))).unwrap();
-        let pods: Vec<Pod> = serde_json::from_value(json!([
-            pod("cache-new"),
-            {"metadata": {"name": "cache-old", "deletionTimestamp": "2025-01-01T00:00:00Z"}},
-        ]))
-        .unwrap();
-        let s = status(&mc, &d, &pods, chrono::Utc::now());
-        assert_eq!(s.nodes, vec!["cache-new"]);
     }
 }

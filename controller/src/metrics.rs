@@ -20,6 +20,12 @@ struct ErrorLabels {
     error: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ChildLabels {
+    kind: String,
+    outcome: &'static str,
+}
+
 type HistogramFamily = Family<KindLabel, Histogram, fn() -> Histogram>;
 
 /// The controller's metrics, registered in their own registry.
@@ -28,6 +34,7 @@ pub struct Metrics {
     reconciles: Family<KindLabel, Counter>,
     errors: Family<ErrorLabels, Counter>,
     duration: HistogramFamily,
+    children: Family<ChildLabels, Counter>,
 }
 
 // Reconciles take milliseconds; the top buckets catch a slow or throttled apiserver.
@@ -58,11 +65,19 @@ impl Default for Metrics {
             "Time a reconciliation took, per kind",
             duration.clone(),
         );
+        let children = Family::<ChildLabels, Counter>::default();
+        registry.register(
+            "child_checks",
+            "Owned objects checked against the watch cache, per kind and outcome: applied (missing, \
+             drifted or changed) or unchanged (no request sent)",
+            children.clone(),
+        );
         Self {
             registry,
             reconciles,
             errors,
             duration,
+            children,
         }
     }
 }
@@ -82,6 +97,17 @@ impl Metrics {
             .get_or_create(&ErrorLabels {
                 kind,
                 error: error.metric_label(),
+            })
+            .inc();
+    }
+
+    /// Counts a check of an owned object of `kind`, and whether it took an apply.
+    pub fn child(&self, kind: &str, applied: bool) {
+        let outcome = if applied { "applied" } else { "unchanged" };
+        self.children
+            .get_or_create(&ChildLabels {
+                kind: kind.to_string(),
+                outcome,
             })
             .inc();
     }
@@ -122,6 +148,7 @@ mod tests {
                 what: "namespace",
             },
         );
+        metrics.child("Deployment", false);
         let text = metrics.encode().unwrap();
         assert!(
             text.contains("kubesteer_reconciles_total{kind=\"Memcached\"} 1"),
@@ -135,6 +162,12 @@ mod tests {
         );
         assert!(
             text.contains("kubesteer_reconcile_duration_seconds_count{kind=\"Memcached\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "kubesteer_child_checks_total{kind=\"Deployment\",outcome=\"unchanged\"} 1"
+            ),
             "{text}"
         );
     }

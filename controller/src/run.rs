@@ -1,20 +1,27 @@
 //! Wiring: the client, the HTTP server, signals, leader election and the three controllers.
 use std::sync::Arc;
 
-use futures::StreamExt;
+use std::fmt::Debug;
+use std::time::Duration;
+
+use futures::{Stream, StreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, Service};
-use kube::runtime::reflector::ObjectRef;
-use kube::runtime::{watcher, Controller};
-use kube::{Api, Client, ResourceExt};
+use kube::core::PartialObjectMeta;
+use kube::runtime::controller::{self, Controller};
+use kube::runtime::reflector::{self, store::Writer, ObjectRef};
+use kube::runtime::{watcher, WatchStreamExt};
+use kube::{Api, Client, Resource, ResourceExt};
 use kubesteer_api::{Memcached, Scaler, Welcome};
+use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use crate::args::Args;
+use crate::cache::{self, children_of, Caches};
 use crate::http::{self, Health};
 use crate::metrics::Metrics;
-use crate::objects::{owned_by_kubesteer, INSTANCE_LABEL};
+use crate::objects::INSTANCE_LABEL;
 use crate::{lease, memcached, scaler, telemetry, welcome, Context, Result, SystemClock};
 
 /// Runs the controller until SIGTERM or SIGINT.
@@ -44,6 +51,7 @@ pub async fn run(args: Args) -> Result<()> {
         metrics,
         Arc::new(SystemClock),
         Some(identity.clone()),
+        Caches::empty(),
     ));
     if args.leader_election {
         lease::run_while_leading(client, &args, identity, ctx, health, shutdown).await?;
@@ -99,35 +107,107 @@ where
     }
 }
 
-/// Runs the three controllers until `stop` turns true, letting running reconciles finish.
-pub async fn controllers(ctx: Arc<Context>, namespace: Option<&str>, stop: watch::Receiver<bool>) {
-    let client = ctx.client.clone();
-    let ns = namespace;
-    let memcached_children = watcher::Config::default().labels(&owned_by_kubesteer(memcached::APP));
-    let welcome_children = watcher::Config::default().labels(&owned_by_kubesteer(welcome::APP));
+/// Reconciles of one kind at a time; beyond this they queue. Unbounded, a burst of thousands of
+/// objects opens as many connections and starves the apiserver.
+const CONCURRENCY: u16 = 16;
+/// Triggers of one object that come within this long of each other make one reconcile: a rollout
+/// changes a Deployment and its pods several times a second.
+const DEBOUNCE: Duration = Duration::from_millis(500);
 
-    let memcacheds = Controller::new(api::<Memcached>(&client, ns), watcher::Config::default())
-        .owns(api::<Deployment>(&client, ns), memcached_children.clone())
-        .owns(api::<Service>(&client, ns), memcached_children.clone())
+/// A watch that keeps what `trim` leaves of each object in a cache, and yields the objects it
+/// saw change or go, to trigger reconciles.
+fn cached<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    writer: Writer<K>,
+    trim: fn(&mut K),
+) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    watcher(api, config)
+        .default_backoff()
+        .modify(trim)
+        .reflect(writer)
+        .touched_objects()
+}
+
+/// Runs the three controllers until `stop` turns true, letting running reconciles finish.
+/// Each run has caches of its own, filled by its own watches.
+pub async fn controllers(base: Arc<Context>, namespace: Option<&str>, stop: watch::Receiver<bool>) {
+    let client = base.client.clone();
+    let ns = namespace;
+    let (caches, writers) = Caches::new();
+    let ctx = Arc::new(base.with_caches(caches));
+    let config = controller::Config::default().concurrency(CONCURRENCY);
+    let owner_config = config.clone().debounce(DEBOUNCE);
+
+    let (memcached_store, memcached_writer) = reflector::store();
+    let memcached_stream = watcher(api::<Memcached>(&client, ns), watcher::Config::default())
+        .default_backoff()
+        .modify(cache::trim::<Memcached>)
+        .reflect(memcached_writer)
+        .applied_objects();
+    let memcacheds = Controller::for_stream(memcached_stream, memcached_store)
+        .with_config(owner_config.clone())
+        .owns_stream(cached(
+            api::<Deployment>(&client, ns),
+            children_of(memcached::APP),
+            writers.memcached_deployments,
+            cache::trim,
+        ))
+        .owns_stream(cached(
+            api::<Service>(&client, ns),
+            children_of(memcached::APP),
+            writers.memcached_services,
+            cache::trim,
+        ))
         // Pods name the nodes in the status, so their comings and goings trigger a reconcile.
-        .watches(api::<Pod>(&client, ns), memcached_children, |pod| {
-            let ns = pod.namespace()?;
-            let instance = pod.labels().get(INSTANCE_LABEL)?;
-            Some(ObjectRef::<Memcached>::new(instance).within(&ns))
-        })
+        .watches_stream(
+            cached(
+                api::<PartialObjectMeta<Pod>>(&client, ns),
+                children_of(memcached::APP),
+                writers.memcached_pods,
+                cache::trim_pod,
+            ),
+            |pod| {
+                let ns = pod.namespace()?;
+                let instance = pod.labels().get(INSTANCE_LABEL)?;
+                Some(ObjectRef::<Memcached>::new(instance).within(&ns))
+            },
+        )
         .graceful_shutdown_on(stopped(stop.clone()))
         .run(memcached::reconcile, memcached::error_policy, ctx.clone())
         .for_each(|r| async move { log_result(memcached::KIND, r) });
 
-    let welcomes = Controller::new(api::<Welcome>(&client, ns), watcher::Config::default())
-        .owns(api::<Deployment>(&client, ns), welcome_children.clone())
+    let (welcome_store, welcome_writer) = reflector::store();
+    let welcome_stream = watcher(api::<Welcome>(&client, ns), watcher::Config::default())
+        .default_backoff()
+        .modify(cache::trim::<Welcome>)
+        .reflect(welcome_writer)
+        .applied_objects();
+    let welcomes = Controller::for_stream(welcome_stream, welcome_store)
+        .with_config(owner_config)
+        .owns_stream(cached(
+            api::<Deployment>(&client, ns),
+            children_of(welcome::APP),
+            writers.welcome_deployments,
+            cache::trim,
+        ))
         // Secrets are not watched: the controller may write them but not read them.
-        .owns(api::<Service>(&client, ns), welcome_children)
+        .owns_stream(cached(
+            api::<Service>(&client, ns),
+            children_of(welcome::APP),
+            writers.welcome_services,
+            cache::trim,
+        ))
         .graceful_shutdown_on(stopped(stop.clone()))
         .run(welcome::reconcile, welcome::error_policy, ctx.clone())
         .for_each(|r| async move { log_result(welcome::KIND, r) });
 
-    let scaler_controller = Controller::new(api::<Scaler>(&client, ns), watcher::Config::default());
+    // No debounce for Scalers: it would delay the requeue at a window's boundary.
+    let scaler_controller =
+        Controller::new(api::<Scaler>(&client, ns), watcher::Config::default()).with_config(config);
     let store = scaler_controller.store();
     // Any Deployment may be a target, so all are watched and mapped through the Scalers' store.
     let scalers = scaler_controller

@@ -14,11 +14,13 @@ use k8s_openapi::ByteString;
 use kube::api::{DeleteParams, Preconditions};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
+use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
 use kubesteer_api::common::{condition, READY};
 use kubesteer_api::welcome::{ServiceType, PASSWORD_KEY};
 use kubesteer_api::{Welcome, WelcomeStatus};
 
+use crate::cache;
 use crate::objects::{self, apply_params, child_meta, namespace_and_name, status_patch};
 use crate::{is_status, Context, Error, Result};
 
@@ -95,15 +97,13 @@ async fn apply(welcome: &Welcome, ctx: &Context) -> Result<Action> {
             None
         }
     };
-    let deployment = objects::apply(
-        &ctx.client,
-        &deployment(welcome, credentials_uid.as_deref())?,
-    )
-    .await?;
+    let children = &ctx.caches.welcome;
+    let desired = deployment(welcome, credentials_uid.as_deref())?;
+    let deployment = cache::ensure(ctx, &children.deployments, &desired).await?;
     if deployment.created {
         created.push(format!("Deployment {name}"));
     }
-    let service = objects::apply(&ctx.client, &service(welcome)?).await?;
+    let service = cache::ensure(ctx, &children.services, &service(welcome)?).await?;
     if service.created {
         created.push(format!("Service {name}"));
     }
@@ -142,8 +142,9 @@ async fn remove_own_secret(ctx: &Context, welcome: &Welcome, ns: &str, name: &st
     {
         return Ok(());
     }
-    let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), ns);
-    let Some(live) = deployments.get_opt(name).await? else {
+    // The cached Deployment will do: the uid precondition below guards against a stale one.
+    let cached = ObjectRef::<Deployment>::new(name).within(ns);
+    let Some(live) = ctx.caches.welcome.deployments.get(&cached) else {
         return Ok(());
     };
     let controlled = live
@@ -413,7 +414,6 @@ mod tests {
         "/api/v1/namespaces/team/services/hello?&force=true&fieldManager=kubesteer-controller";
     const SECRET_APPLY: &str = "/api/v1/namespaces/team/secrets/hello-credentials?&force=true&fieldManager=kubesteer-controller";
     const SECRET_URL: &str = "/api/v1/namespaces/team/secrets/hello-credentials";
-    const DEPLOYMENT_URL: &str = "/apis/apps/v1/namespaces/team/deployments/hello";
     const STATUS: &str = "/apis/kubesteer.io/v1alpha1/namespaces/team/welcomes/hello/status?&force=true&fieldManager=kubesteer-controller";
 
     fn with_node_port(mut service: serde_json::Value) -> serde_json::Value {
@@ -495,7 +495,22 @@ mod tests {
     /// The live Deployment of a Welcome that had a password kept in the Secret with `uid`.
     fn live_with_password(uid: &str) -> serde_json::Value {
         let had = welcome(json!({"name": "kubesteer", "password": SECRET}));
-        serde_json::to_value(deployment(&had, Some(uid)).unwrap()).unwrap()
+        serde_json::to_value(cache::stamped(&deployment(&had, Some(uid)).unwrap()).unwrap())
+            .unwrap()
+    }
+
+    /// A context whose caches hold the Deployment `live`, and the Service `svc` if given.
+    fn with_cached(
+        live: serde_json::Value,
+        svc: Option<&Service>,
+    ) -> (Arc<Context>, fixtures::Verifier) {
+        let caches = fixtures::caches(|w| {
+            fixtures::put(&mut w.welcome_deployments, live);
+            if let Some(svc) = svc {
+                fixtures::put(&mut w.welcome_services, serde_json::to_value(svc).unwrap());
+            }
+        });
+        fixtures::context_with(fixtures::at("2025-03-03T12:00:00Z"), caches)
     }
 
     fn no_password_in(b: &serde_json::Value) {
@@ -526,8 +541,8 @@ mod tests {
                         json!({"name": "PASSWORD", "valueFrom": {"secretKeyRef": {"name": "hello-credentials", "key": PASSWORD_KEY, "optional": false}}})
                     );
                     assert_eq!(
-                        b["metadata"]["annotations"],
-                        json!({CREDENTIALS_UID_ANNOTATION: "sec-uid"}),
+                        b["metadata"]["annotations"][CREDENTIALS_UID_ANNOTATION],
+                        "sec-uid",
                         "the Deployment records which Secret is the controller's"
                     );
                 })
@@ -567,14 +582,13 @@ mod tests {
     async fn a_settled_welcome_with_a_password_writes_nothing_new_and_never_reads_the_secret() {
         let mut w =
             welcome(json!({"name": "kubesteer", "password": SECRET, "serviceType": "ClusterIP"}));
-        let live = deployment(&w, Some("sec-uid")).unwrap();
-        let svc = service(&w).unwrap();
-        let (ctx, verifier) = fixtures::context();
+        let live = cache::stamped(&deployment(&w, Some("sec-uid")).unwrap()).unwrap();
+        let svc = cache::stamped(&service(&w).unwrap()).unwrap();
+        let (ctx, verifier) = with_cached(serde_json::to_value(&live).unwrap(), Some(&svc));
         w.status = Some(status(&w, "team", &live, &svc, ctx.clock.now()));
+        // The Secret is applied blind, as it cannot be read; its children are as wanted.
         let scenario = verifier.run(vec![
-            Call::patch(SECRET_APPLY).respond(stored_secret(&w, "sec-uid")),
-            Call::patch(DEPLOYMENT).respond_with_body(),
-            Call::patch(SERVICE).respond_with_body(),
+            Call::patch(SECRET_APPLY).respond(stored_secret(&w, "sec-uid"))
         ]);
         reconcile(Arc::new(w), ctx.clone()).await.unwrap();
         scenario.finish(ctx).await;
@@ -583,9 +597,8 @@ mod tests {
     #[tokio::test]
     async fn a_removed_password_deletes_the_secret_the_deployment_vouches_for() {
         let w = welcome(json!({"name": "kubesteer", "serviceType": "ClusterIP"}));
-        let (ctx, verifier) = fixtures::context();
+        let (ctx, verifier) = with_cached(live_with_password("sec-uid"), None);
         let scenario = verifier.run(vec![
-            Call::get(DEPLOYMENT_URL).respond(live_with_password("sec-uid")),
             Call::delete(&format!("{SECRET_URL}?"))
                 .body(|b| assert_eq!(b["preconditions"], json!({"uid": "sec-uid"}), "{b}"))
                 .respond(json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"})),
@@ -600,7 +613,8 @@ mod tests {
                 .body(|b| {
                     let env = &b["spec"]["template"]["spec"]["containers"][0]["env"];
                     assert_eq!(env.as_array().unwrap().len(), 2, "{env}");
-                    assert!(b["metadata"].get("annotations").is_none(), "{b}");
+                    let annotations = b["metadata"]["annotations"].as_object().unwrap();
+                    assert!(!annotations.contains_key(CREDENTIALS_UID_ANNOTATION), "{b}");
                 })
                 .respond_with_body(),
             Call::patch(SERVICE)
@@ -618,9 +632,8 @@ mod tests {
     #[tokio::test]
     async fn a_secret_that_replaced_the_controllers_own_is_left_alone() {
         let w = welcome(json!({"name": "kubesteer"}));
-        let (ctx, verifier) = fixtures::context();
+        let (ctx, verifier) = with_cached(live_with_password("sec-uid"), None);
         let scenario = verifier.run(vec![
-            Call::get(DEPLOYMENT_URL).respond(live_with_password("sec-uid")),
             Call::delete(&format!("{SECRET_URL}?")).error(
                 409,
                 "Precondition failed: UID in precondition: sec-uid, UID in object meta: users-uid",
@@ -645,9 +658,8 @@ mod tests {
         let mut foreign = live_with_password("sec-uid");
         foreign["metadata"]["ownerReferences"][0]["uid"] = json!("someone-else");
         for live in [users, foreign] {
-            let (ctx, verifier) = fixtures::context();
+            let (ctx, verifier) = with_cached(live, None);
             let scenario = verifier.run(vec![
-                Call::get(DEPLOYMENT_URL).respond(live),
                 Call::patch(DEPLOYMENT).respond_with_body(),
                 Call::patch(SERVICE).respond_with_body(),
                 Call::patch(STATUS).respond_status_of(&w),

@@ -459,6 +459,42 @@ impl ControllerProcess {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// What its /metrics serves now, at the address it logged.
+    pub fn metrics(&self) -> Result<String> {
+        use std::io::{Read, Write};
+        let logs = self.logs();
+        let addr = logs
+            .lines()
+            .find(|l| l.contains("serving /metrics"))
+            .and_then(|l| l.split("addr=").nth(1))
+            .map(str::trim)
+            .context("the controller has not logged its metrics address")?;
+        let mut stream = std::net::TcpStream::connect(addr)?;
+        stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+        write!(
+            stream,
+            "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+        )?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response)?;
+        anyhow::ensure!(
+            response.starts_with("HTTP/1.1 200"),
+            "GET /metrics: {response}"
+        );
+        Ok(response)
+    }
+
+    /// The value of the counter or gauge sample `name{labels}` in /metrics, 0 if absent.
+    pub fn metric(&self, sample: &str) -> Result<f64> {
+        let text = self.metrics()?;
+        let value = text
+            .lines()
+            .find_map(|l| l.strip_prefix(sample)?.strip_prefix(' '))
+            .map(|v| v.trim().parse::<f64>())
+            .transpose()?;
+        Ok(value.unwrap_or(0.0))
+    }
+
     /// Whether the process is still running.
     pub fn is_running(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))

@@ -82,6 +82,21 @@ fn memcached_runs_scales_reverts_hand_edits_and_is_collected() -> Result<()> {
         let pods = pods(ns.name())?;
         Ok((pods.len() == 2 && nodes == pods.join(" ")).then_some(()))
     })?;
+    // Reconciles after the rollout found the children as wanted in the watch caches, and sent
+    // no apply: what the controller applies is contained in what the apiserver keeps.
+    for kind in ["Deployment", "Service"] {
+        let unchanged =
+            format!(r#"kubesteer_child_checks_total{{kind="{kind}",outcome="unchanged"}}"#);
+        let applied = format!(r#"kubesteer_child_checks_total{{kind="{kind}",outcome="applied"}}"#);
+        eventually(WAIT, "a reconcile that needs no apply", || {
+            Ok((controller.metric(&unchanged)? >= 1.0).then_some(()))
+        })?;
+        let applies = controller.metric(&applied)?;
+        assert!(
+            (1.0..=2.0).contains(&applies),
+            "{kind} applied {applies} times for one Memcached that never changed"
+        );
+    }
     let columns = kubectl_ok(
         &["get", "-n", ns.name(), "mc", "cache", "--no-headers"],
         None,
