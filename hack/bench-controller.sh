@@ -172,6 +172,8 @@ if phase == "convergence":
     count = controller[0]["count"]
     ceiling_s = med([c["converged_s"] for c in ceiling])
     controller_s = med([c["converged_s"] for c in controller])
+    cpu = [float(open(os.path.join(work, f"controller-{r}-cpu.txt")).read())
+           for r in range(1, repeats + 1) if os.path.exists(os.path.join(work, f"controller-{r}-cpu.txt"))]
     recs = [n / count for r in range(1, repeats + 1) if (n := reconciles(f"controller-{r}-metrics.txt"))]
     out["convergence"] = {
         "date": date, "commit": commit,
@@ -187,6 +189,7 @@ if phase == "convergence":
         "controller_requests_per_memcached": med([q["non_watch_requests"] / count for q in requests]),
         "controller_reconciles_per_memcached": med(recs) if recs else None,
         "ceiling_requests_per_memcached": ceiling[0]["client_create_requests"] / count,
+        "controller_cpu_s": med(cpu) if cpu else None,
         "definition": {
             "controller": "from the first Memcached create until every Memcached has condition Ready=True, "
                           "which the controller sets once its Deployment has rolled out with every pod Ready "
@@ -285,6 +288,9 @@ if has convergence; then
     read -r from to < <(window "$work/controller-$r.json")
     audit "$from" "$to" "$work/controller-$r-requests.json"
     curl -sf "http://127.0.0.1:$port/metrics" >"$work/controller-$r-metrics.txt" || true
+    # CPU seconds the controller used (user + system), from its start to convergence.
+    awk -v hz="$(getconf CLK_TCK)" '{printf "%.1f\n", ($14 + $15) / hz}' "/proc/$controller_pid/stat" \
+      >"$work/controller-$r-cpu.txt"
   done
   assemble convergence "repeats=$repeats" "k8s=$K8S_VERSION"
 fi

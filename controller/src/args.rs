@@ -35,6 +35,15 @@ pub struct Args {
     #[arg(long, env = "WATCH_NAMESPACE")]
     pub namespace: Option<String>,
 
+    /// Reconciles of one kind that may run at once; more wait their turn.
+    #[arg(long, env = "KUBESTEER_CONCURRENCY", default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..))]
+    pub concurrency: u16,
+
+    /// Milliseconds a Memcached or Welcome waits after a change before it is reconciled, so that
+    /// a burst of changes (a rollout) makes one reconcile. Scalers are never delayed.
+    #[arg(long, env = "KUBESTEER_DEBOUNCE_MS", default_value_t = 1000)]
+    pub debounce_ms: u64,
+
     /// Write logs as JSON lines.
     #[arg(long, env = "KUBESTEER_LOG_JSON", default_value_t = false)]
     pub log_json: bool,
@@ -65,6 +74,8 @@ mod tests {
         assert_eq!(a.metrics_addr.to_string(), "0.0.0.0:8080");
         assert!(!a.leader_election);
         assert_eq!(a.lease_name, "kubesteer-controller");
+        assert_eq!((a.concurrency, a.debounce_ms), (32, 1000));
+        assert!(Args::try_parse_from(["kubesteer-controller", "--concurrency=0"]).is_err());
         let a = Args::try_parse_from([
             "kubesteer-controller",
             "--leader-election",

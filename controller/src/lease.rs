@@ -42,7 +42,7 @@ pub async fn run_while_leading(
         }
         info!(%identity, "leading");
         let (stop_tx, stop_rx) = watch::channel(false);
-        let running = controllers(ctx.clone(), args.namespace.as_deref(), stop_rx);
+        let running = controllers(ctx.clone(), args, stop_rx);
         tokio::pin!(running);
         let lost = tokio::select! {
             _ = &mut running => false,

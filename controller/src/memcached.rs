@@ -40,8 +40,11 @@ async fn apply(mc: &Memcached, ctx: &Context) -> Result<Action> {
     }
     let (ns, name) = namespace_and_name(KIND, mc)?;
     let children = &ctx.caches.memcached;
-    let deployment = cache::ensure(ctx, &children.deployments, &deployment(mc)?).await?;
-    let service = cache::ensure(ctx, &children.services, &service(mc)?).await?;
+    let (want_deployment, want_service) = (deployment(mc)?, service(mc)?);
+    let (deployment, service) = tokio::try_join!(
+        cache::ensure(ctx, &children.deployments, &want_deployment),
+        cache::ensure(ctx, &children.services, &want_service),
+    )?;
     let mut created = Vec::new();
     if deployment.created {
         created.push(format!("Deployment {name}"));
@@ -51,6 +54,9 @@ async fn apply(mc: &Memcached, ctx: &Context) -> Result<Action> {
     }
     if let Some(note) = objects::created_note(&created) {
         ctx.publish(mc, EventType::Normal, "Created", note).await;
+        // The new child's watch event brings another reconcile, which writes the status from
+        // the cache; writing it now as well would only cost the apiserver a write more.
+        return Ok(Action::await_change());
     }
     let nodes = cache::pod_names(&ctx.caches.memcached_pods, &ns, APP, &name);
     let status = status(mc, &deployment.object, nodes, ctx.clock.now());
@@ -367,17 +373,34 @@ mod tests {
                     assert_eq!(b["regarding"]["name"], "cache");
                 })
                 .respond_with_body(),
-            Call::patch(STATUS)
-                .body(|b| {
-                    assert_eq!(b["kind"], "Memcached");
-                    assert_eq!(b["status"]["readyReplicas"], 0);
-                    assert_eq!(b["status"]["observedGeneration"], 2);
-                    assert_eq!(b["status"]["conditions"][0]["type"], "Ready");
-                    assert_eq!(b["status"]["conditions"][0]["status"], "False");
-                    assert!(b["status"].get("nodes").is_none(), "{b}");
-                })
-                .respond_status_of(&mc),
+            // No status yet: the Deployment's watch event brings the reconcile that writes it.
         ]);
+        let action = reconcile(Arc::new(mc), ctx.clone()).await.unwrap();
+        assert_eq!(action, Action::await_change());
+        scenario.finish(ctx).await;
+    }
+
+    #[tokio::test]
+    async fn a_rolling_out_memcached_reports_not_ready_from_the_cache() {
+        let mc = memcached(json!({"size": 2}));
+        let caches = fixtures::caches(|w| {
+            fixtures::put(
+                &mut w.memcached_deployments,
+                applied_deployment(&mc, json!({})),
+            );
+            fixtures::put(&mut w.memcached_services, applied_service(&mc));
+        });
+        let (ctx, verifier) = fixtures::context_with(fixtures::at("2025-03-03T12:00:00Z"), caches);
+        let scenario = verifier.run(vec![Call::patch(STATUS)
+            .body(|b| {
+                assert_eq!(b["kind"], "Memcached");
+                assert_eq!(b["status"]["readyReplicas"], 0);
+                assert_eq!(b["status"]["observedGeneration"], 2);
+                assert_eq!(b["status"]["conditions"][0]["type"], "Ready");
+                assert_eq!(b["status"]["conditions"][0]["status"], "False");
+                assert!(b["status"].get("nodes").is_none(), "{b}");
+            })
+            .respond_status_of(&mc)]);
         let action = reconcile(Arc::new(mc), ctx.clone()).await.unwrap();
         assert_eq!(action, Action::await_change());
         scenario.finish(ctx).await;
@@ -482,14 +505,17 @@ mod tests {
             Call::event("team")
                 .body(|b| assert_eq!(b["note"], "Created Service cache"))
                 .respond_with_body(),
-            Call::patch(STATUS).respond_status_of(&mc),
         ]);
         reconcile(Arc::new(mc.clone()), ctx.clone()).await.unwrap();
         scenario.finish(ctx).await;
 
         // A conflicting apply is retried quietly, as with `Api::patch`.
         let (ctx, verifier) = fixtures::context();
-        let scenario = verifier.run(vec![Call::patch(DEPLOYMENT).conflict()]);
+        // (The two applies go out together; the Service's is answered last.)
+        let scenario = verifier.run(vec![
+            Call::patch(DEPLOYMENT).respond(applied_deployment(&mc, json!({}))),
+            Call::patch(SERVICE).conflict(),
+        ]);
         assert_eq!(
             reconcile(Arc::new(mc), ctx.clone()).await.unwrap(),
             Action::requeue(crate::context::CONFLICT_REQUEUE)

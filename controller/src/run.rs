@@ -57,7 +57,7 @@ pub async fn run(args: Args) -> Result<()> {
         lease::run_while_leading(client, &args, identity, ctx, health, shutdown).await?;
     } else {
         health.set_ready(true);
-        controllers(ctx, args.namespace.as_deref(), shutdown).await;
+        controllers(ctx, &args, shutdown).await;
     }
     match server.await {
         Ok(Ok(())) => {}
@@ -107,13 +107,6 @@ where
     }
 }
 
-/// Reconciles of one kind at a time; beyond this they queue. Unbounded, a burst of thousands of
-/// objects opens as many connections and starves the apiserver.
-const CONCURRENCY: u16 = 16;
-/// Triggers of one object that come within this long of each other make one reconcile: a rollout
-/// changes a Deployment and its pods several times a second.
-const DEBOUNCE: Duration = Duration::from_millis(500);
-
 /// A watch that keeps what `trim` leaves of each object in a cache, and yields the objects it
 /// saw change or go, to trigger reconciles.
 fn cached<K>(
@@ -134,13 +127,15 @@ where
 
 /// Runs the three controllers until `stop` turns true, letting running reconciles finish.
 /// Each run has caches of its own, filled by its own watches.
-pub async fn controllers(base: Arc<Context>, namespace: Option<&str>, stop: watch::Receiver<bool>) {
+pub async fn controllers(base: Arc<Context>, args: &Args, stop: watch::Receiver<bool>) {
     let client = base.client.clone();
-    let ns = namespace;
+    let ns = args.namespace.as_deref();
     let (caches, writers) = Caches::new();
     let ctx = Arc::new(base.with_caches(caches));
-    let config = controller::Config::default().concurrency(CONCURRENCY);
-    let owner_config = config.clone().debounce(DEBOUNCE);
+    let config = controller::Config::default().concurrency(args.concurrency);
+    let owner_config = config
+        .clone()
+        .debounce(Duration::from_millis(args.debounce_ms));
 
     let (memcached_store, memcached_writer) = reflector::store();
     let memcached_stream = watcher(api::<Memcached>(&client, ns), watcher::Config::default())
@@ -211,8 +206,9 @@ pub async fn controllers(base: Arc<Context>, namespace: Option<&str>, stop: watc
     let store = scaler_controller.store();
     // Any Deployment may be a target, so all are watched and mapped through the Scalers' store.
     let scalers = scaler_controller
+        // Their metadata is enough to name them; the reconcile reads a target when it acts.
         .watches(
-            api::<Deployment>(&client, ns),
+            api::<PartialObjectMeta<Deployment>>(&client, ns),
             watcher::Config::default(),
             move |d| scaler::scalers_targeting(&store, &d),
         )

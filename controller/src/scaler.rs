@@ -63,7 +63,7 @@ async fn with_finalizer(scaler: Arc<Scaler>, ctx: &Context) -> Result<Action> {
 /// The Scalers among `scalers` that target the Deployment `namespace/name`, now or as last seen.
 pub fn scalers_targeting(
     scalers: &Store<Scaler>,
-    deployment: &Deployment,
+    deployment: &impl ResourceExt,
 ) -> Vec<ObjectRef<Scaler>> {
     let Some(ns) = deployment.namespace() else {
         return Vec::new();
