@@ -11,10 +11,13 @@ use serde_json::{json, Value};
 use tokio::task::JoinHandle;
 use tower_test::mock::{self, Handle};
 
-use crate::cache::{Caches, Writers};
+use crate::cache::{Caches, Packed, Writers};
 use crate::metrics::Metrics;
 use crate::{Clock, Context};
+use k8s_openapi::api::core::v1::Pod;
+use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::store::Writer;
+use kube::runtime::watcher::Event;
 
 /// A clock the test sets.
 pub struct FixedClock(pub Mutex<DateTime<Utc>>);
@@ -59,13 +62,18 @@ pub fn caches(fill: impl FnOnce(&mut Writers)) -> Caches {
     caches
 }
 
-/// Puts `object` into a cache.
-pub fn put<K>(writer: &mut Writer<K>, object: Value)
+/// Puts `object` into a cache of children.
+pub fn put<K>(writer: &mut Writer<Packed<K>>, object: Value)
 where
-    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned,
+    K: kube::Resource<DynamicType = ()> + serde::Serialize + serde::de::DeserializeOwned,
 {
     let object: K = serde_json::from_value(object).unwrap();
-    writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(object));
+    writer.apply_watcher_event(&Event::Apply(Packed::pack(&object).unwrap()));
+}
+
+/// Puts a pod's metadata into the pod cache.
+pub fn put_pod(writer: &mut Writer<PartialObjectMeta<Pod>>, object: Value) {
+    writer.apply_watcher_event(&Event::Apply(serde_json::from_value(object).unwrap()));
 }
 
 type Check = Box<dyn FnOnce(&Value) + Send>;

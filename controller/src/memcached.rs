@@ -415,8 +415,8 @@ mod tests {
                 applied_deployment(&mc, READY()),
             );
             fixtures::put(&mut w.memcached_services, applied_service(&mc));
-            fixtures::put(&mut w.memcached_pods, cached_pod("cache-b"));
-            fixtures::put(&mut w.memcached_pods, cached_pod("cache-a"));
+            fixtures::put_pod(&mut w.memcached_pods, cached_pod("cache-b"));
+            fixtures::put_pod(&mut w.memcached_pods, cached_pod("cache-a"));
         });
         let (ctx, verifier) =
             fixtures::context_with(fixtures::at("2025-03-03T12:00:00Z"), caches.clone());

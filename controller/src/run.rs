@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::fmt::Debug;
 use std::time::Duration;
 
-use futures::{Stream, StreamExt};
+use futures::{Stream, StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::core::PartialObjectMeta;
@@ -14,11 +14,12 @@ use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client, Resource, ResourceExt};
 use kubesteer_api::{Memcached, Scaler, Welcome};
 use serde::de::DeserializeOwned;
+use serde::Serialize;
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use crate::args::Args;
-use crate::cache::{self, children_of, Caches};
+use crate::cache::{self, children_of, Caches, Packed};
 use crate::http::{self, Health};
 use crate::metrics::Metrics;
 use crate::objects::INSTANCE_LABEL;
@@ -125,6 +126,32 @@ where
         .touched_objects()
 }
 
+/// A watch that keeps each object packed in a cache, and yields the objects it saw change or
+/// go, to trigger reconciles.
+fn packed<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    mut writer: Writer<Packed<K>>,
+) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + Serialize
+        + DeserializeOwned
+        + Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    watcher(api, config)
+        .default_backoff()
+        .inspect_ok(move |event| match cache::pack_event(event) {
+            Ok(packed) => writer.apply_watcher_event(&packed),
+            Err(e) => warn!(error = %e, "could not cache a watched object"),
+        })
+        .touched_objects()
+}
+
 /// Runs the three controllers until `stop` turns true, letting running reconciles finish.
 /// Each run has caches of its own, filled by its own watches.
 pub async fn controllers(base: Arc<Context>, args: &Args, stop: watch::Receiver<bool>) {
@@ -145,17 +172,15 @@ pub async fn controllers(base: Arc<Context>, args: &Args, stop: watch::Receiver<
         .applied_objects();
     let memcacheds = Controller::for_stream(memcached_stream, memcached_store)
         .with_config(owner_config.clone())
-        .owns_stream(cached(
+        .owns_stream(packed(
             api::<Deployment>(&client, ns),
             children_of(memcached::APP),
             writers.memcached_deployments,
-            cache::trim,
         ))
-        .owns_stream(cached(
+        .owns_stream(packed(
             api::<Service>(&client, ns),
             children_of(memcached::APP),
             writers.memcached_services,
-            cache::trim,
         ))
         // Pods name the nodes in the status, so their comings and goings trigger a reconcile.
         .watches_stream(
@@ -183,18 +208,16 @@ pub async fn controllers(base: Arc<Context>, args: &Args, stop: watch::Receiver<
         .applied_objects();
     let welcomes = Controller::for_stream(welcome_stream, welcome_store)
         .with_config(owner_config)
-        .owns_stream(cached(
+        .owns_stream(packed(
             api::<Deployment>(&client, ns),
             children_of(welcome::APP),
             writers.welcome_deployments,
-            cache::trim,
         ))
         // Secrets are not watched: the controller may write them but not read them.
-        .owns_stream(cached(
+        .owns_stream(packed(
             api::<Service>(&client, ns),
             children_of(welcome::APP),
             writers.welcome_services,
-            cache::trim,
         ))
         .graceful_shutdown_on(stopped(stop.clone()))
         .run(welcome::reconcile, welcome::error_policy, ctx.clone())

@@ -14,13 +14,12 @@ use k8s_openapi::ByteString;
 use kube::api::{DeleteParams, Preconditions};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
-use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
 use kubesteer_api::common::{condition, READY};
 use kubesteer_api::welcome::{ServiceType, PASSWORD_KEY};
 use kubesteer_api::{Welcome, WelcomeStatus};
 
-use crate::cache;
+use crate::cache::{self, Packed};
 use crate::objects::{self, apply_params, child_meta, namespace_and_name, status_patch};
 use crate::{is_status, Context, Error, Result};
 
@@ -143,8 +142,14 @@ async fn remove_own_secret(ctx: &Context, welcome: &Welcome, ns: &str, name: &st
         return Ok(());
     }
     // The cached Deployment will do: the uid precondition below guards against a stale one.
-    let cached = ObjectRef::<Deployment>::new(name).within(ns);
-    let Some(live) = ctx.caches.welcome.deployments.get(&cached) else {
+    let Some(live) = ctx
+        .caches
+        .welcome
+        .deployments
+        .get(&Packed::key(name, ns))
+        .map(|p| p.object())
+        .transpose()?
+    else {
         return Ok(());
     };
     let controlled = live
