@@ -110,6 +110,18 @@ ensure_controller() {
   fi
 }
 
+# Waits until the controller has had no reconcile for 20 s (at most 10 minutes), so that a
+# measurement of quiet is not the tail of earlier work.
+quiesce() {
+  local before after
+  for _ in $(seq 1 30); do
+    before=$(curl -sf "http://127.0.0.1:$port/metrics" | awk '/^kubesteer_reconciles_total/ {s += $2} END {print s}')
+    sleep 20
+    after=$(curl -sf "http://127.0.0.1:$port/metrics" | awk '/^kubesteer_reconciles_total/ {s += $2} END {print s}')
+    if [ "$before" = "$after" ]; then return 0; fi
+  done
+  log "the controller did not quiesce within 10 minutes"
+}
 proc_kib() { awk -v k="$1:" '$1 == k {print $2}' "/proc/$controller_pid/status"; }
 # The controller's requests received in [since, until], from every (rotated) audit log file.
 audit() { # since until out
@@ -243,8 +255,8 @@ elif phase == "idle":
         "meets_target": idle["non_watch_requests"] == 0,
         "by_verb_resource": idle["by_verb_resource"],
         "rss_mib": mib(arg["rss_kib"]),
-        "note": "requests of the controller's own user in the apiserver audit log, from 15 s after every "
-                "Scaler had its status; windows open 6 hours ahead; leader election off (with it, Lease "
+        "note": "requests of the controller's own user in the apiserver audit log, once every Scaler had "
+                "its status and the controller had gone 20 s without a reconcile; windows open 6 hours ahead; leader election off (with it, Lease "
                 "renewals add their own requests)",
     }
 elif phase == "lateness":
@@ -314,7 +326,7 @@ if has idle; then
   ensure_controller
   log "idle: $idle_scalers Scalers, then ${idle_seconds}s of quiet"
   "${bench[@]}" idle-setup --namespace idle --count "$idle_scalers" >"$work/idle-setup.json"
-  sleep 15
+  quiesce
   from=$(now)
   sleep "$idle_seconds"
   to=$(now)

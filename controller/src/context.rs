@@ -46,6 +46,8 @@ pub struct Context {
     /// Watch caches of the owned objects.
     pub caches: Caches,
     failures: Mutex<HashMap<String, u32>>,
+    /// Since when the status write of each object has been held back.
+    held: Mutex<HashMap<String, DateTime<Utc>>>,
 }
 
 impl Context {
@@ -68,6 +70,7 @@ impl Context {
             clock,
             caches,
             failures: Mutex::default(),
+            held: Mutex::default(),
         }
     }
 
@@ -161,12 +164,34 @@ impl Context {
         }
     }
 
-    fn lock_failures(&self) -> std::sync::MutexGuard<'_, HashMap<String, u32>> {
-        // A panic while holding this lock cannot leave the map inconsistent, so poison is ignored.
-        self.failures
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    /// How much longer the status write of `obj` may wait, counted from the first time it was
+    /// held back; `None` once `grace` has passed, when it must be written.
+    pub fn hold_status<K>(&self, kind: &str, obj: &K, grace: Duration) -> Option<Duration>
+    where
+        K: Resource<DynamicType = ()>,
+    {
+        let now = self.clock.now();
+        let since = *lock(&self.held).entry(key_of(kind, obj)).or_insert(now);
+        let waited = (now - since).to_std().unwrap_or_default();
+        grace.checked_sub(waited).filter(|left| !left.is_zero())
     }
+
+    /// Forgets that the status write of `obj` was held back: it was written.
+    pub fn status_written<K>(&self, kind: &str, obj: &K)
+    where
+        K: Resource<DynamicType = ()>,
+    {
+        lock(&self.held).remove(&key_of(kind, obj));
+    }
+
+    fn lock_failures(&self) -> std::sync::MutexGuard<'_, HashMap<String, u32>> {
+        lock(&self.failures)
+    }
+}
+
+/// A lock whose holder cannot leave the map inconsistent by panicking, so poison is ignored.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 fn key_of<K: Resource>(kind: &str, obj: &K) -> String {

@@ -43,12 +43,17 @@ pub fn context_at(now: DateTime<Utc>) -> (Arc<Context>, Verifier) {
 
 /// A context whose watch caches are `caches`.
 pub fn context_with(now: DateTime<Utc>, caches: Caches) -> (Arc<Context>, Verifier) {
+    context_on(Arc::new(FixedClock(Mutex::new(now))), caches)
+}
+
+/// A context on `clock`, which the test may move.
+pub fn context_on(clock: Arc<FixedClock>, caches: Caches) -> (Arc<Context>, Verifier) {
     let (service, handle) = mock::pair::<Request<Body>, Response<Body>>();
     let client = Client::new(service, "default");
     let ctx = Context::new(
         client,
         Arc::new(Metrics::default()),
-        Arc::new(FixedClock(Mutex::new(now))),
+        clock,
         Some("test".into()),
         caches,
     );

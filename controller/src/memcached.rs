@@ -23,6 +23,8 @@ pub const APP: &str = "memcached";
 /// memcached's own uid in the official image, so files it writes stay its own.
 const MEMCACHED_UID: i64 = 11211;
 const PORT_NAME: &str = "memcached";
+/// How long a status write may wait for the pods of a rollout to be created.
+const STATUS_GRACE: std::time::Duration = std::time::Duration::from_secs(20);
 
 /// The controller's reconcile function for Memcached.
 pub async fn reconcile(mc: Arc<Memcached>, ctx: Arc<Context>) -> Result<Action> {
@@ -59,13 +61,30 @@ async fn apply(mc: &Memcached, ctx: &Context) -> Result<Action> {
         return Ok(Action::await_change());
     }
     let nodes = cache::pod_names(&ctx.caches.memcached_pods, &ns, APP, &name);
+    let pods = nodes.len();
     let status = status(mc, &deployment.object, nodes, ctx.clock.now());
     if mc.status.as_ref() != Some(&status) {
+        // While pods are still being created, a status would be out of date within moments: it
+        // waits for them (up to STATUS_GRACE), so a rollout costs one write less.
+        let creating = pods < usize::try_from(mc.spec.size()).unwrap_or(0) && !is_degraded(&status);
+        if creating {
+            if let Some(left) = ctx.hold_status(KIND, mc, STATUS_GRACE) {
+                return Ok(Action::requeue(left));
+            }
+        }
         let api: Api<Memcached> = Api::namespaced(ctx.client.clone(), &ns);
         api.patch_status(&name, &apply_params(), &status_patch::<Memcached>(&status))
             .await?;
+        ctx.status_written(KIND, mc);
     }
     Ok(Action::await_change())
+}
+
+fn is_degraded(status: &MemcachedStatus) -> bool {
+    status
+        .conditions
+        .iter()
+        .any(|c| c.type_ == "Degraded" && c.status == "True")
 }
 
 /// The Deployment a Memcached wants.
@@ -381,7 +400,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_rolling_out_memcached_reports_not_ready_from_the_cache() {
+    async fn a_rolling_out_status_waits_for_the_pods_but_not_forever() {
         let mc = memcached(json!({"size": 2}));
         let caches = fixtures::caches(|w| {
             fixtures::put(
@@ -389,21 +408,68 @@ mod tests {
                 applied_deployment(&mc, json!({})),
             );
             fixtures::put(&mut w.memcached_services, applied_service(&mc));
+            fixtures::put_pod(&mut w.memcached_pods, cached_pod("cache-a"));
         });
-        let (ctx, verifier) = fixtures::context_with(fixtures::at("2025-03-03T12:00:00Z"), caches);
+        let clock = Arc::new(fixtures::FixedClock(std::sync::Mutex::new(fixtures::at(
+            "2025-03-03T12:00:00Z",
+        ))));
+        let (ctx, verifier) = fixtures::context_on(clock.clone(), caches);
+        // Only the write after the grace: the earlier reconciles send nothing.
         let scenario = verifier.run(vec![Call::patch(STATUS)
             .body(|b| {
                 assert_eq!(b["kind"], "Memcached");
                 assert_eq!(b["status"]["readyReplicas"], 0);
                 assert_eq!(b["status"]["observedGeneration"], 2);
+                assert_eq!(b["status"]["nodes"], json!(["cache-a"]));
                 assert_eq!(b["status"]["conditions"][0]["type"], "Ready");
                 assert_eq!(b["status"]["conditions"][0]["status"], "False");
-                assert!(b["status"].get("nodes").is_none(), "{b}");
             })
             .respond_status_of(&mc)]);
-        let action = reconcile(Arc::new(mc), ctx.clone()).await.unwrap();
-        assert_eq!(action, Action::await_change());
+        let mc = Arc::new(mc);
+        // One of two pods exists: the status waits for the other.
+        assert_eq!(
+            reconcile(mc.clone(), ctx.clone()).await.unwrap(),
+            Action::requeue(STATUS_GRACE)
+        );
+        *clock.0.lock().unwrap() += chrono::TimeDelta::seconds(15);
+        assert_eq!(
+            reconcile(mc.clone(), ctx.clone()).await.unwrap(),
+            Action::requeue(std::time::Duration::from_secs(5)),
+            "the wait counts from the first time"
+        );
+        *clock.0.lock().unwrap() += chrono::TimeDelta::seconds(5);
+        assert_eq!(
+            reconcile(mc, ctx.clone()).await.unwrap(),
+            Action::await_change()
+        );
         scenario.finish(ctx).await;
+    }
+
+    #[tokio::test]
+    async fn a_memcached_of_size_0_or_with_all_its_pods_reports_at_once() {
+        for (size, pods) in [(0, vec![]), (1, vec!["cache-a"])] {
+            let mc = memcached(json!({"size": size}));
+            let caches = fixtures::caches(|w| {
+                fixtures::put(
+                    &mut w.memcached_deployments,
+                    applied_deployment(&mc, json!({})),
+                );
+                fixtures::put(&mut w.memcached_services, applied_service(&mc));
+                for p in &pods {
+                    fixtures::put_pod(&mut w.memcached_pods, cached_pod(p));
+                }
+            });
+            let (ctx, verifier) =
+                fixtures::context_with(fixtures::at("2025-03-03T12:00:00Z"), caches);
+            let scenario = verifier.run(vec![Call::patch(STATUS)
+                .body(move |b| assert_eq!(b["status"]["readyReplicas"], 0))
+                .respond_status_of(&mc)]);
+            assert_eq!(
+                reconcile(Arc::new(mc), ctx.clone()).await.unwrap(),
+                Action::await_change()
+            );
+            scenario.finish(ctx).await;
+        }
     }
 
     #[tokio::test]
@@ -476,6 +542,8 @@ mod tests {
             let caches = fixtures::caches(|w| {
                 fixtures::put(&mut w.memcached_deployments, cached);
                 fixtures::put(&mut w.memcached_services, applied_service(&mc));
+                fixtures::put_pod(&mut w.memcached_pods, cached_pod("cache-a"));
+                fixtures::put_pod(&mut w.memcached_pods, cached_pod("cache-b"));
             });
             let (ctx, verifier) =
                 fixtures::context_with(fixtures::at("2025-03-03T12:00:00Z"), caches);
