@@ -23,8 +23,8 @@ pub const APP: &str = "memcached";
 /// memcached's own uid in the official image, so files it writes stay its own.
 const MEMCACHED_UID: i64 = 11211;
 const PORT_NAME: &str = "memcached";
-/// How long a status write may wait for the pods of a rollout to be created.
-const STATUS_GRACE: std::time::Duration = std::time::Duration::from_secs(20);
+/// How long a status write that only reports progress may wait for more of it.
+const STATUS_GRACE: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// The controller's reconcile function for Memcached.
 pub async fn reconcile(mc: Arc<Memcached>, ctx: Arc<Context>) -> Result<Action> {
@@ -61,13 +61,11 @@ async fn apply(mc: &Memcached, ctx: &Context) -> Result<Action> {
         return Ok(Action::await_change());
     }
     let nodes = cache::pod_names(&ctx.caches.memcached_pods, &ns, APP, &name);
-    let pods = nodes.len();
     let status = status(mc, &deployment.object, nodes, ctx.clock.now());
     if mc.status.as_ref() != Some(&status) {
-        // While pods are still being created, a status would be out of date within moments: it
-        // waits for them (up to STATUS_GRACE), so a rollout costs one write less.
-        let creating = pods < usize::try_from(mc.spec.size()).unwrap_or(0) && !is_degraded(&status);
-        if creating {
+        // Progress of a rollout (pods created, some ready) is written at most every STATUS_GRACE;
+        // what a user waits for (Ready, Degraded, any condition turning) is written at once.
+        if !is_news(mc.status.as_ref(), &status) {
             if let Some(left) = ctx.hold_status(KIND, mc, STATUS_GRACE) {
                 return Ok(Action::requeue(left));
             }
@@ -80,11 +78,23 @@ async fn apply(mc: &Memcached, ctx: &Context) -> Result<Action> {
     Ok(Action::await_change())
 }
 
-fn is_degraded(status: &MemcachedStatus) -> bool {
-    status
-        .conditions
-        .iter()
-        .any(|c| c.type_ == "Degraded" && c.status == "True")
+/// Whether `new` says something a user waits for: Ready or Degraded, or a condition that turned
+/// since `old`. Otherwise it is only progress.
+fn is_news(old: Option<&MemcachedStatus>, new: &MemcachedStatus) -> bool {
+    let state = |s: &MemcachedStatus, type_: &str| {
+        s.conditions
+            .iter()
+            .find(|c| c.type_ == type_)
+            .map(|c| c.status.clone())
+    };
+    let is_true = |type_| state(new, type_).as_deref() == Some("True");
+    is_true(READY)
+        || is_true("Degraded")
+        || old.is_some_and(|old| {
+            new.conditions
+                .iter()
+                .any(|c| state(old, &c.type_).as_deref() != Some(c.status.as_str()))
+        })
 }
 
 /// The Deployment a Memcached wants.
@@ -400,7 +410,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_rolling_out_status_waits_for_the_pods_but_not_forever() {
+    async fn progress_of_a_rollout_is_written_at_most_every_grace() {
         let mc = memcached(json!({"size": 2}));
         let caches = fixtures::caches(|w| {
             fixtures::put(
@@ -426,12 +436,11 @@ mod tests {
             })
             .respond_status_of(&mc)]);
         let mc = Arc::new(mc);
-        // One of two pods exists: the status waits for the other.
         assert_eq!(
             reconcile(mc.clone(), ctx.clone()).await.unwrap(),
             Action::requeue(STATUS_GRACE)
         );
-        *clock.0.lock().unwrap() += chrono::TimeDelta::seconds(15);
+        *clock.0.lock().unwrap() += chrono::TimeDelta::seconds(25);
         assert_eq!(
             reconcile(mc.clone(), ctx.clone()).await.unwrap(),
             Action::requeue(std::time::Duration::from_secs(5)),
@@ -446,23 +455,37 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_memcached_of_size_0_or_with_all_its_pods_reports_at_once() {
-        for (size, pods) in [(0, vec![]), (1, vec!["cache-a"])] {
-            let mc = memcached(json!({"size": size}));
+    async fn becoming_ready_or_losing_it_is_written_at_once() {
+        let mc = memcached(json!({"size": 2}));
+        let ready: Deployment = serde_json::from_value(applied_deployment(&mc, READY())).unwrap();
+        let mut was_ready = mc.clone();
+        was_ready.status = Some(status(
+            &mc,
+            &ready,
+            vec!["cache-a".into(), "cache-b".into()],
+            fixtures::at("2025-03-03T11:00:00Z"),
+        ));
+        for (mc, deployment, ready_now) in [
+            (mc, READY(), "True"),
+            (
+                was_ready,
+                json!({"observedGeneration": 1, "replicas": 2, "updatedReplicas": 2, "readyReplicas": 1}),
+                "False",
+            ),
+        ] {
             let caches = fixtures::caches(|w| {
                 fixtures::put(
                     &mut w.memcached_deployments,
-                    applied_deployment(&mc, json!({})),
+                    applied_deployment(&mc, deployment),
                 );
                 fixtures::put(&mut w.memcached_services, applied_service(&mc));
-                for p in &pods {
-                    fixtures::put_pod(&mut w.memcached_pods, cached_pod(p));
-                }
+                fixtures::put_pod(&mut w.memcached_pods, cached_pod("cache-a"));
+                fixtures::put_pod(&mut w.memcached_pods, cached_pod("cache-b"));
             });
             let (ctx, verifier) =
                 fixtures::context_with(fixtures::at("2025-03-03T12:00:00Z"), caches);
             let scenario = verifier.run(vec![Call::patch(STATUS)
-                .body(move |b| assert_eq!(b["status"]["readyReplicas"], 0))
+                .body(move |b| assert_eq!(b["status"]["conditions"][0]["status"], ready_now))
                 .respond_status_of(&mc)]);
             assert_eq!(
                 reconcile(Arc::new(mc), ctx.clone()).await.unwrap(),
