@@ -152,6 +152,46 @@ where
         .touched_objects()
 }
 
+/// The controller of an owner kind `K` (Memcached, Welcome): its objects cached without
+/// managedFields, and reconciled on changes to them and to their Deployments and Services of
+/// `app`, which fill the caches behind `deployments` and `services`.
+fn owner_controller<K>(
+    client: &Client,
+    ns: Option<&str>,
+    config: controller::Config,
+    app: &str,
+    deployments: Writer<Packed<Deployment>>,
+    services: Writer<Packed<Service>>,
+) -> Controller<K>
+where
+    K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let (store, writer) = reflector::store();
+    let owners = watcher(api::<K>(client, ns), watcher::Config::default())
+        .default_backoff()
+        .modify(cache::trim::<K>)
+        .reflect(writer)
+        .applied_objects();
+    Controller::for_stream(owners, store)
+        .with_config(config)
+        .owns_stream(packed(
+            api::<Deployment>(client, ns),
+            children_of(app),
+            deployments,
+        ))
+        .owns_stream(packed(
+            api::<Service>(client, ns),
+            children_of(app),
+            services,
+        ))
+}
+
 /// Runs the three controllers until `stop` turns true, letting running reconciles finish.
 /// Each run has caches of its own, filled by its own watches.
 pub async fn controllers(base: Arc<Context>, args: &Args, stop: watch::Receiver<bool>) {
@@ -164,64 +204,44 @@ pub async fn controllers(base: Arc<Context>, args: &Args, stop: watch::Receiver<
         .clone()
         .debounce(Duration::from_millis(args.debounce_ms));
 
-    let (memcached_store, memcached_writer) = reflector::store();
-    let memcached_stream = watcher(api::<Memcached>(&client, ns), watcher::Config::default())
-        .default_backoff()
-        .modify(cache::trim::<Memcached>)
-        .reflect(memcached_writer)
-        .applied_objects();
-    let memcacheds = Controller::for_stream(memcached_stream, memcached_store)
-        .with_config(owner_config.clone())
-        .owns_stream(packed(
-            api::<Deployment>(&client, ns),
+    let memcacheds = owner_controller::<Memcached>(
+        &client,
+        ns,
+        owner_config.clone(),
+        memcached::APP,
+        writers.memcached_deployments,
+        writers.memcached_services,
+    )
+    // Pods name the nodes in the status, so their comings and goings trigger a reconcile.
+    .watches_stream(
+        cached(
+            api::<PartialObjectMeta<Pod>>(&client, ns),
             children_of(memcached::APP),
-            writers.memcached_deployments,
-        ))
-        .owns_stream(packed(
-            api::<Service>(&client, ns),
-            children_of(memcached::APP),
-            writers.memcached_services,
-        ))
-        // Pods name the nodes in the status, so their comings and goings trigger a reconcile.
-        .watches_stream(
-            cached(
-                api::<PartialObjectMeta<Pod>>(&client, ns),
-                children_of(memcached::APP),
-                writers.memcached_pods,
-                cache::trim_pod,
-            ),
-            |pod| {
-                let ns = pod.namespace()?;
-                let instance = pod.labels().get(INSTANCE_LABEL)?;
-                Some(ObjectRef::<Memcached>::new(instance).within(&ns))
-            },
-        )
-        .graceful_shutdown_on(stopped(stop.clone()))
-        .run(memcached::reconcile, memcached::error_policy, ctx.clone())
-        .for_each(|r| async move { log_result(memcached::KIND, r) });
+            writers.memcached_pods,
+            cache::trim_pod,
+        ),
+        |pod| {
+            let ns = pod.namespace()?;
+            let instance = pod.labels().get(INSTANCE_LABEL)?;
+            Some(ObjectRef::<Memcached>::new(instance).within(&ns))
+        },
+    )
+    .graceful_shutdown_on(stopped(stop.clone()))
+    .run(memcached::reconcile, memcached::error_policy, ctx.clone())
+    .for_each(|r| async move { log_result(memcached::KIND, r) });
 
-    let (welcome_store, welcome_writer) = reflector::store();
-    let welcome_stream = watcher(api::<Welcome>(&client, ns), watcher::Config::default())
-        .default_backoff()
-        .modify(cache::trim::<Welcome>)
-        .reflect(welcome_writer)
-        .applied_objects();
-    let welcomes = Controller::for_stream(welcome_stream, welcome_store)
-        .with_config(owner_config)
-        .owns_stream(packed(
-            api::<Deployment>(&client, ns),
-            children_of(welcome::APP),
-            writers.welcome_deployments,
-        ))
-        // Secrets are not watched: the controller may write them but not read them.
-        .owns_stream(packed(
-            api::<Service>(&client, ns),
-            children_of(welcome::APP),
-            writers.welcome_services,
-        ))
-        .graceful_shutdown_on(stopped(stop.clone()))
-        .run(welcome::reconcile, welcome::error_policy, ctx.clone())
-        .for_each(|r| async move { log_result(welcome::KIND, r) });
+    // Secrets are not watched: the controller may write them but not read them.
+    let welcomes = owner_controller::<Welcome>(
+        &client,
+        ns,
+        owner_config,
+        welcome::APP,
+        writers.welcome_deployments,
+        writers.welcome_services,
+    )
+    .graceful_shutdown_on(stopped(stop.clone()))
+    .run(welcome::reconcile, welcome::error_policy, ctx.clone())
+    .for_each(|r| async move { log_result(welcome::KIND, r) });
 
     // No debounce for Scalers: it would delay the requeue at a window's boundary.
     let scaler_controller =
