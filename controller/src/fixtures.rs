@@ -41,6 +41,11 @@ pub fn context_at(now: DateTime<Utc>) -> (Arc<Context>, Verifier) {
     context_with(now, Caches::empty())
 }
 
+/// A context at the usual test time whose watch caches are `caches`.
+pub fn context_cached(caches: Caches) -> (Arc<Context>, Verifier) {
+    context_with(at("2025-03-03T12:00:00Z"), caches)
+}
+
 /// A context whose watch caches are `caches`.
 pub fn context_with(now: DateTime<Utc>, caches: Caches) -> (Arc<Context>, Verifier) {
     context_on(Arc::new(FixedClock(Mutex::new(now))), caches)

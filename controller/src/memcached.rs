@@ -275,6 +275,7 @@ pub fn status(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cache::Caches;
     use crate::fixtures::{self, Call};
     use serde_json::json;
 
@@ -364,6 +365,22 @@ mod tests {
         s
     }
 
+    /// Caches holding the Deployment applied for `mc` with `deployment_status`, its Service,
+    /// and the pods named `pods`.
+    fn world(mc: &Memcached, deployment_status: serde_json::Value, pods: &[&str]) -> Caches {
+        world_with(applied_deployment(mc, deployment_status), mc, pods)
+    }
+
+    fn world_with(deployment: serde_json::Value, mc: &Memcached, pods: &[&str]) -> Caches {
+        fixtures::caches(|w| {
+            fixtures::put(&mut w.memcached_deployments, deployment);
+            fixtures::put(&mut w.memcached_services, applied_service(mc));
+            for pod in pods {
+                fixtures::put_pod(&mut w.memcached_pods, cached_pod(pod));
+            }
+        })
+    }
+
     fn cached_pod(name: &str) -> serde_json::Value {
         json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "team",
             "labels": {"app.kubernetes.io/name": "memcached", "app.kubernetes.io/instance": "cache"}}})
@@ -412,14 +429,7 @@ mod tests {
     #[tokio::test]
     async fn progress_of_a_rollout_is_written_at_most_every_grace() {
         let mc = memcached(json!({"size": 2}));
-        let caches = fixtures::caches(|w| {
-            fixtures::put(
-                &mut w.memcached_deployments,
-                applied_deployment(&mc, json!({})),
-            );
-            fixtures::put(&mut w.memcached_services, applied_service(&mc));
-            fixtures::put_pod(&mut w.memcached_pods, cached_pod("cache-a"));
-        });
+        let caches = world(&mc, json!({}), &["cache-a"]);
         let clock = Arc::new(fixtures::FixedClock(std::sync::Mutex::new(fixtures::at(
             "2025-03-03T12:00:00Z",
         ))));
@@ -473,17 +483,8 @@ mod tests {
                 "False",
             ),
         ] {
-            let caches = fixtures::caches(|w| {
-                fixtures::put(
-                    &mut w.memcached_deployments,
-                    applied_deployment(&mc, deployment),
-                );
-                fixtures::put(&mut w.memcached_services, applied_service(&mc));
-                fixtures::put_pod(&mut w.memcached_pods, cached_pod("cache-a"));
-                fixtures::put_pod(&mut w.memcached_pods, cached_pod("cache-b"));
-            });
             let (ctx, verifier) =
-                fixtures::context_with(fixtures::at("2025-03-03T12:00:00Z"), caches);
+                fixtures::context_cached(world(&mc, deployment, &["cache-a", "cache-b"]));
             let scenario = verifier.run(vec![Call::patch(STATUS)
                 .body(move |b| assert_eq!(b["status"]["conditions"][0]["status"], ready_now))
                 .respond_status_of(&mc)]);
@@ -498,17 +499,8 @@ mod tests {
     #[tokio::test]
     async fn cached_children_as_wanted_are_not_written_and_pods_come_from_the_cache_sorted() {
         let mc = memcached(json!({"size": 2}));
-        let caches = fixtures::caches(|w| {
-            fixtures::put(
-                &mut w.memcached_deployments,
-                applied_deployment(&mc, READY()),
-            );
-            fixtures::put(&mut w.memcached_services, applied_service(&mc));
-            fixtures::put_pod(&mut w.memcached_pods, cached_pod("cache-b"));
-            fixtures::put_pod(&mut w.memcached_pods, cached_pod("cache-a"));
-        });
-        let (ctx, verifier) =
-            fixtures::context_with(fixtures::at("2025-03-03T12:00:00Z"), caches.clone());
+        let caches = world(&mc, READY(), &["cache-b", "cache-a"]);
+        let (ctx, verifier) = fixtures::context_cached(caches.clone());
         let scenario = verifier.run(vec![Call::patch(STATUS)
             .body(|b| {
                 assert_eq!(b["status"]["nodes"], json!(["cache-a", "cache-b"]));
@@ -542,7 +534,7 @@ mod tests {
         // The same world again, with that status: not a single request.
         let mut settled = mc;
         let d: Deployment = serde_json::from_value(applied_deployment(&settled, READY())).unwrap();
-        let (ctx, verifier) = fixtures::context_with(fixtures::at("2025-03-03T12:00:00Z"), caches);
+        let (ctx, verifier) = fixtures::context_cached(caches);
         settled.status = Some(status(
             &settled,
             &d,
@@ -562,14 +554,8 @@ mod tests {
         // Applied for size 3 before the Memcached went to size 2: its fingerprint differs too.
         let outdated = applied_deployment(&memcached(json!({"size": 3})), READY());
         for cached in [scaled, outdated] {
-            let caches = fixtures::caches(|w| {
-                fixtures::put(&mut w.memcached_deployments, cached);
-                fixtures::put(&mut w.memcached_services, applied_service(&mc));
-                fixtures::put_pod(&mut w.memcached_pods, cached_pod("cache-a"));
-                fixtures::put_pod(&mut w.memcached_pods, cached_pod("cache-b"));
-            });
             let (ctx, verifier) =
-                fixtures::context_with(fixtures::at("2025-03-03T12:00:00Z"), caches);
+                fixtures::context_cached(world_with(cached, &mc, &["cache-a", "cache-b"]));
             let scenario = verifier.run(vec![
                 Call::patch(DEPLOYMENT)
                     .body(|b| assert_eq!(b["spec"]["replicas"], 2))
@@ -590,7 +576,7 @@ mod tests {
                 applied_deployment(&mc, json!({})),
             );
         });
-        let (ctx, verifier) = fixtures::context_with(fixtures::at("2025-03-03T12:00:00Z"), caches);
+        let (ctx, verifier) = fixtures::context_cached(caches);
         let scenario = verifier.run(vec![
             Call::patch(SERVICE).created(),
             Call::event("team")

@@ -515,7 +515,7 @@ mod tests {
                 fixtures::put(&mut w.welcome_services, serde_json::to_value(svc).unwrap());
             }
         });
-        fixtures::context_with(fixtures::at("2025-03-03T12:00:00Z"), caches)
+        fixtures::context_cached(caches)
     }
 
     fn no_password_in(b: &serde_json::Value) {
