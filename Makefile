@@ -63,3 +63,18 @@ bench-webhook: control-plane
 ## writes bench/results/controller.json.
 bench-controller: control-plane
 	hack/bench-controller.sh
+
+## image: the kubesteer image (three static binaries, FROM scratch) built offline with buildah as
+## $(IMG) in the local containers storage, exported to $(IMAGE_TAR) for `ctr images import`.
+IMG ?= kubesteer:dev
+IMAGE_TAR ?= .kubesteer/image.tar
+## pause-image: a pod sandbox image built from hack/pause/pause.c, exported to $(PAUSE_TAR).
+PAUSE_IMG ?= localhost/kubesteer-pause:3.10
+PAUSE_TAR ?= .kubesteer/pause.tar
+.PHONY: image pause-image
+
+image:
+	hack/image.sh image $(IMG) $(IMAGE_TAR)
+
+pause-image:
+	hack/image.sh pause $(PAUSE_IMG) $(PAUSE_TAR)

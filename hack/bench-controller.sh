@@ -30,6 +30,8 @@ user=kubesteer-bench-controller
 # The benchmark's own cluster; kwok nodes take 110 pods each. Without leader election the
 # controller-manager and scheduler keep running when an overloaded apiserver is slow to renew.
 export KUBESTEER_CLUSTER=${BENCH_CLUSTER:-bench}
+# The benchmark measures the controller against kwok nodes only; the real node is not needed.
+export KUBESTEER_REAL_NODE=0
 export KUBESTEER_STATE=${BENCH_STATE:-$root/bench/tmp/cluster}
 export KUBESTEER_NODES=${BENCH_NODES:-$((count / 100 + 2))}
 export KUBESTEER_AUDIT_POLICY=$root/bench/audit-policy.yaml

@@ -18,7 +18,7 @@ stamp() { echo "$2" >"$bin/.$1.version"; }
 
 build_kubernetes() {
   local v=$K8S_VERSION todo=()
-  for c in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
+  for c in kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy; do
     built "$c" "$v" || todo+=("$c")
   done
   [ ${#todo[@]} -eq 0 ] && { log "kubernetes $v: cached"; return; }
@@ -49,6 +49,8 @@ import (
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
 	_ "k8s.io/kubernetes/cmd/kube-scheduler"
 	_ "k8s.io/kubernetes/cmd/kubectl"
+	_ "k8s.io/kubernetes/cmd/kubelet"
+	_ "k8s.io/kubernetes/cmd/kube-proxy"
 )
 GO
   (cd "$src" && go mod tidy)

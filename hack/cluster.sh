@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # The local real control plane: etcd, kube-apiserver, kube-controller-manager, kube-scheduler
-# and kwok (fake nodes whose pods become Running and Ready), all from the pinned cache.
+# and kwok (fake nodes whose pods become Running and Ready), all from the pinned cache, plus one real
+# node (hack/node.sh: containerd, kubelet, kube-proxy) tainted for kubesteer's own pods.
 #   hack/cluster.sh up     start it (or reuse a running one), install the CRDs, write .kubesteer/kubeconfig
 #   hack/cluster.sh down   stop it and delete its state
 #   hack/cluster.sh status exit 0 when it answers
 # Environment: KUBESTEER_CLUSTER (name), KUBESTEER_STATE (state dir), KUBESTEER_NODES (fake nodes),
 # KUBESTEER_AUDIT_POLICY (opt-in: an audit policy file; the log is $KUBESTEER_STATE/kwok/clusters/<name>/logs/audit.log),
-# KUBESTEER_EXTRA_ARGS (opt-in: more kwokctl --extra-args, space-separated, e.g. "kube-scheduler=v=2").
+# KUBESTEER_EXTRA_ARGS (opt-in: more kwokctl --extra-args, space-separated, e.g. "kube-scheduler=v=2"),
+# KUBESTEER_REAL_NODE (1: add the real node, 0: kwok nodes only; default 1 as root, else 0).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=../versions.env
@@ -24,6 +26,7 @@ for a in ${KUBESTEER_EXTRA_ARGS:-}; do
   opt_in+=(--extra-args "$a")
 done
 kubeconfig="$state/kubeconfig"
+real_node=${KUBESTEER_REAL_NODE:-$([ "$(id -u)" = 0 ] && echo 1 || echo 0)}
 export KWOK_WORKDIR="$state/kwok"
 kwokctl=("$bin/kwokctl" --name "$name")
 kubectl=("$bin/kubectl" --kubeconfig "$kubeconfig")
@@ -52,22 +55,34 @@ options:
   kwokControllerBinary: $bin/kwok
   kubectlBinary: $bin/kubectl
   disableQPSLimits: true
+  # Pods of the real node reach the apiserver at the kubernetes Service's ClusterIP (kube-proxy).
+  kubeApiserverCertSANs: [10.0.0.1]
 YAML
     local started=$SECONDS
     log "starting cluster $name (Kubernetes $K8S_VERSION)"
     "${kwokctl[@]}" create cluster --config "$state/kwokctl.yaml" --kubeconfig "$kubeconfig" \
-      --extra-args "etcd=unsafe-no-fsync=true" ${opt_in[@]+"${opt_in[@]}"} --wait 120s
+      --extra-args "etcd=unsafe-no-fsync=true" \
+      --extra-args "kube-apiserver=kubelet-preferred-address-types=InternalIP" \
+      --extra-args "kube-apiserver=kubelet-client-certificate=$KWOK_WORKDIR/clusters/$name/pki/admin.crt" \
+      --extra-args "kube-apiserver=kubelet-client-key=$KWOK_WORKDIR/clusters/$name/pki/admin.key" \
+      --extra-args "kwok-controller=manage-all-nodes=false" \
+      --extra-args "kwok-controller=manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake" \
+      ${opt_in[@]+"${opt_in[@]}"} --wait 120s
     log "scaling to $nodes fake nodes"
     "${kwokctl[@]}" scale node --replicas "$nodes"
-    "${kubectl[@]}" wait --for=condition=Ready node --all --timeout=60s >/dev/null
+    "${kubectl[@]}" wait --for=condition=Ready node -l type=kwok --timeout=60s >/dev/null
     log "cluster up in $((SECONDS - started))s"
   fi
   "${kubectl[@]}" apply --server-side --force-conflicts -f "$root/charts/kubesteer/crds/" >/dev/null
   "${kubectl[@]}" wait --for=condition=Established --timeout=60s -f "$root/charts/kubesteer/crds/" >/dev/null
   log "CRDs installed; kubeconfig: $kubeconfig"
+  if [ "$real_node" = 1 ]; then
+    "$root/hack/node.sh" up
+  fi
 }
 
 down() {
+  "$root/hack/node.sh" down
   "${kwokctl[@]}" delete cluster >/dev/null 2>&1 || true
   rm -f "$kubeconfig"
   log "cluster $name deleted"

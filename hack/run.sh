@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# `make run`: the local real control plane with kubesteer installed, in the foreground:
-# cluster, certificates, CRDs, webhook configurations by URL, webhook and controller.
+# `make run`: the local real control plane with kubesteer installed, in the foreground.
+#   MODE=cluster (default, as root): the image built and installed by the chart on the real node,
+#     with self-managed certificates; the samples applied through the in-cluster webhook.
+#   MODE=host: the two binaries run on the host, the webhook configurations point at a URL.
 # Ctrl-C tears everything down and leaves nothing running.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -10,9 +12,16 @@ state=${KUBESTEER_STATE:-$root/.kubesteer}
 kc="$state/kubeconfig"
 port=${KUBESTEER_WEBHOOK_PORT:-9443}
 metrics_port=${KUBESTEER_CONTROLLER_METRICS_PORT:-8080}
+img=${IMG:-kubesteer:dev}
+mode=${MODE:-cluster}
 kubectl=("$cache/bin/kubectl" --kubeconfig "$kc")
 pids=()
 log() { printf '[run] %s\n' "$*" >&2; }
+if [ "$mode" = cluster ] && [ "$(id -u)" != 0 ]; then
+  log "the real node needs root (containerd, runc, CNI, iptables); running in MODE=host instead"
+  mode=host
+fi
+export KUBESTEER_REAL_NODE=$([ "$mode" = cluster ] && echo 1 || echo 0)
 
 cleanup() {
   trap - EXIT INT TERM
@@ -26,6 +35,50 @@ cleanup() {
   hack/cluster.sh down
 }
 trap cleanup EXIT INT TERM
+
+try_it() {
+  cat <<TXT
+
+kubesteer is running on a local control plane (Kubernetes $("$cache/bin/kube-apiserver" --version | cut -d' ' -f2)).
+Try, in another shell:
+
+  export KUBECONFIG=$kc
+  alias kubectl=$cache/bin/kubectl
+  kubectl get kubesteer                        # all three kinds, with their columns
+  kubectl get memcached cache -o yaml          # the defaults, the status, the conditions
+  kubectl wait --for=condition=Ready memcached/cache
+  kubectl apply -f - <<'EOF'                   # denied: every bad field is named
+  apiVersion: kubesteer.io/v1alpha1
+  kind: Scaler
+  metadata: {name: broken}
+  spec: {deployments: [{name: Web}], start: 9, end: "09:00", timeZone: Mars/Olympus}
+  EOF
+
+Press Ctrl-C to tear everything down.
+TXT
+}
+
+# The samples, through whichever webhook is installed, reconciled by whichever controller runs.
+samples() {
+  "${kubectl[@]}" create deployment web --image=nginx --replicas=1 >/dev/null 2>&1 || true
+  "${kubectl[@]}" apply -f config/samples/
+  "${kubectl[@]}" wait --for=condition=Ready --timeout=120s memcached/cache welcome/hello
+  "${kubectl[@]}" wait --for=jsonpath='{.status.observedGeneration}'=1 --timeout=60s scaler/office-hours
+  "${kubectl[@]}" get kubesteer
+}
+
+if [ "$mode" = cluster ]; then
+  hack/cluster.sh up
+  make --no-print-directory image IMG="$img"
+  hack/deploy.sh up "$img"
+  samples
+  log "the webhook and controller run as pods (kubectl -n kubesteer-system get pods -o wide above)"
+  try_it
+  # Stays up until Ctrl-C, and says so if the real node stops.
+  while hack/node.sh status; do sleep 5; done
+  log "the real node stopped; see $state/node/logs"
+  exit 1
+fi
 
 cargo build --workspace --bins
 hack/cluster.sh up
@@ -52,26 +105,8 @@ KUBECONFIG="$kc" target/debug/kubesteer-controller --metrics-addr "127.0.0.1:$me
   >"$state/controller.log" 2>&1 &
 pids+=($!)
 log "controller running (metrics on http://127.0.0.1:$metrics_port/metrics, log: .kubesteer/controller.log)"
+samples
+try_it
 
-cat <<TXT
-
-kubesteer is running on a local control plane (Kubernetes $("$cache/bin/kube-apiserver" --version | cut -d' ' -f2)).
-Try, in another shell:
-
-  export KUBECONFIG=$kc
-  alias kubectl=$cache/bin/kubectl
-  kubectl apply -f config/samples/            # defaulted by the webhook
-  kubectl get kubesteer                        # all three kinds, with their columns
-  kubectl get memcached cache -o yaml          # the defaults, the status, the conditions
-  kubectl wait --for=condition=Ready memcached/cache
-  kubectl apply -f - <<'EOF'                   # denied: every bad field is named
-  apiVersion: kubesteer.io/v1alpha1
-  kind: Scaler
-  metadata: {name: broken}
-  spec: {deployments: [{name: Web}], start: 9, end: "09:00", timeZone: Mars/Olympus}
-  EOF
-
-Press Ctrl-C to tear everything down.
-TXT
 wait -n "${pids[@]}" || true
 [ -n "${KUBESTEER_STOPPING:-}" ] || log "a component exited; see $state/*.log"

@@ -22,6 +22,8 @@ use time::OffsetDateTime;
 use x509_parser::certificate::X509Certificate;
 use x509_parser::extensions::GeneralName;
 
+pub mod probe;
+
 /// Common name of the CA; the webhook's caBundle names it.
 pub const CA_COMMON_NAME: &str = "kubesteer-ca";
 
@@ -397,6 +399,30 @@ pub fn server_config(serving: &Pem) -> Result<rustls::ServerConfig> {
         .with_single_cert(chain, key)?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(config)
+}
+
+/// Parses "250ms", "10s", "2m", "8760h" or a bare number of seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (number, unit) = match s.find(|c: char| !c.is_ascii_digit()) {
+        Some(i) => s.split_at(i),
+        None => (s, "s"),
+    };
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration like 500ms, 10s or 2m"))?;
+    let seconds = |factor: u64| {
+        n.checked_mul(factor)
+            .map(Duration::from_secs)
+            .ok_or_else(|| format!("{s:?} is too long"))
+    };
+    match unit {
+        "ms" => Ok(Duration::from_millis(n)),
+        "s" => Ok(Duration::from_secs(n)),
+        "m" => seconds(60),
+        "h" => seconds(3600),
+        _ => Err(format!("{s:?}: unknown unit {unit:?}; use ms, s, m or h")),
+    }
 }
 
 fn invalid(what: &'static str, reason: impl fmt::Display) -> Error {

@@ -7,12 +7,14 @@ use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
 
 use clap::{Args, Parser, Subcommand};
-use kubesteer_certs::{check, ensure_dir, read_dir, Options, Renewal};
+use kubesteer_certs::probe::Probe;
+use kubesteer_certs::{check, ensure_dir, parse_duration, read_dir, Options, Renewal};
 
 /// kubesteer-certs: kubesteer's CA and webhook serving certificates.
 ///
 /// Writes ca.crt, ca.key, tls.crt and tls.key into a directory, keeping an existing healthy CA
-/// so the webhook's caBundle stays the same across runs.
+/// so the webhook's caBundle stays the same across runs; `probe` checks an HTTPS endpoint against
+/// such a CA.
 #[derive(Debug, Parser)]
 #[command(name = "kubesteer-certs", version, about, long_about)]
 struct Cli {
@@ -28,6 +30,73 @@ enum Command {
     Generate(CertArgs),
     /// Report whether the serving certificate needs renewal; exits 0 when it does not, 1 when it does.
     Check(CertArgs),
+    /// HTTPS GET a URL, trusting only the CA in --ca-file; exits 0 on a 2xx answer, 1 when every
+    /// attempt failed, 2 when the flags or the CA file are unusable.
+    ///
+    /// For `helm test` in an image without a shell or curl, e.g.
+    /// `kubesteer-certs probe --url https://kubesteer-webhook.kubesteer-system.svc:443/readyz --ca-file /ca/ca.crt`.
+    Probe(ProbeArgs),
+}
+
+#[derive(Debug, Args)]
+struct ProbeArgs {
+    /// The https:// URL to GET; its host must be a name (or IP address) in the server's certificate.
+    #[arg(long, env = "KUBESTEER_PROBE_URL")]
+    url: String,
+
+    /// PEM file with the CA certificate(s) the server's certificate must chain to.
+    #[arg(long, value_name = "FILE", env = "KUBESTEER_PROBE_CA_FILE")]
+    ca_file: PathBuf,
+
+    /// Connect to this address (host, host:port or an IP address) instead of the URL's host, whose
+    /// name the certificate must still carry; e.g. a Service's $(NAME_SERVICE_HOST), needing no DNS.
+    #[arg(long, value_name = "ADDR", env = "KUBESTEER_PROBE_CONNECT_TO")]
+    connect_to: Option<String>,
+
+    /// Further attempts after a failed one.
+    #[arg(
+        long,
+        value_name = "N",
+        env = "KUBESTEER_PROBE_RETRIES",
+        default_value_t = 0
+    )]
+    retries: u32,
+
+    /// Wait between attempts, e.g. "2s".
+    #[arg(long, env = "KUBESTEER_PROBE_INTERVAL", default_value = "2s", value_parser = parse_duration)]
+    interval: Duration,
+
+    /// Limit for connecting, and for each read and write, of one attempt.
+    #[arg(long, env = "KUBESTEER_PROBE_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
+    timeout: Duration,
+}
+
+impl ProbeArgs {
+    fn run(&self) -> kubesteer_certs::Result<ExitCode> {
+        let ca = std::fs::read(&self.ca_file).map_err(|source| kubesteer_certs::Error::Io {
+            path: self.ca_file.clone(),
+            source,
+        })?;
+        let mut probe = Probe::new(&self.url, &ca, self.timeout)?;
+        if let Some(addr) = &self.connect_to {
+            probe = probe.connect_to(addr)?;
+        }
+        let attempts = self.retries.saturating_add(1);
+        let url = &self.url;
+        let result = probe.run(self.retries, self.interval, |n, e| {
+            eprintln!("kubesteer-certs probe: {url}: attempt {n}/{attempts} failed: {e}");
+        });
+        match result {
+            Ok(success) => {
+                println!("{url}: {success}");
+                Ok(ExitCode::SUCCESS)
+            }
+            Err(e) => {
+                eprintln!("kubesteer-certs probe: {url}: failed after {attempts} attempt(s): {e}");
+                Ok(ExitCode::FAILURE)
+            }
+        }
+    }
 }
 
 #[derive(Debug, Args)]
@@ -110,6 +179,7 @@ impl Command {
                     ExitCode::SUCCESS
                 })
             }
+            Command::Probe(args) => args.run(),
         }
     }
 }
@@ -160,6 +230,54 @@ mod tests {
         assert_eq!(opts.ips, ["127.0.0.1".parse::<IpAddr>().unwrap()]);
         assert_eq!(opts.serving_validity, Duration::from_secs(2 * 24 * 60 * 60));
         assert_eq!(opts.ca_validity, Options::new("svc", "ns").ca_validity);
+    }
+
+    #[test]
+    fn probe_flags_and_defaults() {
+        let cli = Cli::try_parse_from([
+            "kubesteer-certs",
+            "probe",
+            "--url=https://svc.ns.svc:443/readyz",
+            "--ca-file=/ca/ca.crt",
+        ])
+        .unwrap();
+        let Command::Probe(args) = cli.command else {
+            panic!("expected probe");
+        };
+        assert_eq!(args.retries, 0);
+        assert_eq!(args.interval, Duration::from_secs(2));
+        assert_eq!(args.timeout, Duration::from_secs(5));
+        let cli = Cli::try_parse_from([
+            "kubesteer-certs",
+            "probe",
+            "--url=https://svc/",
+            "--ca-file=/ca/ca.crt",
+            "--retries=30",
+            "--interval=500ms",
+            "--timeout=3s",
+        ])
+        .unwrap();
+        let Command::Probe(args) = cli.command else {
+            panic!("expected probe");
+        };
+        assert_eq!(
+            (args.retries, args.interval, args.timeout),
+            (30, Duration::from_millis(500), Duration::from_secs(3))
+        );
+        assert!(Cli::try_parse_from(["kubesteer-certs", "probe", "--url=https://svc/"]).is_err());
+    }
+
+    #[test]
+    fn an_unreadable_ca_file_is_an_error_not_a_failed_probe() {
+        let cli = Cli::try_parse_from([
+            "kubesteer-certs",
+            "probe",
+            "--url=https://127.0.0.1:1/",
+            "--ca-file=/nonexistent/ca.crt",
+        ])
+        .unwrap();
+        let err = cli.command.run().unwrap_err();
+        assert!(err.to_string().contains("/nonexistent/ca.crt"), "{err}");
     }
 
     #[test]

@@ -186,12 +186,54 @@ fn ca_file(name: &str) -> Result<PathBuf> {
     Ok(path)
 }
 
+/// What the local end-to-end tests install: the locally built image, on the tainted real node.
+const REAL_NODE: &[&str] = &[
+    "--set",
+    "image.repository=kubesteer",
+    "--set",
+    "image.tag=dev",
+    "--set",
+    "image.pullPolicy=Never",
+    "--set",
+    "nodeSelector.kubesteer\\.io/real-node=true",
+    "--set",
+    "tolerations[0].key=kubesteer.io/real-node,tolerations[0].operator=Equal,tolerations[0].value=true,tolerations[0].effect=NoSchedule",
+];
+
+fn pod_spec<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
+    let doc = one(docs, kind, name);
+    if kind == "Pod" {
+        &doc["spec"]
+    } else {
+        &doc["spec"]["template"]["spec"]
+    }
+}
+
+/// Every pod the chart renders: both Deployments' templates and the `helm test` Pod.
+fn pods(docs: &[Value]) -> Vec<(&'static str, &Value)> {
+    vec![
+        (
+            "webhook",
+            pod_spec(docs, "Deployment", &format!("{FULLNAME}-webhook")),
+        ),
+        (
+            "controller",
+            pod_spec(docs, "Deployment", &format!("{FULLNAME}-controller")),
+        ),
+        (
+            "test",
+            pod_spec(docs, "Pod", &format!("{FULLNAME}-test-webhook-readyz")),
+        ),
+    ]
+}
+
 #[test]
 fn lint_is_clean_in_every_mode() -> Result<()> {
     let chart = chart();
     let chart = chart.to_str().unwrap();
-    let modes: [&[&str]; 4] = [
+    let modes: [&[&str]; 5] = [
         &[],
+        REAL_NODE,
         &["--set", "certs.mode=certManager"],
         &[
             "--set",
@@ -347,9 +389,13 @@ fn two_hardened_replicas_of_each_with_probes_and_disruption_budgets() -> Result<
         assert_eq!(sc["allowPrivilegeEscalation"], false, "{name}");
         assert_eq!(strings(&sc["capabilities"]["drop"]), ["ALL"], "{name}");
         assert_eq!(sc["seccompProfile"]["type"], "RuntimeDefault", "{name}");
+        // One image for both; each Deployment names its binary.
+        assert_eq!(c["image"], "ghcr.io/kubesteer/kubesteer:0.1.0", "{name}");
+        assert_eq!(c["imagePullPolicy"], "IfNotPresent", "{name}");
         assert_eq!(
-            c["image"],
-            format!("ghcr.io/kubesteer/kubesteer-{component}:0.1.0").as_str()
+            strings(&c["command"]),
+            [format!("kubesteer-{component}")],
+            "{name}"
         );
         assert_eq!(c["ports"][0]["containerPort"].as_u64(), Some(port));
         for (probe, path) in [("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")] {
@@ -740,10 +786,22 @@ fn the_schema_refuses_nonsense() -> Result<()> {
             "controller.leaderElection=yes",
             "/controller/leaderElection",
         ),
+        ("image.pullPolicy=Sometimes", "/image/pullPolicy"),
+        ("image.repository=", "/image/repository"),
+        // The per-component images are gone; setting one must not pass silently.
+        ("image.webhook.repository=x", "webhook"),
+        ("nodeSelector.zone[0]=a", "/nodeSelector/zone"),
+        ("tolerations=oops", "/tolerations"),
         (
-            "image.webhook.pullPolicy=Sometimes",
-            "/image/webhook/pullPolicy",
+            "webhook.preStopSleepSeconds=-1",
+            "/webhook/preStopSleepSeconds",
         ),
+        (
+            "webhook.drainTimeoutSeconds=0",
+            "/webhook/drainTimeoutSeconds",
+        ),
+        ("tests.interval=soon", "/tests/interval"),
+        ("tests.image.repository=curl", "image"),
         ("webhook.url=http://insecure", "/webhook/url"),
         ("webhok.replicas=3", "webhok"),
     ] {
@@ -790,20 +848,280 @@ fn no_template_generates_certificates_at_render_time() -> Result<()> {
     Ok(())
 }
 
-#[test]
-fn helm_test_calls_the_webhook_healthz_over_https_through_the_service() -> Result<()> {
-    let docs = render(&["--show-only", "templates/tests/test-webhook-healthz.yaml"])?;
+fn test_pod(extra: &[&str]) -> Result<Value> {
+    let mut args = vec!["--show-only", "templates/tests/test-webhook-readyz.yaml"];
+    args.extend_from_slice(extra);
+    let docs = render(&args)?;
     assert_eq!(docs.len(), 1);
-    let pod = &docs[0];
+    Ok(docs[0].clone())
+}
+
+/// The volume the test Pod reads `/ca/ca.crt` from.
+fn test_ca_volume(pod: &Value) -> &Value {
+    let c = &pod["spec"]["containers"][0];
+    assert_eq!(c["volumeMounts"][0]["mountPath"], "/ca");
+    assert_eq!(c["volumeMounts"][0]["readOnly"], true);
+    let name = &c["volumeMounts"][0]["name"];
+    let volumes = pod["spec"]["volumes"].as_sequence().expect("volumes");
+    let volume = volumes
+        .iter()
+        .find(|v| &v["name"] == name)
+        .expect("the mounted volume");
+    let source = volume
+        .get("secret")
+        .or_else(|| volume.get("configMap"))
+        .expect("a Secret or ConfigMap volume");
+    // Only the CA certificate: the self-managed Secret also holds the CA's private key.
+    let items = source["items"].as_sequence().expect("items");
+    assert_eq!(items.len(), 1, "{source:?}");
+    assert_eq!(items[0]["key"], "ca.crt");
+    assert_eq!(items[0]["path"], "ca.crt");
+    volume
+}
+
+#[test]
+fn helm_test_probes_the_webhook_readyz_with_the_project_image_and_its_ca() -> Result<()> {
+    let pod = test_pod(&[])?;
     assert_eq!(pod["kind"], "Pod");
     assert_eq!(pod["metadata"]["annotations"]["helm.sh/hook"], "test");
+    assert_eq!(pod["spec"]["restartPolicy"], "Never");
+    assert_eq!(pod["spec"]["automountServiceAccountToken"], false);
+    assert_eq!(pod["spec"]["enableServiceLinks"], true);
     let c = &pod["spec"]["containers"][0];
+    assert_eq!(c["image"], "ghcr.io/kubesteer/kubesteer:0.1.0");
+    assert_eq!(strings(&c["command"]), ["kubesteer-certs"]);
     let args = strings(&c["args"]);
-    assert!(
-        args.contains(&format!("https://{FULLNAME}-webhook.{NS}.svc:443/healthz")),
-        "{args:?}"
-    );
+    assert_eq!(args[0], "probe", "{args:?}");
+    for arg in [
+        format!("--url=https://{FULLNAME}-webhook.{NS}.svc:443/readyz"),
+        // The Service's cluster IP as the kubelet expands it: the local cluster has no DNS.
+        "--connect-to=$(KS_KUBESTEER_WEBHOOK_SERVICE_HOST)".to_string(),
+        "--ca-file=/ca/ca.crt".to_string(),
+        "--retries=30".to_string(),
+        "--interval=2s".to_string(),
+        "--timeout=5s".to_string(),
+    ] {
+        assert!(args.contains(&arg), "{arg} missing from {args:?}");
+    }
     assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true);
+    assert_eq!(c["securityContext"]["runAsUser"].as_u64(), Some(65532));
+    assert!(pod["spec"].get("nodeSelector").is_none());
+    assert!(pod["spec"].get("tolerations").is_none());
+
+    // selfManaged: the CA the webhook keeps in its Secret.
+    let volume = test_ca_volume(&pod);
+    assert_eq!(
+        volume["secret"]["secretName"],
+        format!("{FULLNAME}-webhook-tls").as_str()
+    );
+
+    // certManager: the ca.crt cert-manager writes beside the serving certificate.
+    let pod = test_pod(&["--set", "certs.mode=certManager"])?;
+    assert_eq!(
+        test_ca_volume(&pod)["secret"]["secretName"],
+        format!("{FULLNAME}-webhook-cert").as_str()
+    );
+
+    // provided without a caBundle: the ca.crt of the user's Secret, if it has one.
+    let provided = [
+        "--set",
+        "certs.mode=provided",
+        "--set",
+        "certs.provided.secretName=my-tls",
+    ];
+    let pod = test_pod(&provided)?;
+    assert_eq!(test_ca_volume(&pod)["secret"]["secretName"], "my-tls");
+    assert!(render(&provided)?.iter().all(|d| d["kind"] != "ConfigMap"));
+
+    // A rendered caBundle is what the apiserver trusts, so the test trusts it too.
+    let ca = ca_file("test-pod-ca.crt")?;
+    for (mode, key) in [
+        ("provided", "certs.provided.caBundle"),
+        ("provided", "webhook.caBundle"),
+        ("certManager", "webhook.caBundle"),
+    ] {
+        let mode_arg = format!("certs.mode={mode}");
+        let set_file = format!("{key}={}", ca.display());
+        let extra = [
+            "--set",
+            mode_arg.as_str(),
+            "--set",
+            "certs.provided.secretName=my-tls",
+            "--set-file",
+            set_file.as_str(),
+        ];
+        let docs = render(&extra)?;
+        let config_map = one(&docs, "ConfigMap", &format!("{FULLNAME}-test-ca"));
+        assert_eq!(config_map["metadata"]["namespace"], NS);
+        assert_eq!(config_map["data"]["ca.crt"], CA_PEM, "{mode} {key}");
+        let pod = one(&docs, "Pod", &format!("{FULLNAME}-test-webhook-readyz"));
+        assert_eq!(
+            test_ca_volume(pod)["configMap"]["name"],
+            format!("{FULLNAME}-test-ca").as_str(),
+            "{mode} {key}"
+        );
+    }
+    // selfManaged trusts its own Secret even with webhook.caBundle given (it patches the CA in).
+    let set_file = format!("webhook.caBundle={}", ca.display());
+    let docs = render(&["--set-file", &set_file])?;
+    assert!(docs.iter().all(|d| d["kind"] != "ConfigMap"));
+    let pod = one(&docs, "Pod", &format!("{FULLNAME}-test-webhook-readyz"));
+    assert!(test_ca_volume(pod).get("secret").is_some());
+    Ok(())
+}
+
+#[test]
+fn one_image_runs_every_container() -> Result<()> {
+    let docs = render(REAL_NODE)?;
+    for (component, pod) in pods(&docs) {
+        let c = &pod["containers"][0];
+        assert_eq!(c["image"], "kubesteer:dev", "{component}");
+        assert_eq!(c["imagePullPolicy"], "Never", "{component}");
+        let binary = match component {
+            "test" => "kubesteer-certs".to_string(),
+            other => format!("kubesteer-{other}"),
+        };
+        assert_eq!(strings(&c["command"]), [binary], "{component}");
+    }
+    let docs = render(&["--set", "image.tag="])?;
+    for (component, pod) in pods(&docs) {
+        assert_eq!(
+            pod["containers"][0]["image"], "ghcr.io/kubesteer/kubesteer:0.1.0",
+            "{component}: the tag defaults to the appVersion"
+        );
+    }
+    Ok(())
+}
+
+#[test]
+fn placement_applies_to_every_pod_and_components_add_to_it() -> Result<()> {
+    let docs = render(REAL_NODE)?;
+    let real_node = serde_yaml::from_str::<Value>(
+        "{key: kubesteer.io/real-node, operator: Equal, value: 'true', effect: NoSchedule}",
+    )?;
+    for (component, pod) in pods(&docs) {
+        assert_eq!(
+            pod["nodeSelector"]["kubesteer.io/real-node"], "true",
+            "{component}"
+        );
+        assert_eq!(
+            pod["tolerations"].as_sequence().map(Vec::as_slice),
+            Some(std::slice::from_ref(&real_node)),
+            "{component}"
+        );
+    }
+
+    // A component's nodeSelector key wins; its tolerations come after the top-level ones.
+    let mut extra = REAL_NODE.to_vec();
+    extra.extend_from_slice(&[
+        "--set",
+        "nodeSelector.zone=a",
+        "--set",
+        "webhook.nodeSelector.zone=b",
+        "--set",
+        "webhook.nodeSelector.disk=ssd",
+        "--set",
+        "webhook.tolerations[0].key=dedicated,webhook.tolerations[0].operator=Exists",
+        "--set",
+        "controller.nodeSelector.kubesteer\\.io/real-node=false",
+    ]);
+    let docs = render(&extra)?;
+    let placed = pods(&docs);
+    let webhook = placed[0].1;
+    assert_eq!(
+        webhook["nodeSelector"],
+        serde_yaml::from_str::<Value>("{disk: ssd, kubesteer.io/real-node: 'true', zone: b}")?
+    );
+    let tolerations = webhook["tolerations"].as_sequence().expect("tolerations");
+    assert_eq!(tolerations.len(), 2);
+    assert_eq!(tolerations[0], real_node);
+    assert_eq!(tolerations[1]["key"], "dedicated");
+    let controller = placed[1].1;
+    assert_eq!(
+        controller["nodeSelector"],
+        serde_yaml::from_str::<Value>("{kubesteer.io/real-node: 'false', zone: a}")?
+    );
+    assert_eq!(
+        controller["tolerations"].as_sequence().map(Vec::len),
+        Some(1)
+    );
+    // The test Pod has no component values: the top-level ones alone.
+    let test = placed[2].1;
+    assert_eq!(
+        test["nodeSelector"],
+        serde_yaml::from_str::<Value>("{kubesteer.io/real-node: 'true', zone: a}")?
+    );
+    assert_eq!(test["tolerations"].as_sequence().map(Vec::len), Some(1));
+
+    // Nothing set, nothing rendered.
+    let docs = render(&[])?;
+    for (component, pod) in pods(&docs) {
+        assert!(pod.get("nodeSelector").is_none(), "{component}");
+        assert!(pod.get("tolerations").is_none(), "{component}");
+    }
+    Ok(())
+}
+
+#[test]
+fn the_webhook_restarts_without_dropping_admissions() -> Result<()> {
+    let docs = render(&[])?;
+    let name = format!("{FULLNAME}-webhook");
+    let deployment = one(&docs, "Deployment", &name);
+    let strategy = &deployment["spec"]["strategy"];
+    assert_eq!(strategy["type"], "RollingUpdate");
+    assert_eq!(
+        strategy["rollingUpdate"]["maxUnavailable"].as_u64(),
+        Some(0)
+    );
+    assert_eq!(strategy["rollingUpdate"]["maxSurge"].as_u64(), Some(1));
+    let pod = &deployment["spec"]["template"]["spec"];
+    let c = &pod["containers"][0];
+    let pre_stop = c["lifecycle"]["preStop"]["sleep"]["seconds"]
+        .as_u64()
+        .expect("a native preStop sleep: the image has no shell");
+    assert_eq!(pre_stop, 5);
+    assert!(c["lifecycle"]["preStop"].get("exec").is_none());
+    let ready = &c["readinessProbe"];
+    assert_eq!(ready["periodSeconds"].as_u64(), Some(2));
+    assert_eq!(ready["failureThreshold"].as_u64(), Some(1));
+    assert_eq!(
+        env_value(c, "KUBESTEER_SHUTDOWN_DELAY").as_deref(),
+        Some("5s")
+    );
+    assert_eq!(
+        env_value(c, "KUBESTEER_DRAIN_TIMEOUT").as_deref(),
+        Some("10s")
+    );
+    let grace = pod["terminationGracePeriodSeconds"]
+        .as_u64()
+        .expect("grace");
+    assert!(grace > pre_stop + 5 + 10, "{grace}");
+    one(&docs, "PodDisruptionBudget", &name);
+
+    let docs = render(&[
+        "--set",
+        "webhook.preStopSleepSeconds=0",
+        "--set",
+        "webhook.shutdownDelaySeconds=3",
+        "--set",
+        "webhook.drainTimeoutSeconds=4",
+        "--set",
+        "webhook.terminationGracePeriodSeconds=8",
+    ])?;
+    let pod = &one(&docs, "Deployment", &name)["spec"]["template"]["spec"];
+    let c = &pod["containers"][0];
+    assert!(c.get("lifecycle").is_none(), "{c:?}");
+    assert_eq!(
+        env_value(c, "KUBESTEER_SHUTDOWN_DELAY").as_deref(),
+        Some("3s")
+    );
+    assert_eq!(pod["terminationGracePeriodSeconds"].as_u64(), Some(8));
+
+    let err = render_error(&["--set", "webhook.terminationGracePeriodSeconds=20"])?;
+    assert!(
+        err.contains("terminationGracePeriodSeconds (20) must exceed"),
+        "{err}"
+    );
     Ok(())
 }
 

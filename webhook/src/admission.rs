@@ -19,6 +19,7 @@ use serde_json::Value;
 use crate::cluster::Cluster;
 use crate::error::ApiError;
 use crate::metrics::{KindLabels, Metrics, ReviewLabels};
+use crate::server::Draining;
 
 /// Largest accepted review body: an object may be 1.5 MiB, and UPDATE carries two of them.
 pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
@@ -29,6 +30,8 @@ pub struct AppState<C> {
     pub metrics: Metrics,
     /// Set once a serving certificate is loaded.
     pub tls_ready: AtomicBool,
+    /// Set on shutdown, so endpoints drop this replica while it still serves.
+    pub draining: Draining,
 }
 
 impl<C: Cluster> AppState<C> {
@@ -37,6 +40,7 @@ impl<C: Cluster> AppState<C> {
             cluster,
             metrics: Metrics::default(),
             tls_ready: AtomicBool::new(false),
+            draining: Draining::default(),
         }
     }
 }
@@ -69,7 +73,9 @@ pub fn router<C: Cluster>(state: Arc<AppState<C>>) -> Router {
 }
 
 async fn readyz<C: Cluster>(State(state): State<Arc<AppState<C>>>) -> impl IntoResponse {
-    if state.tls_ready.load(Ordering::Acquire) && state.cluster.ready() {
+    if state.draining.is_draining() {
+        (StatusCode::SERVICE_UNAVAILABLE, "shutting down")
+    } else if state.tls_ready.load(Ordering::Acquire) && state.cluster.ready() {
         (StatusCode::OK, "ok")
     } else {
         (

@@ -4,6 +4,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
+/// Durations like "500ms", "10s", "2m", "8760h" or bare seconds, shared with `kubesteer-certs`.
+pub use kubesteer_certs::parse_duration;
 
 /// kubesteer-webhook: validates and defaults Scaler, Welcome and Memcached through JSON patches.
 #[derive(Debug, Clone, Parser)]
@@ -83,6 +85,15 @@ pub struct Args {
     #[arg(long, env = "KUBESTEER_REQUEST_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub request_timeout: Duration,
 
+    /// After SIGTERM, how long /readyz fails while connections are still accepted and served,
+    /// so that endpoints and the apiserver move to other replicas before this one stops.
+    #[arg(long, env = "KUBESTEER_SHUTDOWN_DELAY", default_value = "5s", value_parser = parse_duration)]
+    pub shutdown_delay: Duration,
+
+    /// After the shutdown delay, how long requests in progress may take to finish.
+    #[arg(long, env = "KUBESTEER_DRAIN_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub drain_timeout: Duration,
+
     /// Connections served at once; further clients wait in the accept queue.
     #[arg(long, env = "KUBESTEER_MAX_CONNECTIONS", default_value_t = 1024)]
     pub max_connections: usize,
@@ -97,25 +108,6 @@ pub struct Args {
 pub enum CertMode {
     Files,
     SelfManaged,
-}
-
-/// Parses "250ms", "10s", "2m", "8760h" or a bare number of seconds.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let (number, unit) = match s.find(|c: char| !c.is_ascii_digit()) {
-        Some(i) => s.split_at(i),
-        None => (s, "s"),
-    };
-    let n: u64 = number
-        .parse()
-        .map_err(|_| format!("{s:?} is not a duration like 500ms, 10s or 2m"))?;
-    match unit {
-        "ms" => Ok(Duration::from_millis(n)),
-        "s" => Ok(Duration::from_secs(n)),
-        "m" => Ok(Duration::from_secs(n * 60)),
-        "h" => Ok(Duration::from_secs(n * 3600)),
-        _ => Err(format!("{s:?}: unknown unit {unit:?}; use ms, s, m or h")),
-    }
 }
 
 #[cfg(test)]
@@ -133,6 +125,22 @@ mod tests {
     }
 
     #[test]
+    fn shutdown_defaults_and_flags() {
+        let a = Args::try_parse_from(["kubesteer-webhook"]).unwrap();
+        assert_eq!(a.shutdown_delay, Duration::from_secs(5));
+        assert_eq!(a.drain_timeout, Duration::from_secs(10));
+        let a = Args::try_parse_from([
+            "kubesteer-webhook",
+            "--shutdown-delay=0",
+            "--drain-timeout=2s",
+        ])
+        .unwrap();
+        assert_eq!(a.shutdown_delay, Duration::ZERO);
+        assert_eq!(a.drain_timeout, Duration::from_secs(2));
+        assert!(Args::try_parse_from(["kubesteer-webhook", "--shutdown-delay=soon"]).is_err());
+    }
+
+    #[test]
     fn help_is_complete() {
         use clap::CommandFactory;
         let help = Args::command().render_help().to_string();
@@ -142,6 +150,8 @@ mod tests {
             "--tls-key-file",
             "--idle-timeout",
             "--request-timeout",
+            "--shutdown-delay",
+            "--drain-timeout",
             "--log-json",
         ] {
             assert!(help.contains(flag), "{flag} missing from --help");

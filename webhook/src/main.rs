@@ -77,12 +77,15 @@ async fn run(args: Args) -> Result<(), Error> {
         idle: args.idle_timeout,
         request: args.request_timeout,
         max_connections: args.max_connections,
+        shutdown_delay: args.shutdown_delay,
+        drain: args.drain_timeout,
     };
     server::serve(
         listener,
         tls::server_config(store)?,
-        router(state),
+        router(state.clone()),
         limits,
+        state.draining.clone(),
         shutdown_signal(),
     )
     .await;

@@ -10,7 +10,7 @@ use std::time::Duration;
 use axum::body::Body;
 use http_body_util::BodyExt;
 use hyper_util::rt::TokioIo;
-use kubesteer_webhook::server::{serve, Limits};
+use kubesteer_webhook::server::{serve, Draining, Limits};
 use kubesteer_webhook::tls::{server_config, CertFiles, CertStore};
 use kubesteer_webhook::{router, AppState};
 use rcgen::{CertificateParams, DnType, IsCa, Issuer, KeyPair};
@@ -124,6 +124,8 @@ async fn rotation_serves_the_new_certificate_without_dropping_a_request() {
         idle: Duration::from_secs(30),
         request: Duration::from_secs(5),
         max_connections: 64,
+        shutdown_delay: Duration::ZERO,
+        drain: Duration::from_secs(5),
     };
     let app = router(Arc::new(AppState::new(common::cluster())));
     tokio::spawn(serve(
@@ -131,6 +133,7 @@ async fn rotation_serves_the_new_certificate_without_dropping_a_request() {
         server_config(store.clone()).unwrap(),
         app,
         limits,
+        Draining::default(),
         std::future::pending(),
     ));
 
@@ -205,6 +208,8 @@ async fn idle_and_slow_clients_are_cut_off() {
         idle: Duration::from_millis(300),
         request: Duration::from_secs(5),
         max_connections: 64,
+        shutdown_delay: Duration::ZERO,
+        drain: Duration::from_secs(5),
     };
     let app = router(Arc::new(AppState::new(common::cluster())));
     tokio::spawn(serve(
@@ -212,6 +217,7 @@ async fn idle_and_slow_clients_are_cut_off() {
         server_config(store).unwrap(),
         app,
         limits,
+        Draining::default(),
         std::future::pending(),
     ));
 

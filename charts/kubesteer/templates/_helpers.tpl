@@ -100,11 +100,56 @@ default
 {{- end -}}
 {{- end -}}
 
-{{/* image reference; takes (list $ "webhook"). */}}
+{{/* The one image every container runs: it holds kubesteer-webhook, -controller and -certs. */}}
 {{- define "kubesteer.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+
+{{/* nodeSelector and tolerations of a pod: the top-level values combined with the pod's own
+(nodeSelector merged, its own keys winning; tolerations concatenated, top-level first); takes
+(list $ ownNodeSelector ownTolerations). Label and toleration values are rendered as strings, since
+`--set key=true` gives a boolean the apiserver would refuse. Renders nothing when both are empty. */}}
+{{- define "kubesteer.placement" -}}
 {{- $root := index . 0 -}}
-{{- $image := index $root.Values.image (index . 1) -}}
-{{- printf "%s:%s" $image.repository (default $root.Chart.AppVersion $image.tag) -}}
+{{- $selector := deepCopy ($root.Values.nodeSelector | default dict) -}}
+{{- /* set, not merge: merge would let the top level override a component's false or 0. */ -}}
+{{- range $key, $value := (index . 1 | default dict) -}}
+{{- $_ := set $selector $key $value -}}
+{{- end -}}
+{{- $tolerations := list -}}
+{{- range concat ($root.Values.tolerations | default list) (index . 2 | default list) -}}
+{{- $toleration := deepCopy . -}}
+{{- if hasKey $toleration "value" -}}
+{{- $_ := set $toleration "value" (toString (get $toleration "value")) -}}
+{{- end -}}
+{{- $tolerations = append $tolerations $toleration -}}
+{{- end -}}
+{{- with $selector }}
+nodeSelector:
+  {{- range $key, $value := . }}
+  {{ $key | quote }}: {{ toString $value | quote }}
+  {{- end }}
+{{- end }}
+{{- with $tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* Where the `helm test` Pod finds the CA the webhook's certificate chains to, as a volume source
+with the key ca.crt: the CA the chart renders into the configurations (a ConfigMap, see
+kubesteer.testCaConfigMap) outside selfManaged mode, else the ca.crt of the certificate Secret. */}}
+{{- define "kubesteer.testCaVolume" -}}
+{{- if and (ne .Values.certs.mode "selfManaged") (include "kubesteer.caBundle" .) -}}
+configMap:
+  name: {{ include "kubesteer.fullname" . }}-test-ca
+{{- else -}}
+secret:
+  secretName: {{ include "kubesteer.certSecret" . }}
+{{- end }}
+  items:
+    - key: ca.crt
+      path: ca.crt
 {{- end -}}
 
 {{/* The pod affinity: the component's value, or a soft spread over nodes; takes (list $ "webhook"). */}}

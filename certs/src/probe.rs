@@ -1,0 +1,601 @@
+//! `kubesteer-certs probe`: an HTTPS GET that trusts only a given CA, so `helm test` can check the
+//! webhook from the project's own image, which has no shell and no curl.
+use std::fmt;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rustls::pki_types::ServerName;
+use rustls::{ClientConfig, ClientConnection, RootCertStore, StreamOwned};
+use rustls_pki_types::pem::PemObject as _;
+use rustls_pki_types::CertificateDer;
+
+use crate::{invalid, Result};
+
+// A status line or header longer than this is not from the webhook.
+const MAX_LINE: u64 = 8 * 1024;
+// Enough of an error body to say why, e.g. "caches or certificate not ready".
+const MAX_REASON: u64 = 512;
+
+/// Why one attempt failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    #[error("cannot resolve {host}: {source}")]
+    Resolve {
+        host: String,
+        source: std::io::Error,
+    },
+    #[error("cannot connect to {addr}: {source}")]
+    Connect {
+        addr: String,
+        source: std::io::Error,
+    },
+    #[error("TLS handshake failed: {0}")]
+    Tls(rustls::Error),
+    #[error("{0}")]
+    Io(std::io::Error),
+    #[error("not an HTTP response: {0:?}")]
+    BadResponse(String),
+    #[error("HTTP status {code} (want 2xx): {line}{}", suffix(.reason))]
+    Status {
+        code: u16,
+        line: String,
+        reason: Option<String>,
+    },
+}
+
+fn suffix(reason: &Option<String>) -> String {
+    reason
+        .as_deref()
+        .map(|r| format!(": {r}"))
+        .unwrap_or_default()
+}
+
+impl From<std::io::Error> for ProbeError {
+    fn from(e: std::io::Error) -> Self {
+        // rustls reports handshake and certificate errors as io::Error; unwrap them to say so.
+        let tls = e
+            .get_ref()
+            .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+            .cloned();
+        match tls {
+            Some(tls) => ProbeError::Tls(tls),
+            None => ProbeError::Io(e),
+        }
+    }
+}
+
+/// A 2xx answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Success {
+    pub code: u16,
+    /// The status line, e.g. "HTTP/1.1 200 OK".
+    pub line: String,
+}
+
+impl fmt::Display for Success {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.line)
+    }
+}
+
+/// The parts of an `https://host[:port][/path]` URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    pub host: String,
+    pub port: u16,
+    /// Path and query, starting with "/".
+    pub path: String,
+}
+
+impl Target {
+    /// Parses an https URL; anything else is refused, since the point is to check the certificate.
+    pub fn parse(url: &str) -> Result<Target> {
+        let bad = |reason: &str| invalid("URL", format!("{url:?}: {reason}"));
+        let rest = url
+            .strip_prefix("https://")
+            .ok_or_else(|| bad("only https:// URLs can be probed"))?;
+        let rest = rest.split('#').next().unwrap_or_default();
+        let (authority, path) = match rest.find(['/', '?']) {
+            Some(i) => rest.split_at(i),
+            None => (rest, "/"),
+        };
+        let path = if path.starts_with('?') {
+            format!("/{path}")
+        } else {
+            path.to_string()
+        };
+        if path.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(bad("the path holds spaces or control characters"));
+        }
+        if authority.contains('@') {
+            return Err(bad("user information is not supported"));
+        }
+        let (host, port) = authority_parts(authority).map_err(|reason| bad(&reason))?;
+        Ok(Target {
+            host,
+            port: port.unwrap_or(443),
+            path,
+        })
+    }
+
+    /// The Host header: IPv6 addresses in brackets, the port unless it is 443.
+    fn host_header(&self) -> String {
+        let host = if self.host.contains(':') {
+            format!("[{}]", self.host)
+        } else {
+            self.host.clone()
+        };
+        if self.port == 443 {
+            host
+        } else {
+            format!("{host}:{}", self.port)
+        }
+    }
+}
+
+/// Splits `host`, `host:port`, `[v6]:port` or a bare IPv6 address; the port must be 1-65535.
+fn authority_parts(authority: &str) -> Result<(String, Option<u16>), String> {
+    if authority.parse::<std::net::IpAddr>().is_ok() {
+        return Ok((authority.to_string(), None));
+    }
+    let (host, port) = if let Some(bracketed) = authority.strip_prefix('[') {
+        let (host, after) = bracketed.split_once(']').ok_or("unclosed [ in the host")?;
+        match after {
+            "" => (host, None),
+            _ => (host, Some(after.strip_prefix(':').ok_or("junk after ]")?)),
+        }
+    } else {
+        match authority.split_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (authority, None),
+        }
+    };
+    if host.is_empty() {
+        return Err("no host".into());
+    }
+    let port = match port {
+        None => None,
+        Some(p) => Some(
+            p.parse::<u16>()
+                .ok()
+                .filter(|p| *p != 0)
+                .ok_or("the port is not a number 1-65535")?,
+        ),
+    };
+    Ok((host.to_string(), port))
+}
+
+/// An HTTPS GET of one URL whose certificate must chain to the given CA and name its host.
+#[derive(Debug, Clone)]
+pub struct Probe {
+    target: Target,
+    /// Where to connect instead of the URL's host, which the certificate must still name.
+    dial: Option<(String, u16)>,
+    name: ServerName<'static>,
+    config: Arc<ClientConfig>,
+    timeout: Duration,
+}
+
+impl Probe {
+    /// `ca_pem` holds one or more CA certificates; `timeout` bounds the connect and each read or write.
+    pub fn new(url: &str, ca_pem: &[u8], timeout: Duration) -> Result<Probe> {
+        let target = Target::parse(url)?;
+        let name = ServerName::try_from(target.host.clone())
+            .map_err(|e| invalid("URL host", format!("{:?}: {e}", target.host)))?;
+        let mut roots = RootCertStore::empty();
+        for cert in CertificateDer::pem_slice_iter(ca_pem) {
+            let cert = cert.map_err(|e| invalid("CA certificate", e))?;
+            roots.add(cert).map_err(|e| invalid("CA certificate", e))?;
+        }
+        if roots.is_empty() {
+            return Err(invalid("CA file", "no CERTIFICATE block"));
+        }
+        if timeout.is_zero() {
+            return Err(invalid("timeout", "must be above zero"));
+        }
+        // An explicit provider: ring is the only one built in.
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut config = ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Ok(Probe {
+            target,
+            dial: None,
+            name,
+            config: Arc::new(config),
+            timeout,
+        })
+    }
+
+    pub fn target(&self) -> &Target {
+        &self.target
+    }
+
+    /// Connects to `addr` (`host`, `host:port`, `[v6]:port` or a bare IPv6 address; the URL's
+    /// port when none) instead of the URL's host, still verifying the certificate for the URL's
+    /// host, like curl's --connect-to: a Service's address from its environment variable needs
+    /// no cluster DNS.
+    pub fn connect_to(mut self, addr: &str) -> Result<Probe> {
+        let bad = |reason: String| invalid("connect-to address", format!("{addr:?}: {reason}"));
+        let (host, port) = authority_parts(addr).map_err(bad)?;
+        // Catches an unexpanded $(VAR) from the pod spec here rather than as a resolver error.
+        ServerName::try_from(host.as_str())
+            .map_err(|_| bad("not a host name or IP address".into()))?;
+        self.dial = Some((host, port.unwrap_or(self.target.port)));
+        Ok(self)
+    }
+
+    fn connect(&self) -> Result<TcpStream, ProbeError> {
+        let (host, port) = match &self.dial {
+            Some((host, port)) => (host.as_str(), *port),
+            None => (self.target.host.as_str(), self.target.port),
+        };
+        let addrs: Vec<SocketAddr> = (host, port)
+            .to_socket_addrs()
+            .map_err(|source| ProbeError::Resolve {
+                host: host.to_string(),
+                source,
+            })?
+            .collect();
+        let mut last = std::io::Error::new(std::io::ErrorKind::NotFound, "no address");
+        for addr in &addrs {
+            match TcpStream::connect_timeout(addr, self.timeout) {
+                Ok(tcp) => {
+                    tcp.set_read_timeout(Some(self.timeout))?;
+                    tcp.set_write_timeout(Some(self.timeout))?;
+                    let _ = tcp.set_nodelay(true);
+                    return Ok(tcp);
+                }
+                Err(e) => last = e,
+            }
+        }
+        Err(ProbeError::Connect {
+            addr: format!("{host}:{port}"),
+            source: last,
+        })
+    }
+
+    /// One GET; a 2xx status is success, anything else an error that says what came back.
+    pub fn once(&self) -> Result<Success, ProbeError> {
+        let tcp = self.connect()?;
+        let conn = ClientConnection::new(self.config.clone(), self.name.clone())
+            .map_err(ProbeError::Tls)?;
+        let mut tls = StreamOwned::new(conn, tcp);
+        let request = format!(
+            "GET {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: kubesteer-certs-probe\r\nAccept: */*\r\nConnection: close\r\n\r\n",
+            self.target.path,
+            self.target.host_header()
+        );
+        tls.write_all(request.as_bytes())?;
+        tls.flush()?;
+        let mut reader = BufReader::new(tls);
+        let line = read_line(&mut reader)?;
+        let mut parts = line.splitn(3, ' ');
+        let version = parts.next().unwrap_or_default();
+        let code = parts.next().and_then(|c| c.parse::<u16>().ok());
+        let code = match code {
+            Some(code) if version.starts_with("HTTP/1.") => code,
+            _ => return Err(ProbeError::BadResponse(line)),
+        };
+        if (200..300).contains(&code) {
+            return Ok(Success { code, line });
+        }
+        Err(ProbeError::Status {
+            code,
+            line,
+            reason: error_reason(&mut reader),
+        })
+    }
+
+    /// Tries `1 + retries` times, `interval` apart, and tells `on_failure` of each failed attempt
+    /// (numbered from 1) before the next; returns the first success or the last failure.
+    pub fn run(
+        &self,
+        retries: u32,
+        interval: Duration,
+        mut on_failure: impl FnMut(u32, &ProbeError),
+    ) -> Result<Success, ProbeError> {
+        let mut attempt = 1;
+        loop {
+            match self.once() {
+                Ok(success) => return Ok(success),
+                Err(e) if attempt > retries => return Err(e),
+                Err(e) => on_failure(attempt, &e),
+            }
+            attempt += 1;
+            // Retrying is the point: the webhook may still be starting when `helm test` runs.
+            std::thread::sleep(interval);
+        }
+    }
+}
+
+fn read_line(reader: &mut impl BufRead) -> Result<String, ProbeError> {
+    let mut line = String::new();
+    let mut limited = (&mut *reader).take(MAX_LINE);
+    limited.read_line(&mut line)?;
+    if line.is_empty() {
+        return Err(ProbeError::BadResponse(
+            "the server closed the connection without answering".into(),
+        ));
+    }
+    Ok(line.trim_end().to_string())
+}
+
+/// The first line of an error body of known length, when it is short text; best effort.
+fn error_reason(reader: &mut impl BufRead) -> Option<String> {
+    let mut length: Option<u64> = None;
+    loop {
+        let header = read_line(reader).ok()?;
+        if header.is_empty() {
+            break;
+        }
+        let (name, value) = header.split_once(':')?;
+        if name.trim().eq_ignore_ascii_case("content-length") {
+            length = value.trim().parse().ok();
+        }
+    }
+    let mut body = Vec::new();
+    (&mut *reader)
+        .take(length?.min(MAX_REASON))
+        .read_to_end(&mut body)
+        .ok()?;
+    let text = String::from_utf8_lossy(&body);
+    let first = text.lines().next()?.trim();
+    (!first.is_empty()).then(|| first.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{generate, server_config, Bundle, Options};
+    use rustls::{ServerConnection, StreamOwned as Stream};
+    use std::net::TcpListener;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    fn bundle() -> Bundle {
+        let mut opts = Options::new("probe", "test");
+        opts.dns.push("localhost".into());
+        opts.ips.push("127.0.0.1".parse().unwrap());
+        generate(&opts).unwrap()
+    }
+
+    fn bundle_for_localhost_only() -> Bundle {
+        let mut opts = Options::new("probe", "test");
+        opts.dns.push("localhost".into());
+        generate(&opts).unwrap()
+    }
+
+    /// A TLS server on 127.0.0.1 answering the n-th connection with `answers[n]` (the last one
+    /// repeats); returns its port and a count of requests it read.
+    fn server(serving: &Bundle, answers: Vec<&'static str>) -> (u16, Arc<AtomicUsize>) {
+        let config = Arc::new(server_config(&serving.serving).unwrap());
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let served = Arc::new(AtomicUsize::new(0));
+        let count = served.clone();
+        std::thread::spawn(move || {
+            for (n, tcp) in listener.incoming().enumerate() {
+                let Ok(tcp) = tcp else { continue };
+                let conn = ServerConnection::new(config.clone()).unwrap();
+                let mut tls = Stream::new(conn, tcp);
+                let mut reader = BufReader::new(&mut tls);
+                let mut head = String::new();
+                loop {
+                    let mut line = String::new();
+                    match reader.read_line(&mut line) {
+                        Ok(0) | Err(_) => break,
+                        Ok(_) if line == "\r\n" => break,
+                        Ok(_) => head.push_str(&line),
+                    }
+                }
+                if !head.starts_with("GET /readyz HTTP/1.1\r\n") {
+                    continue;
+                }
+                count.fetch_add(1, Ordering::SeqCst);
+                let (status, body) = answers[n.min(answers.len() - 1)].split_once('|').unwrap();
+                let reply = format!(
+                    "HTTP/1.1 {status}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = tls.write_all(reply.as_bytes());
+                tls.conn.send_close_notify();
+                let _ = tls.flush();
+            }
+        });
+        (port, served)
+    }
+
+    fn probe(url: String, ca: &Bundle) -> Probe {
+        Probe::new(&url, ca.ca.cert.as_bytes(), Duration::from_secs(5)).unwrap()
+    }
+
+    #[test]
+    fn a_2xx_from_a_server_the_ca_signed_succeeds() {
+        let certs = bundle();
+        let (port, served) = server(&certs, vec!["200 OK|ok"]);
+        for host in ["127.0.0.1", "localhost"] {
+            let ok = probe(format!("https://{host}:{port}/readyz"), &certs)
+                .once()
+                .unwrap();
+            assert_eq!(ok.code, 200);
+            assert_eq!(ok.line, "HTTP/1.1 200 OK");
+        }
+        assert_eq!(served.load(Ordering::SeqCst), 2);
+    }
+
+    #[test]
+    fn connect_to_dials_an_address_but_verifies_the_url_host() {
+        let certs = bundle_for_localhost_only();
+        let (port, served) = server(&certs, vec!["200 OK|ok"]);
+        // A name no resolver knows, as in a cluster without DNS; the certificate carries it.
+        let url = format!("https://probe.test.svc:{port}/readyz");
+        for addr in ["127.0.0.1".to_string(), format!("127.0.0.1:{port}")] {
+            let ok = probe(url.clone(), &certs)
+                .connect_to(&addr)
+                .unwrap()
+                .once()
+                .unwrap();
+            assert_eq!(ok.code, 200, "{addr}");
+        }
+        assert_eq!(served.load(Ordering::SeqCst), 2);
+        // The dialled address does not count for the certificate: the URL's host must match.
+        let err = probe(format!("https://other.test.svc:{port}/readyz"), &certs)
+            .connect_to("127.0.0.1")
+            .unwrap()
+            .once()
+            .unwrap_err();
+        assert!(matches!(err, ProbeError::Tls(_)), "{err:?}");
+        for bad in ["", "$(WEBHOOK_SERVICE_HOST", "host:http", "[::1"] {
+            assert!(probe(url.clone(), &certs).connect_to(bad).is_err(), "{bad}");
+        }
+        assert!(probe(url.clone(), &certs).connect_to("fd00::1").is_ok());
+    }
+
+    #[test]
+    fn another_ca_is_refused_before_any_request() {
+        let certs = bundle();
+        let (port, served) = server(&certs, vec!["200 OK|ok"]);
+        let err = probe(format!("https://127.0.0.1:{port}/readyz"), &bundle())
+            .once()
+            .unwrap_err();
+        // Both CAs are named kubesteer-ca, so the other one is found and its signature fails.
+        assert!(
+            matches!(
+                err,
+                ProbeError::Tls(rustls::Error::InvalidCertificate(
+                    rustls::CertificateError::BadSignature
+                        | rustls::CertificateError::UnknownIssuer
+                ))
+            ),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("TLS handshake failed"), "{err}");
+        assert_eq!(served.load(Ordering::SeqCst), 0);
+    }
+
+    #[test]
+    fn a_name_the_certificate_lacks_is_refused() {
+        let certs = bundle_for_localhost_only();
+        let (port, served) = server(&certs, vec!["200 OK|ok"]);
+        let err = probe(format!("https://127.0.0.1:{port}/readyz"), &certs)
+            .once()
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                ProbeError::Tls(rustls::Error::InvalidCertificate(
+                    rustls::CertificateError::NotValidForName
+                        | rustls::CertificateError::NotValidForNameContext { .. }
+                ))
+            ),
+            "{err:?}"
+        );
+        assert_eq!(served.load(Ordering::SeqCst), 0);
+    }
+
+    #[test]
+    fn a_non_2xx_fails_and_says_why() {
+        let certs = bundle();
+        let (port, _) = server(
+            &certs,
+            vec!["503 Service Unavailable|caches or certificate not ready"],
+        );
+        let err = probe(format!("https://127.0.0.1:{port}/readyz"), &certs)
+            .once()
+            .unwrap_err();
+        assert!(
+            matches!(err, ProbeError::Status { code: 503, .. }),
+            "{err:?}"
+        );
+        assert_eq!(
+            err.to_string(),
+            "HTTP status 503 (want 2xx): HTTP/1.1 503 Service Unavailable: caches or certificate not ready"
+        );
+    }
+
+    #[test]
+    fn retries_until_the_server_is_ready() {
+        let certs = bundle();
+        let (port, served) = server(
+            &certs,
+            vec![
+                "503 Service Unavailable|starting",
+                "500 Oops|",
+                "204 No Content|",
+            ],
+        );
+        let p = probe(format!("https://127.0.0.1:{port}/readyz"), &certs);
+        let mut failures = Vec::new();
+        let ok = p
+            .run(5, Duration::from_millis(10), |n, e| {
+                failures.push((n, e.to_string()))
+            })
+            .unwrap();
+        assert_eq!(ok.code, 204);
+        assert_eq!(served.load(Ordering::SeqCst), 3);
+        assert_eq!(failures.len(), 2, "{failures:?}");
+        assert_eq!(failures[0].0, 1);
+        assert!(failures[0].1.contains("503"), "{failures:?}");
+        assert_eq!(
+            failures[1].1,
+            "HTTP status 500 (want 2xx): HTTP/1.1 500 Oops"
+        );
+    }
+
+    #[test]
+    fn gives_up_after_the_retries_with_the_last_error() {
+        let port = {
+            let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+            listener.local_addr().unwrap().port()
+        };
+        let certs = bundle();
+        let mut attempts = 0;
+        let err = probe(format!("https://127.0.0.1:{port}/readyz"), &certs)
+            .run(2, Duration::from_millis(1), |_, _| attempts += 1)
+            .unwrap_err();
+        assert_eq!(attempts, 2);
+        assert!(matches!(err, ProbeError::Connect { .. }), "{err:?}");
+    }
+
+    #[test]
+    fn urls() {
+        let t = Target::parse("https://svc.ns.svc:443/readyz").unwrap();
+        assert_eq!(
+            (t.host.as_str(), t.port, t.path.as_str()),
+            ("svc.ns.svc", 443, "/readyz")
+        );
+        assert_eq!(t.host_header(), "svc.ns.svc");
+        let t = Target::parse("https://[::1]:9443?x=1#frag").unwrap();
+        assert_eq!(
+            (t.host.as_str(), t.port, t.path.as_str()),
+            ("::1", 9443, "/?x=1")
+        );
+        assert_eq!(t.host_header(), "[::1]:9443");
+        let t = Target::parse("https://example.com").unwrap();
+        assert_eq!((t.port, t.path.as_str()), (443, "/"));
+        for bad in [
+            "http://svc/readyz",
+            "svc:443/readyz",
+            "https://:443/",
+            "https://svc:0/",
+            "https://svc:http/",
+            "https://user@svc/",
+            "https://[::1/",
+            "https://svc/a b",
+        ] {
+            assert!(Target::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_ca_file_without_a_certificate_is_refused() {
+        let err = Probe::new("https://svc/", b"not pem", Duration::from_secs(1)).unwrap_err();
+        assert!(err.to_string().contains("no CERTIFICATE"), "{err}");
+        let ca = bundle().ca.cert;
+        assert!(Probe::new("https://svc/", ca.as_bytes(), Duration::ZERO).is_err());
+    }
+}

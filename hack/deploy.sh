@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The real install on the local cluster: the project image loaded into the real node's containerd,
+# then `helm upgrade --install` of the chart with self-managed certificates.
+#   hack/deploy.sh up IMG     load IMG (built by `make image`) and install or upgrade the release
+#   hack/deploy.sh down       uninstall the release
+# Environment: KUBESTEER_RELEASE (kubesteer), KUBESTEER_RELEASE_NAMESPACE (kubesteer-system),
+# KUBESTEER_IMAGE_ARCHIVE (where `make image` exported IMG, default .kubesteer/image.tar).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cache=${KUBESTEER_CACHE:-$HOME/.cache/kubesteer}
+state=${KUBESTEER_STATE:-$root/.kubesteer}
+release=${KUBESTEER_RELEASE:-kubesteer}
+ns=${KUBESTEER_RELEASE_NAMESPACE:-kubesteer-system}
+kc=${KUBECONFIG:-$state/kubeconfig}
+helm=("$cache/bin/helm" --kubeconfig "$kc")
+kubectl=("$cache/bin/kubectl" --kubeconfig "$kc")
+log() { printf '[deploy] %s\n' "$*" >&2; }
+
+up() {
+  local img=$1 archive=${KUBESTEER_IMAGE_ARCHIVE:-$state/image.tar}
+  [ -f "$archive" ] || { log "no $archive: make image IMG=$img first"; exit 1; }
+  "$root/hack/node.sh" load "$archive"
+  log "helm upgrade --install $release ($img) in $ns"
+  "${helm[@]}" upgrade --install "$release" "$root/charts/kubesteer" -n "$ns" --create-namespace \
+    --set "image.repository=${img%:*}" --set "image.tag=${img##*:}" --set image.pullPolicy=Never \
+    --set 'nodeSelector.kubesteer\.io/real-node=true' \
+    --set-json 'tolerations=[{"key":"kubesteer.io/real-node","operator":"Exists","effect":"NoSchedule"}]' \
+    --wait --timeout 5m
+  "${kubectl[@]}" -n "$ns" get pods -o wide
+}
+
+down() {
+  "${helm[@]}" uninstall "$release" -n "$ns" --wait --ignore-not-found
+}
+
+case ${1:-} in
+  up) up "${2:-kubesteer:dev}" ;;
+  down) down ;;
+  *) echo "usage: $0 up IMG|down" >&2; exit 2 ;;
+esac

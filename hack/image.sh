@@ -1,0 +1,211 @@
+#!/usr/bin/env bash
+# Builds kubesteer's container images offline, with buildah, FROM scratch: nothing is pulled.
+#
+#   hack/image.sh image [IMG] [TAR]   static release binaries of kubesteer-webhook,
+#                                     kubesteer-controller and kubesteer-certs in one image
+#                                     (IMG default kubesteer:dev, TAR default .kubesteer/image.tar)
+#   hack/image.sh pause [IMG] [TAR]   the pod sandbox image, hack/pause/pause.c
+#                                     (IMG default localhost/kubesteer-pause:3.10,
+#                                      TAR default .kubesteer/pause.tar)
+#
+# IMG/IMAGE_TAR and PAUSE_IMG/PAUSE_TAR in the environment work too. Each image is committed to
+# the local containers storage (podman and buildah see it: `podman run --rm kubesteer:dev
+# kubesteer-webhook --help`) and exported as a docker-archive, which containerd imports with
+# `ctr -n k8s.io images import TAR` (an oci-archive would import nothing there).
+#
+# The image mirrors the repository's Dockerfile: same files, user, env and labels. Its version
+# label is the workspace version of Cargo.toml. Image timestamps are the last commit's, so
+# rebuilding unchanged binaries gives back the same image ID. Safe to re-run.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+
+log() { printf '[image] %s\n' "$*" >&2; }
+die() { printf '[image] error: %s\n' "$*" >&2; exit 1; }
+
+usage() {
+  sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//' >&2
+  exit 2
+}
+
+BINARIES=(kubesteer-webhook kubesteer-controller kubesteer-certs)
+TARGET=x86_64-unknown-linux-gnu
+SOURCE_URL=https://github.com/kubesteer/kubesteer
+CARGO=${CARGO:-cargo}
+
+need() {
+  local cmd=$1 hint=$2
+  command -v "$cmd" >/dev/null || die "$cmd not found: $hint"
+}
+
+# The workspace version, from [workspace.package] of Cargo.toml.
+workspace_version() {
+  awk '
+    /^\[/ { section = $0 }
+    section == "[workspace.package]" && $1 == "version" {
+      gsub(/[" ]/, "", $3); print $3; exit
+    }' Cargo.toml
+}
+
+# Seconds since the epoch of the last commit (0 outside git): the images' created time.
+source_date_epoch() {
+  if [[ -n ${SOURCE_DATE_EPOCH:-} ]]; then
+    echo "$SOURCE_DATE_EPOCH"
+  else
+    git log -1 --format=%ct 2>/dev/null || echo 0
+  fi
+}
+
+revision() { git rev-parse HEAD 2>/dev/null || echo unknown; }
+
+ctr_id=""
+stage=""
+cleanup() {
+  if [[ -n $ctr_id ]]; then buildah rm "$ctr_id" >/dev/null 2>&1 || true; fi
+  if [[ -n $stage ]]; then rm -rf "$stage"; fi
+}
+trap cleanup EXIT
+
+# image_id NAME: the ID of a local image, or nothing.
+image_id() { buildah inspect --type image --format '{{.FromImageID}}' "$1" 2>/dev/null || true; }
+
+# commit_and_export IMG TAR: commits the working container $ctr_id as IMG, removes the image IMG
+# named before when nothing else names it, and writes TAR as a docker-archive tagged IMG.
+commit_and_export() {
+  local img=$1 tar=$2 old new
+  old=$(image_id "$img")
+  buildah commit --quiet --rm --format oci --timestamp "$(source_date_epoch)" \
+    "$ctr_id" "$img" >/dev/null
+  ctr_id=""
+  new=$(image_id "$img")
+  [[ -n $new ]] || die "buildah commit did not produce $img"
+  if [[ -n $old && $old != "$new" ]]; then
+    # The old image is untagged now; drop it unless something still uses it.
+    buildah rmi "$old" >/dev/null 2>&1 || true
+  fi
+  log "committed $img (${new:0:12}) to the local containers storage"
+
+  mkdir -p "$(dirname "$tar")"
+  local tmp="$tar.tmp.$$"
+  rm -f "$tmp"
+  # The archive carries IMG as its tag; ctr names it as docker would (kubesteer:dev becomes
+  # docker.io/library/kubesteer:dev, localhost/x:y stays localhost/x:y).
+  buildah push --quiet "$img" "docker-archive:$tmp:$img" >/dev/null ||
+    { rm -f "$tmp"; die "buildah push to docker-archive:$tar failed"; }
+  mv -f "$tmp" "$tar"
+  log "exported $tar ($(mib "$(stat -c %s "$tar")") MiB): ctr -n k8s.io images import $tar"
+}
+
+mib() { awk -v b="$1" 'BEGIN { printf "%.1f", b / 1048576 }'; }
+
+report_size() {
+  local img=$1 size
+  size=$(podman image inspect --format '{{.Size}}' "$img" 2>/dev/null ||
+    buildah inspect --type image --format '{{.ImageSize}}' "$img" 2>/dev/null || echo 0)
+  log "image $img: $(mib "$size") MiB"
+}
+
+# A fresh scratch working container, with the labels both images share.
+new_scratch() {
+  ctr_id=$(buildah from --quiet scratch)
+}
+
+build_image() {
+  local img=${1:-${IMG:-kubesteer:dev}} tar=${2:-${IMAGE_TAR:-.kubesteer/image.tar}}
+  local version
+  version=$(workspace_version)
+  [[ -n $version ]] || die "no version in [workspace.package] of Cargo.toml"
+  need "$CARGO" "install Rust (https://rustup.rs)"
+  need strip "apt-get install binutils"
+
+  # Static glibc binaries: crt-static on the gnu target. The explicit --target keeps build
+  # scripts and proc macros dynamic and the output in target/$TARGET/, apart from the normal
+  # target/ cache. The profile `image` is the release profile made small (fat LTO, one codegen
+  # unit, opt-level s): defined here through CARGO_PROFILE_IMAGE_* (each overridable from the
+  # environment), not in Cargo.toml, so `cargo build --release` is unchanged; its output,
+  # target/$TARGET/image, is a cache of its own. Cargo skips what is up to date.
+  export CARGO_PROFILE_IMAGE_INHERITS=release
+  export CARGO_PROFILE_IMAGE_LTO=${CARGO_PROFILE_IMAGE_LTO:-fat}
+  export CARGO_PROFILE_IMAGE_CODEGEN_UNITS=${CARGO_PROFILE_IMAGE_CODEGEN_UNITS:-1}
+  export CARGO_PROFILE_IMAGE_OPT_LEVEL=${CARGO_PROFILE_IMAGE_OPT_LEVEL:-s}
+  log "building static binaries (kubesteer $version, profile image: lto=$CARGO_PROFILE_IMAGE_LTO" \
+    "codegen-units=$CARGO_PROFILE_IMAGE_CODEGEN_UNITS opt-level=$CARGO_PROFILE_IMAGE_OPT_LEVEL)"
+  local start=$SECONDS
+  RUSTFLAGS="${RUSTFLAGS:+$RUSTFLAGS }-C target-feature=+crt-static" \
+    "$CARGO" build --profile image --locked --target "$TARGET" \
+    -p kubesteer-webhook -p kubesteer-controller -p kubesteer-certs --bins
+  log "cargo build took $((SECONDS - start))s"
+
+  # Stripped copies: the profile keeps symbols (handy for the binaries in target/).
+  stage=$(mktemp -d)
+  local b
+  for b in "${BINARIES[@]}"; do
+    local bin="target/$TARGET/image/$b"
+    [[ -x $bin ]] || die "$bin was not built"
+    if LC_ALL=C file "$bin" 2>/dev/null | grep -q 'dynamically linked'; then
+      die "$bin is dynamically linked; is RUSTFLAGS overriding crt-static?"
+    fi
+    strip --strip-all -o "$stage/$b" "$bin"
+  done
+
+  need buildah "apt-get install podman buildah"
+  log "assembling $img FROM scratch"
+  new_scratch
+  buildah copy --quiet --chown 0:0 --chmod 0755 "$ctr_id" \
+    "${BINARIES[@]/#/$stage/}" /usr/local/bin/ >/dev/null
+  buildah config \
+    --os linux --arch amd64 \
+    --user 65532:65532 \
+    --env PATH=/usr/local/bin \
+    --workingdir / \
+    --cmd '["kubesteer-webhook", "--help"]' \
+    --label org.opencontainers.image.source="$SOURCE_URL" \
+    --label org.opencontainers.image.version="$version" \
+    --label org.opencontainers.image.revision="$(revision)" \
+    --label org.opencontainers.image.licenses=Apache-2.0 \
+    --label org.opencontainers.image.title=kubesteer \
+    --label org.opencontainers.image.description="kubesteer: admission webhook (kubesteer-webhook), controller (kubesteer-controller) and certificates tool (kubesteer-certs) for the Scaler, Memcached and Welcome resources" \
+    "$ctr_id"
+  commit_and_export "$img" "$tar"
+  report_size "$img"
+}
+
+build_pause() {
+  local img=${1:-${PAUSE_IMG:-localhost/kubesteer-pause:3.10}}
+  local tar=${2:-${PAUSE_TAR:-.kubesteer/pause.tar}}
+  local version=${img##*:}
+  [[ $version != "$img" && $version != */* ]] || version=3.10
+  need gcc "apt-get install gcc libc6-dev"
+  need buildah "apt-get install podman buildah"
+
+  stage=$(mktemp -d)
+  log "compiling hack/pause/pause.c (static)"
+  gcc -static -Os -s -Wall -Wextra -Werror -DVERSION="\"$version\"" \
+    -o "$stage/pause" hack/pause/pause.c ||
+    die "gcc -static failed (static libc missing? apt-get install libc6-dev)"
+
+  log "assembling $img FROM scratch"
+  new_scratch
+  buildah copy --quiet --chown 0:0 --chmod 0755 "$ctr_id" "$stage/pause" /pause >/dev/null
+  buildah config \
+    --os linux --arch amd64 \
+    --user 65535:65535 \
+    --workingdir / \
+    --entrypoint '["/pause"]' \
+    --label org.opencontainers.image.source="$SOURCE_URL" \
+    --label org.opencontainers.image.version="$version" \
+    --label org.opencontainers.image.revision="$(revision)" \
+    --label org.opencontainers.image.licenses=Apache-2.0 \
+    --label org.opencontainers.image.title=kubesteer-pause \
+    --label org.opencontainers.image.description="kubesteer-pause: a pod sandbox (pause) container built from source, for clusters that cannot pull one" \
+    "$ctr_id"
+  commit_and_export "$img" "$tar"
+  report_size "$img"
+}
+
+case ${1:-} in
+  image) shift; build_image "$@" ;;
+  pause) shift; build_pause "$@" ;;
+  -h | --help | help) usage ;;
+  *) usage ;;
+esac

@@ -1,0 +1,581 @@
+//! The real install: `helm install` of the chart with the project image, whose webhook and
+//! controller pods run on the cluster's real kubelet node (hack/node.sh), reached by the apiserver
+//! through the webhook's Service, as on any cluster.
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context, Result};
+use kubesteer_tests::{eventually, helm, jsonpath, kubectl, kubectl_ok, repo_root, unique};
+
+/// The node `hack/node.sh` registers, and the taint that keeps other pods off it.
+const REAL_NODE: &str = "kubesteer-node";
+const REAL_NODE_KEY: &str = "kubesteer.io/real-node";
+
+/// The image `make image` built and `hack/e2e.sh` loaded into the real node.
+fn image() -> (String, String) {
+    let image = std::env::var("KUBESTEER_IMAGE").unwrap_or_else(|_| "kubesteer:dev".into());
+    match image.rsplit_once(':') {
+        Some((repo, tag)) if !tag.contains('/') => (repo.to_string(), tag.to_string()),
+        _ => (image, "latest".to_string()),
+    }
+}
+
+/// One release of the chart, installed for real, admitting only the namespaces it labels and
+/// reconciling only its user namespace, so tests never affect each other.
+struct Release {
+    name: String,
+    namespace: String,
+    user_ns: String,
+}
+
+impl Release {
+    fn install(prefix: &str, extra: &[&str]) -> Result<Self> {
+        let ready = kubectl_ok(
+            &[
+                "get",
+                "node",
+                REAL_NODE,
+                "-o",
+                "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
+            ],
+            None,
+        )
+        .context("no real node: hack/cluster.sh up starts one when run as root")?;
+        ensure!(ready == "True", "node {REAL_NODE} is not Ready ({ready})");
+        let name = unique(prefix);
+        let namespace = format!("{name}-system");
+        let user_ns = format!("{name}-use");
+        kubectl_ok(&["create", "namespace", &user_ns], None)?;
+        kubectl_ok(
+            &[
+                "label",
+                "namespace",
+                &user_ns,
+                &format!("kubesteer.io/e2e={name}"),
+            ],
+            None,
+        )?;
+        let release = Self {
+            name,
+            namespace,
+            user_ns,
+        };
+        let (repository, tag) = image();
+        let chart = repo_root().join("charts/kubesteer");
+        let chart = chart.to_string_lossy();
+        let selector = format!(
+            "webhook.namespaceSelector.matchLabels.kubesteer\\.io/e2e={}",
+            release.name
+        );
+        let tolerations = format!(
+            r#"tolerations=[{{"key":"{REAL_NODE_KEY}","operator":"Exists","effect":"NoSchedule"}}]"#
+        );
+        let watch = format!(
+            r#"controller.extraEnv=[{{"name":"WATCH_NAMESPACE","value":"{}"}}]"#,
+            release.user_ns
+        );
+        let mut args = vec![
+            "install",
+            &release.name,
+            &chart,
+            "-n",
+            &release.namespace,
+            "--create-namespace",
+            "--wait",
+            "--timeout",
+            "180s",
+        ];
+        let repository = format!("image.repository={repository}");
+        let tag = format!("image.tag={tag}");
+        args.extend([
+            "--set",
+            &repository,
+            "--set",
+            &tag,
+            "--set",
+            "image.pullPolicy=Never",
+            "--set",
+            "nodeSelector.kubesteer\\.io/real-node=true",
+            "--set-json",
+            &tolerations,
+            "--set",
+            &selector,
+            "--set-json",
+            &watch,
+        ]);
+        args.extend(extra);
+        helm(&args).with_context(|| release.describe())?;
+        Ok(release)
+    }
+
+    fn fullname(&self) -> String {
+        format!("{}-kubesteer", self.name)
+    }
+
+    /// What the release's pods are doing, for a failure message.
+    fn describe(&self) -> String {
+        let pods = kubectl(&["get", "pods", "-n", &self.namespace, "-o", "wide"], None)
+            .map(|r| r.stdout + &r.stderr)
+            .unwrap_or_default();
+        let events = kubectl(
+            &[
+                "get",
+                "events",
+                "-n",
+                &self.namespace,
+                "--sort-by=.lastTimestamp",
+            ],
+            None,
+        )
+        .map(|r| r.stdout)
+        .unwrap_or_default();
+        format!("pods:\n{pods}\nevents:\n{events}")
+    }
+
+    /// `(name, node, phase, ready, image)` of the pods of one component.
+    fn pods(&self, component: &str) -> Result<Vec<[String; 5]>> {
+        let out = kubectl_ok(
+            &[
+                "get",
+                "pods",
+                "-n",
+                &self.namespace,
+                "-l",
+                &format!("app.kubernetes.io/component={component}"),
+                "-o",
+                "jsonpath={range .items[*]}{.metadata.name} {.spec.nodeName} {.status.phase} \
+                 {.status.conditions[?(@.type==\"Ready\")].status} {.spec.containers[0].image}\
+                 {\"\\n\"}{end}",
+            ],
+            None,
+        )?;
+        Ok(out
+            .lines()
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                (f.len() == 5).then(|| [f[0], f[1], f[2], f[3], f[4]].map(String::from))
+            })
+            .collect())
+    }
+
+    fn secret_ca(&self) -> Result<String> {
+        jsonpath(
+            &self.namespace,
+            &format!("secret/{}-webhook-tls", self.fullname()),
+            "{.data.ca\\.crt}",
+        )
+    }
+
+    fn ca_bundles(&self) -> Result<Vec<String>> {
+        let mut all = Vec::new();
+        for kind in [
+            "mutatingwebhookconfiguration",
+            "validatingwebhookconfiguration",
+        ] {
+            let out = kubectl_ok(
+                &[
+                    "get",
+                    kind,
+                    &self.fullname(),
+                    "-o",
+                    "jsonpath={.webhooks[*].clientConfig.caBundle}",
+                ],
+                None,
+            )?;
+            all.extend(out.split_whitespace().map(String::from));
+        }
+        Ok(all)
+    }
+
+    fn lease_holder(&self) -> Result<String> {
+        jsonpath(
+            &self.namespace,
+            &format!("lease/{}-controller", self.fullname()),
+            "{.spec.holderIdentity}",
+        )
+    }
+
+    fn apply(&self, yaml: &str) -> Result<kubesteer_tests::Run> {
+        kubectl(&["apply", "-n", &self.user_ns, "-f", "-"], Some(yaml))
+    }
+}
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        // While the controller still runs, so that it removes its Scaler finalizers.
+        let _ = kubectl(
+            &[
+                "delete",
+                "scalers.kubesteer.io",
+                "--all",
+                "-n",
+                &self.user_ns,
+                "--timeout=30s",
+            ],
+            None,
+        );
+        let _ = helm(&["uninstall", &self.name, "-n", &self.namespace, "--wait"]);
+        for ns in [&self.user_ns, &self.namespace] {
+            let _ = kubectl(&["delete", "namespace", ns, "--wait=false"], None);
+        }
+    }
+}
+
+/// Every pod of `component` runs the project image on the real node, Running and Ready.
+fn on_real_node(release: &Release, component: &str, replicas: usize) -> Result<()> {
+    let (repository, tag) = image();
+    let pods = eventually(
+        Duration::from_secs(90),
+        &format!("{replicas} ready {component} pods"),
+        || {
+            let pods = release.pods(component)?;
+            let ready = pods.iter().filter(|p| p[2] == "Running" && p[3] == "True");
+            Ok((ready.count() == replicas && pods.len() == replicas).then_some(pods))
+        },
+    )
+    .with_context(|| release.describe())?;
+    for [name, node, _, _, image] in &pods {
+        assert_eq!(node, REAL_NODE, "{name} runs on the real node");
+        assert_eq!(
+            *image,
+            format!("{repository}:{tag}"),
+            "{name} runs the image"
+        );
+        // kwok pods have no process and no log: this one's log comes from the kubelet.
+        let logs = kubectl_ok(&["logs", "-n", &release.namespace, name], None)?;
+        assert!(!logs.trim().is_empty(), "{name} logged nothing");
+    }
+    Ok(())
+}
+
+#[test]
+fn helm_install_runs_the_image_on_the_real_node() -> Result<()> {
+    let release = Release::install("inst", &[])?;
+    on_real_node(&release, "webhook", 2)?;
+    on_real_node(&release, "controller", 2)?;
+
+    // The webhook pod made the CA and serving certificate and patched both caBundles.
+    let ca = release.secret_ca()?;
+    assert!(!ca.is_empty(), "the Secret holds the CA");
+    eventually(Duration::from_secs(30), "both caBundles", || {
+        let b = release.ca_bundles()?;
+        Ok((b.len() == 6 && b.iter().all(|x| *x == ca)).then_some(()))
+    })?;
+    let service = kubectl_ok(
+        &[
+            "get",
+            "validatingwebhookconfiguration",
+            &release.fullname(),
+            "-o",
+            "jsonpath={.webhooks[0].clientConfig.service.name} {.webhooks[0].clientConfig.url}",
+        ],
+        None,
+    )?;
+    assert_eq!(
+        service.trim(),
+        format!("{}-webhook", release.fullname()),
+        "reached through the Service, not a URL"
+    );
+
+    // Denied and defaulted through the in-cluster Service.
+    let bad = release.apply(
+        "apiVersion: kubesteer.io/v1alpha1\nkind: Scaler\nmetadata: {name: bad}\n\
+         spec: {deployments: [{name: web}], start: 25, end: \"09:00\"}\n",
+    )?;
+    assert!(!bad.ok, "a bad Scaler is denied");
+    assert!(
+        bad.stderr.contains("denied the request") && bad.stderr.contains("spec.start"),
+        "the denial names the field: {}",
+        bad.stderr
+    );
+    let good = release.apply(
+        "apiVersion: kubesteer.io/v1alpha1\nkind: Memcached\nmetadata: {name: cache}\nspec: {}\n",
+    )?;
+    assert!(good.ok, "a good Memcached is admitted: {}", good.stderr);
+    let spec = jsonpath(
+        &release.user_ns,
+        "memcached/cache",
+        "{.spec.size} {.spec.port} {.spec.memoryMB}",
+    )?;
+    assert_eq!(spec, "1 11211 64", "the webhook stored the defaults");
+
+    // The in-cluster controller holds the Lease and reconciles it.
+    let holder = release.lease_holder()?;
+    assert!(
+        release.pods("controller")?.iter().any(|p| p[0] == holder),
+        "a controller pod holds the Lease, not {holder:?}"
+    );
+    kubectl_ok(
+        &[
+            "wait",
+            "-n",
+            &release.user_ns,
+            "--for=condition=Ready",
+            "memcached/cache",
+            "--timeout=90s",
+        ],
+        None,
+    )?;
+
+    // `helm test` runs the project image against the webhook's Service.
+    let out = helm(&[
+        "test",
+        &release.name,
+        "-n",
+        &release.namespace,
+        "--timeout",
+        "120s",
+    ])
+    .with_context(|| release.describe())?;
+    assert!(out.contains("Succeeded"), "helm test: {out}");
+    let test_image = kubectl_ok(
+        &[
+            "get",
+            "pods",
+            "-n",
+            &release.namespace,
+            "-l",
+            "app.kubernetes.io/component=test",
+            "-o",
+            "jsonpath={.items[*].spec.containers[0].image}",
+        ],
+        None,
+    );
+    if let Ok(images) = test_image {
+        // Deleted on success by its hook policy; when still listed it must be the project image.
+        let (repository, _) = image();
+        assert!(
+            images
+                .split_whitespace()
+                .all(|i| i.starts_with(&repository)),
+            "the test pod runs the project image: {images}"
+        );
+    }
+
+    // `helm upgrade` keeps the CA; new webhook pods serve certificates under it.
+    helm(&[
+        "upgrade",
+        &release.name,
+        &repo_root().join("charts/kubesteer").to_string_lossy(),
+        "-n",
+        &release.namespace,
+        "--reuse-values",
+        "--set",
+        "webhook.logJson=false",
+        "--wait",
+        "--timeout",
+        "180s",
+    ])
+    .with_context(|| release.describe())?;
+    assert_eq!(release.secret_ca()?, ca, "the CA survives helm upgrade");
+    assert!(release.ca_bundles()?.iter().all(|x| *x == ca));
+    let denied = release.apply(
+        "apiVersion: kubesteer.io/v1alpha1\nkind: Memcached\nmetadata: {name: big}\nspec: {size: 101}\n",
+    )?;
+    assert!(
+        !denied.ok && denied.stderr.contains("spec.size"),
+        "still denied after the upgrade: {}",
+        denied.stderr
+    );
+
+    // `helm uninstall` leaves no webhook configuration that would refuse writes.
+    helm(&[
+        "uninstall",
+        &release.name,
+        "-n",
+        &release.namespace,
+        "--wait",
+    ])?;
+    for kind in [
+        "mutatingwebhookconfiguration",
+        "validatingwebhookconfiguration",
+    ] {
+        eventually(Duration::from_secs(30), "no webhook configuration", || {
+            let run = kubectl(&["get", kind, &release.fullname()], None)?;
+            Ok((!run.ok && run.stderr.contains("NotFound")).then_some(()))
+        })?;
+    }
+    let after = release.apply(
+        "apiVersion: kubesteer.io/v1alpha1\nkind: Memcached\nmetadata: {name: after}\nspec: {size: 1}\n",
+    )?;
+    assert!(after.ok, "writes succeed after uninstall: {}", after.stderr);
+    Ok(())
+}
+
+/// A client applying objects of all three kinds as fast as it can, counting failed admissions.
+struct Load {
+    stop: Arc<AtomicBool>,
+    ok: Arc<AtomicUsize>,
+    failures: Arc<Mutex<Vec<String>>>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Load {
+    fn start(ns: &str, workers: usize) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let ok = Arc::new(AtomicUsize::new(0));
+        let failures = Arc::new(Mutex::new(Vec::new()));
+        let threads = (0..workers)
+            .map(|w| {
+                let (stop, ok, failures, ns) =
+                    (stop.clone(), ok.clone(), failures.clone(), ns.to_string());
+                std::thread::spawn(move || {
+                    let mut seq = 0u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        seq += 1;
+                        // A new annotation each round, so every apply is a write the webhooks see.
+                        let yaml = format!(
+                            "apiVersion: kubesteer.io/v1alpha1\nkind: Scaler\n\
+                             metadata: {{name: s{w}, annotations: {{seq: \"{seq}\"}}}}\n\
+                             spec: {{deployments: [{{name: web{w}}}], start: 9, end: 17}}\n---\n\
+                             apiVersion: kubesteer.io/v1alpha1\nkind: Memcached\n\
+                             metadata: {{name: m{w}, annotations: {{seq: \"{seq}\"}}}}\n\
+                             spec: {{size: 0}}\n---\n\
+                             apiVersion: kubesteer.io/v1alpha1\nkind: Welcome\n\
+                             metadata: {{name: w{w}, annotations: {{seq: \"{seq}\"}}}}\n\
+                             spec: {{name: load, replicas: 0}}\n"
+                        );
+                        match kubectl(&["apply", "-n", &ns, "-f", "-"], Some(&yaml)) {
+                            Ok(run) if run.ok => {
+                                ok.fetch_add(3, Ordering::Relaxed);
+                            }
+                            Ok(run) => failures
+                                .lock()
+                                .map(|mut f| f.push(run.stderr))
+                                .unwrap_or(()),
+                            Err(e) => failures
+                                .lock()
+                                .map(|mut f| f.push(e.to_string()))
+                                .unwrap_or(()),
+                        }
+                    }
+                })
+            })
+            .collect();
+        Self {
+            stop,
+            ok,
+            failures,
+            threads,
+        }
+    }
+
+    fn admitted(&self) -> usize {
+        self.ok.load(Ordering::Relaxed)
+    }
+
+    /// Stops the client and returns (admitted writes, failures).
+    fn finish(self) -> (usize, Vec<String>) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads {
+            let _ = t.join();
+        }
+        let failures = self.failures.lock().map(|f| f.clone()).unwrap_or_default();
+        (self.ok.load(Ordering::Relaxed), failures)
+    }
+}
+
+#[test]
+fn webhook_rolling_restart_under_load_fails_no_admission_and_the_leader_hands_over() -> Result<()> {
+    let release = Release::install("roll", &[])?;
+    on_real_node(&release, "webhook", 2)?;
+    on_real_node(&release, "controller", 2)?;
+
+    let load = Load::start(&release.user_ns, 3);
+    let warm = load.admitted();
+    eventually(Duration::from_secs(60), "the load client admitted", || {
+        Ok((load.admitted() >= warm + 30).then_some(()))
+    })?;
+    let deployment = format!("deployment/{}-webhook", release.fullname());
+    let old: Vec<String> = release
+        .pods("webhook")?
+        .into_iter()
+        .map(|p| p[0].clone())
+        .collect();
+    let before = load.admitted();
+    kubectl_ok(
+        &["rollout", "restart", "-n", &release.namespace, &deployment],
+        None,
+    )?;
+    kubectl_ok(
+        &[
+            "rollout",
+            "status",
+            "-n",
+            &release.namespace,
+            &deployment,
+            "--timeout=180s",
+        ],
+        None,
+    )
+    .with_context(|| release.describe())?;
+    // Until the old pods are gone, they are still draining: keep the load on until then.
+    eventually(Duration::from_secs(90), "the old webhook pods gone", || {
+        let pods = release.pods("webhook")?;
+        Ok((!pods.iter().any(|p| old.contains(&p[0])) && pods.len() == 2).then_some(()))
+    })?;
+    let during = load.admitted() - before;
+    let (admitted, failures) = load.finish();
+    eprintln!("rolling restart: {during} writes admitted during it, {admitted} in all");
+    if !failures.is_empty() {
+        bail!(
+            "{} of {} writes failed during the rolling restart; first: {}",
+            failures.len(),
+            admitted + failures.len(),
+            failures[0]
+        );
+    }
+    assert!(
+        during >= 30,
+        "the load ran during the restart ({during} writes)"
+    );
+    on_real_node(&release, "webhook", 2)?;
+
+    // The controller's leader pod is deleted: the standby takes the Lease within 15 s.
+    let leader = release.lease_holder()?;
+    let pods = release.pods("controller")?;
+    ensure!(
+        pods.iter().any(|p| p[0] == leader),
+        "leader {leader} is not a controller pod"
+    );
+    let deleted = Instant::now();
+    kubectl_ok(
+        &[
+            "delete",
+            "pod",
+            "-n",
+            &release.namespace,
+            &leader,
+            "--wait=false",
+        ],
+        None,
+    )?;
+    let next = eventually(Duration::from_secs(30), "a new Lease holder", || {
+        let holder = release.lease_holder()?;
+        Ok((!holder.is_empty() && holder != leader).then_some(holder))
+    })?;
+    let handover = deleted.elapsed();
+    eprintln!("leader handover from {leader} to {next} in {handover:?}");
+    assert!(
+        handover < Duration::from_secs(15),
+        "the standby took over in {handover:?}"
+    );
+    // The new leader reconciles.
+    let run = release.apply(
+        "apiVersion: kubesteer.io/v1alpha1\nkind: Memcached\nmetadata: {name: after-handover}\nspec: {size: 1}\n",
+    )?;
+    assert!(run.ok, "{}", run.stderr);
+    kubectl_ok(
+        &[
+            "wait",
+            "-n",
+            &release.user_ns,
+            "--for=condition=Ready",
+            "memcached/after-handover",
+            "--timeout=90s",
+        ],
+        None,
+    )?;
+    Ok(())
+}
