@@ -57,16 +57,27 @@ options:
   disableQPSLimits: true
   # Pods of the real node reach the apiserver at the kubernetes Service's ClusterIP (kube-proxy).
   kubeApiserverCertSANs: [10.0.0.1]
+# In the file, not as --extra-args: kwokctl v0.7.0 panics on several args for several components.
+componentsPatches:
+  - name: etcd
+    extraArgs:
+      - {key: unsafe-no-fsync, value: "true"}
+  - name: kube-apiserver
+    extraArgs:
+      # The real node is reached by its address (there is no DNS for its name), with a client
+      # certificate that its kubelet accepts (kubectl logs and exec).
+      - {key: kubelet-preferred-address-types, value: InternalIP}
+      - {key: kubelet-client-certificate, value: $KWOK_WORKDIR/clusters/$name/pki/admin.crt}
+      - {key: kubelet-client-key, value: $KWOK_WORKDIR/clusters/$name/pki/admin.key}
+  - name: kwok-controller
+    extraArgs:
+      # Only the fake nodes: the real node's kubelet reports its own pods.
+      - {key: manage-all-nodes, value: "false"}
+      - {key: manage-nodes-with-annotation-selector, value: kwok.x-k8s.io/node=fake}
 YAML
     local started=$SECONDS
     log "starting cluster $name (Kubernetes $K8S_VERSION)"
     "${kwokctl[@]}" create cluster --config "$state/kwokctl.yaml" --kubeconfig "$kubeconfig" \
-      --extra-args "etcd=unsafe-no-fsync=true" \
-      --extra-args "kube-apiserver=kubelet-preferred-address-types=InternalIP" \
-      --extra-args "kube-apiserver=kubelet-client-certificate=$KWOK_WORKDIR/clusters/$name/pki/admin.crt" \
-      --extra-args "kube-apiserver=kubelet-client-key=$KWOK_WORKDIR/clusters/$name/pki/admin.key" \
-      --extra-args "kwok-controller=manage-all-nodes=false" \
-      --extra-args "kwok-controller=manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake" \
       ${opt_in[@]+"${opt_in[@]}"} --wait 120s
     log "scaling to $nodes fake nodes"
     "${kwokctl[@]}" scale node --replicas "$nodes"

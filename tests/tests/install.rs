@@ -279,14 +279,15 @@ fn helm_install_runs_the_image_on_the_real_node() -> Result<()> {
     );
 
     // Denied and defaulted through the in-cluster Service.
+    // A bad time zone: only the webhook knows the IANA names, so the denial is its own.
     let bad = release.apply(
         "apiVersion: kubesteer.io/v1alpha1\nkind: Scaler\nmetadata: {name: bad}\n\
-         spec: {deployments: [{name: web}], start: 25, end: \"09:00\"}\n",
+         spec: {deployments: [{name: web}], start: 9, end: 17, timeZone: Mars/Olympus}\n",
     )?;
     assert!(!bad.ok, "a bad Scaler is denied");
     assert!(
-        bad.stderr.contains("denied the request") && bad.stderr.contains("spec.start"),
-        "the denial names the field: {}",
+        bad.stderr.contains("denied the request") && bad.stderr.contains("spec.timeZone"),
+        "the webhook's denial names the field: {}",
         bad.stderr
     );
     let good = release.apply(
