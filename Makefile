@@ -9,8 +9,13 @@ BIN := $(KUBESTEER_CACHE)/bin
 KUBECONFIG_FILE := $(CURDIR)/.kubesteer/kubeconfig
 KUBECTL := $(BIN)/kubectl --kubeconfig $(KUBECONFIG_FILE)
 CARGO ?= cargo
+# The project image (make image, make deploy) and the real node's pod sandbox image.
+IMG ?= kubesteer:dev
+IMAGE_TAR ?= .kubesteer/image.tar
+PAUSE_IMG ?= localhost/kubesteer-pause:3.10
+PAUSE_TAR ?= .kubesteer/pause.tar
 
-.PHONY: all build control-plane cluster-up cluster-down manifests install run test fmt-check clippy unit e2e bench-webhook bench-controller
+.PHONY: all build control-plane cluster-up cluster-down manifests install run deploy undeploy test fmt-check clippy unit e2e bench-webhook bench-controller
 
 all: build
 
@@ -36,9 +41,20 @@ install:
 	$(BIN)/kubectl $(if $(KUBECONFIG),,--kubeconfig $(KUBECONFIG_FILE)) apply --server-side -f charts/kubesteer/crds/
 	$(BIN)/kubectl $(if $(KUBECONFIG),,--kubeconfig $(KUBECONFIG_FILE)) wait --for=condition=Established --timeout=60s -f charts/kubesteer/crds/
 
-## run: local control plane + CRDs, in the foreground; Ctrl-C tears it all down.
+## run: the local control plane with its real node, the image built and installed by the chart,
+## the samples applied; in the foreground, Ctrl-C tears it all down. MODE=host runs the two
+## binaries on the host instead (no root needed).
+MODE ?= cluster
 run: control-plane
-	hack/run.sh
+	MODE=$(MODE) IMG=$(IMG) hack/run.sh
+
+## deploy: build $(IMG), load it into the local cluster's real node, helm upgrade --install it.
+deploy: image
+	KUBESTEER_IMAGE_ARCHIVE=$(IMAGE_TAR) hack/deploy.sh up $(IMG)
+
+## undeploy: helm uninstall the release that `make deploy` installed.
+undeploy:
+	hack/deploy.sh down
 
 test: fmt-check clippy unit e2e
 
@@ -66,11 +82,7 @@ bench-controller: control-plane
 
 ## image: the kubesteer image (three static binaries, FROM scratch) built offline with buildah as
 ## $(IMG) in the local containers storage, exported to $(IMAGE_TAR) for `ctr images import`.
-IMG ?= kubesteer:dev
-IMAGE_TAR ?= .kubesteer/image.tar
 ## pause-image: a pod sandbox image built from hack/pause/pause.c, exported to $(PAUSE_TAR).
-PAUSE_IMG ?= localhost/kubesteer-pause:3.10
-PAUSE_TAR ?= .kubesteer/pause.tar
 .PHONY: image pause-image
 
 image:

@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
 # Builds kubesteer's container images offline, with buildah, FROM scratch: nothing is pulled.
 #
-#   hack/image.sh image [IMG] [TAR]   static release binaries of kubesteer-webhook,
-#                                     kubesteer-controller and kubesteer-certs in one image
+#   hack/image.sh image [IMG] [TAR]   static, stripped kubesteer-webhook, kubesteer-controller
+#                                     and kubesteer-certs in /usr/local/bin of one image
 #                                     (IMG default kubesteer:dev, TAR default .kubesteer/image.tar)
 #   hack/image.sh pause [IMG] [TAR]   the pod sandbox image, hack/pause/pause.c
 #                                     (IMG default localhost/kubesteer-pause:3.10,
 #                                      TAR default .kubesteer/pause.tar)
 #
 # IMG/IMAGE_TAR and PAUSE_IMG/PAUSE_TAR in the environment work too. Each image is committed to
-# the local containers storage (podman and buildah see it: `podman run --rm kubesteer:dev
-# kubesteer-webhook --help`) and exported as a docker-archive, which containerd imports with
-# `ctr -n k8s.io images import TAR` (an oci-archive would import nothing there).
+# the local containers storage as IMG (podman and buildah see it: `podman run --rm kubesteer:dev
+# kubesteer-webhook --help`; a name without a registry is stored as localhost/NAME) and exported
+# as a docker-archive, which `ctr -n k8s.io images import TAR` and `docker load` both read:
+# kubesteer:dev is imported as docker.io/library/kubesteer:dev (what the kubelet looks for when a
+# pod says image: kubesteer:dev) and as localhost/kubesteer:dev.
 #
 # The image mirrors the repository's Dockerfile: same files, user, env and labels. Its version
 # label is the workspace version of Cargo.toml. Image timestamps are the last commit's, so
@@ -23,13 +25,18 @@ cd "$root"
 log() { printf '[image] %s\n' "$*" >&2; }
 die() { printf '[image] error: %s\n' "$*" >&2; exit 1; }
 
+# usage [CODE]: the header above, on stderr; exits CODE (default 2).
 usage() {
   sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//' >&2
-  exit 2
+  exit "${1:-2}"
 }
 
 BINARIES=(kubesteer-webhook kubesteer-controller kubesteer-certs)
-TARGET=x86_64-unknown-linux-gnu
+case $(uname -m) in
+  x86_64) TARGET=x86_64-unknown-linux-gnu ARCH=amd64 ;;
+  aarch64 | arm64) TARGET=aarch64-unknown-linux-gnu ARCH=arm64 ;;
+  *) die "unsupported machine $(uname -m)" ;;
+esac
 SOURCE_URL=https://github.com/kubesteer/kubesteer
 CARGO=${CARGO:-cargo}
 
@@ -88,8 +95,9 @@ commit_and_export() {
   mkdir -p "$(dirname "$tar")"
   local tmp="$tar.tmp.$$"
   rm -f "$tmp"
-  # The archive carries IMG as its tag; ctr names it as docker would (kubesteer:dev becomes
-  # docker.io/library/kubesteer:dev, localhost/x:y stays localhost/x:y).
+  # The archive's tags are IMG, normalized as docker does (kubesteer:dev becomes
+  # docker.io/library/kubesteer:dev), and the name in the local storage (localhost/kubesteer:dev);
+  # ctr imports one image under each. localhost/x:y stays localhost/x:y.
   buildah push --quiet "$img" "docker-archive:$tmp:$img" >/dev/null ||
     { rm -f "$tmp"; die "buildah push to docker-archive:$tar failed"; }
   mv -f "$tmp" "$tar"
@@ -105,7 +113,7 @@ report_size() {
   log "image $img: $(mib "$size") MiB"
 }
 
-# A fresh scratch working container, with the labels both images share.
+# new_scratch: an empty working container in $ctr_id (removed on exit unless committed).
 new_scratch() {
   ctr_id=$(buildah from --quiet scratch)
 }
@@ -117,6 +125,7 @@ build_image() {
   [[ -n $version ]] || die "no version in [workspace.package] of Cargo.toml"
   need "$CARGO" "install Rust (https://rustup.rs)"
   need strip "apt-get install binutils"
+  need buildah "apt-get install podman buildah"
 
   # Static glibc binaries: crt-static on the gnu target. The explicit --target keeps build
   # scripts and proc macros dynamic and the output in target/$TARGET/, apart from the normal
@@ -148,13 +157,12 @@ build_image() {
     strip --strip-all -o "$stage/$b" "$bin"
   done
 
-  need buildah "apt-get install podman buildah"
   log "assembling $img FROM scratch"
   new_scratch
   buildah copy --quiet --chown 0:0 --chmod 0755 "$ctr_id" \
     "${BINARIES[@]/#/$stage/}" /usr/local/bin/ >/dev/null
   buildah config \
-    --os linux --arch amd64 \
+    --os linux --arch "$ARCH" \
     --user 65532:65532 \
     --env PATH=/usr/local/bin \
     --workingdir / \
@@ -188,7 +196,7 @@ build_pause() {
   new_scratch
   buildah copy --quiet --chown 0:0 --chmod 0755 "$ctr_id" "$stage/pause" /pause >/dev/null
   buildah config \
-    --os linux --arch amd64 \
+    --os linux --arch "$ARCH" \
     --user 65535:65535 \
     --workingdir / \
     --entrypoint '["/pause"]' \
@@ -206,6 +214,6 @@ build_pause() {
 case ${1:-} in
   image) shift; build_image "$@" ;;
   pause) shift; build_pause "$@" ;;
-  -h | --help | help) usage ;;
+  -h | --help | help) usage 0 ;;
   *) usage ;;
 esac

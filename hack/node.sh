@@ -211,6 +211,14 @@ down() {
   stop containerd
   stop kube-proxy
   [ -x "$bin/kube-proxy" ] && "$bin/kube-proxy" --cleanup >/dev/null 2>&1 || true
+  # kube-proxy --cleanup leaves the empty KUBE-FIREWALL chain of the filter tables behind.
+  for t in iptables ip6tables; do
+    command -v "$t" >/dev/null || continue
+    for chain in INPUT OUTPUT; do
+      while "$t" -D "$chain" -j KUBE-FIREWALL 2>/dev/null; do :; done
+    done
+    "$t" -F KUBE-FIREWALL 2>/dev/null && "$t" -X KUBE-FIREWALL 2>/dev/null || true
+  done
   ip link del "$bridge" 2>/dev/null || true
   if [ -f "$dir/ip_forward.orig" ]; then cat "$dir/ip_forward.orig" >/proc/sys/net/ipv4/ip_forward; fi
   # Network namespaces and overlay mounts of killed pods, deepest first.

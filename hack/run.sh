@@ -34,7 +34,9 @@ cleanup() {
     --ignore-not-found >/dev/null 2>&1 || true
   hack/cluster.sh down
 }
-trap cleanup EXIT INT TERM
+trap cleanup EXIT
+trap 'cleanup; exit 130' INT
+trap 'cleanup; exit 143' TERM
 
 try_it() {
   cat <<TXT
