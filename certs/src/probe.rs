@@ -1,11 +1,12 @@
 //! `kubesteer-certs probe`: an HTTPS GET that trusts only a given CA, so `helm test` can check the
 //! webhook from the project's own image, which has no shell and no curl.
 use std::fmt;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::io::{Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs};
 use std::sync::Arc;
 use std::time::Duration;
 
+use http::uri::{Authority, Scheme, Uri};
 use rustls::pki_types::ServerName;
 use rustls::{ClientConfig, ClientConnection, RootCertStore, StreamOwned};
 use rustls_pki_types::pem::PemObject as _;
@@ -13,8 +14,9 @@ use rustls_pki_types::CertificateDer;
 
 use crate::{invalid, Result};
 
-// A status line or header longer than this is not from the webhook.
-const MAX_LINE: u64 = 8 * 1024;
+// A response head longer than this, or with more headers, is not from the webhook.
+const MAX_HEAD: usize = 16 * 1024;
+const MAX_HEADERS: usize = 64;
 // Enough of an error body to say why, e.g. "caches or certificate not ready".
 const MAX_REASON: u64 = 512;
 
@@ -93,26 +95,18 @@ impl Target {
     /// Parses an https URL; anything else is refused, since the point is to check the certificate.
     pub fn parse(url: &str) -> Result<Target> {
         let bad = |reason: &str| invalid("URL", format!("{url:?}: {reason}"));
-        let rest = url
-            .strip_prefix("https://")
-            .ok_or_else(|| bad("only https:// URLs can be probed"))?;
-        let rest = rest.split('#').next().unwrap_or_default();
-        let (authority, path) = match rest.find(['/', '?']) {
-            Some(i) => rest.split_at(i),
-            None => (rest, "/"),
+        let uri: Uri = url
+            .parse()
+            .map_err(|e: http::uri::InvalidUri| bad(&e.to_string()))?;
+        let authority = match uri.authority() {
+            Some(authority) if uri.scheme() == Some(&Scheme::HTTPS) => authority,
+            _ => return Err(bad("only https:// URLs can be probed")),
         };
-        let path = if path.starts_with('?') {
-            format!("/{path}")
-        } else {
-            path.to_string()
-        };
-        if path.chars().any(|c| c.is_whitespace() || c.is_control()) {
-            return Err(bad("the path holds spaces or control characters"));
-        }
-        if authority.contains('@') {
-            return Err(bad("user information is not supported"));
-        }
         let (host, port) = authority_parts(authority).map_err(|reason| bad(&reason))?;
+        let path = match uri.query() {
+            Some(query) => format!("{}?{query}", uri.path()),
+            None => uri.path().to_string(),
+        };
         Ok(Target {
             host,
             port: port.unwrap_or(443),
@@ -135,35 +129,29 @@ impl Target {
     }
 }
 
-/// Splits `host`, `host:port`, `[v6]:port` or a bare IPv6 address; the port must be 1-65535.
-fn authority_parts(authority: &str) -> Result<(String, Option<u16>), String> {
-    if authority.parse::<std::net::IpAddr>().is_ok() {
-        return Ok((authority.to_string(), None));
+/// The host, without IPv6 brackets, and port of an authority; the port must be 1-65535.
+fn authority_parts(authority: &Authority) -> Result<(String, Option<u16>), String> {
+    if authority.as_str().contains('@') {
+        return Err("user information is not supported".into());
     }
-    let (host, port) = if let Some(bracketed) = authority.strip_prefix('[') {
-        let (host, after) = bracketed.split_once(']').ok_or("unclosed [ in the host")?;
-        match after {
-            "" => (host, None),
-            _ => (host, Some(after.strip_prefix(':').ok_or("junk after ]")?)),
-        }
-    } else {
-        match authority.split_once(':') {
-            Some((host, port)) => (host, Some(port)),
-            None => (authority, None),
-        }
-    };
-    if host.is_empty() {
-        return Err("no host".into());
-    }
-    let port = match port {
-        None => None,
-        Some(p) => Some(
-            p.parse::<u16>()
-                .ok()
+    // http's port() ignores a port that is not a number, so check what follows the host.
+    let host = authority.host();
+    let port = match authority.as_str().strip_prefix(host).unwrap_or_default() {
+        "" => None,
+        rest => Some(
+            rest.strip_prefix(':')
+                .and_then(|p| p.parse::<u16>().ok())
                 .filter(|p| *p != 0)
                 .ok_or("the port is not a number 1-65535")?,
         ),
     };
+    let host = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    if host.is_empty() {
+        return Err("no host".into());
+    }
     Ok((host.to_string(), port))
 }
 
@@ -220,11 +208,19 @@ impl Probe {
     /// host, like curl's --connect-to: a Service's address from its environment variable needs
     /// no cluster DNS.
     pub fn connect_to(mut self, addr: &str) -> Result<Probe> {
-        let bad = |reason: String| invalid("connect-to address", format!("{addr:?}: {reason}"));
-        let (host, port) = authority_parts(addr).map_err(bad)?;
+        let bad = |reason: &str| invalid("connect-to address", format!("{addr:?}: {reason}"));
+        // A bare IPv6 address is no authority, but it is what a Service's variable may hold.
+        let (host, port) = match addr.parse::<IpAddr>() {
+            Ok(_) => (addr.to_string(), None),
+            Err(_) => {
+                let authority: Authority = addr
+                    .parse()
+                    .map_err(|e: http::uri::InvalidUri| bad(&e.to_string()))?;
+                authority_parts(&authority).map_err(|reason| bad(&reason))?
+            }
+        };
         // Catches an unexpanded $(VAR) from the pod spec here rather than as a resolver error.
-        ServerName::try_from(host.as_str())
-            .map_err(|_| bad("not a host name or IP address".into()))?;
+        ServerName::try_from(host.as_str()).map_err(|_| bad("not a host name or IP address"))?;
         self.dial = Some((host, port.unwrap_or(self.target.port)));
         Ok(self)
     }
@@ -272,23 +268,7 @@ impl Probe {
         );
         tls.write_all(request.as_bytes())?;
         tls.flush()?;
-        let mut reader = BufReader::new(tls);
-        let line = read_line(&mut reader)?;
-        let mut parts = line.splitn(3, ' ');
-        let version = parts.next().unwrap_or_default();
-        let code = parts.next().and_then(|c| c.parse::<u16>().ok());
-        let code = match code {
-            Some(code) if version.starts_with("HTTP/1.") => code,
-            _ => return Err(ProbeError::BadResponse(line)),
-        };
-        if (200..300).contains(&code) {
-            return Ok(Success { code, line });
-        }
-        Err(ProbeError::Status {
-            code,
-            line,
-            reason: error_reason(&mut reader),
-        })
+        read_response(&mut tls)
     }
 
     /// Tries `1 + retries` times, `interval` apart, and tells `on_failure` of each failed attempt
@@ -313,34 +293,53 @@ impl Probe {
     }
 }
 
-fn read_line(reader: &mut impl BufRead) -> Result<String, ProbeError> {
-    let mut line = String::new();
-    let mut limited = (&mut *reader).take(MAX_LINE);
-    limited.read_line(&mut line)?;
-    if line.is_empty() {
-        return Err(ProbeError::BadResponse(
-            "the server closed the connection without answering".into(),
-        ));
+/// Reads a response head; a 2xx is success, anything else an error with the body's first line.
+fn read_response(reader: &mut impl Read) -> Result<Success, ProbeError> {
+    let mut buf = Vec::new();
+    let mut chunk = [0; 4096];
+    loop {
+        let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let mut response = httparse::Response::new(&mut headers);
+        match response.parse(&buf) {
+            Ok(httparse::Status::Complete(head)) => {
+                let code = response.code.unwrap_or_default();
+                let line = first_line(&buf);
+                if (200..300).contains(&code) {
+                    return Ok(Success { code, line });
+                }
+                let length = response
+                    .headers
+                    .iter()
+                    .find(|h| h.name.eq_ignore_ascii_case("content-length"))
+                    .and_then(|h| std::str::from_utf8(h.value).ok()?.trim().parse().ok());
+                let reason = error_reason(reader, buf.split_off(head), length);
+                return Err(ProbeError::Status { code, line, reason });
+            }
+            Ok(httparse::Status::Partial) if buf.len() < MAX_HEAD => {}
+            _ => return Err(ProbeError::BadResponse(first_line(&buf))),
+        }
+        match reader.read(&mut chunk)? {
+            0 => return Err(ProbeError::BadResponse(first_line(&buf))),
+            n => buf.extend_from_slice(&chunk[..n]),
+        }
     }
-    Ok(line.trim_end().to_string())
+}
+
+/// The status line, or what the server sent instead of one.
+fn first_line(buf: &[u8]) -> String {
+    match String::from_utf8_lossy(buf).lines().next() {
+        Some(line) => line.trim_end().to_string(),
+        None => "the server closed the connection without answering".into(),
+    }
 }
 
 /// The first line of an error body of known length, when it is short text; best effort.
-fn error_reason(reader: &mut impl BufRead) -> Option<String> {
-    let mut length: Option<u64> = None;
-    loop {
-        let header = read_line(reader).ok()?;
-        if header.is_empty() {
-            break;
-        }
-        let (name, value) = header.split_once(':')?;
-        if name.trim().eq_ignore_ascii_case("content-length") {
-            length = value.trim().parse().ok();
-        }
-    }
-    let mut body = Vec::new();
-    (&mut *reader)
-        .take(length?.min(MAX_REASON))
+fn error_reason(reader: &mut impl Read, mut body: Vec<u8>, length: Option<u64>) -> Option<String> {
+    let want = length?.min(MAX_REASON);
+    body.truncate(want as usize);
+    reader
+        .by_ref()
+        .take(want - body.len() as u64)
         .read_to_end(&mut body)
         .ok()?;
     let text = String::from_utf8_lossy(&body);
@@ -353,6 +352,7 @@ mod tests {
     use super::*;
     use crate::{generate, server_config, Bundle, Options};
     use rustls::{ServerConnection, StreamOwned as Stream};
+    use std::io::{BufRead, BufReader};
     use std::net::TcpListener;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
