@@ -651,6 +651,20 @@ impl Drop for Daemon {
     }
 }
 
+/// `jsonpath` of every webhook of both configurations named `name`, one line per webhook.
+pub fn webhook_fields(name: &str, jsonpath: &str) -> Result<Vec<String>> {
+    let mut all = Vec::new();
+    for kind in [
+        "mutatingwebhookconfiguration",
+        "validatingwebhookconfiguration",
+    ] {
+        let range = format!("jsonpath={{range .webhooks[*]}}{jsonpath}{{\"\\n\"}}{{end}}");
+        let out = kubectl_ok(&["get", kind, name, "-o", &range], None)?;
+        all.extend(out.lines().map(String::from));
+    }
+    Ok(all)
+}
+
 /// Runs the pinned helm against the local cluster.
 pub fn helm(args: &[&str]) -> Result<String> {
     let out = Command::new(cached_tool("helm"))

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{bail, Context, Result};
-use kubesteer_tests::{cached_tool, kubeconfig, kubectl_ok, repo_root, Namespace};
+use kubesteer_tests::{cached_tool, kubeconfig, kubectl_ok, repo_root, webhook_fields, Namespace};
 use serde_yaml::Value;
 
 const NS: &str = "kubesteer-system";
@@ -1204,23 +1204,12 @@ fn helm_upgrade_keeps_the_self_managed_ca_bundle() -> Result<()> {
     }
 
     install("upgrade", "7")?;
-    for kind in [
-        "mutatingwebhookconfiguration",
-        "validatingwebhookconfiguration",
-    ] {
-        let out = kubectl_ok(
-            &[
-                "get",
-                kind,
-                &config,
-                "-o",
-                "jsonpath={range .webhooks[*]}{.timeoutSeconds} {.clientConfig.caBundle}{\"\\n\"}{end}",
-            ],
-            None,
-        )?;
-        let lines: Vec<&str> = out.lines().collect();
-        assert_eq!(lines, vec![format!("7 {injected}").as_str(); 3], "{kind}");
-    }
+    let lines = webhook_fields(&config, "{.timeoutSeconds} {.clientConfig.caBundle}")?;
+    assert_eq!(
+        lines,
+        vec![format!("7 {injected}"); 6],
+        "both configurations"
+    );
     drop(release);
     Ok(())
 }

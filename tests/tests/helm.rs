@@ -6,7 +6,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use kubesteer_tests::{
     eventually, free_port, helm, impersonating_kubeconfig, jsonpath, kubectl, kubectl_ok,
-    repo_root, unique, Daemon, Namespace,
+    repo_root, unique, webhook_fields, Daemon, Namespace,
 };
 
 const MC: &str = "apiVersion: kubesteer.io/v1alpha1\nkind: Memcached\n";
@@ -137,24 +137,7 @@ impl Release {
     }
 
     fn ca_bundles(&self) -> Result<Vec<String>> {
-        let mut all = Vec::new();
-        for kind in [
-            "mutatingwebhookconfiguration",
-            "validatingwebhookconfiguration",
-        ] {
-            let out = kubectl_ok(
-                &[
-                    "get",
-                    kind,
-                    &self.fullname(),
-                    "-o",
-                    "jsonpath={.webhooks[*].clientConfig.caBundle}",
-                ],
-                None,
-            )?;
-            all.extend(out.split_whitespace().map(String::from));
-        }
-        Ok(all)
+        webhook_fields(&self.fullname(), "{.clientConfig.caBundle}")
     }
 
     /// A namespace that this release's webhook configurations apply to.

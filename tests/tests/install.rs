@@ -6,7 +6,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
-use kubesteer_tests::{eventually, helm, jsonpath, kubectl, kubectl_ok, repo_root, unique};
+use kubesteer_tests::{
+    eventually, helm, jsonpath, kubectl, kubectl_ok, repo_root, unique, webhook_fields,
+};
 
 /// The node `hack/node.sh` registers, and the taint that keeps other pods off it.
 const REAL_NODE: &str = "kubesteer-node";
@@ -168,24 +170,7 @@ impl Release {
     }
 
     fn ca_bundles(&self) -> Result<Vec<String>> {
-        let mut all = Vec::new();
-        for kind in [
-            "mutatingwebhookconfiguration",
-            "validatingwebhookconfiguration",
-        ] {
-            let out = kubectl_ok(
-                &[
-                    "get",
-                    kind,
-                    &self.fullname(),
-                    "-o",
-                    "jsonpath={.webhooks[*].clientConfig.caBundle}",
-                ],
-                None,
-            )?;
-            all.extend(out.split_whitespace().map(String::from));
-        }
-        Ok(all)
+        webhook_fields(&self.fullname(), "{.clientConfig.caBundle}")
     }
 
     fn lease_holder(&self) -> Result<String> {

@@ -125,12 +125,8 @@ async fn shutdown_fails_readiness_but_serves_admission_until_the_delay_ends() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let limits = Limits {
-        handshake: Duration::from_secs(5),
-        idle: Duration::from_secs(30),
-        request: Duration::from_secs(5),
-        max_connections: 64,
         shutdown_delay: DELAY,
-        drain: Duration::from_secs(5),
+        ..common::limits()
     };
     let (signal, signalled) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(serve(

@@ -119,14 +119,7 @@ async fn rotation_serves_the_new_certificate_without_dropping_a_request() {
     tokio::spawn(files.watch(store.clone(), Duration::from_millis(100)));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let limits = Limits {
-        handshake: Duration::from_secs(5),
-        idle: Duration::from_secs(30),
-        request: Duration::from_secs(5),
-        max_connections: 64,
-        shutdown_delay: Duration::ZERO,
-        drain: Duration::from_secs(5),
-    };
+    let limits = common::limits();
     let app = router(Arc::new(AppState::new(common::cluster())));
     tokio::spawn(serve(
         listener,
@@ -206,10 +199,7 @@ async fn idle_and_slow_clients_are_cut_off() {
     let limits = Limits {
         handshake: Duration::from_millis(300),
         idle: Duration::from_millis(300),
-        request: Duration::from_secs(5),
-        max_connections: 64,
-        shutdown_delay: Duration::ZERO,
-        drain: Duration::from_secs(5),
+        ..common::limits()
     };
     let app = router(Arc::new(AppState::new(common::cluster())));
     tokio::spawn(serve(

@@ -132,3 +132,16 @@ pub async fn send_raw(cluster: FakeCluster, path: &str, body: Vec<u8>) -> Reply 
 pub async fn send(cluster: FakeCluster, path: &str, review: &Value) -> Reply {
     send_raw(cluster, path, serde_json::to_vec(review).unwrap()).await
 }
+
+/// Server limits for the TLS tests: generous timeouts, no shutdown delay.
+pub fn limits() -> kubesteer_webhook::server::Limits {
+    use std::time::Duration;
+    kubesteer_webhook::server::Limits {
+        handshake: Duration::from_secs(5),
+        idle: Duration::from_secs(30),
+        request: Duration::from_secs(5),
+        max_connections: 64,
+        shutdown_delay: Duration::ZERO,
+        drain: Duration::from_secs(5),
+    }
+}
