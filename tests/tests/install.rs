@@ -45,6 +45,21 @@ impl Release {
         )
         .context("no real node: hack/cluster.sh up starts one when run as root")?;
         ensure!(ready == "True", "node {REAL_NODE} is not Ready ({ready})");
+        // A kubelet and containerd report themselves; a kwok node would say kwok.
+        let runtime = kubectl_ok(
+            &[
+                "get",
+                "node",
+                REAL_NODE,
+                "-o",
+                "jsonpath={.status.nodeInfo.kubeletVersion} {.status.nodeInfo.containerRuntimeVersion}",
+            ],
+            None,
+        )?;
+        ensure!(
+            runtime.starts_with("v1.") && runtime.contains("containerd://"),
+            "node {REAL_NODE} is not a real kubelet: {runtime}"
+        );
         let name = unique(prefix);
         let namespace = format!("{name}-system");
         let user_ns = format!("{name}-use");
