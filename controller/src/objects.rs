@@ -103,6 +103,8 @@ pub fn deployment_spec(
             }),
             spec: Some(PodSpec {
                 containers: vec![container],
+                // Owned workloads never talk to the apiserver: no token for an image to steal.
+                automount_service_account_token: Some(false),
                 ..PodSpec::default()
             }),
         },

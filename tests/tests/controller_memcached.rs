@@ -65,6 +65,15 @@ fn memcached_runs_scales_reverts_hand_edits_and_is_collected() -> Result<()> {
         )?,
         "Memcached"
     );
+    assert_eq!(
+        jsonpath(
+            ns.name(),
+            "deployment/cache",
+            "{.spec.template.spec.automountServiceAccountToken}"
+        )?,
+        "false",
+        "owned pods get no service account token"
+    );
     kubectl_ok(
         &[
             "wait",
