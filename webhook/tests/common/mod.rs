@@ -14,6 +14,9 @@ use kubesteer_webhook::{router, AppState};
 use serde_json::Value;
 use tower::ServiceExt;
 
+/// One SubjectAccessReview the fake was asked: the username and the permission.
+pub type Asked = (Option<String>, Access);
+
 /// A cluster whose facts the test sets.
 #[derive(Default, Clone)]
 pub struct FakeCluster {
@@ -24,7 +27,7 @@ pub struct FakeCluster {
     /// When set, every SubjectAccessReview fails with this error.
     pub sar_error: Option<String>,
     /// Every SubjectAccessReview asked, shared by clones, so tests can count them.
-    pub asked: Arc<Mutex<Vec<(Option<String>, Access)>>>,
+    pub asked: Arc<Mutex<Vec<Asked>>>,
     /// (target namespace, target name) -> claiming Scaler "ns/name".
     pub claims: BTreeMap<(String, String), String>,
     /// Deployments that exist, as (namespace, name).
