@@ -4,6 +4,7 @@
 #![forbid(unsafe_code)]
 #![deny(warnings, rust_2018_idioms)]
 
+pub mod access;
 pub mod common;
 pub mod crd;
 pub mod defaults;

@@ -299,7 +299,7 @@ fn cross_namespace_targets_need_permission_and_targets_are_not_shared() -> Resul
         Some(&yaml),
     )?;
     assert!(!run.ok, "{run:?}");
-    let want = format!("spec.deployments[0].namespace: Forbidden: user \"bob\" may not update deployments/scale in namespace \"{}\"", other.name());
+    let want = format!("spec.deployments[0]: Forbidden: user \"bob\" may not update deployments/scale (apps) \"web\" in namespace \"{}\"", other.name());
     assert!(run.stderr.contains(&want), "{}", run.stderr);
     // The cluster admin may scale there, so the same object is admitted for them.
     assert!(ns.apply(&yaml)?.ok);
@@ -311,5 +311,160 @@ fn cross_namespace_targets_need_permission_and_targets_are_not_shared() -> Resul
         })?;
     let want = format!("is already scaled by Scaler {}/remote", ns.name());
     assert!(claimed.stderr.contains(&want), "{}", claimed.stderr);
+    Ok(())
+}
+
+/// A Role in `ns` with `verbs` on `resource`, bound to `user`.
+fn grant(ns: &str, role: &str, verbs: &str, resource: &str, user: &str) -> Result<()> {
+    kubectl_ok(
+        &[
+            "create",
+            "role",
+            role,
+            "-n",
+            ns,
+            &format!("--verb={verbs}"),
+            &format!("--resource={resource}"),
+        ],
+        None,
+    )?;
+    kubectl_ok(
+        &[
+            "create",
+            "rolebinding",
+            role,
+            "-n",
+            ns,
+            &format!("--role={role}"),
+            &format!("--user={user}"),
+        ],
+        None,
+    )?;
+    Ok(())
+}
+
+/// `kubectl apply` of `yaml` in `ns` as `user`.
+fn apply_as(user: &str, ns: &str, yaml: &str) -> Result<kubesteer_tests::Run> {
+    kubectl(
+        &["apply", &format!("--as={user}"), "-n", ns, "-f", "-"],
+        Some(yaml),
+    )
+}
+
+#[test]
+fn a_same_namespace_target_needs_permission_to_scale_it_and_tells_nothing_otherwise() -> Result<()>
+{
+    let webhook = Webhook::start("samens")?;
+    let ns = webhook.namespace("samens")?;
+    ns.create_deployment("web", 1)?;
+    grant(
+        ns.name(),
+        "scaler-editor",
+        "get,list,create,update,patch",
+        "scalers.kubesteer.io",
+        "carol",
+    )?;
+    let yaml = format!("{SCL}metadata: {{name: own}}\nspec: {{deployments: [{{name: web}}, {{name: hidden}}], start: 1, end: 2}}\n");
+    let run = apply_as("carol", ns.name(), &yaml)?;
+    assert!(!run.ok, "{run:?}");
+    for (i, name) in ["web", "hidden"].iter().enumerate() {
+        let want = format!("spec.deployments[{i}]: Forbidden: user \"carol\" may not update deployments/scale (apps) \"{name}\" in namespace \"{}\"", ns.name());
+        assert!(run.stderr.contains(&want), "{want} not in {}", run.stderr);
+    }
+    assert!(
+        !run.stderr.contains("does not exist"),
+        "a denied target's existence is not told: {}",
+        run.stderr
+    );
+    grant(
+        ns.name(),
+        "scaler-scale",
+        "update",
+        "deployments.apps/scale",
+        "carol",
+    )?;
+    // RBAC reaches the authorizer through its informer; denials are not cached by the webhook.
+    let admitted =
+        kubesteer_tests::eventually(std::time::Duration::from_secs(10), "grant seen", || {
+            let run = apply_as("carol", ns.name(), &yaml)?;
+            Ok(run.ok.then_some(run))
+        })?;
+    assert!(
+        admitted
+            .stderr
+            .contains("Warning: spec.deployments[1]: Deployment")
+            && admitted.stderr.contains("does not exist yet"),
+        "a permitted target gets the advice: {}",
+        admitted.stderr
+    );
+    Ok(())
+}
+
+#[test]
+fn a_welcome_may_reference_only_a_secret_its_author_may_read() -> Result<()> {
+    let webhook = Webhook::start("secretref")?;
+    let ns = webhook.namespace("secretref")?;
+    kubectl_ok(
+        &[
+            "create",
+            "secret",
+            "generic",
+            "creds",
+            "-n",
+            ns.name(),
+            "--from-literal=pw=hunter2",
+        ],
+        None,
+    )?;
+    grant(
+        ns.name(),
+        "welcome-editor",
+        "get,list,create,update,patch",
+        "welcomes.kubesteer.io",
+        "dave",
+    )?;
+    let yaml = format!("{WEL}metadata: {{name: hello}}\nspec: {{name: x, passwordSecretRef: {{name: creds, key: pw}}}}\n");
+    let run = apply_as("dave", ns.name(), &yaml)?;
+    assert!(!run.ok, "{run:?}");
+    let want = format!("spec.passwordSecretRef.name: Forbidden: user \"dave\" may not get secrets \"creds\" in namespace \"{}\"", ns.name());
+    assert!(run.stderr.contains(&want), "{}", run.stderr);
+    // The cluster admin may read it, so the same object is admitted for them.
+    let run = ns.apply(&yaml)?;
+    assert!(run.ok, "{run:?}");
+    // An edit that keeps the ref is not a new claim on the Secret, so dave may make it.
+    let run = kubectl(
+        &[
+            "patch",
+            "--as=dave",
+            "-n",
+            ns.name(),
+            "welcome/hello",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"replicas":2}}"#,
+        ],
+        None,
+    )?;
+    assert!(run.ok, "{run:?}");
+    let run = kubectl(
+        &[
+            "patch",
+            "--as=dave",
+            "-n",
+            ns.name(),
+            "welcome/hello",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"passwordSecretRef":{"name":"other","key":"pw"}}}"#,
+        ],
+        None,
+    )?;
+    assert!(!run.ok, "{run:?}");
+    assert!(
+        run.stderr
+            .contains("spec.passwordSecretRef.name: Forbidden"),
+        "{}",
+        run.stderr
+    );
     Ok(())
 }

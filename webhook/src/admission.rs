@@ -11,14 +11,16 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
 use kube::core::DynamicObject;
+use kubesteer_api::access::Access;
 use kubesteer_api::field::{summarize, FieldError, FieldErrors};
 use kubesteer_api::kind::{Kind, ALL};
-use kubesteer_api::ScalerSpec;
+use kubesteer_api::{ScalerSpec, WelcomeSpec};
 use serde_json::Value;
 
 use crate::cluster::Cluster;
 use crate::error::ApiError;
 use crate::metrics::{KindLabels, Metrics, ReviewLabels};
+use crate::permissions::Permissions;
 use crate::server::Draining;
 
 /// Largest accepted review body: an object may be 1.5 MiB, and UPDATE carries two of them.
@@ -27,6 +29,8 @@ pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
 /// Shared state of the handlers.
 pub struct AppState<C> {
     pub cluster: C,
+    /// Granted permissions of requesting users, asked of `cluster` and cached briefly.
+    pub permissions: Permissions,
     pub metrics: Metrics,
     /// Set once a serving certificate is loaded.
     pub tls_ready: AtomicBool,
@@ -38,6 +42,7 @@ impl<C: Cluster> AppState<C> {
     pub fn new(cluster: C) -> Self {
         Self {
             cluster,
+            permissions: Permissions::default(),
             metrics: Metrics::default(),
             tls_ready: AtomicBool::new(false),
             draining: Draining::default(),
@@ -130,7 +135,7 @@ async fn review<C: Cluster>(
             .map_err(|e: kube::core::admission::ConvertAdmissionReviewError| {
                 ApiError::BadReview(format!("{e}: the review carries no request"))
             })?;
-    let (response, result) = decide(&state.cluster, kind, endpoint, &request).await;
+    let (response, result) = decide(&state, kind, endpoint, &request).await;
     let operation = format!("{:?}", request.operation).to_uppercase();
     if !response.allowed {
         tracing::info!(
@@ -166,7 +171,7 @@ async fn review<C: Cluster>(
 
 /// The answer to one request, and its result label for metrics.
 async fn decide<C: Cluster>(
-    cluster: &C,
+    state: &AppState<C>,
     kind: Kind,
     endpoint: Endpoint,
     request: &AdmissionRequest<DynamicObject>,
@@ -240,7 +245,7 @@ async fn decide<C: Cluster>(
             };
             if kind == Kind::Scaler && errors.is_empty() {
                 scaler_rules(
-                    cluster,
+                    state,
                     request,
                     &value,
                     (&namespace, &name),
@@ -248,6 +253,9 @@ async fn decide<C: Cluster>(
                     &mut warnings,
                 )
                 .await;
+            }
+            if kind == Kind::Welcome && errors.is_empty() {
+                welcome_rules(state, request, &value, &namespace, &mut errors).await;
             }
             if errors.is_empty() {
                 let mut response = allowed;
@@ -265,37 +273,33 @@ async fn decide<C: Cluster>(
     }
 }
 
-/// The Scaler rules that need the cluster: permission across namespaces, claims, and advice.
+/// The Scaler rules that need the cluster: permission on every target, claims, and advice.
 async fn scaler_rules<C: Cluster>(
-    cluster: &C,
+    state: &AppState<C>,
     request: &AdmissionRequest<DynamicObject>,
     object: &Value,
     me: (&str, &str),
     errors: &mut FieldErrors,
     warnings: &mut Vec<String>,
 ) {
-    let Some(spec) = object
-        .get("spec")
-        .and_then(|s| serde_json::from_value::<ScalerSpec>(s.clone()).ok())
-    else {
+    let Some(spec) = read_spec::<ScalerSpec>(object) else {
         return;
     };
-    let user = request.user_info.username.as_deref().unwrap_or("(unknown)");
-    for (i, (ns, name)) in spec.targets(me.0).enumerate() {
-        let path = format!("spec.deployments[{i}]");
-        if ns != me.0 {
-            match cluster.may_scale(&request.user_info, ns).await {
-                Ok(true) => {}
-                Ok(false) => errors.push(FieldError::forbidden(
-                    format!("{path}.namespace"),
-                    format!("user {user:?} may not update deployments/scale in namespace {ns:?}"),
-                )),
-                Err(e) => errors.push(FieldError::forbidden(
-                    format!("{path}.namespace"),
-                    format!("could not check permission to scale in namespace {ns:?}: {e}"),
-                )),
-            }
+    let cluster = &state.cluster;
+    let required = spec.required_access(me.0);
+    // Targets are unique (checked above), so each SubjectAccessReview is asked once, all at once.
+    let answers = futures::future::join_all(
+        required
+            .iter()
+            .map(|(_, access)| state.permissions.check(cluster, &request.user_info, access)),
+    )
+    .await;
+    for ((path, access), answer) in required.iter().zip(answers) {
+        // Anything about a target the author may not scale would tell them whether it exists.
+        if !permitted(request, path, access, answer, errors) {
+            continue;
         }
+        let (ns, name) = (access.namespace.as_str(), access.name.as_str());
         if let Some(other) = cluster.claimant((ns, name), me) {
             errors.push(FieldError::forbidden(
                 path.clone(),
@@ -313,6 +317,56 @@ async fn scaler_rules<C: Cluster>(
             ));
         }
     }
+}
+
+/// The Welcome rule that needs the cluster: its author may read the Secret it references.
+async fn welcome_rules<C: Cluster>(
+    state: &AppState<C>,
+    request: &AdmissionRequest<DynamicObject>,
+    object: &Value,
+    namespace: &str,
+    errors: &mut FieldErrors,
+) {
+    let Some(spec) = read_spec::<WelcomeSpec>(object) else {
+        return;
+    };
+    let old = request
+        .old_object
+        .as_ref()
+        .and_then(|o| serde_json::to_value(o).ok())
+        .and_then(|o| read_spec::<WelcomeSpec>(&o));
+    if let Some((path, access)) = spec.required_access(namespace, old.as_ref()) {
+        let answer = state
+            .permissions
+            .check(&state.cluster, &request.user_info, &access)
+            .await;
+        permitted(request, &path, &access, answer, errors);
+    }
+}
+
+/// The object's spec as `T`, if it reads as one.
+fn read_spec<T: serde::de::DeserializeOwned>(object: &Value) -> Option<T> {
+    object
+        .get("spec")
+        .and_then(|s| serde_json::from_value(s.clone()).ok())
+}
+
+/// Whether a permission check passed; if not, the denial naming `path` and what is missing.
+fn permitted(
+    request: &AdmissionRequest<DynamicObject>,
+    path: &str,
+    access: &Access,
+    answer: Result<bool, String>,
+    errors: &mut FieldErrors,
+) -> bool {
+    let user = request.user_info.username.as_deref().unwrap_or("(unknown)");
+    let detail = match answer {
+        Ok(true) => return true,
+        Ok(false) => format!("user {user:?} may not {access}"),
+        Err(e) => format!("could not check whether user {user:?} may {access}: {e}"),
+    };
+    errors.push(FieldError::forbidden(path, detail));
+    false
 }
 
 fn deny(response: AdmissionResponse, message: impl Into<String>) -> AdmissionResponse {

@@ -1,4 +1,4 @@
-//! What the Scaler rules need from the cluster, behind a trait so handlers can be tested alone.
+//! What the admission rules need from the cluster, behind a trait so handlers can be tested alone.
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -15,15 +15,16 @@ use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{reflector::reflector, watcher, WatchStreamExt};
 use kube::{Client, ResourceExt};
+use kubesteer_api::access::Access;
 use kubesteer_api::Scaler;
 
 /// The cluster facts the Scaler rules depend on.
 pub trait Cluster: Send + Sync + 'static {
-    /// Whether `user` may update `deployments/scale` in `namespace` (a SubjectAccessReview).
-    fn may_scale(
+    /// Whether `user` holds `access` (a SubjectAccessReview).
+    fn permitted(
         &self,
         user: &UserInfo,
-        namespace: &str,
+        access: &Access,
     ) -> impl Future<Output = Result<bool, String>> + Send;
     /// The other Scaler (`namespace/name`) that already targets this Deployment, if any.
     fn claimant(&self, target: (&str, &str), me: (&str, &str)) -> Option<String>;
@@ -101,7 +102,8 @@ impl KubeCluster {
 }
 
 impl Cluster for KubeCluster {
-    async fn may_scale(&self, user: &UserInfo, namespace: &str) -> Result<bool, String> {
+    async fn permitted(&self, user: &UserInfo, access: &Access) -> Result<bool, String> {
+        let optional = |s: &str| (!s.is_empty()).then(|| s.to_string());
         let review = SubjectAccessReview {
             spec: SubjectAccessReviewSpec {
                 user: user.username.clone(),
@@ -109,11 +111,12 @@ impl Cluster for KubeCluster {
                 uid: user.uid.clone(),
                 extra: user.extra.clone(),
                 resource_attributes: Some(ResourceAttributes {
-                    group: Some("apps".into()),
-                    resource: Some("deployments".into()),
-                    subresource: Some("scale".into()),
-                    verb: Some("update".into()),
-                    namespace: Some(namespace.into()),
+                    group: Some(access.group.into()),
+                    resource: Some(access.resource.into()),
+                    subresource: optional(access.subresource),
+                    verb: Some(access.verb.into()),
+                    namespace: Some(access.namespace.clone()),
+                    name: optional(&access.name),
                     ..Default::default()
                 }),
                 ..Default::default()

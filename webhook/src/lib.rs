@@ -7,6 +7,7 @@ pub mod args;
 pub mod cluster;
 pub mod error;
 pub mod metrics;
+pub mod permissions;
 pub mod selfmanaged;
 pub mod server;
 pub mod tls;

@@ -165,9 +165,9 @@ async fn a_cross_namespace_target_needs_permission_to_scale_there() {
     let reply = send(cluster(), "/validate/scalers", &review).await;
     assert!(!reply.allowed());
     let m = reply.message();
-    assert!(m.contains("spec.deployments[0].namespace: Forbidden: user \"alice\" may not update deployments/scale in namespace \"prod\""), "{m}");
+    assert!(m.contains("spec.deployments[0]: Forbidden: user \"alice\" may not update deployments/scale (apps) \"web\" in namespace \"prod\""), "{m}");
     let allowed = FakeCluster {
-        may_scale_in: vec!["prod".into()],
+        may_scale_in: vec!["team".into(), "prod".into()],
         deployments: vec![("prod".into(), "web".into())],
         ..cluster()
     };
@@ -206,7 +206,10 @@ async fn a_target_claimed_by_another_scaler_is_denied_with_its_name() {
 
 #[tokio::test]
 async fn missing_targets_and_hpas_are_warnings() {
-    let mut c = FakeCluster::default();
+    let mut c = FakeCluster {
+        may_scale_in: vec!["team".into()],
+        ..Default::default()
+    };
     c.hpas
         .insert(("team".into(), "web".into()), "web-hpa".into());
     let reply = send(c, "/validate/scalers", &fixture("scaler-create.json")).await;
@@ -377,4 +380,271 @@ async fn metrics_count_reviews_by_kind_operation_and_result() {
         StatusCode::SERVICE_UNAVAILABLE,
         "no certificate loaded yet"
     );
+}
+
+#[tokio::test]
+async fn a_same_namespace_target_needs_permission_too() {
+    let denied = FakeCluster {
+        may_scale_in: vec![],
+        ..cluster()
+    };
+    let reply = send(
+        denied.clone(),
+        "/validate/scalers",
+        &fixture("scaler-create.json"),
+    )
+    .await;
+    assert!(!reply.allowed());
+    let m = reply.message();
+    assert!(
+        m.contains("spec.deployments[0]: Forbidden: user \"alice\" may not update deployments/scale (apps) \"web\" in namespace \"team\""),
+        "{m}"
+    );
+    let asked = denied.asked.lock().unwrap().clone();
+    assert_eq!(
+        asked,
+        vec![(
+            Some("alice".to_string()),
+            kubesteer_api::access::Access::scale_deployment("team", "web")
+        )],
+        "one review, with the target's name"
+    );
+    let reply = send(
+        cluster(),
+        "/validate/scalers",
+        &fixture("scaler-create.json"),
+    )
+    .await;
+    assert!(reply.allowed(), "{}", reply.body);
+    assert!(reply.warnings().is_empty(), "{:?}", reply.warnings());
+}
+
+#[tokio::test]
+async fn every_target_is_checked_and_the_denial_names_the_one_missing() {
+    let review = with_spec(
+        "scaler-create.json",
+        json!({"deployments": [{"name": "web"}, {"name": "api", "namespace": "prod"}, {"name": "db"}], "start": 9, "end": 17}),
+    );
+    let c = cluster();
+    let reply = send(c.clone(), "/validate/scalers", &review).await;
+    assert!(!reply.allowed());
+    let m = reply.message();
+    assert!(m.contains("spec.deployments[1]: Forbidden: user \"alice\" may not update deployments/scale (apps) \"api\" in namespace \"prod\""), "{m}");
+    assert!(
+        !m.contains("spec.deployments[0]") && !m.contains("spec.deployments[2]"),
+        "{m}"
+    );
+    assert_eq!(c.sars(), 3, "one review per target");
+}
+
+#[tokio::test]
+async fn a_failed_review_denies_and_says_why() {
+    let c = FakeCluster {
+        sar_error: Some("apiserver unreachable".into()),
+        ..cluster()
+    };
+    let reply = send(c, "/validate/scalers", &fixture("scaler-create.json")).await;
+    assert!(!reply.allowed());
+    let m = reply.message();
+    assert!(
+        m.contains("spec.deployments[0]: Forbidden: could not check whether user \"alice\" may update deployments/scale (apps) \"web\" in namespace \"team\": apiserver unreachable"),
+        "{m}"
+    );
+}
+
+#[tokio::test]
+async fn granted_permissions_are_cached_and_denials_are_asked_again() {
+    let c = cluster();
+    let state = state(c.clone());
+    let body = serde_json::to_vec(&fixture("scaler-create.json")).unwrap();
+    for _ in 0..3 {
+        assert!(send_to(&state, "/validate/scalers", body.clone())
+            .await
+            .allowed());
+    }
+    assert_eq!(c.sars(), 1, "the grant is reused");
+    assert_eq!(state.permissions.len(), 1);
+    let mut bob = fixture("scaler-create.json");
+    bob["request"]["userInfo"]["username"] = json!("bob");
+    let bob = serde_json::to_vec(&bob).unwrap();
+    assert!(send_to(&state, "/validate/scalers", bob).await.allowed());
+    assert_eq!(c.sars(), 2, "another user is asked for");
+    let mut groups = fixture("scaler-create.json");
+    groups["request"]["userInfo"]["groups"] = json!(["system:authenticated", "admins"]);
+    let groups = serde_json::to_vec(&groups).unwrap();
+    assert!(send_to(&state, "/validate/scalers", groups).await.allowed());
+    assert_eq!(c.sars(), 3, "other groups are another identity");
+
+    let denied = FakeCluster {
+        may_scale_in: vec![],
+        ..cluster()
+    };
+    let state = kubesteer_webhook::admission::AppState::new(denied.clone());
+    let state = Arc::new(state);
+    for _ in 0..2 {
+        assert!(!send_to(&state, "/validate/scalers", body.clone())
+            .await
+            .allowed());
+    }
+    assert_eq!(
+        denied.sars(),
+        2,
+        "a denial is not cached, so a new grant counts at once"
+    );
+}
+
+#[test]
+fn the_permission_cache_is_bounded_and_expires() {
+    use kubesteer_api::access::Access;
+    use kubesteer_webhook::permissions::Permissions;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let c = FakeCluster {
+        may_scale_in: vec!["team".into()],
+        ..Default::default()
+    };
+    let user = k8s_openapi::api::authentication::v1::UserInfo {
+        username: Some("alice".into()),
+        ..Default::default()
+    };
+    let cache = Permissions::new(std::time::Duration::from_millis(200), 2);
+    rt.block_on(async {
+        for name in ["a", "b", "c"] {
+            let access = Access::scale_deployment("team", name);
+            assert_eq!(cache.check(&c, &user, &access).await, Ok(true));
+        }
+        assert_eq!(cache.len(), 2, "never more than the capacity");
+        let asked = c.sars();
+        cache
+            .check(&c, &user, &Access::scale_deployment("team", "c"))
+            .await
+            .unwrap();
+        assert_eq!(c.sars(), asked, "the newest is kept");
+        std::thread::sleep(std::time::Duration::from_millis(250));
+        cache
+            .check(&c, &user, &Access::scale_deployment("team", "c"))
+            .await
+            .unwrap();
+        assert_eq!(c.sars(), asked + 1, "an expired grant is asked again");
+    });
+}
+
+#[tokio::test]
+async fn nothing_about_a_target_the_user_may_not_scale_is_told() {
+    let mut c = FakeCluster::default();
+    c.claims
+        .insert(("prod".into(), "web".into()), "prod/nightly".into());
+    c.hpas
+        .insert(("prod".into(), "api".into()), "api-hpa".into());
+    let review = with_spec(
+        "scaler-create.json",
+        json!({"deployments": [{"name": "web", "namespace": "prod"}, {"name": "api", "namespace": "prod"}, {"name": "gone", "namespace": "prod"}], "start": 9, "end": 17}),
+    );
+    let reply = send(c, "/validate/scalers", &review).await;
+    assert!(!reply.allowed());
+    assert!(reply.warnings().is_empty(), "{:?}", reply.warnings());
+    let m = reply.message();
+    for secret in [
+        "does not exist",
+        "nightly",
+        "HorizontalPodAutoscaler",
+        "already scaled",
+    ] {
+        assert!(!m.contains(secret), "{secret:?} told in {m}");
+    }
+    assert_eq!(
+        m.matches("Forbidden: user \"alice\" may not update")
+            .count(),
+        3,
+        "{m}"
+    );
+}
+
+fn welcome_with_secret(secret: &str) -> serde_json::Value {
+    with_spec(
+        "welcome-create.json",
+        json!({"name": "kubesteer", "passwordSecretRef": {"name": secret, "key": "pw"}}),
+    )
+}
+
+#[tokio::test]
+async fn a_welcome_secret_ref_needs_get_on_that_secret() {
+    let reply = send(
+        cluster(),
+        "/validate/welcomes",
+        &welcome_with_secret("creds"),
+    )
+    .await;
+    assert!(!reply.allowed());
+    let m = reply.message();
+    assert!(
+        m.contains("Welcome.kubesteer.io \"hello\" is invalid: spec.passwordSecretRef.name: Forbidden: user \"alice\" may not get secrets \"creds\" in namespace \"team\""),
+        "{m}"
+    );
+    let c = FakeCluster {
+        may_get_secrets: vec![("team".into(), "creds".into())],
+        ..cluster()
+    };
+    let reply = send(
+        c.clone(),
+        "/validate/welcomes",
+        &welcome_with_secret("creds"),
+    )
+    .await;
+    assert!(reply.allowed(), "{}", reply.body);
+    assert_eq!(
+        *c.asked.lock().unwrap(),
+        vec![(
+            Some("alice".to_string()),
+            kubesteer_api::access::Access::get_secret("team", "creds")
+        )]
+    );
+    let c = cluster();
+    let reply = send(
+        c.clone(),
+        "/validate/welcomes",
+        &fixture("welcome-create.json"),
+    )
+    .await;
+    assert!(reply.allowed(), "{}", reply.body);
+    assert_eq!(c.sars(), 0, "no ref, nothing to ask");
+}
+
+#[tokio::test]
+async fn a_welcome_update_checks_the_secret_only_when_the_ref_changes() {
+    let update = |old: &str, new: &str| {
+        let mut review = welcome_with_secret(new);
+        review["request"]["operation"] = json!("UPDATE");
+        review["request"]["oldObject"] = welcome_with_secret(old)["request"]["object"].clone();
+        review["request"]["object"]["spec"]["replicas"] = json!(2);
+        review
+    };
+    let c = cluster();
+    let reply = send(c.clone(), "/validate/welcomes", &update("creds", "creds")).await;
+    assert!(
+        reply.allowed(),
+        "an unrelated edit by another user: {}",
+        reply.body
+    );
+    assert_eq!(c.sars(), 0);
+    let reply = send(
+        c.clone(),
+        "/validate/welcomes",
+        &update("creds", "admin-token"),
+    )
+    .await;
+    assert!(!reply.allowed());
+    assert!(
+        reply
+            .message()
+            .contains("spec.passwordSecretRef.name: Forbidden: user \"alice\" may not get secrets \"admin-token\""),
+        "{}",
+        reply.message()
+    );
+    let mut no_old = update("creds", "creds");
+    no_old["request"]["oldObject"] = json!(null);
+    assert!(!send(cluster(), "/validate/welcomes", &no_old)
+        .await
+        .allowed());
 }

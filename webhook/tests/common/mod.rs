@@ -2,22 +2,32 @@
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use http_body_util::BodyExt;
 use k8s_openapi::api::authentication::v1::UserInfo;
+use kubesteer_api::access::Access;
 use kubesteer_webhook::cluster::Cluster;
 use kubesteer_webhook::{router, AppState};
 use serde_json::Value;
 use tower::ServiceExt;
 
+/// One SubjectAccessReview the fake was asked: the username and the permission.
+pub type Asked = (Option<String>, Access);
+
 /// A cluster whose facts the test sets.
 #[derive(Default, Clone)]
 pub struct FakeCluster {
-    /// Namespaces where the requesting user may scale.
+    /// Namespaces where the requesting user may scale every Deployment.
     pub may_scale_in: Vec<String>,
+    /// Secrets the requesting user may get, as (namespace, name).
+    pub may_get_secrets: Vec<(String, String)>,
+    /// When set, every SubjectAccessReview fails with this error.
+    pub sar_error: Option<String>,
+    /// Every SubjectAccessReview asked, shared by clones, so tests can count them.
+    pub asked: Arc<Mutex<Vec<Asked>>>,
     /// (target namespace, target name) -> claiming Scaler "ns/name".
     pub claims: BTreeMap<(String, String), String>,
     /// Deployments that exist, as (namespace, name).
@@ -26,9 +36,35 @@ pub struct FakeCluster {
     pub hpas: BTreeMap<(String, String), String>,
 }
 
+impl FakeCluster {
+    /// How many SubjectAccessReviews were asked so far.
+    pub fn sars(&self) -> usize {
+        self.asked.lock().unwrap().len()
+    }
+}
+
 impl Cluster for FakeCluster {
-    async fn may_scale(&self, _user: &UserInfo, namespace: &str) -> Result<bool, String> {
-        Ok(self.may_scale_in.iter().any(|n| n == namespace))
+    async fn permitted(&self, user: &UserInfo, access: &Access) -> Result<bool, String> {
+        self.asked
+            .lock()
+            .unwrap()
+            .push((user.username.clone(), access.clone()));
+        if let Some(e) = &self.sar_error {
+            return Err(e.clone());
+        }
+        let ns = &access.namespace;
+        Ok(match (access.verb, access.resource, access.subresource) {
+            ("update", "deployments", "scale") => {
+                access.group == "apps" && self.may_scale_in.contains(ns)
+            }
+            ("get", "secrets", "") => {
+                access.group.is_empty()
+                    && self
+                        .may_get_secrets
+                        .contains(&(ns.clone(), access.name.clone()))
+            }
+            _ => false,
+        })
     }
     fn claimant(&self, target: (&str, &str), me: (&str, &str)) -> Option<String> {
         let other = self
@@ -53,10 +89,11 @@ impl Cluster for FakeCluster {
     }
 }
 
-/// A cluster where "web" exists in "team" and nothing else is special.
+/// A cluster where "web" exists in "team", alice may scale there, and nothing else is special.
 pub fn cluster() -> FakeCluster {
     FakeCluster {
         deployments: vec![("team".into(), "web".into())],
+        may_scale_in: vec!["team".into()],
         ..Default::default()
     }
 }
@@ -111,16 +148,26 @@ impl Reply {
     }
 }
 
-pub async fn send_raw(cluster: FakeCluster, path: &str, body: Vec<u8>) -> Reply {
+/// Handler state around `cluster`, ready to serve; share it to keep its permission cache.
+pub fn state(cluster: FakeCluster) -> Arc<AppState<FakeCluster>> {
     let state = Arc::new(AppState::new(cluster));
     state
         .tls_ready
         .store(true, std::sync::atomic::Ordering::Release);
+    state
+}
+
+pub async fn send_raw(cluster: FakeCluster, path: &str, body: Vec<u8>) -> Reply {
+    send_to(&state(cluster), path, body).await
+}
+
+/// Sends through an existing state, as a second request to the same replica.
+pub async fn send_to(state: &Arc<AppState<FakeCluster>>, path: &str, body: Vec<u8>) -> Reply {
     let request = Request::post(path)
         .header("content-type", "application/json")
         .body(Body::from(body))
         .unwrap();
-    let response = router(state).oneshot(request).await.unwrap();
+    let response = router(state.clone()).oneshot(request).await.unwrap();
     let status = response.status();
     let body = response.into_body().collect().await.unwrap().to_bytes();
     Reply {

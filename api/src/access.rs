@@ -1,0 +1,159 @@
+//! The permissions a CR's author must hold for what the CR makes the system do.
+use std::fmt;
+
+use crate::{ScalerSpec, WelcomeSpec};
+
+/// One permission, as the resource attributes of a SubjectAccessReview.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Access {
+    pub verb: &'static str,
+    /// API group; empty for the core group.
+    pub group: &'static str,
+    pub resource: &'static str,
+    /// Empty when the permission is on the resource itself.
+    pub subresource: &'static str,
+    pub namespace: String,
+    pub name: String,
+}
+
+impl Access {
+    /// `update` on `deployments/scale` of one Deployment: what the controller does to a target.
+    pub fn scale_deployment(namespace: &str, name: &str) -> Self {
+        Self {
+            verb: "update",
+            group: "apps",
+            resource: "deployments",
+            subresource: "scale",
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
+
+    /// `get` on one Secret: what the controller does with a referenced password.
+    pub fn get_secret(namespace: &str, name: &str) -> Self {
+        Self {
+            verb: "get",
+            group: "",
+            resource: "secrets",
+            subresource: "",
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
+}
+
+/// Reads like `update deployments/scale (apps) "web" in namespace "team"`.
+impl fmt::Display for Access {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", self.verb, self.resource)?;
+        if !self.subresource.is_empty() {
+            write!(f, "/{}", self.subresource)?;
+        }
+        if !self.group.is_empty() {
+            write!(f, " ({})", self.group)?;
+        }
+        write!(f, " {:?} in namespace {:?}", self.name, self.namespace)
+    }
+}
+
+impl ScalerSpec {
+    /// Every target's field path and the permission its author needs, on every CREATE and UPDATE.
+    pub fn required_access(&self, own_namespace: &str) -> Vec<(String, Access)> {
+        self.targets(own_namespace)
+            .enumerate()
+            .map(|(i, (ns, name))| {
+                (
+                    format!("spec.deployments[{i}]"),
+                    Access::scale_deployment(ns, name),
+                )
+            })
+            .collect()
+    }
+}
+
+impl WelcomeSpec {
+    /// The Secret permission to check, only when the ref is new: unrelated edits by others stay possible.
+    pub fn required_access(
+        &self,
+        own_namespace: &str,
+        old: Option<&WelcomeSpec>,
+    ) -> Option<(String, Access)> {
+        let name = &self.password_secret_ref.as_ref()?.name;
+        let old_name = old.and_then(|o| o.password_secret_ref.as_ref().map(|r| &r.name));
+        (old_name != Some(name)).then(|| {
+            (
+                "spec.passwordSecretRef.name".to_string(),
+                Access::get_secret(own_namespace, name),
+            )
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::welcome::SecretKeyRef;
+
+    fn welcome(secret: Option<&str>) -> WelcomeSpec {
+        WelcomeSpec {
+            name: "x".into(),
+            password_secret_ref: secret.map(|s| SecretKeyRef {
+                name: s.into(),
+                key: "pw".into(),
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn every_scaler_target_needs_scale_with_its_resolved_namespace() {
+        let spec: ScalerSpec = serde_json::from_value(serde_json::json!({
+            "deployments": [{"name": "web"}, {"name": "api", "namespace": "prod"}], "start": 1, "end": 2
+        }))
+        .unwrap();
+        let access = spec.required_access("team");
+        assert_eq!(
+            access,
+            vec![
+                (
+                    "spec.deployments[0]".to_string(),
+                    Access::scale_deployment("team", "web")
+                ),
+                (
+                    "spec.deployments[1]".to_string(),
+                    Access::scale_deployment("prod", "api")
+                ),
+            ]
+        );
+        assert_eq!(
+            access[1].1.to_string(),
+            "update deployments/scale (apps) \"api\" in namespace \"prod\""
+        );
+    }
+
+    #[test]
+    fn a_secret_ref_is_checked_on_create_and_when_it_changes() {
+        let want = Some((
+            "spec.passwordSecretRef.name".to_string(),
+            Access::get_secret("team", "creds"),
+        ));
+        assert_eq!(welcome(Some("creds")).required_access("team", None), want);
+        assert_eq!(
+            welcome(Some("creds")).required_access("team", Some(&welcome(None))),
+            want
+        );
+        assert_eq!(
+            welcome(Some("creds")).required_access("team", Some(&welcome(Some("old")))),
+            want
+        );
+        assert_eq!(
+            welcome(Some("creds")).required_access("team", Some(&welcome(Some("creds")))),
+            None
+        );
+        assert_eq!(welcome(None).required_access("team", None), None);
+        assert_eq!(
+            Access::get_secret("team", "creds").to_string(),
+            "get secrets \"creds\" in namespace \"team\""
+        );
+    }
+}
