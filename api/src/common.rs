@@ -4,6 +4,15 @@ use schemars::{json_schema, Schema, SchemaGenerator};
 
 /// The condition `kubectl wait --for=condition=Ready` waits on.
 pub const READY: &str = "Ready";
+/// Replica counts start at 0: 0 scales a workload down.
+pub const MIN_REPLICAS: i32 = 0;
+/// The largest value of an int32 field without a tighter rule, so nothing stored overflows the typed list.
+pub const MAX_INT32: i32 = i32::MAX;
+/// TCP ports.
+pub const MIN_PORT: i32 = 1;
+pub const MAX_PORT: i32 = 65535;
+/// The largest generation a schema bound states exactly, since the CRD keeps bounds as f64.
+pub const MAX_GENERATION: i64 = (1 << 53) - 1;
 
 /// Builds a condition; `lastTransitionTime` is kept from `previous` while the status is unchanged.
 pub fn condition(
@@ -33,7 +42,16 @@ pub fn condition(
 
 /// Schema of `status.conditions`: a list keyed by `type`, as in the built-in kinds.
 pub fn conditions_schema(generator: &mut SchemaGenerator) -> Schema {
-    let item = generator.subschema_for::<Condition>();
+    let mut item = generator.subschema_for::<Condition>();
+    // The built-in Condition schema leaves observedGeneration unbounded.
+    if let Some(generation) = item
+        .get_mut("properties")
+        .and_then(|p| p.get_mut("observedGeneration"))
+        .and_then(|g| g.as_object_mut())
+    {
+        generation.insert("minimum".into(), 0.into());
+        generation.insert("maximum".into(), MAX_GENERATION.into());
+    }
     json_schema!({
         "type": "array",
         "items": item,

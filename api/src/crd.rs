@@ -59,6 +59,55 @@ mod tests {
     }
 
     #[test]
+    fn every_integer_has_schema_bounds() {
+        // Without a maximum an out-of-range int32 can be stored while the webhook is down, and then no list decodes.
+        fn walk(path: &str, schema: &serde_json::Value, unbounded: &mut Vec<String>) {
+            if schema.get("type").and_then(|t| t.as_str()) == Some("integer")
+                && (schema.get("minimum").is_none() || schema.get("maximum").is_none())
+            {
+                unbounded.push(path.to_string());
+            }
+            if let Some(props) = schema.get("properties").and_then(|p| p.as_object()) {
+                for (name, sub) in props {
+                    walk(&format!("{path}.{name}"), sub, unbounded);
+                }
+            }
+            if let Some(items) = schema.get("items") {
+                walk(&format!("{path}[]"), items, unbounded);
+            }
+            if let Some(values) = schema.get("additionalProperties") {
+                walk(&format!("{path}{{}}"), values, unbounded);
+            }
+            for key in ["allOf", "anyOf", "oneOf"] {
+                for sub in schema
+                    .get(key)
+                    .and_then(|s| s.as_array())
+                    .into_iter()
+                    .flatten()
+                {
+                    walk(path, sub, unbounded);
+                }
+            }
+        }
+        let mut integers = 0;
+        for (file, crd) in all() {
+            for version in &crd.spec.versions {
+                let schema = serde_json::to_value(&version.schema).unwrap();
+                let schema = &schema["openAPIV3Schema"];
+                integers += schema.to_string().matches("\"integer\"").count();
+                let mut unbounded = Vec::new();
+                walk("", schema, &mut unbounded);
+                assert!(
+                    unbounded.is_empty(),
+                    "{file} {}: integers without minimum or maximum: {unbounded:?}",
+                    version.name
+                );
+            }
+        }
+        assert!(integers > 10, "the walk must see the integer fields");
+    }
+
+    #[test]
     fn every_field_has_a_description() {
         fn walk(path: &str, schema: &serde_json::Value, missing: &mut Vec<String>) {
             if let Some(props) = schema.get("properties").and_then(|p| p.as_object()) {

@@ -8,6 +8,7 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::common::{MAX_GENERATION, MAX_INT32, MAX_PORT, MIN_PORT, MIN_REPLICAS};
 use crate::field::{check_range, FieldError, FieldErrors};
 
 pub const DEFAULT_SIZE: i32 = 1;
@@ -16,6 +17,7 @@ pub const DEFAULT_PORT: i32 = 11211;
 pub const DEFAULT_IMAGE: &str = "memcached:1.6.38-alpine";
 pub const DEFAULT_MEMORY_MB: i32 = 64;
 pub const MAX_SIZE: i32 = 100;
+pub const MIN_MEMORY_MB: i32 = 1;
 /// The largest -m that still fits a 64 GiB node; beyond it memcached would be killed anyway.
 pub const MAX_MEMORY_MB: i32 = 65536;
 
@@ -39,12 +41,12 @@ pub const MAX_MEMORY_MB: i32 = 65536;
 pub struct MemcachedSpec {
     /// Number of memcached pods, 0-100. Defaults to 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0, max = 100))]
+    #[schemars(range(min = MIN_REPLICAS, max = MAX_SIZE))]
     pub size: Option<i32>,
 
     /// TCP port memcached listens on and the Service exposes, 1-65535. Defaults to 11211.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1, max = 65535))]
+    #[schemars(range(min = MIN_PORT, max = MAX_PORT))]
     pub port: Option<i32>,
 
     /// Container image. Defaults to a pinned memcached 1.6 alpine tag.
@@ -54,7 +56,7 @@ pub struct MemcachedSpec {
 
     /// Memory for item storage in megabytes, passed as -m. Defaults to 64.
     #[serde(default, rename = "memoryMB", skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1, max = 65536))]
+    #[schemars(range(min = MIN_MEMORY_MB, max = MAX_MEMORY_MB))]
     pub memory_mb: Option<i32>,
 
     /// Compute resources of the memcached container. Defaults to requests of cpu 100m and memory 128Mi.
@@ -71,9 +73,11 @@ pub struct MemcachedStatus {
     pub nodes: Vec<String>,
     /// Number of ready memcached pods.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = MIN_REPLICAS, max = MAX_INT32))]
     pub ready_replicas: Option<i32>,
     /// The generation of the spec this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = MAX_GENERATION))]
     pub observed_generation: Option<i64>,
     /// Standard conditions: Ready, Available, Progressing and Degraded.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -124,17 +128,29 @@ impl MemcachedSpec {
     pub fn validate(&self) -> FieldErrors {
         let mut errors = FieldErrors::new();
         if let Some(size) = self.size {
-            check_range(&mut errors, "spec.size", size.into(), 0, MAX_SIZE.into());
+            check_range(
+                &mut errors,
+                "spec.size",
+                size.into(),
+                MIN_REPLICAS.into(),
+                MAX_SIZE.into(),
+            );
         }
         if let Some(port) = self.port {
-            check_range(&mut errors, "spec.port", port.into(), 1, 65535);
+            check_range(
+                &mut errors,
+                "spec.port",
+                port.into(),
+                MIN_PORT.into(),
+                MAX_PORT.into(),
+            );
         }
         if let Some(mb) = self.memory_mb {
             check_range(
                 &mut errors,
                 "spec.memoryMB",
                 mb.into(),
-                1,
+                MIN_MEMORY_MB.into(),
                 MAX_MEMORY_MB.into(),
             );
         }

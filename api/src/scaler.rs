@@ -8,8 +8,9 @@ use kube::{CustomResource, KubeSchema};
 use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Serialize};
 
+use crate::common::{MAX_GENERATION, MAX_INT32, MIN_REPLICAS};
 use crate::field::{check_name, FieldError, FieldErrors};
-use crate::schedule::{self, CronSchedule, Window};
+use crate::schedule::{self, CronSchedule, ScheduleError, Window};
 
 /// Replicas inside the window when `replicas` is not given.
 pub const DEFAULT_REPLICAS: i32 = 1;
@@ -61,7 +62,7 @@ pub struct ScalerSpec {
 
     /// Replicas for every target while the window is open (window mode). Defaults to 1; 0 is allowed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = MIN_REPLICAS, max = MAX_INT32))]
     pub replicas: Option<i32>,
 
     /// The weekdays on which the window opens (Mon..Sun). A window that crosses midnight belongs to the day it opened. Every day when absent.
@@ -76,7 +77,7 @@ pub struct ScalerSpec {
 
     /// Replicas for every target outside the window. When absent, targets go back to the replicas they had before the window opened.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = MIN_REPLICAS, max = MAX_INT32))]
     pub outside_replicas: Option<i32>,
 
     /// Cron mode: at each firing of a job, the targets go to that job's replicas. Cannot be combined with start, end or replicas.
@@ -113,7 +114,7 @@ pub struct ScaleJob {
     #[schemars(length(min = 1, max = 128))]
     pub schedule: String,
     /// Replicas for every target from this job's firing until the next firing.
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = MIN_REPLICAS, max = MAX_INT32))]
     pub replicas: i32,
 }
 
@@ -209,6 +210,7 @@ pub struct ScalerStatus {
     pub targets: Vec<TargetStatus>,
     /// The generation of the spec this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = MAX_GENERATION))]
     pub observed_generation: Option<i64>,
     /// Standard conditions; Ready is False with reason TargetNotFound when a target is missing.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -226,9 +228,11 @@ pub struct TargetStatus {
     pub namespace: String,
     /// The Deployment's replicas as last set or seen.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = MIN_REPLICAS, max = MAX_INT32))]
     pub replicas: Option<i32>,
     /// The replicas recorded when the window opened, restored when it closes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = MIN_REPLICAS, max = MAX_INT32))]
     pub original_replicas: Option<i32>,
 }
 
@@ -244,6 +248,20 @@ pub enum Schedule {
         jobs: CronSchedule,
         outside_replicas: Option<i32>,
     },
+}
+
+/// A cron error on the path of the job it names, as validation reports it.
+fn job_error(jobs: &[ScaleJob], e: ScheduleError) -> FieldError {
+    if let ScheduleError::InvalidCron { job, reason } = &e {
+        if let Some((i, j)) = jobs.iter().enumerate().find(|(_, j)| &j.name == job) {
+            return FieldError::invalid(
+                format!("spec.jobs[{i}].schedule"),
+                j.schedule.as_str(),
+                reason.as_str(),
+            );
+        }
+    }
+    FieldError::invalid("spec.jobs", serde_json::Value::Null, e.to_string())
 }
 
 impl ScalerSpec {
@@ -306,11 +324,7 @@ impl ScalerSpec {
                     outside_replicas: self.outside_replicas,
                 }),
                 (_, Err(e)) => {
-                    errors.push(FieldError::invalid(
-                        "spec.jobs",
-                        serde_json::Value::Null,
-                        e.to_string(),
-                    ));
+                    errors.push(job_error(jobs, e));
                     None
                 }
                 _ => None,
@@ -431,11 +445,11 @@ impl ScalerSpec {
             ("spec.replicas", self.replicas),
             ("spec.outsideReplicas", self.outside_replicas),
         ] {
-            if let Some(v) = value.filter(|v| *v < 0) {
+            if let Some(v) = value.filter(|v| *v < MIN_REPLICAS) {
                 errors.push(FieldError::invalid(
                     path,
                     v,
-                    "must be greater than or equal to 0",
+                    format!("must be greater than or equal to {MIN_REPLICAS}"),
                 ));
             }
         }
@@ -496,11 +510,11 @@ impl ScalerSpec {
                         e,
                     ));
                 }
-                if j.replicas < 0 {
+                if j.replicas < MIN_REPLICAS {
                     errors.push(FieldError::invalid(
                         format!("{path}.replicas"),
                         j.replicas,
-                        "must be greater than or equal to 0",
+                        format!("must be greater than or equal to {MIN_REPLICAS}"),
                     ));
                 }
             }
@@ -639,6 +653,23 @@ mod tests {
             "{m:?}"
         );
         assert_eq!(m.len(), 3, "{m:?}");
+    }
+
+    #[test]
+    fn a_never_firing_schedule_is_rejected_with_its_path() {
+        let s = spec(json!({"deployments": [{"name": "web"}], "jobs": [
+            {"name": "ok", "schedule": "@daily", "replicas": 1},
+            {"name": "feb30", "schedule": "0 0 30 2 *", "replicas": 1},
+        ]}));
+        let want =
+            "spec.jobs[1].schedule: Invalid value: \"0 0 30 2 *\": never fires within 5 years";
+        assert_eq!(messages(&s), vec![want]);
+        // The controller reads stored objects through schedule(), which reports the same.
+        let errors = s.schedule().unwrap_err();
+        assert_eq!(
+            errors.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            vec![want]
+        );
     }
 
     #[test]

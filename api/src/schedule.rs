@@ -39,6 +39,12 @@ const OVERLAP_LOOKBACK_HOURS: i64 = 6;
 // Firings skipped while searching lie inside one overlap, at most one a minute.
 const MAX_SKIPPED_FIRINGS: usize = 2 * 24 * 60;
 const ALL_DAYS: u8 = 0b111_1111;
+/// How far ahead or back a cron search looks for a firing, in years.
+pub const FIRING_HORIZON_YEARS: u32 = 5;
+// Longer than the 4-year leap-day cycle, so a schedule that fires at all fires within it (bar 2100).
+const FIRING_HORIZON_DAYS: u64 = FIRING_HORIZON_YEARS as u64 * 366;
+// Fixed so that validation stays pure; it starts a leap year, so Feb 29 schedules fire within the horizon.
+const VALIDATION_START: (i32, u32, u32) = (2000, 1, 1);
 
 /// The instant of a wall-clock time in `tz`: times in a DST gap move past it, repeated times mean their first occurrence.
 pub fn resolve_local(tz: Tz, date: NaiveDate, time: NaiveTime) -> Instant {
@@ -196,10 +202,39 @@ pub fn parse_cron(schedule: &str) -> Result<Cron, String> {
         .year(Year::Disallowed)
         .build();
     let cron = parser.parse(schedule).map_err(|e| e.to_string())?;
-    // Patterns such as "0 0 30 2 *" parse but match no date at all.
-    cron.find_next_occurrence(&DateTime::<Utc>::UNIX_EPOCH, false)
-        .map_err(|_| "the schedule never fires".to_string())?;
+    // Patterns such as "0 0 30 2 *" parse but match no date; croner would walk to year 5000 looking.
+    let (y, m, d) = VALIDATION_START;
+    let matches = NaiveDate::from_ymd_opt(y, m, d)
+        .is_some_and(|start| has_day_within_horizon(&cron, start, true));
+    if !matches {
+        return Err(format!("never fires within {FIRING_HORIZON_YEARS} years"));
+    }
     Ok(cron)
+}
+
+/// Whether the day fields of `cron` match some day within the horizon from `from`, walking forward or back.
+fn has_day_within_horizon(cron: &Cron, from: NaiveDate, forward: bool) -> bool {
+    let mut day = from;
+    for _ in 0..FIRING_HORIZON_DAYS {
+        if day_matches(cron, day) {
+            return true;
+        }
+        let step = if forward {
+            day.succ_opt()
+        } else {
+            day.pred_opt()
+        };
+        let Some(next) = step else { return false };
+        day = next;
+    }
+    false
+}
+
+fn day_matches(cron: &Cron, day: NaiveDate) -> bool {
+    let p = &cron.pattern;
+    p.month_match(day.month()).unwrap_or(false)
+        && p.day_match(day.year(), day.month(), day.day())
+            .unwrap_or(false)
 }
 
 #[derive(Debug, Clone)]
@@ -282,9 +317,14 @@ impl Job {
     }
 
     fn next_after(&self, tz: Tz, t: Instant) -> Option<Instant> {
+        let limit = t.checked_add_days(Days::new(FIRING_HORIZON_DAYS))?;
         // No wall-clock time up to t's own can resolve after t.
         let mut cursor = whole_seconds(t.with_timezone(&tz).naive_local());
         for _ in 0..MAX_SKIPPED_FIRINGS {
+            // croner walks day by day to year 5000 when no day matches, so it is only asked when one lies within the horizon.
+            if !has_day_within_horizon(&self.cron, cursor.date(), true) {
+                return None;
+            }
             let local = self
                 .cron
                 .find_next_occurrence(&cursor.and_utc(), false)
@@ -292,7 +332,7 @@ impl Job {
                 .naive_utc();
             let at = resolve_naive(tz, local);
             if at > t {
-                return Some(at);
+                return (at <= limit).then_some(at);
             }
             cursor = local;
         }
@@ -300,9 +340,14 @@ impl Job {
     }
 
     fn last_at_or_before(&self, tz: Tz, t: Instant) -> Option<Instant> {
+        let limit = t.checked_sub_days(Days::new(FIRING_HORIZON_DAYS))?;
         let mut cursor = latest_wall_clock(tz, t);
         let mut inclusive = true;
         for _ in 0..MAX_SKIPPED_FIRINGS {
+            // Backwards croner walks to year 1 when no day matches.
+            if !has_day_within_horizon(&self.cron, cursor.date(), false) {
+                return None;
+            }
             let local = self
                 .cron
                 .find_previous_occurrence(&cursor.and_utc(), inclusive)
@@ -310,7 +355,7 @@ impl Job {
                 .naive_utc();
             let at = resolve_naive(tz, local);
             if at <= t {
-                return Some(at);
+                return (at >= limit).then_some(at);
             }
             cursor = local;
             inclusive = false;
@@ -826,7 +871,7 @@ mod tests {
         let err = CronSchedule::new([("feb30", "0 0 30 2 *", 1)], Tz::UTC).unwrap_err();
         assert_eq!(
             err.to_string(),
-            "invalid schedule for job \"feb30\": the schedule never fires"
+            "invalid schedule for job \"feb30\": never fires within 5 years"
         );
 
         assert!(parse_cron("").is_err());
@@ -835,6 +880,75 @@ mod tests {
         assert_eq!(
             CronSchedule::new([], Tz::UTC).unwrap_err(),
             ScheduleError::NoJobs
+        );
+    }
+
+    const NEVER_FIRING: &[&str] = &[
+        "0 0 30 2 *",
+        "0 0 31 4 *",
+        "0 0 31 6 *",
+        "0 0 31 9 *",
+        "0 0 31 11 *",
+        "30 12 30,31 2 *",
+        "*/5 * 31 2,4,6,9,11 *",
+        "0 0 30 2 +MON",
+    ];
+
+    #[test]
+    fn never_firing_schedules_are_rejected() {
+        for s in NEVER_FIRING {
+            assert_eq!(
+                parse_cron(s).map(|_| ()),
+                Err("never fires within 5 years".to_string()),
+                "{s}"
+            );
+            let err = CronSchedule::new([("never", *s, 1)], Tz::UTC).unwrap_err();
+            assert_eq!(
+                err.to_string(),
+                "invalid schedule for job \"never\": never fires within 5 years"
+            );
+        }
+        for s in [
+            "0 0 29 2 *",
+            "0 0 31 12 *",
+            "0 0 L 2 *",
+            "0 0 30 1-12 *",
+            "0 9 13 * +FRI",
+        ] {
+            assert!(parse_cron(s).is_ok(), "{s}");
+        }
+    }
+
+    #[test]
+    fn searches_stop_at_the_horizon() {
+        // An object stored while the webhook was down skips validation, so the search itself must give up.
+        let parser = CronParser::builder()
+            .seconds(Seconds::Disallowed)
+            .year(Year::Disallowed)
+            .build();
+        for s in NEVER_FIRING {
+            let c = CronSchedule {
+                jobs: vec![Job {
+                    name: "never".into(),
+                    cron: parser.parse(s).unwrap(),
+                    replicas: 1,
+                }],
+                tz: Tz::America__New_York,
+            };
+            assert_eq!(c.next_firing(utc(2026, 11, 23, 0, 0)), None, "{s}");
+            assert_eq!(c.last_firing(utc(2026, 11, 23, 0, 0)), None, "{s}");
+        }
+        // 2100 is no leap year, so from 2097 the next Feb 29 (2104) lies beyond the horizon.
+        let leap = cron(&[("leap", "0 0 29 2 *", 1)], Tz::UTC);
+        assert_eq!(leap.next_firing(utc(2097, 3, 1, 0, 0)), None);
+        assert_eq!(
+            leap.last_firing(utc(2097, 3, 1, 0, 0)),
+            firing("leap", utc(2096, 2, 29, 0, 0), 1)
+        );
+        assert_eq!(leap.last_firing(utc(2103, 1, 1, 0, 0)), None);
+        assert_eq!(
+            leap.next_firing(utc(2026, 11, 23, 0, 0)),
+            firing("leap", utc(2028, 2, 29, 0, 0), 1)
         );
     }
 
@@ -955,6 +1069,21 @@ mod tests {
                 prop_assert_eq!(w.state_at(last).active, now.active);
                 prop_assert_ne!(w.state_at(last - TimeDelta::seconds(1)).active, now.active, "{:?} at {}", now, t);
             }
+        }
+
+        #[test]
+        fn impossible_dates_never_fire(
+            minute in 0u32..60,
+            hour in 0u32..24,
+            (day, month) in prop_oneof![
+                (30u32..=31, Just(2u32)),
+                (Just(31u32), prop::sample::select(vec![4u32, 6, 9, 11])),
+            ],
+        ) {
+            let never = format!("{minute} {hour} {day} {month} *");
+            prop_assert_eq!(parse_cron(&never).map(|_| ()), Err("never fires within 5 years".to_string()));
+            let fires = format!("{minute} {hour} {} {month} *", day - 2);
+            prop_assert!(parse_cron(&fires).is_ok(), "{}", fires);
         }
 
         #[test]

@@ -6,6 +6,7 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::common::{MAX_GENERATION, MAX_INT32, MAX_PORT, MIN_PORT, MIN_REPLICAS};
 use crate::field::{check_range, FieldError, FieldErrors};
 
 pub const DEFAULT_REPLICAS: i32 = 1;
@@ -13,6 +14,10 @@ pub const DEFAULT_PORT: i32 = 8088;
 /// A public image that answers every request with the text in its arguments.
 pub const DEFAULT_IMAGE: &str = "hashicorp/http-echo:1.0.0";
 pub const MAX_GROUPS: usize = 32;
+pub const MAX_REPLICAS: i32 = 100;
+/// User IDs as the seed operator took them.
+pub const MIN_USER_ID: i32 = 1;
+pub const MAX_USER_ID: i32 = 65535;
 /// Key of the password in the `<name>-credentials` Secret.
 pub const PASSWORD_KEY: &str = "password";
 
@@ -41,7 +46,7 @@ pub struct WelcomeSpec {
 
     /// Numeric user ID of the person, 1-65535.
     #[serde(default, rename = "userID", skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1, max = 65535))]
+    #[schemars(range(min = MIN_USER_ID, max = MAX_USER_ID))]
     pub user_id: Option<i32>,
 
     /// Groups the person belongs to: up to 32, unique, each 1-63 characters.
@@ -65,12 +70,12 @@ pub struct WelcomeSpec {
 
     /// Number of pods, 0-100. Defaults to 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0, max = 100))]
+    #[schemars(range(min = MIN_REPLICAS, max = MAX_REPLICAS))]
     pub replicas: Option<i32>,
 
     /// Port the app listens on and the Service exposes, 1-65535. Defaults to 8088.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1, max = 65535))]
+    #[schemars(range(min = MIN_PORT, max = MAX_PORT))]
     pub port: Option<i32>,
 
     /// Type of the Service: NodePort (default), ClusterIP or LoadBalancer.
@@ -119,6 +124,7 @@ impl ServiceType {
 pub struct WelcomeStatus {
     /// Number of ready pods.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = MIN_REPLICAS, max = MAX_INT32))]
     pub ready_replicas: Option<i32>,
     /// In-cluster URL of the app, e.g. http://hello.default.svc:8088.
     #[serde(
@@ -129,9 +135,11 @@ pub struct WelcomeStatus {
     pub service_url: Option<String>,
     /// The node port, when the Service is of type NodePort or LoadBalancer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = MIN_PORT, max = MAX_PORT))]
     pub node_port: Option<i32>,
     /// The generation of the spec this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = MAX_GENERATION))]
     pub observed_generation: Option<i64>,
     /// Standard conditions, among them Ready.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -205,7 +213,13 @@ impl WelcomeSpec {
             ));
         }
         if let Some(uid) = self.user_id {
-            check_range(&mut errors, "spec.userID", uid.into(), 1, 65535);
+            check_range(
+                &mut errors,
+                "spec.userID",
+                uid.into(),
+                MIN_USER_ID.into(),
+                MAX_USER_ID.into(),
+            );
         }
         if let Some(groups) = &self.groups {
             if groups.len() > MAX_GROUPS {
@@ -263,10 +277,22 @@ impl WelcomeSpec {
             }
         }
         if let Some(r) = self.replicas {
-            check_range(&mut errors, "spec.replicas", r.into(), 0, 100);
+            check_range(
+                &mut errors,
+                "spec.replicas",
+                r.into(),
+                MIN_REPLICAS.into(),
+                MAX_REPLICAS.into(),
+            );
         }
         if let Some(p) = self.port {
-            check_range(&mut errors, "spec.port", p.into(), 1, 65535);
+            check_range(
+                &mut errors,
+                "spec.port",
+                p.into(),
+                MIN_PORT.into(),
+                MAX_PORT.into(),
+            );
         }
         if let Some(image) = &self.image {
             if image.trim().is_empty() || image.chars().any(char::is_whitespace) {

@@ -29,6 +29,8 @@ const DEPLOYMENT_DEFAULT_REPLICAS: i32 = 1;
 const BOUNDARY_SLACK: Duration = Duration::from_millis(50);
 // Enough to ride out a burst of concurrent writers; after that the reconcile is requeued.
 const CONFLICT_RETRIES: usize = 3;
+// A cron schedule with no firing within the search horizon is looked at again as time brings one into reach.
+const NO_FIRING_RECHECK: Duration = Duration::from_secs(24 * 3600);
 
 /// The controller's reconcile function for Scaler.
 pub async fn reconcile(scaler: Arc<Scaler>, ctx: Arc<Context>) -> Result<Action> {
@@ -384,10 +386,16 @@ async fn apply(scaler: &Scaler, ctx: &Context) -> Result<Action> {
     if status != previous {
         patch_status(ctx, &ns, &name, &status).await?;
     }
-    Ok(match plan.next {
-        Some(next) if !suspended => Action::requeue(until(now, next)),
-        _ => Action::await_change(),
-    })
+    Ok(next_action(plan.next, suspended, now))
+}
+
+/// When to look at a Scaler again after a reconcile.
+fn next_action(next: Option<DateTime<Utc>>, suspended: bool, now: DateTime<Utc>) -> Action {
+    match next {
+        _ if suspended => Action::await_change(),
+        Some(next) => Action::requeue(until(now, next)),
+        None => Action::requeue(NO_FIRING_RECHECK),
+    }
 }
 
 /// The time to sleep from `now` until just past `next`.
@@ -896,6 +904,52 @@ mod tests {
             Action::await_change()
         );
         scenario.finish(ctx).await;
+    }
+
+    #[tokio::test]
+    async fn a_stored_never_firing_schedule_is_reported_not_searched() {
+        // Stored while the webhook was down: the controller must neither panic nor spin on it.
+        let s = scaler(json!({"deployments": [{"name": "web"}],
+            "jobs": [{"name": "feb30", "schedule": "0 0 30 2 *", "replicas": 2}]}));
+        let (ctx, verifier) = fixtures::context_at(at("2025-03-03T12:00:00Z"));
+        let message =
+            "spec.jobs[0].schedule: Invalid value: \"0 0 30 2 *\": never fires within 5 years";
+        let scenario = verifier.run(vec![
+            Call::event("team")
+                .body(move |b| assert_eq!(b["note"], message))
+                .respond_with_body(),
+            Call::patch(STATUS)
+                .body(move |b| {
+                    assert_eq!(b["status"]["active"], false);
+                    assert!(b["status"].get("nextTransition").is_none(), "{b}");
+                    assert_eq!(b["status"]["conditions"][0]["reason"], "InvalidSchedule");
+                    assert_eq!(b["status"]["conditions"][0]["message"], message);
+                })
+                .respond_status_of(&s),
+        ]);
+        assert_eq!(
+            reconcile(Arc::new(s), ctx.clone()).await.unwrap(),
+            Action::await_change()
+        );
+        scenario.finish(ctx).await;
+    }
+
+    #[test]
+    fn no_next_firing_within_the_horizon_rechecks_later() {
+        let s = scaler(json!({"deployments": [{"name": "web"}],
+            "jobs": [{"name": "leap", "schedule": "0 0 29 2 *", "replicas": 2}]}));
+        let schedule = s.spec.schedule().unwrap();
+        // 2100 is no leap year: the next Feb 29 after 2096 is more than 5 years away.
+        let now = at("2097-03-01T00:00:00Z");
+        let p = plan(&schedule, now);
+        assert_eq!(p.next, None);
+        assert_eq!(p.last, Some(at("2096-02-29T00:00:00Z")));
+        assert_eq!(p.replicas, Some(2));
+        assert_eq!(
+            next_action(p.next, false, now),
+            Action::requeue(NO_FIRING_RECHECK)
+        );
+        assert_eq!(next_action(p.next, true, now), Action::await_change());
     }
 
     #[test]
