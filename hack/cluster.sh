@@ -39,7 +39,8 @@ up() {
   if answers; then
     log "reusing the running cluster $name"
   else
-    # A stale cluster (from a killed session) is removed before a fresh start.
+    # A stale cluster (from a killed session) is removed before a fresh start, its node too.
+    "$root/hack/node.sh" down
     "${kwokctl[@]}" delete cluster >/dev/null 2>&1 || true
     rm -f "$kubeconfig"
     cat >"$state/kwokctl.yaml" <<YAML
