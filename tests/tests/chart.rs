@@ -231,8 +231,10 @@ fn pods(docs: &[Value]) -> Vec<(&'static str, &Value)> {
 fn lint_is_clean_in_every_mode() -> Result<()> {
     let chart = chart();
     let chart = chart.to_str().unwrap();
-    let modes: [&[&str]; 5] = [
+    let modes: [&[&str]; 7] = [
         &[],
+        &["--set", "networkPolicy.enabled=true"],
+        &["--set", "controller.watchNamespace=apps"],
         REAL_NODE,
         &["--set", "certs.mode=certManager"],
         &[
