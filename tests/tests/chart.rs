@@ -231,8 +231,10 @@ fn pods(docs: &[Value]) -> Vec<(&'static str, &Value)> {
 fn lint_is_clean_in_every_mode() -> Result<()> {
     let chart = chart();
     let chart = chart.to_str().unwrap();
-    let modes: [&[&str]; 5] = [
+    let modes: [&[&str]; 7] = [
         &[],
+        &["--set", "networkPolicy.enabled=true"],
+        &["--set", "controller.watchNamespace=apps"],
         REAL_NODE,
         &["--set", "certs.mode=certManager"],
         &[
@@ -472,22 +474,23 @@ fn rbac_grants_exactly_what_each_binary_uses() -> Result<()> {
         &["create"],
         None,
     ));
+    // Reflectors only: a list, then a watch; nothing is read one by one.
     webhook.extend(expand(
         &["kubesteer.io"],
         &["scalers"],
-        &["get", "list", "watch"],
+        &["list", "watch"],
         None,
     ));
     webhook.extend(expand(
         &["apps"],
         &["deployments"],
-        &["get", "list", "watch"],
+        &["list", "watch"],
         None,
     ));
     webhook.extend(expand(
         &["autoscaling"],
         &["horizontalpodautoscalers"],
-        &["get", "list", "watch"],
+        &["list", "watch"],
         None,
     ));
     let configs = expand(
@@ -515,7 +518,7 @@ fn rbac_grants_exactly_what_each_binary_uses() -> Result<()> {
     expected.extend(expand(
         &[""],
         &["secrets"],
-        &["get", "update", "patch"],
+        &["get", "update"],
         Some(&secret),
     ));
     assert_eq!(grants(secrets), expected);
@@ -568,22 +571,67 @@ fn rbac_grants_exactly_what_each_binary_uses() -> Result<()> {
         grants(one(&docs, "ClusterRole", &format!("{FULLNAME}-controller"))),
         controller
     );
-    let lease = one(&docs, "Role", &format!("{FULLNAME}-controller"));
+    // The leader Lease: create cannot name its object; everything else names the one Lease.
+    let lease = one(&docs, "Role", &format!("{FULLNAME}-controller-lease"));
     assert_eq!(lease["metadata"]["namespace"], NS);
-    assert_eq!(
-        grants(lease),
-        expand(&["coordination.k8s.io"], &["leases"], &write, None)
+    let mut expected: BTreeSet<String> =
+        expand(&["coordination.k8s.io"], &["leases"], &["create"], None)
             .into_iter()
-            .collect::<BTreeSet<_>>()
-    );
+            .collect();
+    expected.extend(expand(
+        &["coordination.k8s.io"],
+        &["leases"],
+        &["get", "patch", "delete"],
+        Some(&format!("{FULLNAME}-controller")),
+    ));
+    assert_eq!(grants(lease), expected);
+    let custom = render(&["--set", "controller.leaseName=my-lease"])?;
+    assert!(grants(one(
+        &custom,
+        "Role",
+        &format!("{FULLNAME}-controller-lease")
+    ))
+    .contains("coordination.k8s.io leases patch my-lease"));
+    let no_election = render(&[
+        "--set",
+        "controller.leaderElection=false",
+        "--set",
+        "controller.replicas=1",
+    ])?;
+    assert!(no_election
+        .iter()
+        .all(|d| d["metadata"]["name"] != format!("{FULLNAME}-controller-lease").as_str()));
 
-    for binding in ["ClusterRoleBinding", "RoleBinding"] {
-        for component in ["webhook", "controller"] {
-            let name = format!("{FULLNAME}-{component}");
-            let b = one(&docs, binding, &name);
-            assert_eq!(b["roleRef"]["name"], name.as_str());
-            assert_eq!(b["subjects"][0]["name"], name.as_str());
-            assert_eq!(b["subjects"][0]["namespace"], NS);
+    for (binding, role, sa) in [
+        ("ClusterRoleBinding", "webhook", "webhook"),
+        ("ClusterRoleBinding", "controller", "controller"),
+        ("RoleBinding", "webhook", "webhook"),
+        ("RoleBinding", "controller-lease", "controller"),
+    ] {
+        let name = format!("{FULLNAME}-{role}");
+        let b = one(&docs, binding, &name);
+        assert_eq!(b["roleRef"]["name"], name.as_str());
+        assert_eq!(
+            b["subjects"][0]["name"],
+            format!("{FULLNAME}-{sa}").as_str()
+        );
+        assert_eq!(b["subjects"][0]["namespace"], NS);
+    }
+    // No rule anywhere lets either binary read Secrets beyond the webhook's own, or touch RBAC.
+    for doc in all(&docs, "ClusterRole")
+        .into_iter()
+        .chain(all(&docs, "Role"))
+    {
+        for grant in grants(doc) {
+            let read_secrets = grant.starts_with(" secrets get")
+                || grant.starts_with(" secrets list")
+                || grant.starts_with(" secrets watch");
+            assert!(
+                !read_secrets || grant == format!(" secrets get {secret}"),
+                "{grant}"
+            );
+            assert!(!grant.starts_with("rbac.authorization.k8s.io"), "{grant}");
+            assert!(!grant.contains('*'), "{grant}");
         }
     }
 
@@ -1211,5 +1259,129 @@ fn helm_upgrade_keeps_the_self_managed_ca_bundle() -> Result<()> {
         "both configurations"
     );
     drop(release);
+    Ok(())
+}
+
+#[test]
+fn watch_namespace_confines_the_controller_to_a_role_there() -> Result<()> {
+    let cluster_wide = render(&[])?;
+    assert!(env(
+        container(&cluster_wide, &format!("{FULLNAME}-controller")),
+        "WATCH_NAMESPACE"
+    )
+    .is_none());
+    let cluster_rules = grants(one(
+        &cluster_wide,
+        "ClusterRole",
+        &format!("{FULLNAME}-controller"),
+    ));
+
+    for watched in ["apps", NS] {
+        let docs = render(&["--set", &format!("controller.watchNamespace={watched}")])?;
+        assert_eq!(
+            env_value(
+                container(&docs, &format!("{FULLNAME}-controller")),
+                "WATCH_NAMESPACE"
+            )
+            .as_deref(),
+            Some(watched)
+        );
+        let name = format!("{FULLNAME}-controller");
+        assert!(
+            docs.iter().all(
+                |d| !(d["kind"] == "ClusterRole" || d["kind"] == "ClusterRoleBinding")
+                    || d["metadata"]["name"] != name.as_str()
+            ),
+            "no cluster-wide controller rights with watchNamespace={watched}"
+        );
+        let role = docs
+            .iter()
+            .find(|d| {
+                d["kind"] == "Role"
+                    && d["metadata"]["name"] == name.as_str()
+                    && d["metadata"]["namespace"] == watched
+            })
+            .context("the controller's Role in the watched namespace")?;
+        assert_eq!(grants(role), cluster_rules, "the same rules, namespaced");
+        let binding = docs
+            .iter()
+            .find(|d| {
+                d["kind"] == "RoleBinding"
+                    && d["metadata"]["name"] == name.as_str()
+                    && d["metadata"]["namespace"] == watched
+            })
+            .context("the controller's RoleBinding in the watched namespace")?;
+        assert_eq!(binding["roleRef"]["kind"], "Role");
+        assert_eq!(binding["roleRef"]["name"], name.as_str());
+        assert_eq!(binding["subjects"][0]["name"], name.as_str());
+        assert_eq!(binding["subjects"][0]["namespace"], NS);
+        // The Lease Role stays in the release namespace, under a name of its own.
+        let lease = one(&docs, "Role", &format!("{FULLNAME}-controller-lease"));
+        assert_eq!(lease["metadata"]["namespace"], NS);
+        // The webhook judges Scalers across the cluster whatever the controller watches.
+        one(&docs, "ClusterRole", &format!("{FULLNAME}-webhook"));
+    }
+    assert!(
+        render_error(&["--set", "controller.watchNamespace=Not_A_Namespace"])?
+            .contains("watchNamespace")
+    );
+    Ok(())
+}
+
+#[test]
+fn network_policies_are_opt_in_and_open_only_the_webhook_and_scraped_metrics() -> Result<()> {
+    assert!(all(&render(&[])?, "NetworkPolicy").is_empty());
+
+    let docs = render(&["--set", "networkPolicy.enabled=true"])?;
+    assert_eq!(all(&docs, "NetworkPolicy").len(), 2);
+    for component in ["webhook", "controller"] {
+        let policy = one(&docs, "NetworkPolicy", &format!("{FULLNAME}-{component}"));
+        assert_eq!(policy["metadata"]["namespace"], NS);
+        let selector = &policy["spec"]["podSelector"]["matchLabels"];
+        let deployment = one(&docs, "Deployment", &format!("{FULLNAME}-{component}"));
+        assert_eq!(
+            selector, &deployment["spec"]["selector"]["matchLabels"],
+            "{component}: selects exactly its Deployment's pods"
+        );
+        assert_eq!(strings(&policy["spec"]["policyTypes"]), ["Ingress"]);
+        let rules = policy["spec"]["ingress"].as_sequence().expect("ingress");
+        assert_eq!(rules.len(), 1, "{component}: one ingress rule");
+        let ports = rules[0]["ports"].as_sequence().expect("ports");
+        assert_eq!(ports.len(), 1);
+        assert_eq!(ports[0]["protocol"], "TCP");
+        let container = container(&docs, &format!("{FULLNAME}-{component}"));
+        let port = &container["ports"][0]["containerPort"];
+        assert_eq!(&ports[0]["port"], port, "{component}: its container port");
+    }
+    // The apiserver's source address is unknown: the webhook port is open to every source.
+    let webhook = one(&docs, "NetworkPolicy", &format!("{FULLNAME}-webhook"));
+    assert!(webhook["spec"]["ingress"][0]["from"].is_null());
+    assert_eq!(webhook["spec"]["ingress"][0]["ports"][0]["port"], 9443);
+    // Metrics only from the selected namespaces, by default `monitoring`.
+    let controller = one(&docs, "NetworkPolicy", &format!("{FULLNAME}-controller"));
+    let from = controller["spec"]["ingress"][0]["from"]
+        .as_sequence()
+        .expect("from");
+    assert_eq!(from.len(), 1);
+    assert_eq!(
+        from[0]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"],
+        "monitoring"
+    );
+    assert!(from[0]["podSelector"].is_null());
+    assert_eq!(controller["spec"]["ingress"][0]["ports"][0]["port"], 8080);
+
+    let docs = render(&[
+        "--set",
+        "networkPolicy.enabled=true",
+        "--set",
+        "networkPolicy.metricsNamespaceSelector.matchLabels.kubernetes\\.io/metadata\\.name=null",
+        "--set",
+        "networkPolicy.metricsNamespaceSelector.matchLabels.scrape=yes",
+    ])?;
+    let controller = one(&docs, "NetworkPolicy", &format!("{FULLNAME}-controller"));
+    let selector = &controller["spec"]["ingress"][0]["from"][0]["namespaceSelector"];
+    assert_eq!(selector["matchLabels"]["scrape"], "yes");
+    assert!(selector["matchLabels"]["kubernetes.io/metadata.name"].is_null());
+    assert!(render_error(&["--set", "networkPolicy.open=true"])?.contains("open"));
     Ok(())
 }
