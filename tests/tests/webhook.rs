@@ -431,34 +431,25 @@ fn a_welcome_may_reference_only_a_secret_its_author_may_read() -> Result<()> {
     // The cluster admin may read it, so the same object is admitted for them.
     let run = ns.apply(&yaml)?;
     assert!(run.ok, "{run:?}");
+    let patch_as_dave = |patch: &str| {
+        kubectl(
+            &[
+                "patch",
+                "--as=dave",
+                "-n",
+                ns.name(),
+                "welcome/hello",
+                "--type=merge",
+                "-p",
+                patch,
+            ],
+            None,
+        )
+    };
     // An edit that keeps the ref is not a new claim on the Secret, so dave may make it.
-    let run = kubectl(
-        &[
-            "patch",
-            "--as=dave",
-            "-n",
-            ns.name(),
-            "welcome/hello",
-            "--type=merge",
-            "-p",
-            r#"{"spec":{"replicas":2}}"#,
-        ],
-        None,
-    )?;
+    let run = patch_as_dave(r#"{"spec":{"replicas":2}}"#)?;
     assert!(run.ok, "{run:?}");
-    let run = kubectl(
-        &[
-            "patch",
-            "--as=dave",
-            "-n",
-            ns.name(),
-            "welcome/hello",
-            "--type=merge",
-            "-p",
-            r#"{"spec":{"passwordSecretRef":{"name":"other","key":"pw"}}}"#,
-        ],
-        None,
-    )?;
+    let run = patch_as_dave(r#"{"spec":{"passwordSecretRef":{"name":"other","key":"pw"}}}"#)?;
     assert!(!run.ok, "{run:?}");
     assert!(
         run.stderr
