@@ -13,7 +13,7 @@ use kube::{Api, Resource, ResourceExt};
 use kubesteer_api::common::{condition, READY};
 use kubesteer_api::{Memcached, MemcachedStatus};
 
-use crate::cache;
+use crate::cache::{self, Ensured, NameConflict};
 use crate::objects::{self, apply_params, child_meta, namespace_and_name, status_patch};
 use crate::{Context, Result};
 
@@ -48,20 +48,37 @@ async fn apply(mc: &Memcached, ctx: &Context) -> Result<Action> {
         cache::ensure(ctx, &children.services, &want_service),
     )?;
     let mut created = Vec::new();
-    if deployment.created {
-        created.push(format!("Deployment {name}"));
-    }
-    if service.created {
-        created.push(format!("Service {name}"));
+    let mut conflicts = Vec::new();
+    let deployment = match deployment {
+        Ensured::Ours(d) => {
+            if d.created {
+                created.push(format!("Deployment {name}"));
+            }
+            Some(d.object)
+        }
+        Ensured::Foreign(c) => {
+            conflicts.push(c);
+            None
+        }
+    };
+    match service {
+        Ensured::Ours(s) if s.created => created.push(format!("Service {name}")),
+        Ensured::Ours(_) => {}
+        Ensured::Foreign(c) => conflicts.push(c),
     }
     if let Some(note) = objects::created_note(&created) {
         ctx.publish(mc, EventType::Normal, "Created", note).await;
+    }
+    let Some(deployment) = deployment.filter(|_| conflicts.is_empty()) else {
+        return report_conflicts(mc, ctx, &ns, &name, &conflicts).await;
+    };
+    if !created.is_empty() {
         // The new child's watch event brings another reconcile, which writes the status from
         // the cache; writing it now as well would only cost the apiserver a write more.
         return Ok(Action::await_change());
     }
     let nodes = cache::pod_names(&ctx.caches.memcached_pods, &ns, APP, &name);
-    let status = status(mc, &deployment.object, nodes, ctx.clock.now());
+    let status = status(mc, &deployment, nodes, ctx.clock.now());
     if mc.status.as_ref() != Some(&status) {
         // Progress of a rollout (pods created, some ready) is written at most every STATUS_GRACE;
         // what a user waits for (Ready, Degraded, any condition turning) is written at once.
@@ -76,6 +93,41 @@ async fn apply(mc: &Memcached, ctx: &Context) -> Result<Action> {
         ctx.status_written(KIND, mc);
     }
     Ok(Action::await_change())
+}
+
+/// Reports children whose names are taken by objects this Memcached does not control: Ready
+/// turns False with reason NameConflict, with a Warning event when that is news; nothing is
+/// written to those objects, and the owner looks again later.
+async fn report_conflicts(
+    mc: &Memcached,
+    ctx: &Context,
+    ns: &str,
+    name: &str,
+    conflicts: &[NameConflict],
+) -> Result<Action> {
+    let mut status = mc.status.clone().unwrap_or_default();
+    status.observed_generation = mc.meta().generation;
+    status.conditions = objects::name_conflict_conditions(
+        KIND,
+        &status.conditions,
+        conflicts,
+        mc.meta().generation,
+        objects::time(ctx.clock.now()),
+    );
+    if mc.status.as_ref() != Some(&status) {
+        let api: Api<Memcached> = Api::namespaced(ctx.client.clone(), ns);
+        api.patch_status(name, &apply_params(), &status_patch::<Memcached>(&status))
+            .await?;
+        ctx.status_written(KIND, mc);
+        let note = conflicts
+            .iter()
+            .map(|c| c.describe(KIND))
+            .collect::<Vec<_>>()
+            .join("; ");
+        ctx.publish(mc, EventType::Warning, objects::NAME_CONFLICT, note)
+            .await;
+    }
+    Ok(Action::requeue(objects::NAME_CONFLICT_REQUEUE))
 }
 
 /// Whether `new` says something a user waits for: Ready or Degraded, or a condition that turned

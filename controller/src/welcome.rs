@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::ByteString;
-use kube::api::{DeleteParams, Preconditions};
+use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Api, Resource, ResourceExt};
@@ -19,7 +19,7 @@ use kubesteer_api::common::{condition, READY};
 use kubesteer_api::welcome::{ServiceType, PASSWORD_KEY};
 use kubesteer_api::{Welcome, WelcomeStatus};
 
-use crate::cache::{self, Packed};
+use crate::cache::{self, Ensured, NameConflict, Packed};
 use crate::objects::{self, apply_params, child_meta, namespace_and_name, status_patch};
 use crate::{is_status, Context, Error, Result};
 
@@ -72,49 +72,69 @@ async fn apply(welcome: &Welcome, ctx: &Context) -> Result<Action> {
     }
     let (ns, name) = namespace_and_name(KIND, welcome)?;
     let mut created = Vec::new();
+    let mut conflicts = Vec::new();
     // The Secret comes first, so the pods never start with a dangling secretKeyRef.
     let credentials_uid = match secret(welcome)? {
-        Some(s) => {
-            let secret = objects::apply(&ctx.client, &s).await?;
-            if secret.created {
-                created.push(format!("Secret {}", secret_name(&name)));
+        Some(s) => match ensure_secret(ctx, welcome, &ns, &name, &s).await? {
+            Ok((uid, was_created)) => {
+                if was_created {
+                    created.push(format!("Secret {}", secret_name(&name)));
+                }
+                Some(uid)
             }
-            Some(
-                secret
-                    .object
-                    .metadata
-                    .uid
-                    .ok_or_else(|| Error::MissingField {
-                        kind: "Secret",
-                        name: secret_name(&name),
-                        what: "uid",
-                    })?,
-            )
-        }
+            Err(conflict) => {
+                conflicts.push(conflict);
+                None
+            }
+        },
         None => {
             remove_own_secret(ctx, welcome, &ns, &name).await?;
             None
         }
     };
     let children = &ctx.caches.welcome;
-    let desired = deployment(welcome, credentials_uid.as_deref())?;
-    let deployment = cache::ensure(ctx, &children.deployments, &desired).await?;
-    if deployment.created {
-        created.push(format!("Deployment {name}"));
-    }
-    let service = cache::ensure(ctx, &children.services, &service(welcome)?).await?;
-    if service.created {
-        created.push(format!("Service {name}"));
-    }
+    // With the Secret's name taken, pods must not read someone else's Secret as the password.
+    let deployment = if conflicts.is_empty() {
+        let desired = deployment(welcome, credentials_uid.as_deref())?;
+        match cache::ensure(ctx, &children.deployments, &desired).await? {
+            Ensured::Ours(d) => {
+                if d.created {
+                    created.push(format!("Deployment {name}"));
+                }
+                Some(d.object)
+            }
+            Ensured::Foreign(c) => {
+                conflicts.push(c);
+                None
+            }
+        }
+    } else {
+        None
+    };
+    let service = match cache::ensure(ctx, &children.services, &service(welcome)?).await? {
+        Ensured::Ours(s) => {
+            if s.created {
+                created.push(format!("Service {name}"));
+            }
+            Some(s.object)
+        }
+        Ensured::Foreign(c) => {
+            conflicts.push(c);
+            None
+        }
+    };
     if let Some(note) = objects::created_note(&created) {
         ctx.publish(welcome, EventType::Normal, "Created", note)
             .await;
     }
+    let (Some(deployment), Some(service)) = (deployment, service) else {
+        return report_conflicts(welcome, ctx, &ns, &name, &conflicts).await;
+    };
     let status = status(
         welcome,
         &ns,
-        &deployment.object,
-        &service.object,
+        &deployment,
+        &service,
         ctx.clock.now(),
     );
     if welcome.status.as_ref() != Some(&status) {
@@ -126,6 +146,118 @@ async fn apply(welcome: &Welcome, ctx: &Context) -> Result<Action> {
         Some(_) => Action::requeue(CREDENTIALS_RESYNC),
         None => Action::await_change(),
     })
+}
+
+/// Reports children whose names are taken by objects this Welcome does not control: Ready turns
+/// False with reason NameConflict, with a Warning event when that is news; nothing is written to
+/// those objects, and the owner looks again later.
+async fn report_conflicts(
+    welcome: &Welcome,
+    ctx: &Context,
+    ns: &str,
+    name: &str,
+    conflicts: &[NameConflict],
+) -> Result<Action> {
+    let mut status = welcome.status.clone().unwrap_or_default();
+    status.observed_generation = welcome.meta().generation;
+    status.conditions = objects::name_conflict_conditions(
+        KIND,
+        &status.conditions,
+        conflicts,
+        welcome.meta().generation,
+        objects::time(ctx.clock.now()),
+    );
+    if welcome.status.as_ref() != Some(&status) {
+        let api: Api<Welcome> = Api::namespaced(ctx.client.clone(), ns);
+        api.patch_status(name, &apply_params(), &status_patch::<Welcome>(&status))
+            .await?;
+        let note = conflicts
+            .iter()
+            .map(|c| c.describe(KIND))
+            .collect::<Vec<_>>()
+            .join("; ");
+        ctx.publish(welcome, EventType::Warning, objects::NAME_CONFLICT, note)
+            .await;
+    }
+    Ok(Action::requeue(objects::NAME_CONFLICT_REQUEUE))
+}
+
+/// Writes the credentials Secret `desired` without ever taking over a Secret this Welcome does
+/// not control, and without reading one (the controller may not): a JSON patch whose `test`
+/// ops require this Welcome's controller reference updates only its own Secret, and a POST
+/// creates a missing one. Which goes first depends on whether the cached Deployment vouches for
+/// an existing Secret, so the usual case costs one request. Gives the Secret's uid and whether
+/// it was created, or the conflict.
+async fn ensure_secret(
+    ctx: &Context,
+    welcome: &Welcome,
+    ns: &str,
+    name: &str,
+    desired: &Secret,
+) -> Result<Result<(String, bool), NameConflict>> {
+    let owner_uid = welcome.meta().uid.clone().ok_or_else(|| Error::MissingField {
+        kind: KIND,
+        name: name.to_string(),
+        what: "uid",
+    })?;
+    let secret_name = secret_name(name);
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
+    let vouched = ctx
+        .caches
+        .welcome
+        .deployments
+        .get(&Packed::key(name, ns))
+        .map(|p| p.object())
+        .transpose()?
+        .is_some_and(|d| {
+            cache::controlled_by(d.meta(), &owner_uid)
+                && d.annotations().contains_key(CREDENTIALS_UID_ANNOTATION)
+        });
+    let conflict = || NameConflict::new("Secret", &secret_name);
+    let uid_of = |s: Secret| {
+        s.metadata.uid.ok_or_else(|| Error::MissingField {
+            kind: "Secret",
+            name: secret_name.clone(),
+            what: "uid",
+        })
+    };
+    let patch = guarded_patch(desired, &owner_uid)?;
+    let params = PatchParams {
+        field_manager: Some(crate::FIELD_MANAGER.into()),
+        ..PatchParams::default()
+    };
+    if vouched {
+        match secrets.patch(&secret_name, &params, &patch).await {
+            Ok(s) => return Ok(Ok((uid_of(s)?, false))),
+            // Deleted: put back below. A failed `test` (422) is decided by the create.
+            Err(e) if is_status(&e, 404) || is_status(&e, 422) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    match secrets.create(&objects::create_params(), desired).await {
+        Ok(s) => return Ok(Ok((uid_of(s)?, true))),
+        Err(e) if is_status(&e, 409) => {}
+        Err(e) => return Err(e.into()),
+    }
+    // It exists: ours (a cache not filled yet) only if the guarded patch passes its tests.
+    match secrets.patch(&secret_name, &params, &patch).await {
+        Ok(s) => Ok(Ok((uid_of(s)?, false))),
+        Err(e) if is_status(&e, 422) => Ok(Err(conflict())),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// A JSON patch of the credentials Secret's data and labels that the apiserver applies only if
+/// the Secret's first owner reference is this Welcome's controller reference (as the controller
+/// created it), and refuses with 422 otherwise.
+fn guarded_patch(desired: &Secret, owner_uid: &str) -> Result<Patch<serde_json::Value>> {
+    let ops = serde_json::json!([
+        {"op": "test", "path": "/metadata/ownerReferences/0/uid", "value": owner_uid},
+        {"op": "test", "path": "/metadata/ownerReferences/0/controller", "value": true},
+        {"op": "add", "path": "/data", "value": desired.data},
+        {"op": "add", "path": "/metadata/labels", "value": desired.metadata.labels},
+    ]);
+    Ok(Patch::Json(serde_json::from_value(ops)?))
 }
 
 /// Deletes the credentials Secret once the password is gone, without reading it: only when the
