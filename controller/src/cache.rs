@@ -6,15 +6,15 @@ use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::core::{NamespaceResourceScope, PartialObjectMeta};
 use kube::runtime::reflector::{self, Lookup, ObjectRef, Store};
 use kube::runtime::{reflector::store::Writer, watcher};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::{Api, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
-use std::fmt::Debug;
 use serde::Serialize;
 use serde_json::Value;
+use std::fmt::Debug;
 
 use crate::objects::{self, Applied, INSTANCE_LABEL, NAME_LABEL};
 use crate::{is_status, Context, Error, Result};

@@ -7,12 +7,12 @@ use k8s_openapi::api::core::v1::{
     Capabilities, Container, PodSpec, PodTemplateSpec, SeccompProfile, SecurityContext,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, ObjectMeta, Time};
-use kubesteer_api::common::{condition, READY};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::client::Body;
 use kube::core::{NamespaceResourceScope, Status};
 use kube::{Client, Resource, ResourceExt};
+use kubesteer_api::common::{condition, READY};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -212,7 +212,15 @@ pub fn name_conflict_conditions(
         .map(|c| c.describe(owner_kind))
         .collect::<Vec<_>>()
         .join("; ");
-    let ready = condition(READY, false, NAME_CONFLICT, message, generation, now, previous);
+    let ready = condition(
+        READY,
+        false,
+        NAME_CONFLICT,
+        message,
+        generation,
+        now,
+        previous,
+    );
     let mut conditions: Vec<Condition> = previous.to_vec();
     match conditions.iter_mut().find(|c| c.type_ == READY) {
         Some(c) => *c = ready,

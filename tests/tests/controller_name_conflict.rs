@@ -3,7 +3,9 @@
 use std::time::Duration;
 
 use anyhow::Result;
-use kubesteer_tests::{event_notes, eventually, jsonpath, kubectl_ok, ControllerProcess, Namespace};
+use kubesteer_tests::{
+    event_notes, eventually, jsonpath, kubectl_ok, ControllerProcess, Namespace,
+};
 
 const MEMCACHED: &str = r#"
 apiVersion: kubesteer.io/v1alpha1
