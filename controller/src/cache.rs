@@ -273,12 +273,7 @@ pub fn controlled_by(meta: &ObjectMeta, owner_uid: &str) -> bool {
         .any(|o| o.controller == Some(true) && o.uid == owner_uid)
 }
 
-/// Makes sure the child `desired` is as the controller wants it, without ever taking over an
-/// object of that name that its owner does not control. When the cached copy is the owner's and
-/// already holds every field of `desired` with the same value, nothing is sent; when it is the
-/// owner's but differs, it is server-side applied. A child missing from the cache is created
-/// with a POST, which fails with 409 rather than adopt a same-named object the label-filtered
-/// watch does not see; only then is that object read, and applied only if it is the owner's.
+/// Makes `desired` so, writing only what differs and never an object its owner does not control.
 pub async fn ensure<K>(ctx: &Context, cache: &Store<Packed<K>>, desired: &K) -> Result<Ensured<K>>
 where
     K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
@@ -324,6 +319,7 @@ where
         }));
     }
     ctx.metrics.child(&kind, true);
+    // A create, not an apply: a same-named object the label-filtered watch misses answers 409.
     let api: Api<K> = Api::namespaced(ctx.client.clone(), &namespace);
     let exists = match api.create(&objects::create_params(), &desired).await {
         Ok(created) => {

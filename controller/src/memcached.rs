@@ -95,9 +95,7 @@ async fn apply(mc: &Memcached, ctx: &Context) -> Result<Action> {
     Ok(Action::await_change())
 }
 
-/// Reports children whose names are taken by objects this Memcached does not control: Ready
-/// turns False with reason NameConflict, with a Warning event when that is news; nothing is
-/// written to those objects, and the owner looks again later.
+/// Reports taken child names as Ready=False NameConflict, with a Warning event when that is news.
 async fn report_conflicts(
     mc: &Memcached,
     ctx: &Context,

@@ -195,8 +195,7 @@ where
     })
 }
 
-/// How often an owner blocked by a same-named foreign object looks again: such an object may
-/// carry none of the watched labels, so no watch event tells when it goes.
+/// How often a blocked owner looks again: a foreign object may lack our labels, so no event comes.
 pub const NAME_CONFLICT_REQUEUE: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// `previous` with Ready turned False, reason `NameConflict`, naming every conflicting object.

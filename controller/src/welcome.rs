@@ -142,9 +142,7 @@ async fn apply(welcome: &Welcome, ctx: &Context) -> Result<Action> {
     })
 }
 
-/// Reports children whose names are taken by objects this Welcome does not control: Ready turns
-/// False with reason NameConflict, with a Warning event when that is news; nothing is written to
-/// those objects, and the owner looks again later.
+/// Reports taken child names as Ready=False NameConflict, with a Warning event when that is news.
 async fn report_conflicts(
     welcome: &Welcome,
     ctx: &Context,
@@ -176,12 +174,7 @@ async fn report_conflicts(
     Ok(Action::requeue(objects::NAME_CONFLICT_REQUEUE))
 }
 
-/// Writes the credentials Secret `desired` without ever taking over a Secret this Welcome does
-/// not control, and without reading one (the controller may not): a JSON patch whose `test`
-/// ops require this Welcome's controller reference updates only its own Secret, and a POST
-/// creates a missing one. Which goes first depends on whether the cached Deployment vouches for
-/// an existing Secret, so the usual case costs one request. Gives the Secret's uid and whether
-/// it was created, or the conflict.
+/// Writes the credentials Secret unread (no `get` allowed), creating or guard-patching only its own.
 async fn ensure_secret(
     ctx: &Context,
     welcome: &Welcome,
@@ -219,6 +212,7 @@ async fn ensure_secret(
             what: "uid",
         })
     };
+    // The patch goes first only when the Deployment vouches for a Secret: one request either way.
     let patch = guarded_patch(desired, &owner_uid)?;
     let params = PatchParams {
         field_manager: Some(crate::FIELD_MANAGER.into()),
@@ -245,9 +239,7 @@ async fn ensure_secret(
     }
 }
 
-/// A JSON patch of the credentials Secret's data and labels that the apiserver applies only if
-/// the Secret's first owner reference is this Welcome's controller reference (as the controller
-/// created it), and refuses with 422 otherwise.
+/// A JSON patch of data and labels whose `test` ops (422 if failed) require our controller ref.
 fn guarded_patch(desired: &Secret, owner_uid: &str) -> Result<Patch<serde_json::Value>> {
     let ops = serde_json::json!([
         {"op": "test", "path": "/metadata/ownerReferences/0/uid", "value": owner_uid},
