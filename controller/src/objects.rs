@@ -6,25 +6,21 @@ use k8s_openapi::api::apps::v1::DeploymentSpec;
 use k8s_openapi::api::core::v1::{
     Capabilities, Container, PodSpec, PodTemplateSpec, SeccompProfile, SecurityContext,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, ObjectMeta, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams};
 use kube::client::Body;
 use kube::core::{NamespaceResourceScope, Status};
 use kube::{Client, Resource, ResourceExt};
-use kubesteer_api::common::{condition, READY};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::cache::NameConflict;
 use crate::{Error, Result};
 
 pub const NAME_LABEL: &str = "app.kubernetes.io/name";
 pub const INSTANCE_LABEL: &str = "app.kubernetes.io/instance";
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 pub const MANAGED_BY: &str = "kubesteer";
-/// The reason of the Ready condition and of the Warning event when a child's name is taken.
-pub const NAME_CONFLICT: &str = "NameConflict";
 
 /// The labels of every object owned by instance `instance` of app `app`.
 pub fn labels(app: &str, instance: &str) -> BTreeMap<String, String> {
@@ -140,14 +136,6 @@ pub fn apply_params() -> PatchParams {
     PatchParams::apply(crate::FIELD_MANAGER).force()
 }
 
-/// A create under kubesteer's field manager: unlike an apply, it never touches an existing object.
-pub fn create_params() -> PostParams {
-    PostParams {
-        field_manager: Some(crate::FIELD_MANAGER.into()),
-        ..PostParams::default()
-    }
-}
-
 /// An object as the apiserver stored it after a server-side apply.
 pub struct Applied<K> {
     pub object: K,
@@ -193,39 +181,6 @@ where
         object: serde_json::from_slice(&bytes)?,
         created: code == 201,
     })
-}
-
-/// How often a blocked owner looks again: a foreign object may lack our labels, so no event comes.
-pub const NAME_CONFLICT_REQUEUE: std::time::Duration = std::time::Duration::from_secs(60);
-
-/// `previous` with Ready turned False, reason `NameConflict`, naming every conflicting object.
-pub fn name_conflict_conditions(
-    owner_kind: &str,
-    previous: &[Condition],
-    conflicts: &[NameConflict],
-    generation: Option<i64>,
-    now: Time,
-) -> Vec<Condition> {
-    let message = conflicts
-        .iter()
-        .map(|c| c.describe(owner_kind))
-        .collect::<Vec<_>>()
-        .join("; ");
-    let ready = condition(
-        READY,
-        false,
-        NAME_CONFLICT,
-        message,
-        generation,
-        now,
-        previous,
-    );
-    let mut conditions: Vec<Condition> = previous.to_vec();
-    match conditions.iter_mut().find(|c| c.type_ == READY) {
-        Some(c) => *c = ready,
-        None => conditions.insert(0, ready),
-    }
-    conditions
 }
 
 /// The note of a "Created" event naming `children` (e.g. "Deployment cache"), if any.
