@@ -158,6 +158,7 @@ build_image() {
   done
 
   log "assembling $img FROM scratch"
+  oci_labels kubesteer "$version" "kubesteer: admission webhook (kubesteer-webhook), controller (kubesteer-controller) and certificates tool (kubesteer-certs) for the Scaler, Memcached and Welcome resources"
   new_scratch
   buildah copy --quiet --chown 0:0 --chmod 0755 "$ctr_id" \
     "${BINARIES[@]/#/$stage/}" /usr/local/bin/ >/dev/null
@@ -167,15 +168,21 @@ build_image() {
     --env PATH=/usr/local/bin \
     --workingdir / \
     --cmd '["kubesteer-webhook", "--help"]' \
-    --label org.opencontainers.image.source="$SOURCE_URL" \
-    --label org.opencontainers.image.version="$version" \
-    --label org.opencontainers.image.revision="$(revision)" \
-    --label org.opencontainers.image.licenses=Apache-2.0 \
-    --label org.opencontainers.image.title=kubesteer \
-    --label org.opencontainers.image.description="kubesteer: admission webhook (kubesteer-webhook), controller (kubesteer-controller) and certificates tool (kubesteer-certs) for the Scaler, Memcached and Welcome resources" \
-    "$ctr_id"
+    "${labels[@]}" "$ctr_id"
   commit_and_export "$img" "$tar"
   report_size "$img"
+}
+
+# oci_labels TITLE VERSION DESCRIPTION: the labels both images carry, as buildah flags in $labels.
+oci_labels() {
+  labels=(
+    --label "org.opencontainers.image.source=$SOURCE_URL"
+    --label "org.opencontainers.image.version=$2"
+    --label "org.opencontainers.image.revision=$(revision)"
+    --label org.opencontainers.image.licenses=Apache-2.0
+    --label "org.opencontainers.image.title=$1"
+    --label "org.opencontainers.image.description=$3"
+  )
 }
 
 build_pause() {
@@ -193,6 +200,7 @@ build_pause() {
     die "gcc -static failed (static libc missing? apt-get install libc6-dev)"
 
   log "assembling $img FROM scratch"
+  oci_labels kubesteer-pause "$version" "kubesteer-pause: a pod sandbox (pause) container built from source, for clusters that cannot pull one"
   new_scratch
   buildah copy --quiet --chown 0:0 --chmod 0755 "$ctr_id" "$stage/pause" /pause >/dev/null
   buildah config \
@@ -200,13 +208,7 @@ build_pause() {
     --user 65535:65535 \
     --workingdir / \
     --entrypoint '["/pause"]' \
-    --label org.opencontainers.image.source="$SOURCE_URL" \
-    --label org.opencontainers.image.version="$version" \
-    --label org.opencontainers.image.revision="$(revision)" \
-    --label org.opencontainers.image.licenses=Apache-2.0 \
-    --label org.opencontainers.image.title=kubesteer-pause \
-    --label org.opencontainers.image.description="kubesteer-pause: a pod sandbox (pause) container built from source, for clusters that cannot pull one" \
-    "$ctr_id"
+    "${labels[@]}" "$ctr_id"
   commit_and_export "$img" "$tar"
   report_size "$img"
 }
