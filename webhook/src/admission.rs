@@ -169,6 +169,15 @@ async fn review<C: Cluster>(
     Ok(Json(response.into_review()))
 }
 
+/// Whether an UPDATE changes `spec` (a review without the old object counts as a change).
+fn spec_changed(request: &AdmissionRequest<DynamicObject>) -> bool {
+    let spec = |o: &DynamicObject| o.data.get("spec").cloned();
+    match (&request.object, &request.old_object) {
+        (Some(new), Some(old)) => spec(new) != spec(old),
+        _ => true,
+    }
+}
+
 /// The answer to one request, and its result label for metrics.
 async fn decide<C: Cluster>(
     state: &AppState<C>,
@@ -192,8 +201,11 @@ async fn decide<C: Cluster>(
     let Some(object) = &request.object else {
         return (deny(allowed, "the review carries no object"), "denied");
     };
-    // An object on its way out only loses finalizers; blocking that would strand it.
-    if object.metadata.deletion_timestamp.is_some() {
+    // An object on its way out may always lose its finalizers (blocking that would strand it),
+    // but a change of its spec is still checked, or a held object could be edited into nonsense.
+    if object.metadata.deletion_timestamp.is_some()
+        && (matches!(endpoint, Endpoint::Mutate) || !spec_changed(request))
+    {
         return (allowed, "allowed");
     }
     let value = match serde_json::to_value(object) {

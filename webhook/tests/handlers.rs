@@ -279,11 +279,29 @@ async fn a_wrong_kind_is_rejected_on_every_endpoint() {
 async fn an_object_being_deleted_may_drop_its_finalizers_even_if_invalid() {
     let mut review = fixture("memcached-update.json");
     review["request"]["object"]["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+    // Stored invalid (the webhook was down); the update only drops finalizers.
+    review["request"]["oldObject"]["spec"] = review["request"]["object"]["spec"].clone();
     for path in ["/mutate/memcacheds", "/validate/memcacheds"] {
         let reply = send(cluster(), path, &review).await;
         assert!(reply.allowed(), "{}", reply.body);
         assert!(reply.patch().is_none());
     }
+}
+
+#[tokio::test]
+async fn an_object_being_deleted_cannot_have_its_spec_edited_into_nonsense() {
+    let mut review = fixture("memcached-update.json");
+    review["request"]["object"]["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+    assert_ne!(
+        review["request"]["object"]["spec"],
+        review["request"]["oldObject"]["spec"]
+    );
+    let reply = send(cluster(), "/validate/memcacheds", &review).await;
+    assert!(!reply.allowed(), "{}", reply.body);
+    assert!(reply.message().contains("spec.size"), "{}", reply.body);
+    // Defaults are not added to an object on its way out.
+    let reply = send(cluster(), "/mutate/memcacheds", &review).await;
+    assert!(reply.allowed() && reply.patch().is_none(), "{}", reply.body);
 }
 
 #[tokio::test]
