@@ -22,9 +22,7 @@ up() {
   "$root/hack/node.sh" load "$archive"
   log "helm upgrade --install $release ($img) in $ns"
   "${helm[@]}" upgrade --install "$release" "$root/charts/kubesteer" -n "$ns" --create-namespace \
-    --set "image.repository=${img%:*}" --set "image.tag=${img##*:}" --set image.pullPolicy=Never \
-    --set 'nodeSelector.kubesteer\.io/real-node=true' \
-    --set-json 'tolerations=[{"key":"kubesteer.io/real-node","operator":"Exists","effect":"NoSchedule"}]' \
+    -f "$root/hack/real-node-values.yaml" --set "image.repository=${img%:*}" --set "image.tag=${img##*:}" \
     --wait --timeout 5m
   "${kubectl[@]}" -n "$ns" get pods -o wide
 }

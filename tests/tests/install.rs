@@ -10,9 +10,8 @@ use kubesteer_tests::{
     eventually, helm, jsonpath, kubectl, kubectl_ok, repo_root, unique, webhook_fields,
 };
 
-/// The node `hack/node.sh` registers, and the taint that keeps other pods off it.
+/// The node `hack/node.sh` registers; hack/real-node-values.yaml places the chart on it.
 const REAL_NODE: &str = "kubesteer-node";
-const REAL_NODE_KEY: &str = "kubesteer.io/real-node";
 
 /// The image `make image` built and `hack/e2e.sh` loaded into the real node.
 fn image() -> (String, String) {
@@ -85,9 +84,6 @@ impl Release {
             "webhook.namespaceSelector.matchLabels.kubesteer\\.io/e2e={}",
             release.name
         );
-        let tolerations = format!(
-            r#"tolerations=[{{"key":"{REAL_NODE_KEY}","operator":"Exists","effect":"NoSchedule"}}]"#
-        );
         let watch = format!(
             r#"controller.extraEnv=[{{"name":"WATCH_NAMESPACE","value":"{}"}}]"#,
             release.user_ns
@@ -105,17 +101,15 @@ impl Release {
         ];
         let repository = format!("image.repository={repository}");
         let tag = format!("image.tag={tag}");
+        let values = repo_root().join("hack/real-node-values.yaml");
+        let values = values.to_string_lossy();
         args.extend([
+            "-f",
+            &values,
             "--set",
             &repository,
             "--set",
             &tag,
-            "--set",
-            "image.pullPolicy=Never",
-            "--set",
-            "nodeSelector.kubesteer\\.io/real-node=true",
-            "--set-json",
-            &tolerations,
             "--set",
             &selector,
             "--set-json",
