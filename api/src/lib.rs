@@ -1,6 +1,7 @@
 //! kubesteer's custom resources, shared by the webhook and the controller.
 //!
-//! Everything here is pure: types, defaults, validation and schedule math, with no I/O.
+//! Everything here is pure: types, defaults, validation and schedule math, with no I/O; the
+//! one exception, watches that skip undecodable objects, sits behind the `watch` feature.
 #![forbid(unsafe_code)]
 #![deny(warnings, rust_2018_idioms)]
 
@@ -13,6 +14,8 @@ pub mod kind;
 pub mod memcached;
 pub mod scaler;
 pub mod schedule;
+#[cfg(feature = "watch")]
+pub mod watch;
 pub mod welcome;
 
 pub use memcached::{Memcached, MemcachedSpec, MemcachedStatus};

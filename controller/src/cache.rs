@@ -6,16 +6,18 @@ use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::core::{NamespaceResourceScope, PartialObjectMeta};
 use kube::runtime::reflector::{self, Lookup, ObjectRef, Store};
 use kube::runtime::{reflector::store::Writer, watcher};
-use kube::{Resource, ResourceExt};
+use kube::{Api, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
+use std::fmt::Debug;
 
 use crate::objects::{self, Applied, INSTANCE_LABEL, NAME_LABEL};
-use crate::{Context, Result};
+use crate::{is_status, Context, Error, Result};
 
 /// A cached object kept as its compact JSON: a few KiB where the parsed object takes 10 or more,
 /// which matters with thousands of children. Reconciles parse the one they read.
@@ -233,39 +235,120 @@ pub fn stamped<K: Resource + Clone + Serialize>(desired: &K) -> Result<K> {
     Ok(stamped)
 }
 
-/// Makes sure the child `desired` is as the controller wants it: when the cached copy already
-/// holds every field of `desired` with the same value, nothing is sent; otherwise (missing,
-/// drifted, changed, or not cached yet) it is server-side applied, which is idempotent.
-pub async fn ensure<K>(
-    ctx: &Context,
-    cache: &Store<Packed<K>>,
-    desired: &K,
-) -> Result<Applied<Arc<K>>>
+/// An object of a child's name that this owner does not control, so it is left alone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NameConflict {
+    pub kind: String,
+    pub name: String,
+}
+
+impl NameConflict {
+    pub fn new(kind: &str, name: &str) -> Self {
+        Self {
+            kind: kind.to_string(),
+            name: name.to_string(),
+        }
+    }
+
+    /// What a user reads in the condition and the event.
+    pub fn describe(&self, owner_kind: &str) -> String {
+        format!(
+            "{} {} exists and is not controlled by this {owner_kind}; it is left untouched",
+            self.kind, self.name
+        )
+    }
+}
+
+/// What `ensure` made of a child: the controller's own, as wanted, or someone else's.
+pub enum Ensured<K> {
+    Ours(Applied<Arc<K>>),
+    Foreign(NameConflict),
+}
+
+/// Whether `meta` has a controller owner reference with the uid `owner_uid`.
+pub fn controlled_by(meta: &ObjectMeta, owner_uid: &str) -> bool {
+    meta.owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.controller == Some(true) && o.uid == owner_uid)
+}
+
+/// Makes `desired` so, writing only what differs and never an object its owner does not control.
+pub async fn ensure<K>(ctx: &Context, cache: &Store<Packed<K>>, desired: &K) -> Result<Ensured<K>>
 where
     K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
         + Clone
+        + Debug
         + Serialize
         + DeserializeOwned,
 {
     let desired = stamped(desired)?;
+    let name = desired.name_any();
+    let kind = K::kind(&()).to_string();
+    let owner_uid = desired
+        .owner_references()
+        .iter()
+        .find(|o| o.controller == Some(true))
+        .map(|o| o.uid.clone())
+        .ok_or_else(|| Error::MissingField {
+            kind: "child",
+            name: name.clone(),
+            what: "controller owner reference",
+        })?;
     let namespace = ResourceExt::namespace(&desired).unwrap_or_default();
-    let key = Packed::<K>::key(&desired.name_any(), &namespace);
+    let wanted = serde_json::to_value(&desired)?;
+    let key = Packed::<K>::key(&name, &namespace);
     if let Some(cached) = cache.get(&key) {
         let actual = cached.value()?;
-        if contains(&actual, &serde_json::to_value(&desired)?) {
-            ctx.metrics.child(&K::kind(&()), false);
-            return Ok(Applied {
-                object: Arc::new(serde_json::from_value(actual)?),
-                created: false,
-            });
+        let object: K = serde_json::from_value(actual.clone())?;
+        if !controlled_by(object.meta(), &owner_uid) {
+            return Ok(Ensured::Foreign(NameConflict::new(&kind, &name)));
         }
+        if contains(&actual, &wanted) {
+            ctx.metrics.child(&kind, false);
+            return Ok(Ensured::Ours(Applied {
+                object: Arc::new(object),
+                created: false,
+            }));
+        }
+        ctx.metrics.child(&kind, true);
+        let applied = objects::apply(&ctx.client, &desired).await?;
+        return Ok(Ensured::Ours(Applied {
+            object: Arc::new(applied.object),
+            created: applied.created,
+        }));
     }
-    ctx.metrics.child(&K::kind(&()), true);
+    ctx.metrics.child(&kind, true);
+    // Not cached: the label-filtered watch misses a same-named object made by someone else.
+    let api: Api<K> = Api::namespaced(ctx.client.clone(), &namespace);
+    let live = match api.get_opt(&name).await? {
+        Some(live) => live,
+        None => match objects::create_by_apply(&ctx.client, &desired).await {
+            Ok(applied) => {
+                return Ok(Ensured::Ours(Applied {
+                    object: Arc::new(applied.object),
+                    created: applied.created,
+                }))
+            }
+            // Made by someone else since the read: their fields conflict, nothing was written.
+            Err(Error::Kube(e)) if is_status(&e, 409) => api.get_opt(&name).await?.ok_or(e)?,
+            Err(e) => return Err(e),
+        },
+    };
+    if !controlled_by(live.meta(), &owner_uid) {
+        return Ok(Ensured::Foreign(NameConflict::new(&kind, &name)));
+    }
+    if contains(&serde_json::to_value(&live)?, &wanted) {
+        return Ok(Ensured::Ours(Applied {
+            object: Arc::new(live),
+            created: false,
+        }));
+    }
     let applied = objects::apply(&ctx.client, &desired).await?;
-    Ok(Applied {
+    Ok(Ensured::Ours(Applied {
         object: Arc::new(applied.object),
-        created: applied.created,
-    })
+        created: false,
+    }))
 }
 
 /// Whether `actual` has every field of `desired` with an equal value. The apiserver only adds

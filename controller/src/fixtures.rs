@@ -173,6 +173,15 @@ impl Call {
         );
         self
     }
+    /// Answers a create with 409 AlreadyExists: an object of that name is there.
+    pub fn already_exists(mut self) -> Self {
+        self.reply = Reply::Json(
+            StatusCode::CONFLICT,
+            json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                   "message": "already exists", "reason": "AlreadyExists", "code": 409}),
+        );
+        self
+    }
     pub fn conflict(mut self) -> Self {
         self.reply = Reply::Json(
             StatusCode::CONFLICT,

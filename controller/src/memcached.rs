@@ -13,7 +13,7 @@ use kube::{Api, Resource, ResourceExt};
 use kubesteer_api::common::{condition, READY};
 use kubesteer_api::{Memcached, MemcachedStatus};
 
-use crate::cache;
+use crate::cache::{self, Ensured, NameConflict};
 use crate::objects::{self, apply_params, child_meta, namespace_and_name, status_patch};
 use crate::{Context, Result};
 
@@ -48,20 +48,37 @@ async fn apply(mc: &Memcached, ctx: &Context) -> Result<Action> {
         cache::ensure(ctx, &children.services, &want_service),
     )?;
     let mut created = Vec::new();
-    if deployment.created {
-        created.push(format!("Deployment {name}"));
-    }
-    if service.created {
-        created.push(format!("Service {name}"));
+    let mut conflicts = Vec::new();
+    let deployment = match deployment {
+        Ensured::Ours(d) => {
+            if d.created {
+                created.push(format!("Deployment {name}"));
+            }
+            Some(d.object)
+        }
+        Ensured::Foreign(c) => {
+            conflicts.push(c);
+            None
+        }
+    };
+    match service {
+        Ensured::Ours(s) if s.created => created.push(format!("Service {name}")),
+        Ensured::Ours(_) => {}
+        Ensured::Foreign(c) => conflicts.push(c),
     }
     if let Some(note) = objects::created_note(&created) {
         ctx.publish(mc, EventType::Normal, "Created", note).await;
+    }
+    let Some(deployment) = deployment.filter(|_| conflicts.is_empty()) else {
+        return report_conflicts(mc, ctx, &ns, &name, &conflicts).await;
+    };
+    if !created.is_empty() {
         // The new child's watch event brings another reconcile, which writes the status from
         // the cache; writing it now as well would only cost the apiserver a write more.
         return Ok(Action::await_change());
     }
     let nodes = cache::pod_names(&ctx.caches.memcached_pods, &ns, APP, &name);
-    let status = status(mc, &deployment.object, nodes, ctx.clock.now());
+    let status = status(mc, &deployment, nodes, ctx.clock.now());
     if mc.status.as_ref() != Some(&status) {
         // Progress of a rollout (pods created, some ready) is written at most every STATUS_GRACE;
         // what a user waits for (Ready, Degraded, any condition turning) is written at once.
@@ -76,6 +93,39 @@ async fn apply(mc: &Memcached, ctx: &Context) -> Result<Action> {
         ctx.status_written(KIND, mc);
     }
     Ok(Action::await_change())
+}
+
+/// Reports taken child names as Ready=False NameConflict, with a Warning event when that is news.
+async fn report_conflicts(
+    mc: &Memcached,
+    ctx: &Context,
+    ns: &str,
+    name: &str,
+    conflicts: &[NameConflict],
+) -> Result<Action> {
+    let mut status = mc.status.clone().unwrap_or_default();
+    status.observed_generation = mc.meta().generation;
+    status.conditions = objects::name_conflict_conditions(
+        KIND,
+        &status.conditions,
+        conflicts,
+        mc.meta().generation,
+        objects::time(ctx.clock.now()),
+    );
+    if mc.status.as_ref() != Some(&status) {
+        let api: Api<Memcached> = Api::namespaced(ctx.client.clone(), ns);
+        api.patch_status(name, &apply_params(), &status_patch::<Memcached>(&status))
+            .await?;
+        ctx.status_written(KIND, mc);
+        let note = conflicts
+            .iter()
+            .map(|c| c.describe(KIND))
+            .collect::<Vec<_>>()
+            .join("; ");
+        ctx.publish(mc, EventType::Warning, objects::NAME_CONFLICT, note)
+            .await;
+    }
+    Ok(Action::requeue(objects::NAME_CONFLICT_REQUEUE))
 }
 
 /// Whether `new` says something a user waits for: Ready or Degraded, or a condition that turned
@@ -343,9 +393,14 @@ mod tests {
     }
 
     const DEPLOYMENT: &str = "/apis/apps/v1/namespaces/team/deployments/cache?&force=true&fieldManager=kubesteer-controller";
-    const SERVICE: &str =
-        "/api/v1/namespaces/team/services/cache?&force=true&fieldManager=kubesteer-controller";
     const STATUS: &str = "/apis/kubesteer.io/v1alpha1/namespaces/team/memcacheds/cache/status?&force=true&fieldManager=kubesteer-controller";
+    // A child read as missing is created by an apply without force.
+    const CREATE_DEPLOYMENT: &str =
+        "/apis/apps/v1/namespaces/team/deployments/cache?&fieldManager=kubesteer-controller";
+    const CREATE_SERVICE: &str =
+        "/api/v1/namespaces/team/services/cache?&fieldManager=kubesteer-controller";
+    const GET_DEPLOYMENT: &str = "/apis/apps/v1/namespaces/team/deployments/cache";
+    const GET_SERVICE: &str = "/api/v1/namespaces/team/services/cache";
 
     /// The Deployment as the apiserver keeps it after the controller applied it, with `status`.
     fn applied_deployment(mc: &Memcached, status: serde_json::Value) -> serde_json::Value {
@@ -396,7 +451,17 @@ mod tests {
         let mc = memcached(json!({"size": 2}));
         let (ctx, verifier) = fixtures::context();
         let scenario = verifier.run(vec![
-            Call::patch(DEPLOYMENT)
+            // Children missing from the cache are read first: a same-named object is never applied.
+            Call::get(GET_DEPLOYMENT).not_found(),
+            Call::get(GET_SERVICE).not_found(),
+            // (The Service's apply goes out first: its read was answered last.)
+            Call::patch(CREATE_SERVICE)
+                .body(|b| {
+                    assert_eq!(b["kind"], "Service");
+                    assert_eq!(b["spec"]["clusterIP"], "None");
+                })
+                .created(),
+            Call::patch(CREATE_DEPLOYMENT)
                 .body(|b| {
                     assert_eq!(b["kind"], "Deployment");
                     assert_eq!(b["spec"]["replicas"], 2);
@@ -404,12 +469,6 @@ mod tests {
                     assert_eq!(fingerprint.as_str().map(str::len), Some(16), "{b}");
                 })
                 .created_as(deployment_with(json!({}))),
-            Call::patch(SERVICE)
-                .body(|b| {
-                    assert_eq!(b["kind"], "Service");
-                    assert_eq!(b["spec"]["clusterIP"], "None");
-                })
-                .created(),
             Call::event("team")
                 .body(|b| {
                     assert_eq!(b["type"], "Normal");
@@ -578,7 +637,8 @@ mod tests {
         });
         let (ctx, verifier) = fixtures::context_cached(caches);
         let scenario = verifier.run(vec![
-            Call::patch(SERVICE).created(),
+            Call::get(GET_SERVICE).not_found(),
+            Call::patch(CREATE_SERVICE).created(),
             Call::event("team")
                 .body(|b| assert_eq!(b["note"], "Created Service cache"))
                 .respond_with_body(),
@@ -587,15 +647,154 @@ mod tests {
         scenario.finish(ctx).await;
 
         // A conflicting apply is retried quietly, as with `Api::patch`.
-        let (ctx, verifier) = fixtures::context();
-        // (The two applies go out together; the Service's is answered last.)
-        let scenario = verifier.run(vec![
-            Call::patch(DEPLOYMENT).respond(applied_deployment(&mc, json!({}))),
-            Call::patch(SERVICE).conflict(),
-        ]);
+        let mut scaled = applied_deployment(&mc, json!({}));
+        scaled["spec"]["replicas"] = json!(5);
+        let (ctx, verifier) = fixtures::context_cached(world_with(scaled, &mc, &[]));
+        let scenario = verifier.run(vec![Call::patch(DEPLOYMENT).conflict()]);
         assert_eq!(
             reconcile(Arc::new(mc), ctx.clone()).await.unwrap(),
             Action::requeue(crate::context::CONFLICT_REQUEUE)
+        );
+        scenario.finish(ctx).await;
+    }
+
+    /// A Deployment named like the Memcached that someone else made: no owner reference.
+    fn hand_made_deployment() -> serde_json::Value {
+        json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "cache", "namespace": "team", "uid": "users-uid", "labels": {"app": "cache"}},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "cache"}},
+                "template": {"metadata": {"labels": {"app": "cache"}},
+                    "spec": {"containers": [{"name": "nginx", "image": "nginx"}]}}}})
+    }
+
+    fn assert_name_conflict(b: &serde_json::Value) {
+        let ready = &b["status"]["conditions"][0];
+        assert_eq!(ready["type"], "Ready", "{b}");
+        assert_eq!(ready["status"], "False");
+        assert_eq!(ready["reason"], "NameConflict");
+        assert_eq!(
+            ready["message"],
+            "Deployment cache exists and is not controlled by this Memcached; it is left untouched"
+        );
+    }
+
+    fn assert_name_conflict_event(b: &serde_json::Value) {
+        assert_eq!(b["type"], "Warning");
+        assert_eq!(b["reason"], "NameConflict");
+        assert_eq!(
+            b["note"],
+            "Deployment cache exists and is not controlled by this Memcached; it is left untouched"
+        );
+        assert_eq!(b["regarding"]["name"], "cache");
+    }
+
+    #[tokio::test]
+    async fn a_foreign_deployment_unseen_by_the_watch_is_not_applied_but_reported() {
+        let mc = memcached(json!({"size": 2}));
+        let (ctx, verifier) = fixtures::context();
+        // The Deployment read is not this Memcached's: no write goes to it. The Service, free,
+        // is created as usual.
+        let scenario = verifier.run(vec![
+            Call::get(GET_DEPLOYMENT).respond(hand_made_deployment()),
+            Call::get(GET_SERVICE).not_found(),
+            Call::patch(CREATE_SERVICE).created(),
+            Call::event("team")
+                .body(|b| assert_eq!(b["note"], "Created Service cache"))
+                .respond_with_body(),
+            Call::patch(STATUS)
+                .body(assert_name_conflict)
+                .respond_status_of(&mc),
+            Call::event("team")
+                .body(assert_name_conflict_event)
+                .respond_with_body(),
+        ]);
+        assert_eq!(
+            reconcile(Arc::new(mc), ctx.clone()).await.unwrap(),
+            Action::requeue(objects::NAME_CONFLICT_REQUEUE),
+            "an unlabelled object's going brings no watch event: look again later"
+        );
+        scenario.finish(ctx).await;
+    }
+
+    #[tokio::test]
+    async fn a_deployment_made_between_the_read_and_the_create_is_not_taken_over() {
+        let mc = memcached(json!({"size": 2}));
+        let (ctx, verifier) = fixtures::context();
+        // The apply that creates carries no force: the newcomer's fields answer 409 Conflict.
+        let scenario = verifier.run(vec![
+            Call::get(GET_DEPLOYMENT).not_found(),
+            Call::get(GET_SERVICE).respond(applied_service(&mc)),
+            Call::patch(CREATE_DEPLOYMENT).conflict(),
+            Call::get(GET_DEPLOYMENT).respond(hand_made_deployment()),
+            Call::patch(STATUS)
+                .body(assert_name_conflict)
+                .respond_status_of(&mc),
+            Call::event("team")
+                .body(assert_name_conflict_event)
+                .respond_with_body(),
+        ]);
+        assert_eq!(
+            reconcile(Arc::new(mc), ctx.clone()).await.unwrap(),
+            Action::requeue(objects::NAME_CONFLICT_REQUEUE)
+        );
+        scenario.finish(ctx).await;
+    }
+
+    #[tokio::test]
+    async fn a_cached_deployment_controlled_by_another_owner_is_not_applied_but_reported() {
+        let mc = memcached(json!({"size": 2}));
+        // Our labels, but controlled by an earlier Memcached of that name (or forged).
+        let mut foreign = applied_deployment(&mc, READY());
+        foreign["metadata"]["ownerReferences"][0]["uid"] = json!("another-uid");
+        let caches = world_with(foreign, &mc, &[]);
+        let (ctx, verifier) = fixtures::context_cached(caches.clone());
+        let scenario = verifier.run(vec![
+            Call::patch(STATUS)
+                .body(assert_name_conflict)
+                .respond_status_of(&mc),
+            Call::event("team")
+                .body(assert_name_conflict_event)
+                .respond_with_body(),
+        ]);
+        reconcile(Arc::new(mc.clone()), ctx.clone()).await.unwrap();
+        scenario.finish(ctx).await;
+
+        // Already reported: the next look sends nothing at all.
+        let (ctx, verifier) = fixtures::context_cached(caches);
+        let mut reported = mc;
+        reported.status = Some(MemcachedStatus {
+            observed_generation: Some(2),
+            conditions: objects::name_conflict_conditions(
+                KIND,
+                &[],
+                &[NameConflict::new("Deployment", "cache")],
+                Some(2),
+                objects::time(ctx.clock.now()),
+            ),
+            ..MemcachedStatus::default()
+        });
+        let scenario = verifier.run(vec![]);
+        assert_eq!(
+            reconcile(Arc::new(reported), ctx.clone()).await.unwrap(),
+            Action::requeue(objects::NAME_CONFLICT_REQUEUE)
+        );
+        scenario.finish(ctx).await;
+    }
+
+    #[tokio::test]
+    async fn its_own_deployment_missing_from_a_cold_cache_is_found_and_not_written_again() {
+        let mc = memcached(json!({"size": 2}));
+        let (ctx, verifier) = fixtures::context();
+        let scenario = verifier.run(vec![
+            Call::get(GET_DEPLOYMENT).respond(applied_deployment(&mc, READY())),
+            Call::get(GET_SERVICE).respond(applied_service(&mc)),
+            Call::patch(STATUS)
+                .body(|b| assert_eq!(b["status"]["conditions"][0]["reason"], "AllPodsReady"))
+                .respond_status_of(&mc),
+        ]);
+        assert_eq!(
+            reconcile(Arc::new(mc), ctx.clone()).await.unwrap(),
+            Action::await_change()
         );
         scenario.finish(ctx).await;
     }

@@ -6,21 +6,25 @@ use k8s_openapi::api::apps::v1::DeploymentSpec;
 use k8s_openapi::api::core::v1::{
     Capabilities, Container, PodSpec, PodTemplateSpec, SeccompProfile, SecurityContext,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Patch, PatchParams};
+use kube::api::{Patch, PatchParams, PostParams};
 use kube::client::Body;
 use kube::core::{NamespaceResourceScope, Status};
 use kube::{Client, Resource, ResourceExt};
+use kubesteer_api::common::{condition, READY};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use crate::cache::NameConflict;
 use crate::{Error, Result};
 
 pub const NAME_LABEL: &str = "app.kubernetes.io/name";
 pub const INSTANCE_LABEL: &str = "app.kubernetes.io/instance";
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 pub const MANAGED_BY: &str = "kubesteer";
+/// The reason of the Ready condition and of the Warning event when a child's name is taken.
+pub const NAME_CONFLICT: &str = "NameConflict";
 
 /// The labels of every object owned by instance `instance` of app `app`.
 pub fn labels(app: &str, instance: &str) -> BTreeMap<String, String> {
@@ -136,6 +140,17 @@ pub fn apply_params() -> PatchParams {
     PatchParams::apply(crate::FIELD_MANAGER).force()
 }
 
+/// A create under kubesteer's field manager: unlike an apply, it never touches an existing object.
+/// Only for Secrets, which the controller may not read; other children are created by
+/// `create_by_apply`, so that their fields belong to the manager's Apply entry and a later apply
+/// can remove them (a POST's fields stay with an Update entry that no apply clears).
+pub fn create_params() -> PostParams {
+    PostParams {
+        field_manager: Some(crate::FIELD_MANAGER.into()),
+        ..PostParams::default()
+    }
+}
+
 /// An object as the apiserver stored it after a server-side apply.
 pub struct Applied<K> {
     pub object: K,
@@ -146,6 +161,23 @@ pub struct Applied<K> {
 /// Server-side applies the namespaced `obj`. Unlike `Api::patch` it keeps the answer's status
 /// code, as 201 Created is the one exact sign that the object did not exist before.
 pub async fn apply<K>(client: &Client, obj: &K) -> Result<Applied<K>>
+where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope> + Serialize + DeserializeOwned,
+{
+    apply_with(client, obj, &apply_params()).await
+}
+
+/// Server-side applies `obj`, which was just read as missing, without force: should someone else
+/// have made an object of that name meanwhile, a field both set answers 409 Conflict instead of
+/// being taken over.
+pub async fn create_by_apply<K>(client: &Client, obj: &K) -> Result<Applied<K>>
+where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope> + Serialize + DeserializeOwned,
+{
+    apply_with(client, obj, &PatchParams::apply(crate::FIELD_MANAGER)).await
+}
+
+async fn apply_with<K>(client: &Client, obj: &K, params: &PatchParams) -> Result<Applied<K>>
 where
     K: Resource<DynamicType = (), Scope = NamespaceResourceScope> + Serialize + DeserializeOwned,
 {
@@ -161,7 +193,7 @@ where
         .ok_or_else(|| missing("namespace"))?;
     let name = obj.meta().name.as_deref().ok_or_else(|| missing("name"))?;
     let request = kube::core::Request::new(K::url_path(&(), Some(ns)))
-        .patch(name, &apply_params(), &Patch::Apply(obj))
+        .patch(name, params, &Patch::Apply(obj))
         .map_err(kube::Error::BuildRequest)?;
     let response = client.send(request.map(Body::from)).await?;
     let code = response.status().as_u16();
@@ -181,6 +213,39 @@ where
         object: serde_json::from_slice(&bytes)?,
         created: code == 201,
     })
+}
+
+/// How often a blocked owner looks again: a foreign object may lack our labels, so no event comes.
+pub const NAME_CONFLICT_REQUEUE: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// `previous` with Ready turned False, reason `NameConflict`, naming every conflicting object.
+pub fn name_conflict_conditions(
+    owner_kind: &str,
+    previous: &[Condition],
+    conflicts: &[NameConflict],
+    generation: Option<i64>,
+    now: Time,
+) -> Vec<Condition> {
+    let message = conflicts
+        .iter()
+        .map(|c| c.describe(owner_kind))
+        .collect::<Vec<_>>()
+        .join("; ");
+    let ready = condition(
+        READY,
+        false,
+        NAME_CONFLICT,
+        message,
+        generation,
+        now,
+        previous,
+    );
+    let mut conditions: Vec<Condition> = previous.to_vec();
+    match conditions.iter_mut().find(|c| c.type_ == READY) {
+        Some(c) => *c = ready,
+        None => conditions.insert(0, ready),
+    }
+    conditions
 }
 
 /// The note of a "Created" event naming `children` (e.g. "Deployment cache"), if any.

@@ -12,6 +12,7 @@ use kube::runtime::controller::{self, Controller};
 use kube::runtime::reflector::{self, store::Writer, ObjectRef};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client, Resource, ResourceExt};
+use kubesteer_api::watch::{self as tolerant, Undecodable};
 use kubesteer_api::{Memcached, Scaler, Welcome};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -108,6 +109,18 @@ where
     }
 }
 
+/// Logs an object of kind `K` that its watch leaves out, as it cannot be decoded: the other
+/// objects of the kind are reconciled on, this one waits until it is fixed or deleted.
+fn skipped<K: Resource<DynamicType = ()>>(object: Undecodable) {
+    warn!(
+        kind = %K::kind(&()),
+        namespace = object.namespace.as_deref().unwrap_or_default(),
+        name = %object.name,
+        error = %object.error,
+        "cannot decode this object, so it is not reconciled; fix or delete it"
+    );
+}
+
 /// A watch that keeps what `trim` leaves of each object in a cache, and yields the objects it
 /// saw change or go, to trigger reconciles.
 fn cached<K>(
@@ -173,11 +186,12 @@ where
         + 'static,
 {
     let (store, writer) = reflector::store();
-    let owners = watcher(api::<K>(client, ns), watcher::Config::default())
-        .default_backoff()
-        .modify(cache::trim::<K>)
-        .reflect(writer)
-        .applied_objects();
+    let owners =
+        tolerant::watcher::<K>(client.clone(), ns, watcher::Config::default(), skipped::<K>)
+            .default_backoff()
+            .modify(cache::trim::<K>)
+            .reflect(writer)
+            .applied_objects();
     Controller::for_stream(owners, store)
         .with_config(config)
         .owns_stream(packed(
@@ -244,8 +258,17 @@ pub async fn controllers(base: Arc<Context>, args: &Args, stop: watch::Receiver<
     .for_each(|r| async move { log_result(welcome::KIND, r) });
 
     // No debounce for Scalers: it would delay the requeue at a window's boundary.
-    let scaler_controller =
-        Controller::new(api::<Scaler>(&client, ns), watcher::Config::default()).with_config(config);
+    let (store, writer) = reflector::store();
+    let scaler_objects = tolerant::watcher::<Scaler>(
+        client.clone(),
+        ns,
+        watcher::Config::default(),
+        skipped::<Scaler>,
+    )
+    .default_backoff()
+    .reflect(writer)
+    .applied_objects();
+    let scaler_controller = Controller::for_stream(scaler_objects, store).with_config(config);
     let store = scaler_controller.store();
     // Any Deployment may be a target, so all are watched and mapped through the Scalers' store.
     let scalers = scaler_controller

@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::ByteString;
-use kube::api::{DeleteParams, Preconditions};
+use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Api, Resource, ResourceExt};
@@ -19,7 +19,7 @@ use kubesteer_api::common::{condition, READY};
 use kubesteer_api::welcome::{ServiceType, PASSWORD_KEY};
 use kubesteer_api::{Welcome, WelcomeStatus};
 
-use crate::cache::{self, Packed};
+use crate::cache::{self, Ensured, NameConflict, Packed};
 use crate::objects::{self, apply_params, child_meta, namespace_and_name, status_patch};
 use crate::{is_status, Context, Error, Result};
 
@@ -72,51 +72,65 @@ async fn apply(welcome: &Welcome, ctx: &Context) -> Result<Action> {
     }
     let (ns, name) = namespace_and_name(KIND, welcome)?;
     let mut created = Vec::new();
+    let mut conflicts = Vec::new();
     // The Secret comes first, so the pods never start with a dangling secretKeyRef.
     let credentials_uid = match secret(welcome)? {
-        Some(s) => {
-            let secret = objects::apply(&ctx.client, &s).await?;
-            if secret.created {
-                created.push(format!("Secret {}", secret_name(&name)));
+        Some(s) => match ensure_secret(ctx, welcome, &ns, &name, &s).await? {
+            Ok((uid, was_created)) => {
+                if was_created {
+                    created.push(format!("Secret {}", secret_name(&name)));
+                }
+                Some(uid)
             }
-            Some(
-                secret
-                    .object
-                    .metadata
-                    .uid
-                    .ok_or_else(|| Error::MissingField {
-                        kind: "Secret",
-                        name: secret_name(&name),
-                        what: "uid",
-                    })?,
-            )
-        }
+            Err(conflict) => {
+                conflicts.push(conflict);
+                None
+            }
+        },
         None => {
             remove_own_secret(ctx, welcome, &ns, &name).await?;
             None
         }
     };
     let children = &ctx.caches.welcome;
-    let desired = deployment(welcome, credentials_uid.as_deref())?;
-    let deployment = cache::ensure(ctx, &children.deployments, &desired).await?;
-    if deployment.created {
-        created.push(format!("Deployment {name}"));
-    }
-    let service = cache::ensure(ctx, &children.services, &service(welcome)?).await?;
-    if service.created {
-        created.push(format!("Service {name}"));
-    }
+    // With the Secret's name taken, pods must not read someone else's Secret as the password.
+    let deployment = if conflicts.is_empty() {
+        let desired = deployment(welcome, credentials_uid.as_deref())?;
+        match cache::ensure(ctx, &children.deployments, &desired).await? {
+            Ensured::Ours(d) => {
+                if d.created {
+                    created.push(format!("Deployment {name}"));
+                }
+                Some(d.object)
+            }
+            Ensured::Foreign(c) => {
+                conflicts.push(c);
+                None
+            }
+        }
+    } else {
+        None
+    };
+    let service = match cache::ensure(ctx, &children.services, &service(welcome)?).await? {
+        Ensured::Ours(s) => {
+            if s.created {
+                created.push(format!("Service {name}"));
+            }
+            Some(s.object)
+        }
+        Ensured::Foreign(c) => {
+            conflicts.push(c);
+            None
+        }
+    };
     if let Some(note) = objects::created_note(&created) {
         ctx.publish(welcome, EventType::Normal, "Created", note)
             .await;
     }
-    let status = status(
-        welcome,
-        &ns,
-        &deployment.object,
-        &service.object,
-        ctx.clock.now(),
-    );
+    let (Some(deployment), Some(service)) = (deployment, service) else {
+        return report_conflicts(welcome, ctx, &ns, &name, &conflicts).await;
+    };
+    let status = status(welcome, &ns, &deployment, &service, ctx.clock.now());
     if welcome.status.as_ref() != Some(&status) {
         let api: Api<Welcome> = Api::namespaced(ctx.client.clone(), &ns);
         api.patch_status(&name, &apply_params(), &status_patch::<Welcome>(&status))
@@ -126,6 +140,114 @@ async fn apply(welcome: &Welcome, ctx: &Context) -> Result<Action> {
         Some(_) => Action::requeue(CREDENTIALS_RESYNC),
         None => Action::await_change(),
     })
+}
+
+/// Reports taken child names as Ready=False NameConflict, with a Warning event when that is news.
+async fn report_conflicts(
+    welcome: &Welcome,
+    ctx: &Context,
+    ns: &str,
+    name: &str,
+    conflicts: &[NameConflict],
+) -> Result<Action> {
+    let mut status = welcome.status.clone().unwrap_or_default();
+    status.observed_generation = welcome.meta().generation;
+    status.conditions = objects::name_conflict_conditions(
+        KIND,
+        &status.conditions,
+        conflicts,
+        welcome.meta().generation,
+        objects::time(ctx.clock.now()),
+    );
+    if welcome.status.as_ref() != Some(&status) {
+        let api: Api<Welcome> = Api::namespaced(ctx.client.clone(), ns);
+        api.patch_status(name, &apply_params(), &status_patch::<Welcome>(&status))
+            .await?;
+        let note = conflicts
+            .iter()
+            .map(|c| c.describe(KIND))
+            .collect::<Vec<_>>()
+            .join("; ");
+        ctx.publish(welcome, EventType::Warning, objects::NAME_CONFLICT, note)
+            .await;
+    }
+    Ok(Action::requeue(objects::NAME_CONFLICT_REQUEUE))
+}
+
+/// Writes the credentials Secret unread (no `get` allowed), creating or guard-patching only its own.
+async fn ensure_secret(
+    ctx: &Context,
+    welcome: &Welcome,
+    ns: &str,
+    name: &str,
+    desired: &Secret,
+) -> Result<Result<(String, bool), NameConflict>> {
+    let owner_uid = welcome
+        .meta()
+        .uid
+        .clone()
+        .ok_or_else(|| Error::MissingField {
+            kind: KIND,
+            name: name.to_string(),
+            what: "uid",
+        })?;
+    let secret_name = secret_name(name);
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
+    let vouched = ctx
+        .caches
+        .welcome
+        .deployments
+        .get(&Packed::key(name, ns))
+        .map(|p| p.object())
+        .transpose()?
+        .is_some_and(|d| {
+            cache::controlled_by(d.meta(), &owner_uid)
+                && d.annotations().contains_key(CREDENTIALS_UID_ANNOTATION)
+        });
+    let conflict = || NameConflict::new("Secret", &secret_name);
+    let uid_of = |s: Secret| {
+        s.metadata.uid.ok_or_else(|| Error::MissingField {
+            kind: "Secret",
+            name: secret_name.clone(),
+            what: "uid",
+        })
+    };
+    // The patch goes first only when the Deployment vouches for a Secret: one request either way.
+    let patch = guarded_patch(desired, &owner_uid)?;
+    let params = PatchParams {
+        field_manager: Some(crate::FIELD_MANAGER.into()),
+        ..PatchParams::default()
+    };
+    if vouched {
+        match secrets.patch(&secret_name, &params, &patch).await {
+            Ok(s) => return Ok(Ok((uid_of(s)?, false))),
+            // Deleted: put back below. A failed `test` (422) is decided by the create.
+            Err(e) if is_status(&e, 404) || is_status(&e, 422) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    match secrets.create(&objects::create_params(), desired).await {
+        Ok(s) => return Ok(Ok((uid_of(s)?, true))),
+        Err(e) if is_status(&e, 409) => {}
+        Err(e) => return Err(e.into()),
+    }
+    // It exists: ours (a cache not filled yet) only if the guarded patch passes its tests.
+    match secrets.patch(&secret_name, &params, &patch).await {
+        Ok(s) => Ok(Ok((uid_of(s)?, false))),
+        Err(e) if is_status(&e, 422) => Ok(Err(conflict())),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// A JSON patch of data and labels whose `test` ops (422 if failed) require our controller ref.
+fn guarded_patch(desired: &Secret, owner_uid: &str) -> Result<Patch<serde_json::Value>> {
+    let ops = serde_json::json!([
+        {"op": "test", "path": "/metadata/ownerReferences/0/uid", "value": owner_uid},
+        {"op": "test", "path": "/metadata/ownerReferences/0/controller", "value": true},
+        {"op": "add", "path": "/data", "value": desired.data},
+        {"op": "add", "path": "/metadata/labels", "value": desired.metadata.labels},
+    ]);
+    Ok(Patch::Json(serde_json::from_value(ops)?))
 }
 
 /// Deletes the credentials Secret once the password is gone, without reading it: only when the
@@ -415,9 +537,17 @@ mod tests {
     }
 
     const DEPLOYMENT: &str = "/apis/apps/v1/namespaces/team/deployments/hello?&force=true&fieldManager=kubesteer-controller";
-    const SERVICE: &str =
-        "/api/v1/namespaces/team/services/hello?&force=true&fieldManager=kubesteer-controller";
-    const SECRET_APPLY: &str = "/api/v1/namespaces/team/secrets/hello-credentials?&force=true&fieldManager=kubesteer-controller";
+    const SECRET_CREATE: &str =
+        "/api/v1/namespaces/team/secrets?&fieldManager=kubesteer-controller";
+    const SECRET_PATCH: &str =
+        "/api/v1/namespaces/team/secrets/hello-credentials?&fieldManager=kubesteer-controller";
+    // A Deployment or Service read as missing is created by an apply without force.
+    const DEPLOYMENT_CREATE: &str =
+        "/apis/apps/v1/namespaces/team/deployments/hello?&fieldManager=kubesteer-controller";
+    const SERVICE_CREATE: &str =
+        "/api/v1/namespaces/team/services/hello?&fieldManager=kubesteer-controller";
+    const DEPLOYMENT_GET: &str = "/apis/apps/v1/namespaces/team/deployments/hello";
+    const SERVICE_GET: &str = "/api/v1/namespaces/team/services/hello";
     const SECRET_URL: &str = "/api/v1/namespaces/team/secrets/hello-credentials";
     const STATUS: &str = "/apis/kubesteer.io/v1alpha1/namespaces/team/welcomes/hello/status?&force=true&fieldManager=kubesteer-controller";
 
@@ -528,7 +658,8 @@ mod tests {
         let w = welcome(json!({"name": "kubesteer", "password": SECRET}));
         let (ctx, verifier) = fixtures::context();
         let scenario = verifier.run(vec![
-            Call::patch(SECRET_APPLY)
+            // No Deployment vouches for a Secret yet: a create, which takes nothing over.
+            Call::post(SECRET_CREATE)
                 .body(|b| {
                     assert_eq!(b["kind"], "Secret");
                     assert_eq!(b["type"], "Opaque");
@@ -538,7 +669,8 @@ mod tests {
                     assert_eq!(bytes.0, SECRET.as_bytes());
                 })
                 .created_as(stored_secret(&w, "sec-uid")),
-            Call::patch(DEPLOYMENT)
+            Call::get(DEPLOYMENT_GET).not_found(),
+            Call::patch(DEPLOYMENT_CREATE)
                 .body(|b| {
                     no_password_in(b);
                     assert_eq!(
@@ -552,7 +684,8 @@ mod tests {
                     );
                 })
                 .created(),
-            Call::patch(SERVICE)
+            Call::get(SERVICE_GET).not_found(),
+            Call::patch(SERVICE_CREATE)
                 .body(|b| assert_eq!(b["spec"]["type"], "NodePort"))
                 .created_as(with_node_port(serde_json::to_value(service(&welcome(json!({"name": "kubesteer"}))).unwrap()).unwrap())),
             Call::event("team")
@@ -563,7 +696,7 @@ mod tests {
                     assert_eq!(b["note"], "Created Secret hello-credentials, Deployment hello, Service hello");
                     assert_eq!(b["regarding"]["name"], "hello");
                 })
-                .respond_with_body(),
+                .created(),
             Call::patch(STATUS)
                 .body(|b| {
                     no_password_in(b);
@@ -591,10 +724,22 @@ mod tests {
         let svc = cache::stamped(&service(&w).unwrap()).unwrap();
         let (ctx, verifier) = with_cached(serde_json::to_value(&live).unwrap(), Some(&svc));
         w.status = Some(status(&w, "team", &live, &svc, ctx.clock.now()));
-        // The Secret is applied blind, as it cannot be read; its children are as wanted.
-        let scenario = verifier.run(vec![
-            Call::patch(SECRET_APPLY).respond(stored_secret(&w, "sec-uid"))
-        ]);
+        // The Secret is patched blind, as it cannot be read, but only if it is this Welcome's;
+        // its children are as wanted.
+        let scenario = verifier.run(vec![Call::patch(SECRET_PATCH)
+            .body(|b| {
+                assert_eq!(
+                    b[0],
+                    json!({"op": "test", "path": "/metadata/ownerReferences/0/uid", "value": "wel-uid"})
+                );
+                assert_eq!(
+                    b[1],
+                    json!({"op": "test", "path": "/metadata/ownerReferences/0/controller", "value": true})
+                );
+                assert_eq!(b[2]["path"], "/data");
+                assert_eq!(b[3]["path"], "/metadata/labels");
+            })
+            .respond(stored_secret(&w, "sec-uid"))]);
         reconcile(Arc::new(w), ctx.clone()).await.unwrap();
         scenario.finish(ctx).await;
     }
@@ -622,8 +767,12 @@ mod tests {
                     assert!(!annotations.contains_key(CREDENTIALS_UID_ANNOTATION), "{b}");
                 })
                 .respond_with_body(),
-            Call::patch(SERVICE)
+            Call::get(SERVICE_GET).not_found(),
+            Call::patch(SERVICE_CREATE)
                 .body(|b| assert_eq!(b["spec"]["type"], "ClusterIP"))
+                .created(),
+            Call::event("team")
+                .body(|b| assert_eq!(b["note"], "Created Service hello"))
                 .respond_with_body(),
             Call::patch(STATUS)
                 .body(|b| assert!(b["status"].get("nodePort").is_none(), "{b}"))
@@ -638,13 +787,18 @@ mod tests {
     async fn a_secret_that_replaced_the_controllers_own_is_left_alone() {
         let w = welcome(json!({"name": "kubesteer"}));
         let (ctx, verifier) = with_cached(live_with_password("sec-uid"), None);
-        let scenario = verifier.run(vec![
+        let scenario =
+            verifier.run(vec![
             Call::delete(&format!("{SECRET_URL}?")).error(
                 409,
                 "Precondition failed: UID in precondition: sec-uid, UID in object meta: users-uid",
             ),
             Call::patch(DEPLOYMENT).respond_with_body(),
-            Call::patch(SERVICE).respond_with_body(),
+            Call::get(SERVICE_GET).not_found(),
+            Call::patch(SERVICE_CREATE).created(),
+            Call::event("team")
+                .body(|b| assert!(b["note"].as_str().unwrap().ends_with("Service hello"), "{b}"))
+                .respond_with_body(),
             Call::patch(STATUS).respond_status_of(&w),
         ]);
         reconcile(Arc::new(w), ctx.clone()).await.unwrap();
@@ -659,19 +813,162 @@ mod tests {
             deployment(&welcome(json!({"name": "kubesteer", "passwordSecretRef": {"name": "hello-credentials", "key": "password"}})), None).unwrap(),
         )
         .unwrap();
-        // A Deployment of that name that this Welcome does not control.
+        let (ctx, verifier) = with_cached(users, None);
+        let scenario = verifier.run(vec![
+            Call::patch(DEPLOYMENT).respond_with_body(),
+            Call::get(SERVICE_GET).not_found(),
+            Call::patch(SERVICE_CREATE).created(),
+            Call::event("team")
+                .body(|b| {
+                    assert!(
+                        b["note"].as_str().unwrap().ends_with("Service hello"),
+                        "{b}"
+                    )
+                })
+                .respond_with_body(),
+            Call::patch(STATUS).respond_status_of(&w),
+        ]);
+        reconcile(Arc::new(w.clone()), ctx.clone()).await.unwrap();
+        scenario.finish(ctx).await;
+
+        // A Deployment of that name that this Welcome does not control: not even written.
         let mut foreign = live_with_password("sec-uid");
         foreign["metadata"]["ownerReferences"][0]["uid"] = json!("someone-else");
-        for live in [users, foreign] {
-            let (ctx, verifier) = with_cached(live, None);
-            let scenario = verifier.run(vec![
-                Call::patch(DEPLOYMENT).respond_with_body(),
-                Call::patch(SERVICE).respond_with_body(),
-                Call::patch(STATUS).respond_status_of(&w),
-            ]);
-            reconcile(Arc::new(w.clone()), ctx.clone()).await.unwrap();
-            scenario.finish(ctx).await;
-        }
+        let (ctx, verifier) = with_cached(foreign, None);
+        let scenario = verifier.run(vec![
+            Call::get(SERVICE_GET).not_found(),
+            Call::patch(SERVICE_CREATE).created(),
+            Call::event("team")
+                .body(|b| assert!(b["note"].as_str().unwrap().ends_with("Service hello"), "{b}"))
+                .respond_with_body(),
+            Call::patch(STATUS)
+                .body(|b| {
+                    assert_eq!(b["status"]["conditions"][0]["reason"], "NameConflict");
+                    assert_eq!(
+                        b["status"]["conditions"][0]["message"],
+                        "Deployment hello exists and is not controlled by this Welcome; it is left untouched"
+                    );
+                })
+                .respond_status_of(&w),
+            Call::event("team")
+                .body(|b| {
+                    assert_eq!(b["type"], "Warning");
+                    assert_eq!(b["reason"], "NameConflict");
+                })
+                .respond_with_body(),
+        ]);
+        assert_eq!(
+            reconcile(Arc::new(w), ctx.clone()).await.unwrap(),
+            Action::requeue(objects::NAME_CONFLICT_REQUEUE)
+        );
+        scenario.finish(ctx).await;
+    }
+
+    #[tokio::test]
+    async fn a_foreign_secret_of_the_credentials_name_is_never_written_nor_read_by_pods() {
+        let w = welcome(json!({"name": "kubesteer", "password": SECRET}));
+        let (ctx, verifier) = fixtures::context();
+        let scenario = verifier.run(vec![
+            Call::post(SECRET_CREATE).already_exists(),
+            // The guarded patch's tests fail: the Secret is not this Welcome's, and is unchanged.
+            Call::patch(SECRET_PATCH).error(
+                422,
+                "the server rejected our request due to an error in our request",
+            ),
+            // No Deployment: its pods would read someone else's Secret as the password.
+            Call::get(SERVICE_GET).not_found(),
+            Call::patch(SERVICE_CREATE).created(),
+            Call::event("team")
+                .body(|b| assert!(b["note"].as_str().unwrap().ends_with("Service hello"), "{b}"))
+                .respond_with_body(),
+            Call::patch(STATUS)
+                .body(|b| {
+                    no_password_in(b);
+                    let ready = &b["status"]["conditions"][0];
+                    assert_eq!(ready["status"], "False");
+                    assert_eq!(ready["reason"], "NameConflict");
+                    assert_eq!(
+                        ready["message"],
+                        "Secret hello-credentials exists and is not controlled by this Welcome; it is left untouched"
+                    );
+                })
+                .respond_status_of(&w),
+            Call::event("team")
+                .body(|b| {
+                    no_password_in(b);
+                    assert_eq!(b["type"], "Warning");
+                    assert_eq!(b["reason"], "NameConflict");
+                    assert!(b["note"].as_str().unwrap().starts_with("Secret hello-credentials"));
+                })
+                .respond_with_body(),
+        ]);
+        assert_eq!(
+            reconcile(Arc::new(w), ctx.clone()).await.unwrap(),
+            Action::requeue(objects::NAME_CONFLICT_REQUEUE)
+        );
+        scenario.finish(ctx).await;
+    }
+
+    #[tokio::test]
+    async fn its_own_secret_unvouched_by_a_cold_cache_passes_the_guard_and_is_kept() {
+        let w = welcome(json!({"name": "kubesteer", "password": SECRET}));
+        let (ctx, verifier) = fixtures::context();
+        let scenario = verifier.run(vec![
+            Call::post(SECRET_CREATE).already_exists(),
+            Call::patch(SECRET_PATCH).respond(stored_secret(&w, "sec-uid")),
+            Call::get(DEPLOYMENT_GET).not_found(),
+            Call::patch(DEPLOYMENT_CREATE)
+                .body(|b| {
+                    assert_eq!(
+                        b["metadata"]["annotations"][CREDENTIALS_UID_ANNOTATION],
+                        "sec-uid"
+                    )
+                })
+                .created(),
+            Call::get(SERVICE_GET).not_found(),
+            Call::patch(SERVICE_CREATE).created(),
+            Call::event("team")
+                .body(|b| {
+                    assert!(
+                        b["note"].as_str().unwrap().ends_with("Service hello"),
+                        "{b}"
+                    )
+                })
+                .respond_with_body(),
+            Call::patch(STATUS)
+                .body(|b| assert_eq!(b["status"]["conditions"][0]["reason"], "PodsNotReady"))
+                .respond_status_of(&w),
+        ]);
+        reconcile(Arc::new(w), ctx.clone()).await.unwrap();
+        scenario.finish(ctx).await;
+    }
+
+    #[tokio::test]
+    async fn a_vouched_secret_replaced_by_someone_elses_is_reported_not_taken_over() {
+        let w = welcome(json!({"name": "kubesteer", "password": SECRET}));
+        let (ctx, verifier) = with_cached(live_with_password("sec-uid"), None);
+        let refused = || Call::patch(SECRET_PATCH).error(422, "test operation failed");
+        let scenario = verifier.run(vec![
+            refused(),
+            Call::post(SECRET_CREATE).already_exists(),
+            refused(),
+            Call::get(SERVICE_GET).not_found(),
+            Call::patch(SERVICE_CREATE).created(),
+            Call::event("team")
+                .body(|b| {
+                    assert!(
+                        b["note"].as_str().unwrap().ends_with("Service hello"),
+                        "{b}"
+                    )
+                })
+                .respond_with_body(),
+            Call::patch(STATUS)
+                .body(|b| assert_eq!(b["status"]["conditions"][0]["reason"], "NameConflict"))
+                .respond_status_of(&w),
+            Call::event("team").respond_with_body(),
+        ]);
+        reconcile(Arc::new(w), ctx.clone()).await.unwrap();
+        scenario.finish(ctx).await;
     }
 
     #[tokio::test]
@@ -681,8 +978,18 @@ mod tests {
         );
         let (ctx, verifier) = fixtures::context();
         let scenario = verifier.run(vec![
-            Call::patch(DEPLOYMENT).respond_with_body(),
-            Call::patch(SERVICE).respond_with_body(),
+            Call::get(DEPLOYMENT_GET).not_found(),
+            Call::patch(DEPLOYMENT_CREATE).created(),
+            Call::get(SERVICE_GET).not_found(),
+            Call::patch(SERVICE_CREATE).created(),
+            Call::event("team")
+                .body(|b| {
+                    assert!(
+                        b["note"].as_str().unwrap().ends_with("Service hello"),
+                        "{b}"
+                    )
+                })
+                .respond_with_body(),
             Call::patch(STATUS).respond_status_of(&w),
         ]);
         reconcile(Arc::new(w), ctx.clone()).await.unwrap();
@@ -694,7 +1001,7 @@ mod tests {
         let w = welcome(json!({"name": "kubesteer", "password": SECRET}));
         let (ctx, verifier) = fixtures::context();
         let scenario = verifier.run(vec![
-            Call::patch(SECRET_APPLY)
+            Call::post(SECRET_CREATE)
                 .error(422, &format!("data[password]: Invalid value: {SECRET:?}")),
             Call::event("team")
                 .body(|b| {

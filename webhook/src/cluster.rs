@@ -54,7 +54,13 @@ impl KubeCluster {
         let (hpas, w3) = reflector::store();
         let cfg = watcher::Config::default().any_semantic();
         tokio::spawn(
-            reflector(w1, watcher(Api::<Scaler>::all(client.clone()), cfg.clone()))
+            reflector(
+                w1,
+                kubesteer_api::watch::watcher::<Scaler>(client.clone(), None, cfg.clone(), |o| {
+                    tracing::warn!(kind = "Scaler", namespace = o.namespace.as_deref().unwrap_or_default(), name = %o.name, error = %o.error,
+                        "cannot decode this object, so target overlaps with it are not checked; fix or delete it")
+                }),
+            )
                 .default_backoff()
                 .touched_objects()
                 .for_each(|_| futures::future::ready(())),

@@ -1,0 +1,135 @@
+//! Watches that survive one bad object (feature `watch`, used by the webhook and the controller).
+//!
+//! A typed watch decodes a whole list at once, so a single stored object that does not decode
+//! (an integer out of range written under an older schema, say) fails every list and stalls every
+//! object of the kind. These watches decode each object on its own: one that does not decode is
+//! reported to a callback, with the path of the field at fault, and left out; the rest flow on.
+use futures::{future, Stream, StreamExt};
+use kube::api::{Api, ApiResource, DynamicObject};
+use kube::runtime::watcher::{self, Event};
+use kube::{Client, Resource};
+use serde::de::DeserializeOwned;
+
+/// A watched object that could not be read as its kind, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Undecodable {
+    pub namespace: Option<String>,
+    pub name: String,
+    /// Names the field at fault, e.g. `spec.replicas: invalid value: integer ...`.
+    pub error: String,
+}
+
+/// Reads `object` as a `K`.
+pub fn decode<K: DeserializeOwned>(object: DynamicObject) -> Result<K, Undecodable> {
+    let namespace = object.metadata.namespace.clone();
+    let name = object.metadata.name.clone().unwrap_or_default();
+    let undecodable = |error: String| Undecodable {
+        namespace: namespace.clone(),
+        name: name.clone(),
+        error,
+    };
+    let value = serde_json::to_value(object).map_err(|e| undecodable(e.to_string()))?;
+    serde_path_to_error::deserialize(value).map_err(|e| undecodable(e.to_string()))
+}
+
+/// `event` with its object read as a `K`, or `None` (after telling `skipped`) when it does not
+/// decode. An undecodable object is never added to a cache, so its delete is dropped too.
+pub fn decode_event<K: DeserializeOwned>(
+    event: Event<DynamicObject>,
+    skipped: &impl Fn(Undecodable),
+) -> Option<Event<K>> {
+    let decoded = |object| decode(object).map_err(skipped).ok();
+    match event {
+        Event::Apply(o) => decoded(o).map(Event::Apply),
+        Event::InitApply(o) => decoded(o).map(Event::InitApply),
+        Event::Delete(o) => decoded(o).map(Event::Delete),
+        Event::Init => Some(Event::Init),
+        Event::InitDone => Some(Event::InitDone),
+    }
+}
+
+/// `kube::runtime::watcher` over the `K`s in `namespace` (all namespaces when `None`), decoding
+/// each object on its own and leaving out, after telling `skipped`, those that do not decode.
+pub fn watcher<K>(
+    client: Client,
+    namespace: Option<&str>,
+    config: watcher::Config,
+    skipped: impl Fn(Undecodable) + Send + 'static,
+) -> impl Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static
+where
+    K: Resource<DynamicType = ()> + DeserializeOwned + Send + 'static,
+{
+    let resource = ApiResource::erase::<K>(&());
+    let api: Api<DynamicObject> = match namespace {
+        Some(ns) => Api::namespaced_with(client, ns, &resource),
+        None => Api::all_with(client, &resource),
+    };
+    watcher::watcher(api, config).filter_map(move |event| {
+        future::ready(match event {
+            Ok(event) => decode_event(event, &skipped).map(Ok),
+            Err(e) => Some(Err(e)),
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::RefCell;
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::Memcached;
+
+    fn memcached(name: &str, size: serde_json::Value) -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "kubesteer.io/v1alpha1", "kind": "Memcached",
+            "metadata": {"name": name, "namespace": "team"},
+            "spec": {"size": size}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn an_object_out_of_range_is_left_out_and_named_with_its_field() {
+        let skipped = RefCell::new(Vec::new());
+        let report = |u: Undecodable| skipped.borrow_mut().push(u);
+        let events = [
+            Event::Init,
+            Event::InitApply(memcached("good", json!(2))),
+            Event::InitApply(memcached("poison", json!(3_000_000_000_u64))),
+            Event::InitApply(memcached("also-good", json!(3))),
+            Event::InitDone,
+            Event::Apply(memcached("poison", json!(-5_000_000_000_i64))),
+            Event::Delete(memcached("poison", json!(3_000_000_000_u64))),
+        ];
+        let decoded: Vec<Event<Memcached>> = events
+            .into_iter()
+            .filter_map(|e| decode_event(e, &report))
+            .collect();
+        let names: Vec<String> = decoded
+            .iter()
+            .map(|e| match e {
+                Event::Init => "init".to_string(),
+                Event::InitDone => "done".to_string(),
+                Event::InitApply(m) | Event::Apply(m) | Event::Delete(m) => {
+                    format!(
+                        "{}={}",
+                        m.metadata.name.clone().unwrap_or_default(),
+                        m.spec.size.unwrap_or_default()
+                    )
+                }
+            })
+            .collect();
+        assert_eq!(names, ["init", "good=2", "also-good=3", "done"]);
+        let skipped = skipped.into_inner();
+        assert_eq!(skipped.len(), 3);
+        assert_eq!(skipped[0].name, "poison");
+        assert_eq!(skipped[0].namespace.as_deref(), Some("team"));
+        assert!(
+            skipped[0].error.starts_with("spec.size: "),
+            "{}",
+            skipped[0].error
+        );
+    }
+}
