@@ -4,6 +4,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
+
+use crate::server::Limits;
 /// Durations like "500ms", "10s", "2m", "8760h" or bare seconds, shared with `kubesteer-certs`.
 pub use kubesteer_certs::parse_duration;
 
@@ -72,12 +74,21 @@ pub struct Args {
     #[arg(long, env = "KUBESTEER_CERT_RELOAD_INTERVAL", default_value = "2s", value_parser = parse_duration)]
     pub cert_reload_interval: Duration,
 
-    /// Time a client has to finish the TLS handshake.
-    #[arg(long, env = "KUBESTEER_HANDSHAKE_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    /// Time a client has to finish the TLS handshake. The apiserver needs milliseconds; 3 s
+    /// leaves room for a starved node, while a client that never sends a ClientHello holds its
+    /// connection only briefly.
+    #[arg(long, env = "KUBESTEER_HANDSHAKE_TIMEOUT", default_value = "3s", value_parser = parse_duration)]
     pub handshake_timeout: Duration,
 
-    /// Time a kept-alive connection may sit without sending a complete request head. Longer than
-    /// the apiserver's 90 s idle timeout, so the apiserver, not us, closes idle connections.
+    /// Time a client has to send a whole request head: the first one counted from the end of
+    /// the handshake, later ones from their first byte. The apiserver writes a head at once on a
+    /// connection it opened for a request; 5 s cuts off clients that trickle theirs (slow-loris).
+    #[arg(long, env = "KUBESTEER_HEADER_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
+    pub header_timeout: Duration,
+
+    /// Time a kept-alive connection may sit between requests. Longer than the apiserver's 90 s
+    /// idle timeout, so the apiserver, not us, closes its idle connections, unless room is needed
+    /// (see --max-connections).
     #[arg(long, env = "KUBESTEER_IDLE_TIMEOUT", default_value = "120s", value_parser = parse_duration)]
     pub idle_timeout: Duration,
 
@@ -94,13 +105,42 @@ pub struct Args {
     #[arg(long, env = "KUBESTEER_DRAIN_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub drain_timeout: Duration,
 
-    /// Connections served at once; further clients wait in the accept queue.
+    /// Connections open at once. Every connection is accepted; past this limit room is made by
+    /// closing the connection longest in its phase without a request in progress (handshaking,
+    /// awaiting a request head, or idle), from the address that holds the most connections. A
+    /// connection with a request in progress is never closed for room; a new connection is closed
+    /// only when all are busy. 1024 is far beyond what the apiserver needs, and bounds memory and
+    /// file descriptors.
     #[arg(long, env = "KUBESTEER_MAX_CONNECTIONS", default_value_t = 1024)]
     pub max_connections: usize,
+
+    /// Connections one client address may hold; past it, room is made among that address's
+    /// connections by the same rule. All admission requests come from the apiserver, often from
+    /// one address that others may share; its connections are busy or were idle a moment ago, so
+    /// an abuser's silent, slow and long-idle connections are closed first. 512 is far more than
+    /// the apiserver's requests in flight and leaves half the total to other addresses.
+    #[arg(long, env = "KUBESTEER_MAX_CONNECTIONS_PER_IP", default_value_t = 512)]
+    pub max_connections_per_ip: usize,
 
     /// Log as JSON lines instead of text.
     #[arg(long, env = "KUBESTEER_LOG_JSON")]
     pub log_json: bool,
+}
+
+impl Args {
+    /// The server's timeouts and connection limits.
+    pub fn limits(&self) -> Limits {
+        Limits {
+            handshake: self.handshake_timeout,
+            header: self.header_timeout,
+            idle: self.idle_timeout,
+            request: self.request_timeout,
+            max_connections: self.max_connections,
+            max_connections_per_ip: self.max_connections_per_ip,
+            shutdown_delay: self.shutdown_delay,
+            drain: self.drain_timeout,
+        }
+    }
 }
 
 /// Where the serving certificate comes from.
@@ -141,6 +181,26 @@ mod tests {
     }
 
     #[test]
+    fn connection_limits() {
+        let l = Args::try_parse_from(["kubesteer-webhook"])
+            .unwrap()
+            .limits();
+        assert_eq!(l.handshake, Duration::from_secs(3));
+        assert_eq!(l.header, Duration::from_secs(5));
+        assert_eq!(l.idle, Duration::from_secs(120));
+        assert_eq!((l.max_connections, l.max_connections_per_ip), (1024, 512));
+        let l = Args::try_parse_from([
+            "kubesteer-webhook",
+            "--header-timeout=2s",
+            "--max-connections-per-ip=8",
+        ])
+        .unwrap()
+        .limits();
+        assert_eq!(l.header, Duration::from_secs(2));
+        assert_eq!(l.max_connections_per_ip, 8);
+    }
+
+    #[test]
     fn help_is_complete() {
         use clap::CommandFactory;
         let help = Args::command().render_help().to_string();
@@ -148,7 +208,11 @@ mod tests {
             "--addr",
             "--tls-cert-file",
             "--tls-key-file",
+            "--handshake-timeout",
+            "--header-timeout",
             "--idle-timeout",
+            "--max-connections",
+            "--max-connections-per-ip",
             "--request-timeout",
             "--shutdown-delay",
             "--drain-timeout",

@@ -9,7 +9,7 @@ use clap::Parser;
 use kubesteer_webhook::args::{Args, CertMode};
 use kubesteer_webhook::cluster::KubeCluster;
 use kubesteer_webhook::selfmanaged::SelfManaged;
-use kubesteer_webhook::server::{self, Limits};
+use kubesteer_webhook::server;
 use kubesteer_webhook::tls::{self, CertFiles, CertStore};
 use kubesteer_webhook::{router, AppState, Error};
 
@@ -72,20 +72,13 @@ async fn run(args: Args) -> Result<(), Error> {
             source,
         })?;
     tracing::info!(addr = %args.addr, mode = ?args.cert_mode, "serving admission reviews");
-    let limits = Limits {
-        handshake: args.handshake_timeout,
-        idle: args.idle_timeout,
-        request: args.request_timeout,
-        max_connections: args.max_connections,
-        shutdown_delay: args.shutdown_delay,
-        drain: args.drain_timeout,
-    };
     server::serve(
         listener,
         tls::server_config(store)?,
         router(state.clone()),
-        limits,
+        args.limits(),
         state.draining.clone(),
+        state.metrics.connections_closed.clone(),
         shutdown_signal(),
     )
     .await;

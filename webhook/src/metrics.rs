@@ -1,4 +1,5 @@
-//! Prometheus metrics: reviews by kind, operation and result, and review latency.
+//! Prometheus metrics: reviews by kind, operation and result, review latency, and connections
+//! the server closed on its own.
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -19,10 +20,21 @@ pub struct KindLabels {
     pub endpoint: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClosedLabels {
+    /// `handshake_timeout`, `header_timeout`, `idle_timeout`, `address_limit`, `total_limit`
+    /// or `all_busy` (the new connection itself); see `server.rs`.
+    pub reason: &'static str,
+}
+
+/// Connections the server closed on its own, by reason.
+pub type ConnectionsClosed = Family<ClosedLabels, Counter>;
+
 pub struct Metrics {
     registry: Registry,
     pub reviews: Family<ReviewLabels, Counter>,
     pub duration: Family<KindLabels, Histogram>,
+    pub connections_closed: ConnectionsClosed,
 }
 
 impl Default for Metrics {
@@ -39,10 +51,17 @@ impl Default for Metrics {
             "Time to answer an admission review",
             duration.clone(),
         );
+        let connections_closed = ConnectionsClosed::default();
+        registry.register(
+            "connections_closed",
+            "Connections the server closed on its own: timeouts, and room made under the connection limits",
+            connections_closed.clone(),
+        );
         Self {
             registry,
             reviews,
             duration,
+            connections_closed,
         }
     }
 }

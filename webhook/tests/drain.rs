@@ -135,6 +135,7 @@ async fn shutdown_fails_readiness_but_serves_admission_until_the_delay_ends() {
         router(state.clone()),
         limits,
         state.draining.clone(),
+        state.metrics.connections_closed.clone(),
         async {
             let _ = signalled.await;
         },

@@ -127,6 +127,7 @@ async fn rotation_serves_the_new_certificate_without_dropping_a_request() {
         app,
         limits,
         Draining::default(),
+        Default::default(),
         std::future::pending(),
     ));
 
@@ -208,6 +209,7 @@ async fn idle_and_slow_clients_are_cut_off() {
         app,
         limits,
         Draining::default(),
+        Default::default(),
         std::future::pending(),
     ));
 

@@ -185,9 +185,11 @@ pub fn limits() -> kubesteer_webhook::server::Limits {
     use std::time::Duration;
     kubesteer_webhook::server::Limits {
         handshake: Duration::from_secs(5),
+        header: Duration::from_secs(5),
         idle: Duration::from_secs(30),
         request: Duration::from_secs(5),
         max_connections: 64,
+        max_connections_per_ip: 64,
         shutdown_delay: Duration::ZERO,
         drain: Duration::from_secs(5),
     }
