@@ -36,7 +36,7 @@ const OPENING: usize = 64;
 /// several milliseconds of CPU in this debug build; more at once than the machine's two cores
 /// would measure queueing in this test rather than the server.
 const WORKERS: usize = 2;
-const REQUESTS_PER_WORKER: usize = 200;
+const REQUESTS_PER_WORKER: usize = 500;
 /// Each worker opens a new connection this often, as the apiserver's pool does when its
 /// concurrency changes: the flood must not keep new connections out either.
 const NEW_CONNECTION_EVERY: usize = 10;
