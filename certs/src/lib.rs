@@ -23,6 +23,9 @@ use x509_parser::certificate::X509Certificate;
 use x509_parser::extensions::GeneralName;
 
 pub mod probe;
+pub mod trust;
+
+pub use trust::Trust;
 
 /// Common name of the CA; the webhook's caBundle names it.
 pub const CA_COMMON_NAME: &str = "kubesteer-ca";

@@ -383,6 +383,96 @@ fn helm_install_runs_the_image_on_the_real_node() -> Result<()> {
     Ok(())
 }
 
+/// The CA certificates of a base64 PEM bundle, as the apiserver and jsonpath show `caBundle`.
+fn cas_of(bundle: &str) -> Result<Vec<String>> {
+    use base64::Engine as _;
+    let pem = base64::engine::general_purpose::STANDARD.decode(bundle.trim())?;
+    let pem = String::from_utf8(pem)?;
+    Ok(pem
+        .split_inclusive("-----END CERTIFICATE-----")
+        .map(str::trim)
+        .filter(|c| c.starts_with("-----BEGIN CERTIFICATE-----"))
+        .map(str::to_string)
+        .collect())
+}
+
+#[test]
+fn a_ca_rollover_under_load_fails_no_admission() -> Result<()> {
+    // A CA of 90 s is replaced when a third is left, at 60 s; with checks every 2 s the old CA
+    // stays trusted for 10 rounds, 20 s.
+    let env = r#"[{"name": "KUBESTEER_CA_VALIDITY", "value": "90s"}, {"name": "KUBESTEER_CERT_CHECK_INTERVAL", "value": "2s"}]"#;
+    let release = Release::install("carot", &["--set-json", &format!("webhook.extraEnv={env}")])?;
+    on_real_node(&release, "webhook", 2)?;
+    let fullname = release.fullname();
+    let trust_of_secret = || {
+        jsonpath(
+            &release.namespace,
+            &format!("secret/{fullname}-webhook-tls"),
+            "{.data.ca-bundle\\.crt}",
+        )
+    };
+    let first = cas_of(&release.secret_ca()?)?;
+    ensure!(first.len() == 1, "one CA in ca.crt: {first:?}");
+    let load = Load::start(&release.user_ns, 2);
+
+    let both = eventually(
+        Duration::from_secs(120),
+        "the CA replaced, old and new trusted",
+        || {
+            let trust = cas_of(&trust_of_secret()?)?;
+            Ok((trust.len() == 2 && trust[1] == first[0]).then_some(trust))
+        },
+    )?;
+    eventually(
+        Duration::from_secs(10),
+        "both CAs in every caBundle",
+        || {
+            let bundles = release.ca_bundles()?;
+            let all = bundles
+                .iter()
+                .map(|b| cas_of(b))
+                .collect::<Result<Vec<_>>>()?;
+            Ok((!all.is_empty() && all.iter().all(|cas| *cas == both)).then_some(()))
+        },
+    )?;
+    let rolled = load.admitted();
+    eventually(
+        Duration::from_secs(60),
+        "the old CA dropped from every caBundle",
+        || {
+            let bundles = release.ca_bundles()?;
+            let all = bundles
+                .iter()
+                .map(|b| cas_of(b))
+                .collect::<Result<Vec<_>>>()?;
+            Ok((!all.is_empty() && all.iter().all(|cas| cas[..] == both[..1])).then_some(()))
+        },
+    )?;
+    // Writes go on against the new CA alone.
+    let dropped = load.admitted();
+    eventually(
+        Duration::from_secs(60),
+        "writes admitted after the drop",
+        || Ok((load.admitted() >= dropped + 30).then_some(())),
+    )?;
+    let (admitted, failures) = load.finish();
+    eprintln!(
+        "CA rollover: {} writes admitted during the overlap, {} after it, {admitted} in all",
+        dropped - rolled,
+        admitted - dropped
+    );
+    if !failures.is_empty() {
+        bail!(
+            "{} of {} writes failed across the CA rollover; first: {}",
+            failures.len(),
+            admitted + failures.len(),
+            failures[0]
+        );
+    }
+    assert!(dropped > rolled, "the load ran during the overlap");
+    Ok(())
+}
+
 /// A client applying objects of all three kinds as fast as it can, counting failed admissions.
 struct Load {
     stop: Arc<AtomicBool>,

@@ -70,6 +70,11 @@ pub struct Args {
     #[arg(long, env = "KUBESTEER_CERT_VALIDITY", default_value = "8760h", value_parser = parse_duration)]
     pub cert_validity: Duration,
 
+    /// Self-managed: lifetime of a new CA; it is replaced when a third is left, and the old CA
+    /// stays trusted beside the new one for 10 check intervals.
+    #[arg(long, env = "KUBESTEER_CA_VALIDITY", default_value = "87600h", value_parser = parse_duration)]
+    pub ca_validity: Duration,
+
     /// How often the certificate files are checked for changes, e.g. "2s".
     #[arg(long, env = "KUBESTEER_CERT_RELOAD_INTERVAL", default_value = "2s", value_parser = parse_duration)]
     pub cert_reload_interval: Duration,

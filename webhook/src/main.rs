@@ -45,21 +45,23 @@ async fn run(args: Args) -> Result<(), Error> {
             options.dns = args.cert_dns.clone();
             options.ips = args.cert_ip.clone();
             options.serving_validity = args.cert_validity;
+            options.ca_validity = args.ca_validity;
             let manager = SelfManaged {
                 client: client.clone(),
                 namespace: args.namespace.clone(),
                 secret: args.cert_secret.clone(),
                 configuration: args.webhook_configuration.clone(),
                 options,
+                interval: args.cert_check_interval,
             };
-            let bundle = manager.ensure().await?;
+            let certs = manager.ensure().await?;
             let store = CertStore::new(tls::certified_key(
-                bundle.serving.cert.as_bytes(),
-                bundle.serving.key.as_bytes(),
+                certs.bundle.serving.cert.as_bytes(),
+                certs.bundle.serving.key.as_bytes(),
                 &args.cert_secret,
             )?);
-            manager.inject_ca(&bundle.ca).await?;
-            tokio::spawn(manager.run(store.clone(), bundle, args.cert_check_interval));
+            manager.inject_ca(&certs.trust).await?;
+            tokio::spawn(manager.run(store.clone(), certs.bundle, certs.trust));
             store
         }
     };

@@ -1,6 +1,11 @@
 //! Self-managed certificates: the webhook keeps its own CA and serving certificate in a Secret,
 //! renews them under the rules of `kubesteer-certs`, and injects the CA into its two webhook
 //! configurations. Replicas share the Secret: whoever loses a create or update race re-reads it.
+//!
+//! A replaced CA rolls over (see `kubesteer_certs::trust`): the Secret's `ca-bundle.crt` holds
+//! the new and the old CA for an overlap of `CA_OVERLAP_ROUNDS` check intervals, and each
+//! replica serves a certificate of a new CA only after a round in which it injected a bundle that
+//! trusts that CA, so no replica ever serves a certificate the apiserver does not trust.
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -12,7 +17,7 @@ use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::ByteString;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::Client;
-use kubesteer_certs::{Bundle, Options, Outcome, Pem};
+use kubesteer_certs::{Bundle, Options, Outcome, Pem, Trust};
 use serde_json::json;
 
 use crate::error::{Error, Result};
@@ -30,9 +35,25 @@ pub struct SelfManaged {
     /// Name of both the Mutating and the Validating webhook configuration.
     pub configuration: String,
     pub options: Options,
+    /// How often the Secret is checked; the CA overlap is counted in these rounds.
+    pub interval: Duration,
+}
+
+/// The certificates as stored: the bundle to serve and the CAs to trust.
+#[derive(Debug, Clone)]
+pub struct Certs {
+    pub bundle: Bundle,
+    pub trust: Trust,
 }
 
 const KEYS: [&str; 4] = ["ca.crt", "ca.key", "tls.crt", "tls.key"];
+/// The Secret key of the trusted CAs, the `caBundle` injected into the configurations.
+pub const TRUST_KEY: &str = "ca-bundle.crt";
+/// The annotation of the Secret saying until when a replaced CA stays trusted (RFC 3339).
+pub const OVERLAP_ANNOTATION: &str = "kubesteer.io/ca-overlap-until";
+/// How many check intervals a replaced CA stays trusted. Every replica moves to the new CA's
+/// certificate within two rounds; the rest is room for rounds that fail to reach the apiserver.
+pub const CA_OVERLAP_ROUNDS: u32 = 10;
 
 fn pem_from(data: &BTreeMap<String, ByteString>, cert: &str, key: &str) -> Option<Pem> {
     let text = |k: &str| {
@@ -46,17 +67,36 @@ fn pem_from(data: &BTreeMap<String, ByteString>, cert: &str, key: &str) -> Optio
     })
 }
 
-fn secret_data(bundle: &Bundle) -> BTreeMap<String, ByteString> {
+fn secret_data(certs: &Certs) -> BTreeMap<String, ByteString> {
+    let bundle = &certs.bundle;
     let values = [
         &bundle.ca.cert,
         &bundle.ca.key,
         &bundle.serving.cert,
         &bundle.serving.key,
     ];
-    KEYS.iter()
+    let mut data: BTreeMap<String, ByteString> = KEYS
+        .iter()
         .zip(values)
         .map(|(k, v)| (k.to_string(), ByteString(v.clone().into_bytes())))
-        .collect()
+        .collect();
+    data.insert(
+        TRUST_KEY.to_string(),
+        ByteString(certs.trust.bundle().into_bytes()),
+    );
+    data
+}
+
+/// `annotations` with the overlap deadline of `trust` set, or removed when there is none.
+fn with_overlap(
+    mut annotations: BTreeMap<String, String>,
+    trust: &Trust,
+) -> BTreeMap<String, String> {
+    match trust.overlap_until_rfc3339() {
+        Some(until) => annotations.insert(OVERLAP_ANNOTATION.to_string(), until),
+        None => annotations.remove(OVERLAP_ANNOTATION),
+    };
+    annotations
 }
 
 impl SelfManaged {
@@ -64,8 +104,9 @@ impl SelfManaged {
         Api::namespaced(self.client.clone(), &self.namespace)
     }
 
-    /// Makes the Secret hold a valid bundle and returns it; never replaces a valid one.
-    pub async fn ensure(&self) -> Result<Bundle> {
+    /// Makes the Secret hold a valid bundle and the CAs to trust, and returns them; never
+    /// replaces a valid bundle.
+    pub async fn ensure(&self) -> Result<Certs> {
         // Two rounds: a lost race is followed by one re-read of the winner's Secret.
         for _ in 0..3 {
             let existing = self.secrets().get_opt(&self.secret).await?;
@@ -75,15 +116,27 @@ impl SelfManaged {
                 .unwrap_or_default();
             let ca = pem_from(&data, "ca.crt", "ca.key");
             let serving = pem_from(&data, "tls.crt", "tls.key");
-            let (bundle, outcome) =
-                kubesteer_certs::renew(ca, serving, &self.options, SystemTime::now()).map_err(
-                    |e| Error::Tls {
-                        path: self.secret_ref(),
-                        reason: e.to_string(),
-                    },
-                )?;
-            if outcome == Outcome::Kept {
-                return Ok(bundle);
+            let stored = data
+                .get(TRUST_KEY)
+                .and_then(|b| std::str::from_utf8(&b.0).ok())
+                .and_then(|bundle| {
+                    let until = existing
+                        .as_ref()
+                        .and_then(|s| s.metadata.annotations.as_ref())
+                        .and_then(|a| a.get(OVERLAP_ANNOTATION));
+                    Trust::parse(bundle, until.map(String::as_str))
+                });
+            let now = SystemTime::now();
+            let (bundle, outcome) = kubesteer_certs::renew(ca.clone(), serving, &self.options, now)
+                .map_err(|e| Error::Tls {
+                    path: self.secret_ref(),
+                    reason: e.to_string(),
+                })?;
+            let overlap = self.interval.saturating_mul(CA_OVERLAP_ROUNDS);
+            let trust = Trust::next(stored.clone(), ca.as_ref(), &bundle, &outcome, now, overlap);
+            let certs = Certs { bundle, trust };
+            if outcome == Outcome::Kept && stored.as_ref() == Some(&certs.trust) {
+                return Ok(certs);
             }
             let written = match existing {
                 None => {
@@ -95,17 +148,20 @@ impl SelfManaged {
                                 "app.kubernetes.io/managed-by".to_string(),
                                 "kubesteer-webhook".to_string(),
                             )])),
+                            annotations: Some(with_overlap(BTreeMap::new(), &certs.trust)),
                             ..Default::default()
                         },
                         type_: Some("kubernetes.io/tls".into()),
-                        data: Some(secret_data(&bundle)),
+                        data: Some(secret_data(&certs)),
                         ..Default::default()
                     };
                     self.secrets().create(&PostParams::default(), &secret).await
                 }
                 Some(mut secret) => {
                     // The resourceVersion read above makes this a compare-and-swap.
-                    secret.data = Some(secret_data(&bundle));
+                    secret.data = Some(secret_data(&certs));
+                    let annotations = secret.metadata.annotations.take().unwrap_or_default();
+                    secret.metadata.annotations = Some(with_overlap(annotations, &certs.trust));
                     self.secrets()
                         .replace(&self.secret, &PostParams::default(), &secret)
                         .await
@@ -113,8 +169,8 @@ impl SelfManaged {
             };
             match written {
                 Ok(_) => {
-                    tracing::info!(secret = %self.secret_ref(), %outcome, "webhook certificate written");
-                    return Ok(bundle);
+                    tracing::info!(secret = %self.secret_ref(), %outcome, trusted_cas = certs.trust.cas.len(), "webhook certificate written");
+                    return Ok(certs);
                 }
                 Err(kube::Error::Api(e)) if e.code == 409 => {
                     tracing::info!(secret = %self.secret_ref(), "another replica wrote the certificate first; using theirs");
@@ -128,8 +184,8 @@ impl SelfManaged {
         })
     }
 
-    /// Sets `caBundle` of every webhook in both configurations, by server-side apply.
-    pub async fn inject_ca(&self, ca: &Pem) -> Result<()> {
+    /// Sets `caBundle` of every webhook in both configurations to `trust`, by server-side apply.
+    pub async fn inject_ca(&self, trust: &Trust) -> Result<()> {
         let names = |hooks: Option<Vec<String>>| hooks.unwrap_or_default();
         let mutating: Api<MutatingWebhookConfiguration> = Api::all(self.client.clone());
         if let Some(config) = mutating.get_opt(&self.configuration).await? {
@@ -138,7 +194,7 @@ impl SelfManaged {
                     .webhooks
                     .map(|w| w.into_iter().map(|w| w.name).collect()),
             );
-            self.apply_ca(&mutating, "MutatingWebhookConfiguration", &hooks, ca)
+            self.apply_ca(&mutating, "MutatingWebhookConfiguration", &hooks, trust)
                 .await?;
         }
         let validating: Api<ValidatingWebhookConfiguration> = Api::all(self.client.clone());
@@ -148,7 +204,7 @@ impl SelfManaged {
                     .webhooks
                     .map(|w| w.into_iter().map(|w| w.name).collect()),
             );
-            self.apply_ca(&validating, "ValidatingWebhookConfiguration", &hooks, ca)
+            self.apply_ca(&validating, "ValidatingWebhookConfiguration", &hooks, trust)
                 .await?;
         }
         Ok(())
@@ -160,12 +216,12 @@ impl SelfManaged {
         api: &Api<K>,
         kind: &str,
         webhooks: &[String],
-        ca: &Pem,
+        trust: &Trust,
     ) -> Result<()>
     where
         K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
     {
-        let bundle = ByteString(ca.cert.as_bytes().to_vec());
+        let bundle = ByteString(trust.bundle().into_bytes());
         let hooks: Vec<_> = webhooks
             .iter()
             .map(|name| json!({"name": name, "clientConfig": {"caBundle": bundle}}))
@@ -186,41 +242,92 @@ impl SelfManaged {
     }
 
     /// Keeps the Secret, the served certificate and the caBundles current, every `interval`.
-    pub async fn run(self, store: Arc<CertStore>, mut current: Bundle, interval: Duration) {
+    /// `current` is what is being served and `injected` what the configurations were given.
+    pub async fn run(self, store: Arc<CertStore>, mut current: Bundle, mut injected: Trust) {
         loop {
-            tokio::time::sleep(interval).await;
-            let bundle = match self.ensure().await {
-                Ok(b) => b,
+            tokio::time::sleep(self.interval).await;
+            let certs = match self.ensure().await {
+                Ok(c) => c,
                 Err(e) => {
                     tracing::warn!(error = %e, "certificate check failed; still serving the old one");
                     continue;
                 }
             };
-            if bundle.serving != current.serving {
-                match certified_key(
-                    bundle.serving.cert.as_bytes(),
-                    bundle.serving.key.as_bytes(),
-                    &self.secret_ref(),
-                ) {
-                    Ok(key) => {
-                        store.set(key);
-                        tracing::info!("serving the renewed certificate");
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "renewed certificate unusable");
-                        continue;
-                    }
-                }
-            }
             // Re-applied every round: cheap, and it repairs a caBundle someone else overwrote.
-            if let Err(e) = self.inject_ca(&bundle.ca).await {
+            if let Err(e) = self.inject_ca(&certs.trust).await {
                 tracing::warn!(error = %e, "caBundle injection failed; will retry");
+                continue;
             }
-            current = bundle;
+            let trusted_before = std::mem::replace(&mut injected, certs.trust.clone());
+            if certs.bundle.serving == current.serving {
+                continue;
+            }
+            if !switch_now(&trusted_before, &certs.trust, &current, &certs.bundle) {
+                tracing::info!("a certificate of a new CA is stored; serving it from the next round, once the apiserver trusts that CA");
+                continue;
+            }
+            match certified_key(
+                certs.bundle.serving.cert.as_bytes(),
+                certs.bundle.serving.key.as_bytes(),
+                &self.secret_ref(),
+            ) {
+                Ok(key) => {
+                    store.set(key);
+                    tracing::info!("serving the renewed certificate");
+                    current = certs.bundle;
+                }
+                Err(e) => tracing::warn!(error = %e, "renewed certificate unusable"),
+            }
         }
     }
 
     fn secret_ref(&self) -> String {
         format!("secret {}/{}", self.namespace, self.secret)
+    }
+}
+
+/// Whether to serve `next` instead of `current` now: when the bundle injected a round ago already
+/// trusted its CA, or when the CA of `current` is no longer trusted at all.
+pub fn switch_now(trusted_before: &Trust, trust: &Trust, current: &Bundle, next: &Bundle) -> bool {
+    trusted_before.trusts(&next.ca.cert) || !trust.trusts(&current.ca.cert)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bundle() -> Bundle {
+        kubesteer_certs::generate(&Options::new("kubesteer-webhook", "kubesteer-system")).unwrap()
+    }
+
+    #[test]
+    fn a_new_ca_is_served_only_after_a_round_that_trusted_it() {
+        let (old, new) = (bundle(), bundle());
+        let both = Trust {
+            cas: vec![new.ca.cert.clone(), old.ca.cert.clone()],
+            overlap_until: Some(SystemTime::now()),
+        };
+        // The round that found the new CA: the apiserver was told to trust it only just now.
+        assert!(!switch_now(&Trust::only(&old.ca), &both, &old, &new));
+        // The next round: it has trusted it since the round before.
+        assert!(switch_now(&both, &both, &old, &new));
+        // A renewed serving certificate of the same CA is served at once.
+        let renewed = Bundle {
+            ca: old.ca.clone(),
+            serving: new.serving.clone(),
+        };
+        assert!(switch_now(
+            &Trust::only(&old.ca),
+            &Trust::only(&old.ca),
+            &old,
+            &renewed
+        ));
+        // Served from a CA that is no longer trusted at all: nothing to wait for.
+        assert!(switch_now(
+            &Trust::only(&old.ca),
+            &Trust::only(&new.ca),
+            &old,
+            &new
+        ));
     }
 }
