@@ -1,6 +1,7 @@
 //! The permissions a CR's author must hold for what the CR makes the system do.
 use std::fmt;
 
+use crate::field::FieldError;
 use crate::{ScalerSpec, WelcomeSpec};
 
 /// One permission, as the resource attributes of a SubjectAccessReview.
@@ -56,6 +57,50 @@ impl fmt::Display for Access {
     }
 }
 
+/// The container images that owned pods may run, set by the cluster's admin (the chart's
+/// `webhook.allowedImages`): a list of prefixes, as Gatekeeper's allowed repositories, compared
+/// with the reference as written (`nginx` is not `docker.io/library/nginx`). End an entry with
+/// `/`, `:` or `@` so that `registry.example.com/` does not also allow `registry.example.com.evil`.
+/// An empty list allows any image.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ImagePolicy {
+    allowed: Vec<String>,
+}
+
+impl ImagePolicy {
+    /// A policy of the non-empty entries of `allowed`, trimmed.
+    pub fn new(allowed: impl IntoIterator<Item = String>) -> Self {
+        Self {
+            allowed: allowed
+                .into_iter()
+                .map(|p| p.trim().to_string())
+                .filter(|p| !p.is_empty())
+                .collect(),
+        }
+    }
+
+    pub fn allows(&self, image: &str) -> bool {
+        self.allowed.is_empty() || self.allowed.iter().any(|p| image.starts_with(p.as_str()))
+    }
+
+    /// The error at `spec.image` when the policy refuses `image`.
+    pub fn check(&self, image: &str) -> Option<FieldError> {
+        (!self.allows(image)).then(|| {
+            FieldError::forbidden(
+                "spec.image",
+                format!(
+                    "image {image:?} is not allowed in this cluster; allowed are images starting with {}",
+                    self.allowed
+                        .iter()
+                        .map(|p| format!("{p:?}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            )
+        })
+    }
+}
+
 impl ScalerSpec {
     /// Every target's field path and the permission its author needs, on every CREATE and UPDATE.
     pub fn required_access(&self, own_namespace: &str) -> Vec<(String, Access)> {
@@ -91,6 +136,36 @@ impl WelcomeSpec {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn an_image_policy_allows_by_prefix_and_an_empty_one_allows_any() {
+        use super::ImagePolicy;
+        let any = ImagePolicy::new(Vec::new());
+        assert!(any.allows("anything:latest") && any.check("x").is_none());
+        let policy = ImagePolicy::new([
+            "registry.example.com/".to_string(),
+            " hashicorp/http-echo:".to_string(),
+            "".to_string(),
+        ]);
+        assert!(policy.allows("registry.example.com/team/app:1"));
+        assert!(policy.allows("hashicorp/http-echo:1.0"));
+        assert!(!policy.allows("registry.example.com.evil/app"));
+        assert!(!policy.allows("hashicorp/http-echo-evil:1"));
+        let error = policy.check("evil/exfiltrate:1").expect("refused");
+        assert_eq!(error.path, "spec.image");
+        assert!(
+            error
+                .to_string()
+                .contains("\"evil/exfiltrate:1\" is not allowed"),
+            "{error}"
+        );
+        assert!(
+            error
+                .to_string()
+                .contains("\"registry.example.com/\", \"hashicorp/http-echo:\""),
+            "{error}"
+        );
+    }
+
     use super::*;
     use crate::welcome::SecretKeyRef;
 

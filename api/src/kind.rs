@@ -56,6 +56,17 @@ impl Kind {
         ))
     }
 
+    /// The container image the object's pods would run, defaulted; `None` for a kind that runs
+    /// no pods (Scaler) or an object whose spec does not parse (validation reports that).
+    pub fn image(self, object: &Value) -> Option<String> {
+        let spec = spec_of(object).ok()?;
+        match self {
+            Kind::Scaler => None,
+            Kind::Welcome => Some(parse::<WelcomeSpec>(spec).ok()?.image().to_string()),
+            Kind::Memcached => Some(parse::<MemcachedSpec>(spec).ok()?.image().to_string()),
+        }
+    }
+
     /// Checks a whole object: `Ok(warnings)` when it is admitted, every violation otherwise.
     pub fn validate(self, object: &Value) -> Result<Vec<String>, FieldErrors> {
         let spec = spec_of(object)?;

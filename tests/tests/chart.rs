@@ -1385,3 +1385,22 @@ fn network_policies_are_opt_in_and_open_only_the_webhook_and_scraped_metrics() -
     assert!(render_error(&["--set", "networkPolicy.open=true"])?.contains("open"));
     Ok(())
 }
+
+#[test]
+fn allowed_images_reach_the_webhook_and_none_means_any() -> Result<()> {
+    let webhook = format!("{FULLNAME}-webhook");
+    let docs = render(&[])?;
+    assert_eq!(
+        env(container(&docs, &webhook), "KUBESTEER_ALLOWED_IMAGES"),
+        None
+    );
+    let docs = render(&[
+        "--set-json",
+        r#"webhook.allowedImages=["registry.example.com/","hashicorp/http-echo:"]"#,
+    ])?;
+    assert_eq!(
+        env_value(container(&docs, &webhook), "KUBESTEER_ALLOWED_IMAGES").as_deref(),
+        Some("registry.example.com/,hashicorp/http-echo:")
+    );
+    Ok(())
+}

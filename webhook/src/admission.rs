@@ -11,7 +11,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
 use kube::core::DynamicObject;
-use kubesteer_api::access::Access;
+use kubesteer_api::access::{Access, ImagePolicy};
 use kubesteer_api::field::{summarize, FieldError, FieldErrors};
 use kubesteer_api::kind::{Kind, ALL};
 use kubesteer_api::{ScalerSpec, WelcomeSpec};
@@ -36,6 +36,8 @@ pub struct AppState<C> {
     pub tls_ready: AtomicBool,
     /// Set on shutdown, so endpoints drop this replica while it still serves.
     pub draining: Draining,
+    /// The images owned pods may run (`--allowed-images`); empty allows any.
+    pub images: ImagePolicy,
 }
 
 impl<C: Cluster> AppState<C> {
@@ -46,6 +48,7 @@ impl<C: Cluster> AppState<C> {
             metrics: Metrics::default(),
             tls_ready: AtomicBool::new(false),
             draining: Draining::default(),
+            images: ImagePolicy::default(),
         }
     }
 }
@@ -255,6 +258,9 @@ async fn decide<C: Cluster>(
                 Ok(warnings) => (FieldErrors::new(), warnings),
                 Err(errors) => (errors, Vec::new()),
             };
+            if let Some(error) = image_refused(state, kind, request, &value) {
+                errors.push(error);
+            }
             if kind == Kind::Scaler && errors.is_empty() {
                 scaler_rules(
                     state,
@@ -283,6 +289,27 @@ async fn decide<C: Cluster>(
             }
         }
     }
+}
+
+/// The error when the image the object's pods would run is refused by the image policy: on
+/// CREATE, and on UPDATE when the image changes, so an object admitted before a stricter policy
+/// can still be edited otherwise (and lose its finalizers).
+fn image_refused<C>(
+    state: &AppState<C>,
+    kind: Kind,
+    request: &AdmissionRequest<DynamicObject>,
+    object: &Value,
+) -> Option<FieldError> {
+    let image = kind.image(object)?;
+    let old = request
+        .old_object
+        .as_ref()
+        .and_then(|o| serde_json::to_value(o).ok())
+        .and_then(|o| kind.image(&o));
+    if old.as_deref() == Some(image.as_str()) {
+        return None;
+    }
+    state.images.check(&image)
 }
 
 /// The Scaler rules that need the cluster: permission on every target, claims, and advice.

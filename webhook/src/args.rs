@@ -38,6 +38,16 @@ pub struct Args {
     )]
     pub cert_secret: String,
 
+    /// Image prefixes that Welcome and Memcached pods may run, e.g. "registry.example.com/"
+    /// (comma-separated in the variable); empty allows any image. Checked on create and when
+    /// an object's image changes.
+    #[arg(
+        long = "allowed-images",
+        env = "KUBESTEER_ALLOWED_IMAGES",
+        value_delimiter = ','
+    )]
+    pub allowed_images: Vec<String>,
+
     /// Self-managed: the namespace of the Secret and the Service.
     #[arg(long, env = "POD_NAMESPACE", default_value = "kubesteer-system")]
     pub namespace: String,

@@ -65,7 +65,9 @@ async fn run(args: Args) -> Result<(), Error> {
             store
         }
     };
-    let state = Arc::new(AppState::new(KubeCluster::start(client)));
+    let mut state = AppState::new(KubeCluster::start(client));
+    state.images = kubesteer_api::access::ImagePolicy::new(args.allowed_images.clone());
+    let state = Arc::new(state);
     state.tls_ready.store(true, Ordering::Release);
     let listener = tokio::net::TcpListener::bind(args.addr)
         .await

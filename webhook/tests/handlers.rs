@@ -666,3 +666,62 @@ async fn a_welcome_update_checks_the_secret_only_when_the_ref_changes() {
         .await
         .allowed());
 }
+
+#[tokio::test]
+async fn the_image_policy_refuses_other_images_on_create_and_on_change_only() {
+    let mut state = kubesteer_webhook::AppState::new(cluster());
+    state.images = kubesteer_api::access::ImagePolicy::new([
+        "registry.example.com/".to_string(),
+        "hashicorp/http-echo:".to_string(),
+    ]);
+    state
+        .tls_ready
+        .store(true, std::sync::atomic::Ordering::Release);
+    let state = Arc::new(state);
+    let send = |review: serde_json::Value| {
+        let state = state.clone();
+        async move {
+            send_to(
+                &state,
+                "/validate/welcomes",
+                serde_json::to_vec(&review).unwrap(),
+            )
+            .await
+        }
+    };
+
+    let evil = with_spec(
+        "welcome-create.json",
+        json!({"name": "x", "image": "evil.example/exfiltrate:1"}),
+    );
+    let reply = send(evil.clone()).await;
+    assert!(!reply.allowed());
+    assert!(
+        reply.message().contains("spec.image")
+            && reply
+                .message()
+                .contains("\"evil.example/exfiltrate:1\" is not allowed"),
+        "{}",
+        reply.message()
+    );
+    // The default image is checked too, and this policy allows it.
+    let default = with_spec("welcome-create.json", json!({"name": "x"}));
+    assert!(send(default).await.allowed());
+    let ours = with_spec(
+        "welcome-create.json",
+        json!({"name": "x", "image": "registry.example.com/team/hello:2"}),
+    );
+    assert!(send(ours.clone()).await.allowed());
+
+    // An UPDATE that keeps an image admitted before the policy is allowed; one that changes to
+    // a refused image is not.
+    let mut kept = evil.clone();
+    kept["request"]["operation"] = json!("UPDATE");
+    kept["request"]["oldObject"] = evil["request"]["object"].clone();
+    kept["request"]["object"]["metadata"]["labels"] = json!({"edited": "yes"});
+    assert!(send(kept).await.allowed());
+    let mut changed = evil.clone();
+    changed["request"]["operation"] = json!("UPDATE");
+    changed["request"]["oldObject"] = ours["request"]["object"].clone();
+    assert!(!send(changed).await.allowed());
+}
