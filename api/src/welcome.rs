@@ -11,6 +11,15 @@ use crate::field::{check_range, FieldError, FieldErrors};
 
 pub const DEFAULT_REPLICAS: i32 = 1;
 pub const DEFAULT_PORT: i32 = 8088;
+/// The warning for a plain `spec.password`. The webhook does not move it into a Secret itself:
+/// that Secret would have to exist before the Welcome is admitted, and would be left behind when
+/// a later admission step refused the Welcome. So the warning says where the text stays.
+pub const PLAIN_PASSWORD_WARNING: &str = "spec.password: the plain password stays readable in \
+    this Welcome's spec.password (by anyone who may get Welcomes in this namespace, and in etcd \
+    unencrypted), in its kubectl.kubernetes.io/last-applied-configuration annotation when applied \
+    with client-side kubectl apply, and in apiserver audit logs at the Request level; only the \
+    controller's copy is a Secret. Use spec.passwordSecretRef to keep it in a Secret alone";
+
 /// A public image that answers every request with the text in its arguments.
 pub const DEFAULT_IMAGE: &str = "hashicorp/http-echo:1.0.0";
 pub const MAX_GROUPS: usize = 32;
@@ -191,10 +200,11 @@ impl WelcomeSpec {
     }
 
     /// Advice that does not deny the object.
+    /// What the webhook warns about when admitting this spec.
     pub fn warnings(&self) -> Vec<String> {
         let mut warnings = Vec::new();
         if self.password.is_some() {
-            warnings.push("spec.password: a plain password is stored in the object; use spec.passwordSecretRef to keep it in a Secret".to_string());
+            warnings.push(PLAIN_PASSWORD_WARNING.to_string());
         }
         warnings
     }

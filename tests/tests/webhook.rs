@@ -192,10 +192,18 @@ fn warnings_are_printed_by_kubectl() -> Result<()> {
     ))?;
     assert!(run.ok, "{run:?}");
     assert!(
-        run.stderr.contains("Warning: spec.password"),
+        run.stderr.contains("Warning: spec.password")
+            && run.stderr.contains("last-applied-configuration"),
         "{}",
         run.stderr
     );
+    // The warning says where the text stays, and it is there indeed.
+    let applied = kubesteer_tests::jsonpath(
+        ns.name(),
+        "welcome/hello",
+        "{.metadata.annotations.kubectl\\.kubernetes\\.io/last-applied-configuration}",
+    )?;
+    assert!(applied.contains("hunter2"), "{applied}");
     assert!(
         !webhook.log().contains("hunter2"),
         "the password must never be logged"
