@@ -682,6 +682,18 @@ pub fn helm(args: &[&str]) -> Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
+/// Standard base64, as Secret data and `caBundle`s are shown.
+pub fn base64(bytes: &[u8]) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+/// Decodes standard base64, surrounding whitespace ignored.
+pub fn unbase64(text: &str) -> Result<Vec<u8>> {
+    use base64::Engine as _;
+    Ok(base64::engine::general_purpose::STANDARD.decode(text.trim())?)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

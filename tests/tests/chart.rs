@@ -159,25 +159,6 @@ fn expand(groups: &[&str], resources: &[&str], verbs: &[&str], name: Option<&str
     out
 }
 
-fn base64(bytes: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::new();
-    for chunk in bytes.chunks(3) {
-        let n = chunk
-            .iter()
-            .enumerate()
-            .fold(0u32, |n, (i, b)| n | (u32::from(*b) << (16 - 8 * i)));
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
-}
-
 fn ca_file(name: &str) -> Result<PathBuf> {
     let dir = kubesteer_tests::target_dir().join("chart-tests");
     std::fs::create_dir_all(&dir)?;
@@ -752,7 +733,7 @@ fn provided_mode_mounts_the_secret_and_renders_its_ca() -> Result<()> {
         "--set-file",
         &set_file,
     ])?;
-    let encoded = base64(CA_PEM.as_bytes());
+    let encoded = kubesteer_tests::base64(CA_PEM.as_bytes());
     for (_, hook) in webhooks(&docs) {
         assert_eq!(hook["clientConfig"]["caBundle"], encoded.as_str());
     }
@@ -795,7 +776,7 @@ fn url_mode_renders_only_the_configurations_for_a_local_webhook() -> Result<()> 
         "webhook.namespaceSelector.matchLabels.kubesteer\\.io/e2e=abc",
     ])?;
     assert_eq!(docs.len(), 2);
-    let encoded = base64(CA_PEM.as_bytes());
+    let encoded = kubesteer_tests::base64(CA_PEM.as_bytes());
     let hooks = webhooks(&docs);
     assert_eq!(hooks.len(), 6);
     for (kind, hook) in hooks {
@@ -1226,7 +1207,7 @@ fn helm_upgrade_keeps_the_self_managed_ca_bundle() -> Result<()> {
     };
     install("install", "5")?;
     let config = format!("{}-kubesteer", release.name);
-    let injected = base64(CA_PEM.as_bytes());
+    let injected = kubesteer_tests::base64(CA_PEM.as_bytes());
     for kind in [
         "mutatingwebhookconfiguration",
         "validatingwebhookconfiguration",

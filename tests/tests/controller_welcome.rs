@@ -48,7 +48,7 @@ fn welcome_gets_a_nodeport_service_a_secret_and_a_status() -> Result<()> {
 
     // The password sits in the owned Secret, and the Deployment only points at it.
     let stored = jsonpath(ns.name(), "secret/hello-credentials", "{.data.password}")?;
-    assert_eq!(stored, base64(PASSWORD.as_bytes()));
+    assert_eq!(stored, kubesteer_tests::base64(PASSWORD.as_bytes()));
     let deployment = kubectl_ok(
         &["get", "-n", ns.name(), "deployment/hello", "-o", "json"],
         None,
@@ -57,7 +57,7 @@ fn welcome_gets_a_nodeport_service_a_secret_and_a_status() -> Result<()> {
         !deployment.contains(PASSWORD),
         "the password leaked into the Deployment"
     );
-    assert!(!deployment.contains(&base64(PASSWORD.as_bytes())));
+    assert!(!deployment.contains(&kubesteer_tests::base64(PASSWORD.as_bytes())));
     assert_eq!(
         jsonpath(
             ns.name(),
@@ -126,7 +126,8 @@ fn welcome_gets_a_nodeport_service_a_secret_and_a_status() -> Result<()> {
     })?;
     let all_events = kubectl_ok(&["get", "events", "-n", ns.name(), "-o", "json"], None)?;
     assert!(
-        !all_events.contains(PASSWORD) && !all_events.contains(&base64(PASSWORD.as_bytes())),
+        !all_events.contains(PASSWORD)
+            && !all_events.contains(&kubesteer_tests::base64(PASSWORD.as_bytes())),
         "the password leaked into an event"
     );
     let logs = controller.logs();
@@ -235,25 +236,4 @@ fn a_users_own_secret_of_the_credentials_name_is_never_deleted() -> Result<()> {
         "the user's replacement Secret was deleted"
     );
     Ok(())
-}
-
-fn base64(bytes: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::new();
-    for chunk in bytes.chunks(3) {
-        let b = [
-            chunk[0],
-            *chunk.get(1).unwrap_or(&0),
-            *chunk.get(2).unwrap_or(&0),
-        ];
-        let n = u32::from(b[0]) << 16 | u32::from(b[1]) << 8 | u32::from(b[2]);
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
 }

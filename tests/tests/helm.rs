@@ -481,7 +481,7 @@ fn two_replicas_starting_at_once_share_one_certificate() -> Result<()> {
         None,
     )?;
     let ca_file = dir.join("ca.crt");
-    std::fs::write(&ca_file, base64_decode(&ca)?)?;
+    std::fs::write(&ca_file, kubesteer_tests::unbase64(&ca)?)?;
     // Both replicas serve a certificate that the one CA in the Secret (and the caBundles) trusts.
     for port in [ports.0, ports.1] {
         let out = std::process::Command::new("curl")
@@ -503,15 +503,4 @@ fn two_replicas_starting_at_once_share_one_certificate() -> Result<()> {
     }
     assert!(release.ca_bundles()?.iter().all(|x| *x == ca));
     Ok(())
-}
-
-fn base64_decode(s: &str) -> Result<Vec<u8>> {
-    let out = std::process::Command::new("base64")
-        .arg("-d")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()?;
-    let mut child = out;
-    std::io::Write::write_all(&mut child.stdin.take().context("stdin")?, s.as_bytes())?;
-    Ok(child.wait_with_output()?.stdout)
 }

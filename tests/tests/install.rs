@@ -385,9 +385,7 @@ fn helm_install_runs_the_image_on_the_real_node() -> Result<()> {
 
 /// The CA certificates of a base64 PEM bundle, as the apiserver and jsonpath show `caBundle`.
 fn cas_of(bundle: &str) -> Result<Vec<String>> {
-    use base64::Engine as _;
-    let pem = base64::engine::general_purpose::STANDARD.decode(bundle.trim())?;
-    let pem = String::from_utf8(pem)?;
+    let pem = String::from_utf8(kubesteer_tests::unbase64(bundle)?)?;
     Ok(pem
         .split_inclusive("-----END CERTIFICATE-----")
         .map(str::trim)
