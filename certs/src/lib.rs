@@ -211,7 +211,7 @@ pub fn generate_ca(opts: &Options) -> Result<Pem> {
         KeyUsagePurpose::DigitalSignature,
     ];
     let now = OffsetDateTime::now_utc();
-    params.not_before = backdate(now)?;
+    params.not_before = backdate(now, opts.ca_validity)?;
     params.not_after = after(now, opts.ca_validity, "CA validity")?;
     let cert = params.self_signed(&key)?;
     Ok(Pem {
@@ -256,9 +256,10 @@ pub fn issue_serving(ca: &Pem, opts: &Options) -> Result<Pem> {
     params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
     params.use_authority_key_identifier_extension = true;
     let now = OffsetDateTime::now_utc();
-    params.not_before = backdate(now)?;
     // A leaf that outlives its CA would fail verification before check() noticed.
     params.not_after = after(now, opts.serving_validity, "serving validity")?.min(ca_not_after);
+    let lifetime = Duration::try_from(params.not_after - now).unwrap_or_default();
+    params.not_before = backdate(now, lifetime)?;
     let cert = params.signed_by(&key, &issuer)?;
     Ok(Pem {
         cert: cert.pem(),
@@ -435,8 +436,10 @@ fn invalid(what: &'static str, reason: impl fmt::Display) -> Error {
     }
 }
 
-fn backdate(now: OffsetDateTime) -> Result<OffsetDateTime> {
-    before(now, CLOCK_SKEW)
+/// `now` less the clock skew allowance, which is at most a tenth of `validity`: a backdate as
+/// long as a short lifetime would make the third-left renewal rule fire at once, forever.
+fn backdate(now: OffsetDateTime, validity: Duration) -> Result<OffsetDateTime> {
+    before(now, CLOCK_SKEW.min(validity / 10))
 }
 
 fn before(now: OffsetDateTime, by: Duration) -> Result<OffsetDateTime> {
@@ -571,6 +574,33 @@ fn write_atomic(path: &Path, contents: &str, secret: bool) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_short_lived_ca_is_kept_until_a_third_of_it_is_left() {
+        let mut opts = Options::new("kubesteer-webhook", "kubesteer-system");
+        opts.ca_validity = Duration::from_secs(90);
+        let bundle = generate(&opts).unwrap();
+        let now = SystemTime::now();
+        let (_, fresh) = renew(
+            Some(bundle.ca.clone()),
+            Some(bundle.serving.clone()),
+            &opts,
+            now,
+        )
+        .unwrap();
+        assert_eq!(
+            fresh,
+            Outcome::Kept,
+            "a fresh 90 s CA must not be replaced at once"
+        );
+        let later = now + Duration::from_secs(70);
+        let (_, due) = renew(Some(bundle.ca), Some(bundle.serving), &opts, later).unwrap();
+        assert_eq!(
+            due,
+            Outcome::Created,
+            "with less than a third left it is replaced"
+        );
+    }
     use rustls::pki_types::ServerName;
     use rustls::{ClientConfig, ClientConnection, Connection, RootCertStore, ServerConnection};
     use x509_parser::extensions::{BasicConstraints as X509BasicConstraints, KeyUsage};
