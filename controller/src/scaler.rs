@@ -29,6 +29,9 @@ const DEPLOYMENT_DEFAULT_REPLICAS: i32 = 1;
 const BOUNDARY_SLACK: Duration = Duration::from_millis(50);
 // Enough to ride out a burst of concurrent writers; after that the reconcile is requeued.
 const CONFLICT_RETRIES: usize = 3;
+/// How often a Scaler that owes a transition retries while the apiserver is unreachable: the
+/// transition lands within this of the apiserver coming back, for a few refused connections.
+pub const OUTAGE_RETRY: Duration = Duration::from_secs(2);
 // A cron schedule with no firing within the search horizon is looked at again as time brings one into reach.
 const NO_FIRING_RECHECK: Duration = Duration::from_secs(24 * 3600);
 
@@ -39,7 +42,43 @@ pub async fn reconcile(scaler: Arc<Scaler>, ctx: Arc<Context>) -> Result<Action>
 }
 
 pub fn error_policy(scaler: Arc<Scaler>, error: &Error, ctx: Arc<Context>) -> Action {
-    ctx.error_policy(KIND, scaler.as_ref(), error)
+    let now = ctx.clock.now();
+    let unavailable = error.is_unavailable();
+    ctx.error_policy_with(KIND, scaler.as_ref(), error, |backoff| {
+        retry_delay(backoff, &scaler, now, unavailable)
+    })
+}
+
+/// How long a failed Scaler waits before it tries again: its `backoff`, but never past its
+/// next transition, and at most [`OUTAGE_RETRY`] while the apiserver is `unavailable` and the
+/// last transition is not applied yet (its status does not show it), so an outage across a
+/// boundary delays that transition by no more than this once the apiserver is back.
+pub fn retry_delay(
+    backoff: Duration,
+    scaler: &Scaler,
+    now: DateTime<Utc>,
+    unavailable: bool,
+) -> Duration {
+    let Ok(schedule) = scaler.spec.schedule() else {
+        return backoff;
+    };
+    if scaler.spec.suspend() || scaler.meta().deletion_timestamp.is_some() {
+        return backoff;
+    }
+    let plan = plan(&schedule, now);
+    let applied = scaler
+        .status
+        .as_ref()
+        .and_then(|s| s.last_transition.clone());
+    let owed = plan.last.is_some() && plan.last.map(objects::time) != applied;
+    let mut delay = backoff;
+    if owed && unavailable {
+        delay = delay.min(OUTAGE_RETRY);
+    }
+    if let Some(next) = plan.next {
+        delay = delay.min(until(now, next));
+    }
+    delay
 }
 
 async fn with_finalizer(scaler: Arc<Scaler>, ctx: &Context) -> Result<Action> {
@@ -950,6 +989,38 @@ mod tests {
             Action::requeue(NO_FIRING_RECHECK)
         );
         assert_eq!(next_action(p.next, true, now), Action::await_change());
+    }
+
+    #[test]
+    fn the_backoff_of_a_failed_scaler_never_outlasts_its_next_transition() {
+        let mut s = nine_to_five();
+        // Applied up to the 09:00 opening.
+        s.status = Some(ScalerStatus {
+            last_transition: Some(objects::time(at("2025-03-03T09:00:00Z"))),
+            ..ScalerStatus::default()
+        });
+        let long = Duration::from_secs(300);
+        assert_eq!(
+            retry_delay(long, &s, at("2025-03-03T16:58:00Z"), true),
+            Duration::from_secs(120) + BOUNDARY_SLACK,
+            "capped by the 17:00 closing"
+        );
+        assert_eq!(
+            retry_delay(long, &s, at("2025-03-03T12:00:00Z"), true),
+            long,
+            "nothing owed, nothing near"
+        );
+        assert_eq!(
+            retry_delay(Duration::from_secs(1), &s, at("2025-03-03T16:58:00Z"), true),
+            Duration::from_secs(1)
+        );
+        // Past 17:00 with the closing not applied: an outage retries often, a bad request does not.
+        let after = at("2025-03-03T17:00:40Z");
+        assert_eq!(retry_delay(long, &s, after, true), OUTAGE_RETRY);
+        assert_eq!(retry_delay(long, &s, after, false), long);
+        let mut suspended = s.clone();
+        suspended.spec.suspend = Some(true);
+        assert_eq!(retry_delay(long, &suspended, after, true), long);
     }
 
     #[test]
