@@ -456,7 +456,9 @@ async fn apply(scaler: &Scaler, ctx: &Context) -> Result<Action> {
             missing.push(format!("{t_ns}/{t_name}"));
         }
         if let Some(other) = seen.claimed_by {
-            claimed.push(format!("Deployment {t_ns}/{t_name} is scaled by Scaler {other}"));
+            claimed.push(format!(
+                "Deployment {t_ns}/{t_name} is scaled by Scaler {other}"
+            ));
         }
         targets.push(target_status(t_ns, t_name, seen.deployment.as_ref(), &me));
     }
@@ -495,8 +497,13 @@ async fn apply(scaler: &Scaler, ctx: &Context) -> Result<Action> {
     });
     let reason = condition.reason.as_str();
     if matches!(reason, "TargetNotFound" | "TargetClaimed") && !reported {
-        ctx.publish(scaler, EventType::Warning, reason, condition.message.clone())
-            .await;
+        ctx.publish(
+            scaler,
+            EventType::Warning,
+            reason,
+            condition.message.clone(),
+        )
+        .await;
     }
     if status != previous {
         patch_status(ctx, &ns, &name, &status).await?;

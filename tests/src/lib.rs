@@ -659,7 +659,11 @@ impl Outage {
             Duration::from_secs(60),
             Duration::from_millis(100),
             "the apiserver back",
-            || Ok(kubectl(&["get", "--raw", "/readyz"], None)?.ok.then_some(())),
+            || {
+                Ok(kubectl(&["get", "--raw", "/readyz"], None)?
+                    .ok
+                    .then_some(()))
+            },
         )?;
         Ok(Instant::now())
     }
@@ -747,8 +751,7 @@ impl TcpProxy {
 
     /// Stops forwarding: bytes in flight stay where they are, in both directions.
     pub fn pause(&self) {
-        self.paused
-            .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.paused.store(true, std::sync::atomic::Ordering::SeqCst);
     }
 
     pub fn resume(&self) {
@@ -812,8 +815,7 @@ impl TcpProxy {
 
 impl Drop for TcpProxy {
     fn drop(&mut self) {
-        self.closed
-            .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.closed.store(true, std::sync::atomic::Ordering::SeqCst);
     }
 }
 

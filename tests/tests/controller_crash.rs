@@ -53,7 +53,11 @@ fn micro_time_seconds(t: &str) -> Result<f64> {
     let h: Vec<i64> = time.split(':').map(str::parse).collect::<Result<_, _>>()?;
     ensure!(d.len() == 3 && h.len() == 3, "not a time: {t}");
     // Days from civil, after Howard Hinnant's algorithm.
-    let (y, m) = if d[1] <= 2 { (d[0] - 1, d[1] + 9) } else { (d[0], d[1] - 3) };
+    let (y, m) = if d[1] <= 2 {
+        (d[0] - 1, d[1] + 9)
+    } else {
+        (d[0], d[1] - 3)
+    };
     let era = y.div_euclid(400);
     let yoe = y - era * 400;
     let doy = (153 * m + 2) / 5 + d[2] - 1;
@@ -126,7 +130,9 @@ fn a_leader_cut_off_from_the_apiserver_stops_reconciling_before_its_lease_expire
         "a stopped at {stopped}, after its Lease expired at {}",
         renewed + duration
     );
-    ensure!(a.logs().contains("could not renew the leader lease in time"));
+    ensure!(a
+        .logs()
+        .contains("could not renew the leader lease in time"));
 
     // A standby takes over once the Lease expires, with the cut-off leader stopped already.
     let b = elector(&ns, "b")?;

@@ -5,8 +5,7 @@ use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
 use kubesteer_tests::{
-    eventually, eventually_every, hh_mm, jsonpath, unix_now, ControllerProcess, Namespace,
-    Outage,
+    eventually, eventually_every, hh_mm, jsonpath, unix_now, ControllerProcess, Namespace, Outage,
 };
 
 const WAIT: Duration = Duration::from_secs(60);

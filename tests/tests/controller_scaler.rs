@@ -305,7 +305,12 @@ fn a_target_dropped_by_a_suspended_scaler_is_given_back_with_no_record_left() ->
     wait_replicas(&ns, "api", "3")?;
 
     // Suspended and api dropped in one edit: api is no longer this Scaler's to hold.
-    let run = ns.apply(&window("{name: web}", &start, &end, ", replicas: 3, suspend: true"))?;
+    let run = ns.apply(&window(
+        "{name: web}",
+        &start,
+        &end,
+        ", replicas: 3, suspend: true",
+    ))?;
     assert!(run.ok, "{run:?}");
     wait_replicas(&ns, "api", "2")?;
     assert_eq!(jsonpath(ns.name(), "deployment/api", ORIGINAL)?, "");
