@@ -18,6 +18,9 @@ pub const DEFAULT_REPLICAS: i32 = 1;
 pub const DEFAULT_TIME_ZONE: &str = "UTC";
 /// The annotation on a target that records its replicas from before the window opened.
 pub const ORIGINAL_REPLICAS_ANNOTATION: &str = "kubesteer.io/original-replicas";
+/// The annotation, written together with [`ORIGINAL_REPLICAS_ANNOTATION`], that names the Scaler
+/// which recorded it as `namespace/name`: only that Scaler trusts and restores the record.
+pub const ORIGINAL_REPLICAS_OWNER_ANNOTATION: &str = "kubesteer.io/original-replicas-owner";
 pub const MAX_TARGETS: usize = 50;
 pub const MAX_JOBS: usize = 20;
 const TIME_OF_DAY_RULE: &str = "must be an hour 0-23 or \"HH:MM\"";
@@ -85,7 +88,7 @@ pub struct ScalerSpec {
     #[schemars(length(min = 1, max = 20), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub jobs: Option<Vec<ScaleJob>>,
 
-    /// Stops all scaling while true; targets are left as they are. Defaults to false.
+    /// Stops all scaling while true; targets are left as they are, but one removed from deployments is still given back. Defaults to false.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub suspend: Option<bool>,
 }
@@ -234,6 +237,47 @@ pub struct TargetStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = MIN_REPLICAS, max = MAX_INT32))]
     pub original_replicas: Option<i32>,
+}
+
+/// How a Scaler names itself in [`ORIGINAL_REPLICAS_OWNER_ANNOTATION`].
+pub fn scaler_id(namespace: &str, name: &str) -> String {
+    format!("{namespace}/{name}")
+}
+
+/// Whose record of the original replicas a target carries, as the Scaler `me` sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Record {
+    /// No record: the target is not scaled by any Scaler.
+    Absent,
+    /// The record of `me`, with the replicas to restore (None when unreadable). A record without
+    /// an owner was written before owners were recorded; the Scaler that targets it adopts it.
+    Mine {
+        replicas: Option<i32>,
+        owner_recorded: bool,
+    },
+    /// The record of another Scaler, named as `namespace/name`.
+    Other(String),
+}
+
+impl Record {
+    /// The record in a target's `annotations`, as seen by the Scaler named `me` ([`scaler_id`]).
+    pub fn of(annotations: &std::collections::BTreeMap<String, String>, me: &str) -> Self {
+        let replicas = annotations.get(ORIGINAL_REPLICAS_ANNOTATION);
+        match annotations.get(ORIGINAL_REPLICAS_OWNER_ANNOTATION) {
+            Some(owner) if owner != me => Record::Other(owner.clone()),
+            Some(_) => Record::Mine {
+                replicas: replicas.and_then(|v| v.trim().parse().ok()),
+                owner_recorded: true,
+            },
+            None => match replicas {
+                Some(v) => Record::Mine {
+                    replicas: v.trim().parse().ok(),
+                    owner_recorded: false,
+                },
+                None => Record::Absent,
+            },
+        }
+    }
 }
 
 /// The schedule of a Scaler, parsed.
@@ -530,6 +574,42 @@ impl ScalerSpec {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_record_is_trusted_only_by_the_scaler_that_wrote_it() {
+        let annotations = |pairs: &[(&str, &str)]| {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect::<std::collections::BTreeMap<_, _>>()
+        };
+        let me = scaler_id("team", "nightly");
+        assert_eq!(me, "team/nightly");
+        assert_eq!(Record::of(&annotations(&[]), &me), Record::Absent);
+        let mine = annotations(&[
+            (ORIGINAL_REPLICAS_ANNOTATION, "2"),
+            (ORIGINAL_REPLICAS_OWNER_ANNOTATION, "team/nightly"),
+        ]);
+        assert_eq!(
+            Record::of(&mine, &me),
+            Record::Mine {
+                replicas: Some(2),
+                owner_recorded: true
+            }
+        );
+        assert_eq!(
+            Record::of(&mine, "team/daily"),
+            Record::Other("team/nightly".into())
+        );
+        assert_eq!(
+            Record::of(&annotations(&[(ORIGINAL_REPLICAS_ANNOTATION, "3")]), &me),
+            Record::Mine {
+                replicas: Some(3),
+                owner_recorded: false
+            },
+            "a record from before owners were recorded is adopted"
+        );
+    }
 
     fn spec(v: serde_json::Value) -> ScalerSpec {
         serde_json::from_value(v).unwrap()

@@ -128,6 +128,21 @@ impl Context {
     where
         K: Resource<DynamicType = ()>,
     {
+        self.error_policy_with(kind, obj, error, |delay| delay)
+    }
+
+    /// Like [`Context::error_policy`], with the backoff shortened by `adjust` for kinds that
+    /// have a time to keep.
+    pub fn error_policy_with<K>(
+        &self,
+        kind: &'static str,
+        obj: &K,
+        error: &Error,
+        adjust: impl FnOnce(Duration) -> Duration,
+    ) -> Action
+    where
+        K: Resource<DynamicType = ()>,
+    {
         self.metrics.error(kind, error);
         let key = key_of(kind, obj);
         let attempts = {
@@ -136,7 +151,7 @@ impl Context {
             *n = n.saturating_add(1);
             *n
         };
-        let delay = backoff(attempts);
+        let delay = adjust(backoff(attempts));
         warn!(%key, %error, attempts, retry_in = ?delay, "reconcile failed");
         Action::requeue(delay)
     }

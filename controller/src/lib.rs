@@ -81,6 +81,21 @@ impl Error {
         }
     }
 
+    /// Whether the apiserver was unreachable or unable to serve ([`is_unavailable`]).
+    pub fn is_unavailable(&self) -> bool {
+        match self {
+            Error::Kube(e) => is_unavailable(e),
+            Error::Finalizer(e) => match e.as_ref() {
+                kube::runtime::finalizer::Error::ApplyFailed(e)
+                | kube::runtime::finalizer::Error::CleanupFailed(e) => e.is_unavailable(),
+                kube::runtime::finalizer::Error::AddFinalizer(e)
+                | kube::runtime::finalizer::Error::RemoveFinalizer(e) => is_unavailable(e),
+                _ => false,
+            },
+            _ => false,
+        }
+    }
+
     /// Whether the apiserver refused a write because the object changed meanwhile.
     pub fn is_conflict(&self) -> bool {
         match self {
@@ -103,6 +118,16 @@ impl Error {
 impl From<kube::runtime::finalizer::Error<Error>> for Error {
     fn from(e: kube::runtime::finalizer::Error<Error>) -> Self {
         Error::Finalizer(Box::new(e))
+    }
+}
+
+/// Whether a kube error says that the apiserver could not be reached or could not serve now,
+/// as during its restart, rather than that the request was wrong.
+pub fn is_unavailable(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::HyperError(_) | kube::Error::Service(_) => true,
+        kube::Error::Api(s) => s.code == 429 || s.code >= 500,
+        _ => false,
     }
 }
 

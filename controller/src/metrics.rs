@@ -4,6 +4,7 @@ use std::time::Instant;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
@@ -35,6 +36,7 @@ pub struct Metrics {
     errors: Family<ErrorLabels, Counter>,
     duration: HistogramFamily,
     children: Family<ChildLabels, Counter>,
+    leading: Gauge,
 }
 
 // Reconciles take milliseconds; the top buckets catch a slow or throttled apiserver.
@@ -72,12 +74,19 @@ impl Default for Metrics {
              drifted or changed) or unchanged (no request sent)",
             children.clone(),
         );
+        let leading = Gauge::default();
+        registry.register(
+            "leading",
+            "1 while this replica runs the controllers (as the leader, with leader election)",
+            leading.clone(),
+        );
         Self {
             registry,
             reconciles,
             errors,
             duration,
             children,
+            leading,
         }
     }
 }
@@ -110,6 +119,11 @@ impl Metrics {
                 outcome,
             })
             .inc();
+    }
+
+    /// Records whether this replica runs the controllers now.
+    pub fn set_leading(&self, leading: bool) {
+        self.leading.set(i64::from(leading));
     }
 
     /// The text exposition format, for `/metrics`.

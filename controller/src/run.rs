@@ -29,7 +29,8 @@ use crate::{lease, memcached, scaler, telemetry, welcome, Context, Result, Syste
 /// Runs the controller until SIGTERM or SIGINT.
 pub async fn run(args: Args) -> Result<()> {
     telemetry::init(args.log_json)?;
-    let client = Client::try_default().await?;
+    let config = kube::Config::infer().await?;
+    let client = Client::try_from(config.clone())?;
     let metrics = Arc::new(Metrics::default());
     let health = Arc::new(Health::default());
     let (shutdown_tx, shutdown) = watch::channel(false);
@@ -56,9 +57,10 @@ pub async fn run(args: Args) -> Result<()> {
         Caches::empty(),
     ));
     if args.leader_election {
-        lease::run_while_leading(client, &args, identity, ctx, health, shutdown).await?;
+        lease::run_while_leading(config, &args, identity, ctx, health, shutdown).await?;
     } else {
         health.set_ready(true);
+        ctx.metrics.set_leading(true);
         controllers(ctx, &args, shutdown).await;
     }
     match server.await {

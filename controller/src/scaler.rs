@@ -12,7 +12,10 @@ use kube::runtime::finalizer::{finalizer, Event as Finalizer};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Resource, ResourceExt};
 use kubesteer_api::common::{condition, READY};
-use kubesteer_api::scaler::{Schedule, TargetStatus, ORIGINAL_REPLICAS_ANNOTATION};
+use kubesteer_api::scaler::{
+    scaler_id, Record, Schedule, TargetStatus, ORIGINAL_REPLICAS_ANNOTATION,
+    ORIGINAL_REPLICAS_OWNER_ANNOTATION,
+};
 use kubesteer_api::{Scaler, ScalerStatus};
 use serde_json::{json, Value};
 use tracing::info;
@@ -29,6 +32,9 @@ const DEPLOYMENT_DEFAULT_REPLICAS: i32 = 1;
 const BOUNDARY_SLACK: Duration = Duration::from_millis(50);
 // Enough to ride out a burst of concurrent writers; after that the reconcile is requeued.
 const CONFLICT_RETRIES: usize = 3;
+/// How often a Scaler that owes a transition retries while the apiserver is unreachable: the
+/// transition lands within this of the apiserver coming back, for a few refused connections.
+pub const OUTAGE_RETRY: Duration = Duration::from_secs(2);
 // A cron schedule with no firing within the search horizon is looked at again as time brings one into reach.
 const NO_FIRING_RECHECK: Duration = Duration::from_secs(24 * 3600);
 
@@ -39,7 +45,43 @@ pub async fn reconcile(scaler: Arc<Scaler>, ctx: Arc<Context>) -> Result<Action>
 }
 
 pub fn error_policy(scaler: Arc<Scaler>, error: &Error, ctx: Arc<Context>) -> Action {
-    ctx.error_policy(KIND, scaler.as_ref(), error)
+    let now = ctx.clock.now();
+    let unavailable = error.is_unavailable();
+    ctx.error_policy_with(KIND, scaler.as_ref(), error, |backoff| {
+        retry_delay(backoff, &scaler, now, unavailable)
+    })
+}
+
+/// How long a failed Scaler waits before it tries again: its `backoff`, but never past its
+/// next transition, and at most [`OUTAGE_RETRY`] while the apiserver is `unavailable` and the
+/// last transition is not applied yet (its status does not show it), so an outage across a
+/// boundary delays that transition by no more than this once the apiserver is back.
+pub fn retry_delay(
+    backoff: Duration,
+    scaler: &Scaler,
+    now: DateTime<Utc>,
+    unavailable: bool,
+) -> Duration {
+    let Ok(schedule) = scaler.spec.schedule() else {
+        return backoff;
+    };
+    if scaler.spec.suspend() || scaler.meta().deletion_timestamp.is_some() {
+        return backoff;
+    }
+    let plan = plan(&schedule, now);
+    let applied = scaler
+        .status
+        .as_ref()
+        .and_then(|s| s.last_transition.clone());
+    let owed = plan.last.is_some() && plan.last.map(objects::time) != applied;
+    let mut delay = backoff;
+    if owed && unavailable {
+        delay = delay.min(OUTAGE_RETRY);
+    }
+    if let Some(next) = plan.next {
+        delay = delay.min(until(now, next));
+    }
+    delay
 }
 
 async fn with_finalizer(scaler: Arc<Scaler>, ctx: &Context) -> Result<Action> {
@@ -164,12 +206,6 @@ fn outside_replicas(schedule: Option<&Schedule>) -> Option<i32> {
     }
 }
 
-fn original_replicas(d: &Deployment) -> Option<i32> {
-    d.annotations()
-        .get(ORIGINAL_REPLICAS_ANNOTATION)
-        .and_then(|v| v.trim().parse().ok())
-}
-
 fn replicas_of(d: &Deployment) -> i32 {
     d.spec
         .as_ref()
@@ -185,37 +221,57 @@ pub struct TargetChange {
     pub note: String,
 }
 
-/// What a target needs: `wanted` replicas inside the window (recording the original once), or,
-/// outside it, going back to `outside` or the recorded replicas. None when it is as it should be.
+/// What a target needs from the Scaler `me`, given `record`, whose record of the original
+/// replicas the target carries: `wanted` replicas inside the window (recording the original and
+/// `me` once), or, outside it, going back to `outside` or the recorded replicas. None when it is
+/// as it should be, or when the record is another Scaler's.
 pub fn target_change(
     d: &Deployment,
+    me: &str,
+    record: &Record,
     wanted: Option<i32>,
     outside: Option<i32>,
 ) -> Option<TargetChange> {
     let current = replicas_of(d);
-    let has_annotation = d.annotations().contains_key(ORIGINAL_REPLICAS_ANNOTATION);
     let target = format!("{}/{}", d.namespace().unwrap_or_default(), d.name_any());
     // resourceVersion makes the write conditional on what was read: a concurrent change means a retry.
     let rv = d.resource_version();
-    match wanted {
-        Some(wanted) if !has_annotation => Some(TargetChange {
+    match (wanted, record) {
+        (_, Record::Other(_)) => None,
+        (Some(wanted), Record::Absent) => Some(TargetChange {
             patch: json!({
-                "metadata": {"resourceVersion": rv, "annotations": {ORIGINAL_REPLICAS_ANNOTATION: current.to_string()}},
+                "metadata": {"resourceVersion": rv, "annotations": {
+                    ORIGINAL_REPLICAS_ANNOTATION: current.to_string(),
+                    ORIGINAL_REPLICAS_OWNER_ANNOTATION: me,
+                }},
                 "spec": {"replicas": wanted},
             }),
             reason: "Scaled",
             note: format!("Scaled Deployment {target} from {current} to {wanted} replicas; recorded {current} to restore"),
         }),
-        Some(wanted) if current != wanted => Some(TargetChange {
-            patch: json!({"metadata": {"resourceVersion": rv}, "spec": {"replicas": wanted}}),
-            reason: "Scaled",
-            note: format!("Scaled Deployment {target} from {current} back to {wanted} replicas"),
-        }),
-        Some(_) => None,
-        None if has_annotation => {
-            let restore = outside.or_else(|| original_replicas(d));
+        (Some(wanted), Record::Mine { owner_recorded, .. }) if current != wanted || !owner_recorded => {
+            let mut patch = json!({"metadata": {"resourceVersion": rv}, "spec": {"replicas": wanted}});
+            if !owner_recorded {
+                patch["metadata"]["annotations"] = json!({ORIGINAL_REPLICAS_OWNER_ANNOTATION: me});
+            }
+            Some(TargetChange {
+                patch,
+                reason: "Scaled",
+                note: if current == wanted {
+                    format!("Recorded this Scaler as the one that scaled Deployment {target}")
+                } else {
+                    format!("Scaled Deployment {target} from {current} back to {wanted} replicas")
+                },
+            })
+        }
+        (Some(_), Record::Mine { .. }) => None,
+        (None, Record::Mine { replicas, .. }) => {
+            let restore = outside.or(*replicas);
             let mut patch = json!({
-                "metadata": {"resourceVersion": rv, "annotations": {ORIGINAL_REPLICAS_ANNOTATION: null}},
+                "metadata": {"resourceVersion": rv, "annotations": {
+                    ORIGINAL_REPLICAS_ANNOTATION: null,
+                    ORIGINAL_REPLICAS_OWNER_ANNOTATION: null,
+                }},
             });
             let note = match restore {
                 Some(to) => {
@@ -230,22 +286,59 @@ pub fn target_change(
                 note,
             })
         }
-        None => None,
+        (None, Record::Absent) => None,
     }
 }
 
-/// Brings one target to the plan; None when it does not exist.
-async fn reconcile_target<K>(
+/// One target as a reconcile found it.
+#[derive(Debug, Default)]
+struct Seen {
+    /// None when it does not exist.
+    deployment: Option<Deployment>,
+    /// The Scaler (`namespace/name`) whose record it carries, when that is another live one.
+    claimed_by: Option<String>,
+}
+
+/// The record on `d` as the Scaler `me` sees it. A record of another Scaler counts only while
+/// that Scaler exists and targets `d`; a stale one (its Scaler gone, or `d` dropped from it) is
+/// as good as none, so it is replaced rather than trusted.
+async fn record_of(ctx: &Context, d: &Deployment, me: &str) -> Result<Record> {
+    let record = Record::of(d.annotations(), me);
+    let Record::Other(owner) = &record else {
+        return Ok(record);
+    };
+    let Some((owner_ns, owner_name)) = owner.split_once('/') else {
+        return Ok(Record::Absent);
+    };
+    let api: Api<Scaler> = Api::namespaced(ctx.client.clone(), owner_ns);
+    let target_ns = d.namespace().unwrap_or_default();
+    let target_name = d.name_any();
+    match api.get(owner_name).await {
+        Ok(other) => {
+            let targets = other
+                .spec
+                .targets(owner_ns)
+                .any(|(n, t)| n == target_ns && t == target_name);
+            Ok(if targets { record } else { Record::Absent })
+        }
+        Err(e) if is_status(&e, 404) => Ok(Record::Absent),
+        // Whether it still targets `d` cannot be told; leaving `d` alone is the safe side.
+        Err(e) if is_status(&e, 403) => Ok(record),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Brings one target to the plan.
+async fn reconcile_target(
     ctx: &Context,
-    owner: &K,
+    owner: &Scaler,
     namespace: &str,
     name: &str,
     wanted: Option<i32>,
     outside: Option<i32>,
-) -> Result<Option<Deployment>>
-where
-    K: Resource<DynamicType = ()>,
-{
+) -> Result<Seen> {
+    let (own_ns, own_name) = namespace_and_name(KIND, owner)?;
+    let me = scaler_id(&own_ns, &own_name);
     let api: Api<Deployment> = Api::namespaced(ctx.client.clone(), namespace);
     let params = PatchParams {
         field_manager: Some(crate::FIELD_MANAGER.into()),
@@ -255,18 +348,29 @@ where
     loop {
         let deployment = match api.get(name).await {
             Ok(d) => d,
-            Err(e) if is_status(&e, 404) => return Ok(None),
+            Err(e) if is_status(&e, 404) => return Ok(Seen::default()),
             Err(e) => return Err(e.into()),
         };
-        let Some(change) = target_change(&deployment, wanted, outside) else {
-            return Ok(Some(deployment));
+        let record = record_of(ctx, &deployment, &me).await?;
+        let claimed_by = match &record {
+            Record::Other(other) => Some(other.clone()),
+            _ => None,
+        };
+        let Some(change) = target_change(&deployment, &me, &record, wanted, outside) else {
+            return Ok(Seen {
+                deployment: Some(deployment),
+                claimed_by,
+            });
         };
         match api.patch(name, &params, &Patch::Merge(&change.patch)).await {
             Ok(patched) => {
                 info!(target = %format!("{namespace}/{name}"), reason = change.reason, "{}", change.note);
                 ctx.publish(owner, EventType::Normal, change.reason, change.note)
                     .await;
-                return Ok(Some(patched));
+                return Ok(Seen {
+                    deployment: Some(patched),
+                    claimed_by,
+                });
             }
             Err(e) if is_status(&e, 409) && attempt + 1 < CONFLICT_RETRIES => attempt += 1,
             Err(e) => return Err(e.into()),
@@ -274,12 +378,16 @@ where
     }
 }
 
-fn target_status(namespace: &str, name: &str, d: Option<&Deployment>) -> TargetStatus {
+fn target_status(namespace: &str, name: &str, d: Option<&Deployment>, me: &str) -> TargetStatus {
+    let original_replicas = match d.map(|d| Record::of(d.annotations(), me)) {
+        Some(Record::Mine { replicas, .. }) => replicas,
+        _ => None,
+    };
     TargetStatus {
         name: name.to_string(),
         namespace: namespace.to_string(),
         replicas: d.map(replicas_of),
-        original_replicas: d.and_then(original_replicas),
+        original_replicas,
     }
 }
 
@@ -331,23 +439,34 @@ async fn apply(scaler: &Scaler, ctx: &Context) -> Result<Action> {
         .targets(&ns)
         .map(|(n, d)| (n.to_string(), d.to_string()))
         .collect();
+    let me = scaler_id(&ns, &name);
     let mut targets = Vec::new();
     let mut missing = Vec::new();
+    let mut claimed = Vec::new();
     for (t_ns, t_name) in &wanted_targets {
-        let deployment = if suspended {
-            read_target(ctx, t_ns, t_name).await?
+        let seen = if suspended {
+            Seen {
+                deployment: read_target(ctx, t_ns, t_name).await?,
+                claimed_by: None,
+            }
         } else {
             reconcile_target(ctx, scaler, t_ns, t_name, plan.replicas, outside).await?
         };
-        if deployment.is_none() {
+        if seen.deployment.is_none() {
             missing.push(format!("{t_ns}/{t_name}"));
         }
-        targets.push(target_status(t_ns, t_name, deployment.as_ref()));
+        if let Some(other) = seen.claimed_by {
+            claimed.push(format!(
+                "Deployment {t_ns}/{t_name} is scaled by Scaler {other}"
+            ));
+        }
+        targets.push(target_status(t_ns, t_name, seen.deployment.as_ref(), &me));
     }
-    // Targets dropped from the spec while scaled are given back as if their window closed.
+    // A target that left the spec (dropped or renamed) is given back as if its window closed,
+    // suspended or not: it is no longer this Scaler's to hold.
     let wanted: BTreeSet<&(String, String)> = wanted_targets.iter().collect();
     for old in &previous.targets {
-        if !wanted.contains(&(old.namespace.clone(), old.name.clone())) && !suspended {
+        if !wanted.contains(&(old.namespace.clone(), old.name.clone())) {
             reconcile_target(ctx, scaler, &old.namespace, &old.name, None, outside).await?;
         }
     }
@@ -358,6 +477,8 @@ async fn apply(scaler: &Scaler, ctx: &Context) -> Result<Action> {
             "TargetNotFound",
             format!("Deployment {} not found", missing.join(", ")),
         )
+    } else if !claimed.is_empty() {
+        ready(false, "TargetClaimed", claimed.join("; "))
     } else if suspended {
         ready(true, "Suspended", "scaling is suspended".into())
     } else {
@@ -371,14 +492,15 @@ async fn apply(scaler: &Scaler, ctx: &Context) -> Result<Action> {
         observed_generation: generation,
         conditions: vec![condition.clone()],
     };
-    let was_missing = previous.conditions.iter().any(|c| {
+    let reported = previous.conditions.iter().any(|c| {
         c.type_ == READY && c.reason == condition.reason && c.message == condition.message
     });
-    if condition.reason == "TargetNotFound" && !was_missing {
+    let reason = condition.reason.as_str();
+    if matches!(reason, "TargetNotFound" | "TargetClaimed") && !reported {
         ctx.publish(
             scaler,
             EventType::Warning,
-            "TargetNotFound",
+            reason,
             condition.message.clone(),
         )
         .await;
@@ -453,6 +575,7 @@ mod tests {
         "/apis/apps/v1/namespaces/team/deployments/web?&fieldManager=kubesteer-controller";
     const API: &str = "/apis/apps/v1/namespaces/other/deployments/api";
     const SCALER: &str = "/apis/kubesteer.io/v1alpha1/namespaces/team/scalers/nightly?";
+    const ME: &str = "team/nightly";
 
     fn scaler(spec: serde_json::Value) -> Scaler {
         serde_json::from_value(json!({
@@ -475,7 +598,10 @@ mod tests {
             "spec": {"replicas": replicas, "selector": {}, "template": {}},
         });
         if let Some(o) = original {
-            d["metadata"]["annotations"] = json!({ORIGINAL_REPLICAS_ANNOTATION: o.to_string()});
+            d["metadata"]["annotations"] = json!({
+                ORIGINAL_REPLICAS_ANNOTATION: o.to_string(),
+                ORIGINAL_REPLICAS_OWNER_ANNOTATION: "team/nightly",
+            });
         }
         d
     }
@@ -504,7 +630,9 @@ mod tests {
         let (ctx, verifier) = fixtures::context_at(at("2025-03-03T12:00:00Z"));
         let before = target("team", "web", 2, None);
         let expected_patch = json!({
-            "metadata": {"resourceVersion": "41", "annotations": {ORIGINAL_REPLICAS_ANNOTATION: "2"}},
+            "metadata": {"resourceVersion": "41", "annotations": {
+                ORIGINAL_REPLICAS_ANNOTATION: "2", ORIGINAL_REPLICAS_OWNER_ANNOTATION: "team/nightly",
+            }},
             "spec": {"replicas": 5},
         });
         let scenario = verifier.run(vec![
@@ -559,7 +687,9 @@ mod tests {
         let (ctx, verifier) = fixtures::context_at(at("2025-03-03T17:00:00Z"));
         let before = target("team", "web", 5, Some(2));
         let expected_patch = json!({
-            "metadata": {"resourceVersion": "41", "annotations": {ORIGINAL_REPLICAS_ANNOTATION: null}},
+            "metadata": {"resourceVersion": "41", "annotations": {
+                ORIGINAL_REPLICAS_ANNOTATION: null, ORIGINAL_REPLICAS_OWNER_ANNOTATION: null,
+            }},
             "spec": {"replicas": 2},
         });
         let scenario = verifier.run(vec![
@@ -907,6 +1037,123 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_suspended_scaler_gives_back_a_target_dropped_from_its_spec() {
+        let mut s = scaler(
+            json!({"deployments": [{"name": "web"}], "start": 9, "end": 17, "replicas": 3, "suspend": true}),
+        );
+        s.status = Some(ScalerStatus {
+            targets: ["web", "api"]
+                .into_iter()
+                .map(|name| TargetStatus {
+                    name: name.into(),
+                    namespace: if name == "web" { "team" } else { "other" }.into(),
+                    replicas: Some(3),
+                    original_replicas: Some(1),
+                })
+                .collect(),
+            ..ScalerStatus::default()
+        });
+        let (ctx, verifier) = fixtures::context_at(at("2025-03-03T12:00:00Z"));
+        let scenario = verifier.run(vec![
+            Call::get(WEB).respond(target("team", "web", 3, Some(1))),
+            Call::get(API).respond(target("other", "api", 3, Some(1))),
+            Call::patch(
+                "/apis/apps/v1/namespaces/other/deployments/api?&fieldManager=kubesteer-controller",
+            )
+            .body(|b| {
+                assert_eq!(b["spec"]["replicas"], 1);
+                assert_eq!(
+                    b["metadata"]["annotations"],
+                    json!({ORIGINAL_REPLICAS_ANNOTATION: null, ORIGINAL_REPLICAS_OWNER_ANNOTATION: null})
+                );
+            })
+            .respond(target("other", "api", 1, None)),
+            Call::event("team")
+                .body(|b| assert_eq!(b["note"], "Restored Deployment other/api from 3 to 1 replicas"))
+                .respond_with_body(),
+            Call::patch(STATUS)
+                .body(|b| {
+                    assert_eq!(
+                        b["status"]["targets"],
+                        json!([{"name": "web", "namespace": "team", "replicas": 3, "originalReplicas": 1}])
+                    );
+                })
+                .respond_status_of(&s),
+        ]);
+        assert_eq!(
+            reconcile(Arc::new(s), ctx.clone()).await.unwrap(),
+            Action::await_change()
+        );
+        scenario.finish(ctx).await;
+    }
+
+    #[tokio::test]
+    async fn a_stale_record_of_a_deleted_scaler_is_replaced_not_trusted() {
+        let mut stale = target("team", "web", 5, Some(2));
+        stale["metadata"]["annotations"][ORIGINAL_REPLICAS_OWNER_ANNOTATION] = json!("team/gone");
+        let (ctx, verifier) = fixtures::context_at(at("2025-03-03T12:00:00Z"));
+        let scenario = verifier.run(vec![
+            Call::get(WEB).respond(stale),
+            Call::get("/apis/kubesteer.io/v1alpha1/namespaces/team/scalers/gone").not_found(),
+            Call::patch(WEB_PATCH)
+                .body(|b| {
+                    assert_eq!(
+                        b["metadata"]["annotations"],
+                        json!({ORIGINAL_REPLICAS_ANNOTATION: "5", ORIGINAL_REPLICAS_OWNER_ANNOTATION: ME})
+                    );
+                    assert_eq!(b["spec"]["replicas"], 5);
+                })
+                .respond(target("team", "web", 5, Some(5))),
+            Call::event("team").respond_with_body(),
+            Call::patch(STATUS)
+                .body(|b| assert_eq!(b["status"]["targets"][0]["originalReplicas"], 5))
+                .respond_status_of(&nine_to_five()),
+        ]);
+        reconcile(Arc::new(nine_to_five()), ctx.clone())
+            .await
+            .unwrap();
+        scenario.finish(ctx).await;
+    }
+
+    #[tokio::test]
+    async fn a_target_another_live_scaler_scales_is_left_alone_and_reported() {
+        let mut theirs = target("team", "web", 2, Some(4));
+        theirs["metadata"]["annotations"][ORIGINAL_REPLICAS_OWNER_ANNOTATION] = json!("team/daily");
+        let mut daily = serde_json::to_value(nine_to_five()).unwrap();
+        daily["metadata"]["name"] = json!("daily");
+        let (ctx, verifier) = fixtures::context_at(at("2025-03-03T12:00:00Z"));
+        let scenario = verifier.run(vec![
+            Call::get(WEB).respond(theirs),
+            Call::get("/apis/kubesteer.io/v1alpha1/namespaces/team/scalers/daily").respond(daily),
+            Call::event("team")
+                .body(|b| {
+                    assert_eq!(b["type"], "Warning");
+                    assert_eq!(b["reason"], "TargetClaimed");
+                })
+                .respond_with_body(),
+            Call::patch(STATUS)
+                .body(|b| {
+                    let s = &b["status"];
+                    assert_eq!(s["conditions"][0]["status"], "False");
+                    assert_eq!(s["conditions"][0]["reason"], "TargetClaimed");
+                    assert_eq!(
+                        s["conditions"][0]["message"],
+                        "Deployment team/web is scaled by Scaler team/daily"
+                    );
+                    assert_eq!(
+                        s["targets"],
+                        json!([{"name": "web", "namespace": "team", "replicas": 2}])
+                    );
+                })
+                .respond_status_of(&nine_to_five()),
+        ]);
+        reconcile(Arc::new(nine_to_five()), ctx.clone())
+            .await
+            .unwrap();
+        scenario.finish(ctx).await;
+    }
+
+    #[tokio::test]
     async fn a_stored_never_firing_schedule_is_reported_not_searched() {
         // Stored while the webhook was down: the controller must neither panic nor spin on it.
         let s = scaler(json!({"deployments": [{"name": "web"}],
@@ -953,6 +1200,38 @@ mod tests {
     }
 
     #[test]
+    fn the_backoff_of_a_failed_scaler_never_outlasts_its_next_transition() {
+        let mut s = nine_to_five();
+        // Applied up to the 09:00 opening.
+        s.status = Some(ScalerStatus {
+            last_transition: Some(objects::time(at("2025-03-03T09:00:00Z"))),
+            ..ScalerStatus::default()
+        });
+        let long = Duration::from_secs(300);
+        assert_eq!(
+            retry_delay(long, &s, at("2025-03-03T16:58:00Z"), true),
+            Duration::from_secs(120) + BOUNDARY_SLACK,
+            "capped by the 17:00 closing"
+        );
+        assert_eq!(
+            retry_delay(long, &s, at("2025-03-03T12:00:00Z"), true),
+            long,
+            "nothing owed, nothing near"
+        );
+        assert_eq!(
+            retry_delay(Duration::from_secs(1), &s, at("2025-03-03T16:58:00Z"), true),
+            Duration::from_secs(1)
+        );
+        // Past 17:00 with the closing not applied: an outage retries often, a bad request does not.
+        let after = at("2025-03-03T17:00:40Z");
+        assert_eq!(retry_delay(long, &s, after, true), OUTAGE_RETRY);
+        assert_eq!(retry_delay(long, &s, after, false), long);
+        let mut suspended = s.clone();
+        suspended.spec.suspend = Some(true);
+        assert_eq!(retry_delay(long, &suspended, after, true), long);
+    }
+
+    #[test]
     fn the_plan_flips_exactly_at_each_boundary() {
         let s = nine_to_five();
         let schedule = s.spec.schedule().unwrap();
@@ -971,24 +1250,24 @@ mod tests {
     }
 
     #[test]
-    fn target_changes_follow_the_annotation() {
+    fn target_changes_follow_the_record() {
         let d = |r: i32, o: Option<i32>| -> Deployment {
             serde_json::from_value(target("team", "web", r, o)).unwrap()
         };
+        let change = |d: &Deployment, wanted, outside| {
+            target_change(d, ME, &Record::of(d.annotations(), ME), wanted, outside)
+        };
+        assert_eq!(change(&d(5, Some(2)), Some(5), None), None, "settled");
         assert_eq!(
-            target_change(&d(5, Some(2)), Some(5), None),
-            None,
-            "settled"
-        );
-        assert_eq!(
-            target_change(&d(2, None), None, Some(9)),
+            change(&d(2, None), None, Some(9)),
             None,
             "outside: left alone"
         );
-        let same = target_change(&d(5, None), Some(5), None).unwrap();
+        let same = change(&d(5, None), Some(5), None).unwrap();
         assert_eq!(
-            same.patch["metadata"]["annotations"][ORIGINAL_REPLICAS_ANNOTATION], "5",
-            "the original is recorded even when it already matches"
+            same.patch["metadata"]["annotations"],
+            json!({ORIGINAL_REPLICAS_ANNOTATION: "5", ORIGINAL_REPLICAS_OWNER_ANNOTATION: ME}),
+            "the original is recorded, with its owner, even when it already matches"
         );
         let unreadable: Deployment = serde_json::from_value({
             let mut t = target("team", "web", 5, None);
@@ -996,8 +1275,44 @@ mod tests {
             t
         })
         .unwrap();
-        let release = target_change(&unreadable, None, None).unwrap();
+        let release = change(&unreadable, None, None).unwrap();
         assert!(release.patch.get("spec").is_none(), "{:?}", release.patch);
+    }
+
+    #[test]
+    fn a_record_of_another_scaler_is_neither_trusted_nor_touched() {
+        let d: Deployment = serde_json::from_value(target("team", "web", 5, Some(2))).unwrap();
+        let theirs = Record::Other("team/nightly".into());
+        for (wanted, outside) in [(Some(3), None), (None, None), (None, Some(1))] {
+            assert_eq!(
+                target_change(&d, "team/daily", &theirs, wanted, outside),
+                None
+            );
+        }
+        // A stale record (its Scaler gone) is read as none: the current replicas are recorded anew.
+        let fresh = target_change(&d, "team/daily", &Record::Absent, Some(3), None).unwrap();
+        assert_eq!(
+            fresh.patch["metadata"]["annotations"],
+            json!({ORIGINAL_REPLICAS_ANNOTATION: "5", ORIGINAL_REPLICAS_OWNER_ANNOTATION: "team/daily"})
+        );
+    }
+
+    #[test]
+    fn a_record_from_before_owners_is_adopted_with_an_owner() {
+        let legacy: Deployment = serde_json::from_value({
+            let mut t = target("team", "web", 5, None);
+            t["metadata"]["annotations"] = json!({ORIGINAL_REPLICAS_ANNOTATION: "2"});
+            t
+        })
+        .unwrap();
+        let record = Record::of(legacy.annotations(), ME);
+        let adopt = target_change(&legacy, ME, &record, Some(5), None).unwrap();
+        assert_eq!(
+            adopt.patch["metadata"]["annotations"],
+            json!({ORIGINAL_REPLICAS_OWNER_ANNOTATION: ME})
+        );
+        let restore = target_change(&legacy, ME, &record, None, None).unwrap();
+        assert_eq!(restore.patch["spec"]["replicas"], 2);
     }
 
     #[test]

@@ -432,6 +432,16 @@ impl ControllerProcess {
 
     /// Starts one with extra arguments; `log_name` names its log file under target/e2e-logs.
     pub fn start_with(namespace: &str, log_name: &str, extra: &[&str]) -> Result<Self> {
+        Self::start_via(&kubeconfig(), namespace, log_name, extra)
+    }
+
+    /// Like [`ControllerProcess::start_with`], reaching the cluster through `kubeconfig`.
+    pub fn start_via(
+        kubeconfig: &std::path::Path,
+        namespace: &str,
+        log_name: &str,
+        extra: &[&str],
+    ) -> Result<Self> {
         let binary = controller_binary()?;
         let dir = target_dir().join("e2e-logs");
         std::fs::create_dir_all(&dir)?;
@@ -440,7 +450,7 @@ impl ControllerProcess {
         let child = Command::new(&binary)
             .args(["--namespace", namespace, "--metrics-addr", "127.0.0.1:0"])
             .args(extra)
-            .env("KUBECONFIG", kubeconfig())
+            .env("KUBECONFIG", kubeconfig)
             .env("RUST_LOG", "info,kubesteer_controller=debug")
             .stdin(Stdio::null())
             .stdout(out.try_clone()?)
@@ -604,6 +614,209 @@ pub fn impersonating_kubeconfig(user: &str, groups: &[&str], file: &str) -> Resu
     std::fs::create_dir_all(path.parent().context("no parent")?)?;
     std::fs::write(&path, serde_yaml::to_string(&config)?)?;
     Ok(path)
+}
+
+/// Runs the pinned kwokctl on the local cluster (`KUBESTEER_CLUSTER`, state under
+/// `KUBESTEER_STATE`, as `hack/cluster.sh` has them).
+pub fn kwokctl(args: &[&str]) -> Result<String> {
+    let state = std::env::var_os("KUBESTEER_STATE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join(".kubesteer"));
+    let name = std::env::var("KUBESTEER_CLUSTER").unwrap_or_else(|_| "kubesteer".to_string());
+    let out = Command::new(cache_bin().join("kwokctl"))
+        .args(["--name", &name])
+        .args(args)
+        .env("KWOK_WORKDIR", state.join("kwok"))
+        .output()
+        .context("running kwokctl")?;
+    if !out.status.success() {
+        bail!(
+            "kwokctl {} failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The local control plane stopped (etcd, apiserver and the rest, their data kept); started
+/// again by [`Outage::end`], or on drop.
+pub struct Outage {
+    ended: bool,
+}
+
+impl Outage {
+    pub fn begin() -> Result<Self> {
+        kwokctl(&["stop", "cluster"])?;
+        Ok(Self { ended: false })
+    }
+
+    /// Starts the control plane and returns once the apiserver answers `/readyz`.
+    pub fn end(mut self) -> Result<Instant> {
+        self.ended = true;
+        kwokctl(&["start", "cluster"])?;
+        eventually_every(
+            Duration::from_secs(60),
+            Duration::from_millis(100),
+            "the apiserver back",
+            || {
+                Ok(kubectl(&["get", "--raw", "/readyz"], None)?
+                    .ok
+                    .then_some(()))
+            },
+        )?;
+        Ok(Instant::now())
+    }
+}
+
+impl Drop for Outage {
+    fn drop(&mut self) {
+        if !self.ended {
+            let _ = kwokctl(&["start", "cluster"]);
+        }
+    }
+}
+
+/// The apiserver's address, from the local kubeconfig's server URL.
+pub fn apiserver_addr() -> Result<std::net::SocketAddr> {
+    let config: serde_yaml::Value = serde_yaml::from_str(&std::fs::read_to_string(kubeconfig())?)?;
+    let server = config["clusters"][0]["cluster"]["server"]
+        .as_str()
+        .context("kubeconfig has no server")?;
+    let hostport = server
+        .strip_prefix("https://")
+        .context("the server is not https")?
+        .trim_end_matches('/');
+    Ok(hostport.parse()?)
+}
+
+/// A copy of the local kubeconfig whose server is `https://127.0.0.1:<port>`, e.g. a [`TcpProxy`]
+/// (the apiserver certificate is for 127.0.0.1, whatever the port).
+pub fn kubeconfig_via(port: u16, file: &str) -> Result<PathBuf> {
+    let mut config: serde_yaml::Value =
+        serde_yaml::from_str(&std::fs::read_to_string(kubeconfig())?)?;
+    let clusters = config
+        .get_mut("clusters")
+        .and_then(|c| c.as_sequence_mut())
+        .context("kubeconfig has no clusters")?;
+    for entry in clusters {
+        if let Some(c) = entry.get_mut("cluster").and_then(|c| c.as_mapping_mut()) {
+            c.insert("server".into(), format!("https://127.0.0.1:{port}").into());
+        }
+    }
+    let path = target_dir().join("e2e").join(file);
+    std::fs::create_dir_all(path.parent().context("no parent")?)?;
+    std::fs::write(&path, serde_yaml::to_string(&config)?)?;
+    Ok(path)
+}
+
+/// A TCP proxy on 127.0.0.1 in front of `upstream`, to cut a process off the apiserver as a
+/// network partition would: paused, it forwards nothing either way and connects nothing new,
+/// so requests hang rather than fail. Stopped on drop.
+pub struct TcpProxy {
+    pub port: u16,
+    paused: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    closed: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl TcpProxy {
+    pub fn start(upstream: std::net::SocketAddr) -> Result<Self> {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::Arc;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+        let port = listener.local_addr()?.port();
+        listener.set_nonblocking(true)?;
+        let paused = Arc::new(AtomicBool::new(false));
+        let closed = Arc::new(AtomicBool::new(false));
+        let (p, c) = (paused.clone(), closed.clone());
+        std::thread::spawn(move || {
+            while !c.load(Ordering::Relaxed) {
+                match listener.accept() {
+                    Ok((client, _)) => {
+                        let (p, c) = (p.clone(), c.clone());
+                        std::thread::spawn(move || {
+                            let _ = Self::connect(client, upstream, &p, &c);
+                        });
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(20)),
+                }
+            }
+        });
+        Ok(Self {
+            port,
+            paused,
+            closed,
+        })
+    }
+
+    /// Stops forwarding: bytes in flight stay where they are, in both directions.
+    pub fn pause(&self) {
+        self.paused.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    pub fn resume(&self) {
+        self.paused
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    fn connect(
+        client: std::net::TcpStream,
+        upstream: std::net::SocketAddr,
+        paused: &std::sync::Arc<std::sync::atomic::AtomicBool>,
+        closed: &std::sync::Arc<std::sync::atomic::AtomicBool>,
+    ) -> Result<()> {
+        use std::sync::atomic::Ordering;
+        client.set_nonblocking(false)?;
+        while paused.load(Ordering::Relaxed) && !closed.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let server = std::net::TcpStream::connect(upstream)?;
+        let (c2, s2) = (client.try_clone()?, server.try_clone()?);
+        let (p, c) = (paused.clone(), closed.clone());
+        std::thread::spawn(move || Self::pipe(c2, s2, &p, &c));
+        Self::pipe(server, client, paused, closed);
+        Ok(())
+    }
+
+    fn pipe(
+        mut from: std::net::TcpStream,
+        mut to: std::net::TcpStream,
+        paused: &std::sync::atomic::AtomicBool,
+        closed: &std::sync::atomic::AtomicBool,
+    ) {
+        use std::io::{ErrorKind, Read, Write};
+        use std::sync::atomic::Ordering;
+        if from
+            .set_read_timeout(Some(Duration::from_millis(50)))
+            .is_err()
+        {
+            return;
+        }
+        let mut buf = [0u8; 16 * 1024];
+        while !closed.load(Ordering::Relaxed) {
+            if paused.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(20));
+                continue;
+            }
+            match from.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => {
+                    if to.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+                Err(_) => break,
+            }
+        }
+        let _ = to.shutdown(std::net::Shutdown::Write);
+    }
+}
+
+impl Drop for TcpProxy {
+    fn drop(&mut self) {
+        self.closed.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 /// A background process for one test, with its output in a log file; killed on drop.

@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
 use kubesteer_tests::{
-    eventually, eventually_every, hh_mm, jsonpath, kubectl_ok, unix_now, ControllerProcess,
-    Namespace,
+    apiserver_addr, eventually, eventually_every, hh_mm, jsonpath, kubeconfig_via, kubectl_ok,
+    unix_now, ControllerProcess, Namespace, TcpProxy,
 };
 use serde_json::{json, Value};
 
@@ -21,7 +21,17 @@ fn get_json(ns: &str, resource: &str) -> Result<Value> {
 
 /// A controller taking part in leader election on the Lease `kubesteer-controller` in `ns`.
 fn elector(ns: &Namespace, identity: &str) -> Result<ControllerProcess> {
-    ControllerProcess::start_with(
+    elector_via(&kubesteer_tests::kubeconfig(), ns, identity)
+}
+
+/// Like [`elector`], reaching the apiserver through `kubeconfig`.
+fn elector_via(
+    kubeconfig: &std::path::Path,
+    ns: &Namespace,
+    identity: &str,
+) -> Result<ControllerProcess> {
+    ControllerProcess::start_via(
+        kubeconfig,
         ns.name(),
         &format!("{}-{identity}", ns.name()),
         &[
@@ -32,6 +42,106 @@ fn elector(ns: &Namespace, identity: &str) -> Result<ControllerProcess> {
             identity,
         ],
     )
+}
+
+/// Seconds since the epoch of a MicroTime such as "2025-03-03T09:00:00.123456Z" (UTC only).
+fn micro_time_seconds(t: &str) -> Result<f64> {
+    let (whole, fraction) = t.trim_end_matches('Z').split_once('.').unwrap_or((t, "0"));
+    let whole = whole.trim_end_matches('Z');
+    let (date, time) = whole.split_once('T').context("no T")?;
+    let d: Vec<i64> = date.split('-').map(str::parse).collect::<Result<_, _>>()?;
+    let h: Vec<i64> = time.split(':').map(str::parse).collect::<Result<_, _>>()?;
+    ensure!(d.len() == 3 && h.len() == 3, "not a time: {t}");
+    // Days from civil, after Howard Hinnant's algorithm.
+    let (y, m) = if d[1] <= 2 {
+        (d[0] - 1, d[1] + 9)
+    } else {
+        (d[0], d[1] - 3)
+    };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * m + 2) / 5 + d[2] - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let seconds = days * 86_400 + h[0] * 3600 + h[1] * 60 + h[2];
+    Ok(seconds as f64 + format!("0.{fraction}").parse::<f64>()?)
+}
+
+fn now_seconds() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_leader_cut_off_from_the_apiserver_stops_reconciling_before_its_lease_expires() -> Result<()> {
+    let ns = Namespace::new("ctl-lease-cut")?;
+    let proxy = TcpProxy::start(apiserver_addr()?)?;
+    let via_proxy = kubeconfig_via(proxy.port, &format!("{}-proxied.kubeconfig", ns.name()))?;
+    let a = elector_via(&via_proxy, &ns, "a")?;
+    eventually(WAIT, "a to lead", || {
+        Ok((holder(&ns)? == "a" && a.metric("kubesteer_leading")? == 1.0).then_some(()))
+    })
+    .with_context(|| a.logs())?;
+    // Work is going on: a Scaler with its window open.
+    ns.create_deployment("web", 1)?;
+    let now = unix_now();
+    let run = ns.apply(&format!(
+        "apiVersion: kubesteer.io/v1alpha1\nkind: Scaler\nmetadata: {{name: sched}}\nspec: {{deployments: [{{name: web}}], start: \"{}\", end: \"{}\", replicas: 2}}\n",
+        hh_mm(now - 3600),
+        hh_mm(now + 3600)
+    ))?;
+    ensure!(run.ok, "{run:?}");
+    eventually(WAIT, "web scaled by a", || {
+        Ok((jsonpath(ns.name(), "deployment/web", "{.spec.replicas}")? == "2").then_some(()))
+    })?;
+
+    proxy.pause();
+    let paused = now_seconds();
+    // The last renewal that reached the apiserver; the Lease expires 10 s after it.
+    let renewed = micro_time_seconds(&jsonpath(
+        ns.name(),
+        "lease/kubesteer-controller",
+        "{.spec.renewTime}",
+    )?)?;
+    let duration: f64 = jsonpath(
+        ns.name(),
+        "lease/kubesteer-controller",
+        "{.spec.leaseDurationSeconds}",
+    )?
+    .parse()?;
+    eventually_every(
+        Duration::from_secs(20),
+        Duration::from_millis(100),
+        "the cut-off leader to stop reconciling",
+        || Ok((a.metric("kubesteer_leading")? == 0.0).then_some(())),
+    )
+    .with_context(|| a.logs())?;
+    let stopped = now_seconds();
+    eprintln!(
+        "a stopped {:.1} s after the pause, {:.1} s after its last renewal, {:.1} s before the Lease expired",
+        stopped - paused,
+        stopped - renewed,
+        renewed + duration - stopped
+    );
+    ensure!(
+        stopped < renewed + duration,
+        "a stopped at {stopped}, after its Lease expired at {}",
+        renewed + duration
+    );
+    ensure!(a
+        .logs()
+        .contains("could not renew the leader lease in time"));
+
+    // A standby takes over once the Lease expires, with the cut-off leader stopped already.
+    let b = elector(&ns, "b")?;
+    eventually(Duration::from_secs(30), "b to lead", || {
+        Ok((holder(&ns)? == "b" && b.metric("kubesteer_leading")? == 1.0).then_some(()))
+    })
+    .with_context(|| b.logs())?;
+    ensure!(a.metric("kubesteer_leading")? == 0.0);
+    Ok(())
 }
 
 fn holder(ns: &Namespace) -> Result<String> {

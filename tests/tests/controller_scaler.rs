@@ -9,6 +9,7 @@ use kubesteer_tests::{
 
 const WAIT: Duration = Duration::from_secs(60);
 const ORIGINAL: &str = "{.metadata.annotations.kubesteer\\.io/original-replicas}";
+const OWNER: &str = "{.metadata.annotations.kubesteer\\.io/original-replicas-owner}";
 
 fn deployment(ns: &Namespace, name: &str, replicas: u32) -> Result<()> {
     kubectl_ok(
@@ -282,5 +283,44 @@ fn a_missing_target_is_reported_and_picked_up_when_it_appears() -> Result<()> {
         ],
         None,
     )?;
+    Ok(())
+}
+
+#[test]
+fn a_target_dropped_by_a_suspended_scaler_is_given_back_with_no_record_left() -> Result<()> {
+    let ns = Namespace::new("ctl-scl-drop")?;
+    let _controller = ControllerProcess::start(ns.name())?;
+    deployment(&ns, "web", 1)?;
+    deployment(&ns, "api", 2)?;
+    let now = unix_now();
+    let (start, end) = (hh_mm(now - 3600), hh_mm(now + 3600));
+    let run = ns.apply(&window(
+        "{name: web}, {name: api}",
+        &start,
+        &end,
+        ", replicas: 3",
+    ))?;
+    assert!(run.ok, "{run:?}");
+    wait_replicas(&ns, "web", "3")?;
+    wait_replicas(&ns, "api", "3")?;
+
+    // Suspended and api dropped in one edit: api is no longer this Scaler's to hold.
+    let run = ns.apply(&window(
+        "{name: web}",
+        &start,
+        &end,
+        ", replicas: 3, suspend: true",
+    ))?;
+    assert!(run.ok, "{run:?}");
+    wait_replicas(&ns, "api", "2")?;
+    assert_eq!(jsonpath(ns.name(), "deployment/api", ORIGINAL)?, "");
+    assert_eq!(jsonpath(ns.name(), "deployment/api", OWNER)?, "");
+    // web stays as it is while suspended, with this Scaler's record.
+    assert_eq!(replicas(&ns, "web")?, "3");
+    assert_eq!(jsonpath(ns.name(), "deployment/web", ORIGINAL)?, "1");
+    assert_eq!(
+        jsonpath(ns.name(), "deployment/web", OWNER)?,
+        format!("{}/sched", ns.name())
+    );
     Ok(())
 }

@@ -1,0 +1,72 @@
+//! The apiserver restarting across a Scaler's window boundary: the transition lands within 5 s
+//! of the apiserver coming back. It stops the whole local control plane, so it is a test binary
+//! of its own: cargo runs test binaries one after another, so no other test sees the outage.
+use std::time::Duration;
+
+use anyhow::{ensure, Context, Result};
+use kubesteer_tests::{
+    eventually, eventually_every, hh_mm, jsonpath, unix_now, ControllerProcess, Namespace, Outage,
+};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+/// Sleeps until the Unix time `at` (a time to reach, not a condition to wait for).
+fn sleep_until_unix(at: u64) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    if let Some(left) = Duration::from_secs(at).checked_sub(now) {
+        std::thread::sleep(left);
+    }
+}
+
+#[test]
+fn a_window_that_opens_while_the_apiserver_is_down_opens_within_5_seconds_of_its_return(
+) -> Result<()> {
+    let ns = Namespace::new("ctl-outage")?;
+    let controller = ControllerProcess::start(ns.name())?;
+    ns.create_deployment("web", 1)?;
+    // The boundary: a whole minute (windows are set in minutes) at least 25 s ahead.
+    let opens = (unix_now() + 25).div_ceil(60) * 60;
+    let run = ns.apply(&format!(
+        "apiVersion: kubesteer.io/v1alpha1\nkind: Scaler\nmetadata: {{name: sched}}\nspec: {{deployments: [{{name: web}}], start: \"{}\", end: \"{}\", replicas: 3}}\n",
+        hh_mm(opens),
+        hh_mm(opens + 3600)
+    ))?;
+    ensure!(run.ok, "{run:?}");
+    eventually(WAIT, "the Scaler to wait for its window", || {
+        let reason = jsonpath(
+            ns.name(),
+            "scaler/sched",
+            "{.status.conditions[?(@.type==\"Ready\")].reason}",
+        )?;
+        Ok((reason == "WindowClosed").then_some(()))
+    })?;
+
+    // Down from 8 s before the boundary to about 20 s after it (the apiserver takes 3-5 s to
+    // start): the failed reconcile at the boundary backs off to 1, 2, 4, 8 and 16 s, so without
+    // a cap its next try falls 31 s after the boundary, and the watches, backing off since the
+    // outage began, are between tries too.
+    sleep_until_unix(opens - 8);
+    let outage = Outage::begin()?;
+    sleep_until_unix(opens + 17);
+    let back = outage.end()?;
+    eprintln!(
+        "apiserver back {} s after the boundary",
+        unix_now().saturating_sub(opens)
+    );
+    eventually_every(
+        Duration::from_secs(90),
+        Duration::from_millis(100),
+        "web scaled to 3",
+        || Ok((jsonpath(ns.name(), "deployment/web", "{.spec.replicas}")? == "3").then_some(())),
+    )
+    .with_context(|| controller.logs())?;
+    let late = back.elapsed();
+    eprintln!("the window opened {late:?} after the apiserver came back");
+    ensure!(
+        late <= Duration::from_secs(5),
+        "the window opened {late:?} after the apiserver came back"
+    );
+    Ok(())
+}
