@@ -68,5 +68,20 @@ fn a_window_that_opens_while_the_apiserver_is_down_opens_within_5_seconds_of_its
         late <= Duration::from_secs(5),
         "the window opened {late:?} after the apiserver came back"
     );
+    // The restarted scheduler and controller-manager wait out their old leases before they act:
+    // the tests after this one need a cluster that runs pods again.
+    ns.create_deployment("after-outage", 1)?;
+    eventually(
+        Duration::from_secs(120),
+        "a new pod Ready after the restart",
+        || {
+            let ready = jsonpath(
+                ns.name(),
+                "deployment/after-outage",
+                "{.status.readyReplicas}",
+            )?;
+            Ok((ready == "1").then_some(()))
+        },
+    )?;
     Ok(())
 }
