@@ -68,11 +68,12 @@ pub fn check(input: &[u8]) {
         Err(ApiError::BadReview(_)) => return,
         Err(e) => panic!("a known endpoint answered {e}"),
     };
-    let request: AdmissionRequest<DynamicObject> =
-        serde_json::from_slice::<AdmissionReview<DynamicObject>>(body)
-            .ok()
-            .and_then(|r| r.try_into().ok())
-            .unwrap_or_else(|| panic!("answered a body that is not a review with a request"));
+    let sent: AdmissionReview<DynamicObject> = serde_json::from_slice(body)
+        .unwrap_or_else(|e| panic!("answered a body that is not a review: {e}"));
+    let types = sent.types.clone();
+    let request: AdmissionRequest<DynamicObject> = sent
+        .try_into()
+        .unwrap_or_else(|e| panic!("answered a review without a request: {e}"));
     let response = review
         .response
         .as_ref()
@@ -84,8 +85,9 @@ pub fn check(input: &[u8]) {
         .ok()
         .and_then(|b| serde_json::from_slice(&b).ok())
         .unwrap_or_else(|| panic!("the answer does not serialize to JSON"));
-    assert_eq!(json["kind"], "AdmissionReview");
-    assert_eq!(json["apiVersion"], "admission.k8s.io/v1");
+    // The apiserver wants its own apiVersion back (v1 today; kube does not check what it echoes).
+    assert_eq!(json["apiVersion"], types.api_version.as_str());
+    assert_eq!(json["kind"], types.kind.as_str());
     assert_eq!(json["response"]["uid"], request.uid.as_str());
     let allowed = json["response"]["allowed"]
         .as_bool()
@@ -134,17 +136,15 @@ pub fn check(input: &[u8]) {
     let mut patched = object.clone();
     json_patch::patch(&mut patched, &patch)
         .unwrap_or_else(|e| panic!("the patch does not apply: {e}: {patch:?}"));
-    if kind.validate(&object).is_ok() {
-        assert!(
-            kind.validate(&patched).is_ok(),
-            "defaults made a valid {} invalid: {patched}",
-            kind.name()
-        );
-    }
     // The apiserver may call again with the patched object (reinvocationPolicy): no new patch.
-    let mut again: Value =
-        serde_json::from_slice(body).unwrap_or_else(|e| panic!("body is not JSON: {e}"));
-    again["request"]["object"] = patched;
+    let mut request = request;
+    request.object =
+        Some(serde_json::from_value(patched).unwrap_or_else(|e| panic!("patched object: {e}")));
+    let again = AdmissionReview {
+        types,
+        request: Some(request),
+        response: None,
+    };
     let again = serde_json::to_vec(&again).unwrap_or_default();
     let second = send(endpoint, kind, &again)
         .ok()
