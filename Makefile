@@ -15,7 +15,7 @@ IMAGE_TAR ?= .kubesteer/image.tar
 PAUSE_IMG ?= localhost/kubesteer-pause:3.10
 PAUSE_TAR ?= .kubesteer/pause.tar
 
-.PHONY: all build control-plane cluster-up cluster-down manifests install run deploy undeploy test fmt-check clippy unit e2e bench-webhook bench-controller
+.PHONY: all build control-plane cluster-up cluster-down manifests install run deploy undeploy test fmt-check clippy unit e2e bench-webhook bench-controller fuzz
 
 all: build
 
@@ -79,6 +79,19 @@ bench-webhook: control-plane
 ## writes bench/results/controller.json.
 bench-controller: control-plane
 	hack/bench-controller.sh
+
+## fuzz: the review-path fuzz target (webhook/fuzz) on nightly for $(FUZZ_RUNS) inputs, one job.
+## New inputs go to $(FUZZ_CORPUS); the committed seeds in webhook/fuzz/corpus/review stay as
+## they are (`cargo +nightly fuzz cmin` there to fold new ones in). Not part of `make test`:
+## its corpus replay runs in `make unit` (webhook/tests/corpus.rs).
+FUZZ_RUNS ?= 10000000
+FUZZ_CORPUS ?= webhook/fuzz/target/corpus-review
+FUZZ_ARGS ?=
+fuzz:
+	@command -v cargo-fuzz >/dev/null || $(CARGO) install cargo-fuzz --locked
+	mkdir -p $(FUZZ_CORPUS)
+	$(CARGO) +nightly fuzz run --fuzz-dir webhook/fuzz review $(FUZZ_CORPUS) webhook/fuzz/corpus/review -- \
+		-runs=$(FUZZ_RUNS) -timeout=1 -rss_limit_mb=2048 -print_final_stats=1 $(FUZZ_ARGS)
 
 ## image: the kubesteer image (three static binaries, FROM scratch) built offline with buildah as
 ## $(IMG) in the local containers storage, exported to $(IMAGE_TAR) for `ctr images import`.

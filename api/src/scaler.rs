@@ -342,8 +342,11 @@ impl ScalerSpec {
     /// The spec with every default filled in; `own_namespace` is the Scaler's namespace.
     pub fn defaulted(&self, own_namespace: &str) -> Self {
         let mut spec = self.clone();
-        for t in &mut spec.deployments {
-            t.namespace.get_or_insert_with(|| own_namespace.to_string());
+        // No namespace known (a review without one) writes nothing: "" is no valid namespace.
+        if !own_namespace.is_empty() {
+            for t in &mut spec.deployments {
+                t.namespace.get_or_insert_with(|| own_namespace.to_string());
+            }
         }
         if !spec.is_cron() {
             spec.replicas.get_or_insert(DEFAULT_REPLICAS);
@@ -772,6 +775,15 @@ mod tests {
             None,
             "cron mode must not get a window default"
         );
+    }
+
+    #[test]
+    fn defaults_never_write_an_empty_namespace() {
+        // Found by the fuzz target: a review without a namespace made a valid Scaler invalid.
+        let s = spec(json!({"deployments": [{"name": "web"}], "start": 9, "end": 17}));
+        let d = s.defaulted("");
+        assert_eq!(d.deployments[0].namespace, None);
+        assert!(d.validate().is_empty(), "{:?}", d.validate());
     }
 
     #[test]

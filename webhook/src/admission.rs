@@ -53,14 +53,15 @@ impl<C: Cluster> AppState<C> {
     }
 }
 
+/// Which of the two webhooks a review was sent to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Endpoint {
+pub enum Endpoint {
     Mutate,
     Validate,
 }
 
 impl Endpoint {
-    fn name(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
             Endpoint::Mutate => "mutate",
             Endpoint::Validate => "validate",
@@ -125,20 +126,32 @@ async fn review<C: Cluster>(
     body: Bytes,
     endpoint: Endpoint,
 ) -> Result<Json<AdmissionReview<DynamicObject>>, ApiError> {
+    answer(&state, endpoint, &plural, &body).await.map(Json)
+}
+
+/// The whole review path without HTTP: a raw body sent to `/<endpoint>/<plural>` in, the
+/// AdmissionReview answered (or why the body cannot be answered) out. Cluster facts and
+/// permission checks come from `state.cluster`; the fuzz target (webhook/fuzz) calls this.
+pub async fn answer<C: Cluster>(
+    state: &AppState<C>,
+    endpoint: Endpoint,
+    plural: &str,
+    body: &[u8],
+) -> Result<AdmissionReview<DynamicObject>, ApiError> {
     let started = Instant::now();
     let kind = ALL
         .into_iter()
         .find(|k| k.plural() == plural)
         .ok_or_else(|| ApiError::NotFound(format!("/{}/{plural}", endpoint.name())))?;
     let review: AdmissionReview<DynamicObject> =
-        serde_json::from_slice(&body).map_err(|e| ApiError::BadReview(e.to_string()))?;
+        serde_json::from_slice(body).map_err(|e| ApiError::BadReview(e.to_string()))?;
     let request: AdmissionRequest<DynamicObject> =
         review
             .try_into()
             .map_err(|e: kube::core::admission::ConvertAdmissionReviewError| {
                 ApiError::BadReview(format!("{e}: the review carries no request"))
             })?;
-    let (response, result) = decide(&state, kind, endpoint, &request).await;
+    let (response, result) = decide(state, kind, endpoint, &request).await;
     let operation = format!("{:?}", request.operation).to_uppercase();
     if !response.allowed {
         tracing::info!(
@@ -169,7 +182,7 @@ async fn review<C: Cluster>(
             endpoint: endpoint.name(),
         })
         .observe(started.elapsed().as_secs_f64());
-    Ok(Json(response.into_review()))
+    Ok(response.into_review())
 }
 
 /// Whether an UPDATE changes `spec` (a review without the old object counts as a change).

@@ -1,6 +1,8 @@
 //! A fake cluster and request helpers shared by the handler tests.
 #![allow(dead_code)]
 
+pub mod review;
+
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 

@@ -1,0 +1,191 @@
+//! One fuzz input through the whole review path, and the invariants its answer keeps.
+//! Shared by the fuzz target (webhook/fuzz) and the corpus replay test (tests/corpus.rs), so it
+//! names crates only, never `super`.
+use futures::executor::block_on;
+use k8s_openapi::api::authentication::v1::UserInfo;
+use kube::core::admission::{AdmissionRequest, AdmissionReview, Operation};
+use kube::core::DynamicObject;
+use kubesteer_api::access::Access;
+use kubesteer_api::kind::Kind;
+use kubesteer_webhook::admission::{answer, Endpoint};
+use kubesteer_webhook::cluster::Cluster;
+use kubesteer_webhook::error::ApiError;
+use kubesteer_webhook::AppState;
+use serde_json::Value;
+
+/// The six endpoints; an input's first byte picks one.
+pub const ENDPOINTS: [(Endpoint, Kind); 6] = [
+    (Endpoint::Mutate, Kind::Scaler),
+    (Endpoint::Validate, Kind::Scaler),
+    (Endpoint::Mutate, Kind::Memcached),
+    (Endpoint::Validate, Kind::Memcached),
+    (Endpoint::Mutate, Kind::Welcome),
+    (Endpoint::Validate, Kind::Welcome),
+];
+
+/// A cluster with one fact of each sort, so every cluster rule has a branch to take.
+/// Namespace "team": Deployment "web" exists, "claimed" is scaled by Scaler team/owner,
+/// "autoscaled" has an HPA; anyone may scale there and read Secret team/pw, except the user
+/// "sar-error", whose SubjectAccessReviews fail.
+pub struct FuzzCluster;
+
+impl Cluster for FuzzCluster {
+    async fn permitted(&self, user: &UserInfo, access: &Access) -> Result<bool, String> {
+        if user.username.as_deref() == Some("sar-error") {
+            return Err("the apiserver did not answer".into());
+        }
+        Ok(access.namespace == "team" && (access.resource == "deployments" || access.name == "pw"))
+    }
+    fn claimant(&self, target: (&str, &str), me: (&str, &str)) -> Option<String> {
+        (target == ("team", "claimed") && me != ("team", "owner")).then(|| "team/owner".into())
+    }
+    fn deployment_exists(&self, namespace: &str, name: &str) -> Option<bool> {
+        Some((namespace, name) == ("team", "web"))
+    }
+    fn hpa_for(&self, namespace: &str, name: &str) -> Option<String> {
+        ((namespace, name) == ("team", "autoscaled")).then(|| "web-hpa".into())
+    }
+    fn ready(&self) -> bool {
+        true
+    }
+}
+
+/// The endpoint an input goes to and the body it sends.
+pub fn split(input: &[u8]) -> Option<((Endpoint, Kind), &[u8])> {
+    let (first, body) = input.split_first()?;
+    Some((ENDPOINTS[usize::from(*first) % ENDPOINTS.len()], body))
+}
+
+/// Sends `input` through the review path and panics if the answer breaks an invariant.
+pub fn check(input: &[u8]) {
+    let Some(((endpoint, kind), body)) = split(input) else {
+        return;
+    };
+    let reply = send(endpoint, kind, body);
+    let review = match reply {
+        Ok(review) => review,
+        // What the apiserver sends always parses; the rest is its caller's mistake, a 400.
+        Err(ApiError::BadReview(_)) => return,
+        Err(e) => panic!("a known endpoint answered {e}"),
+    };
+    let sent: AdmissionReview<DynamicObject> = serde_json::from_slice(body)
+        .unwrap_or_else(|e| panic!("answered a body that is not a review: {e}"));
+    let types = sent.types.clone();
+    let request: AdmissionRequest<DynamicObject> = sent
+        .try_into()
+        .unwrap_or_else(|e| panic!("answered a review without a request: {e}"));
+    let response = review
+        .response
+        .as_ref()
+        .unwrap_or_else(|| panic!("an answer without a response"));
+    assert_eq!(response.uid, request.uid, "the answer's uid");
+
+    // What the apiserver reads: the handler's JSON body.
+    let json: Value = serde_json::to_vec(&review)
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_else(|| panic!("the answer does not serialize to JSON"));
+    // The apiserver wants its own apiVersion back (v1 today; kube does not check what it echoes).
+    assert_eq!(json["apiVersion"], types.api_version.as_str());
+    assert_eq!(json["kind"], types.kind.as_str());
+    assert_eq!(json["response"]["uid"], request.uid.as_str());
+    let allowed = json["response"]["allowed"]
+        .as_bool()
+        .unwrap_or_else(|| panic!("no allowed in {json}"));
+    if !allowed {
+        assert!(
+            !json["response"]["status"]["message"]
+                .as_str()
+                .unwrap_or_default()
+                .is_empty(),
+            "a denial says why: {json}"
+        );
+    }
+    let Some(patch) = patch_of(&json) else {
+        return;
+    };
+    assert!(allowed, "a denial carries no patch: {json}");
+    assert_eq!(endpoint, Endpoint::Mutate, "only mutate patches: {json}");
+    assert_eq!(json["response"]["patchType"], "JSONPatch");
+    assert!(
+        matches!(request.operation, Operation::Create | Operation::Update),
+        "{:?} is not patched",
+        request.operation
+    );
+    let object = request
+        .object
+        .as_ref()
+        .and_then(|o| serde_json::to_value(o).ok())
+        .unwrap_or_else(|| panic!("a patch without an object"));
+    for op in &patch.0 {
+        let (path, before) = match op {
+            json_patch::PatchOperation::Add(add) => (add.path.as_str(), None),
+            json_patch::PatchOperation::Replace(r) => (r.path.as_str(), Some(&Value::Null)),
+            other => panic!("defaulting only adds: {other:?}"),
+        };
+        assert!(
+            path.starts_with("/spec/"),
+            "defaulting stays in spec: {path}"
+        );
+        assert_eq!(
+            object.pointer(path),
+            before,
+            "defaulting fills only what is missing or null: {path}"
+        );
+    }
+    let mut patched = object.clone();
+    json_patch::patch(&mut patched, &patch)
+        .unwrap_or_else(|e| panic!("the patch does not apply: {e}: {patch:?}"));
+    // The apiserver may call again with the patched object (reinvocationPolicy): no new patch.
+    let mut request = request;
+    request.object =
+        Some(serde_json::from_value(patched).unwrap_or_else(|e| panic!("patched object: {e}")));
+    let again = AdmissionReview {
+        types,
+        request: Some(request),
+        response: None,
+    };
+    let again = serde_json::to_vec(&again).unwrap_or_default();
+    let second = send(endpoint, kind, &again)
+        .ok()
+        .and_then(|r| serde_json::to_value(r).ok())
+        .unwrap_or_else(|| panic!("the patched object gets no answer"));
+    assert_eq!(second["response"]["allowed"], true, "{second}");
+    assert!(
+        patch_of(&second).is_none(),
+        "defaulting is idempotent, yet a second pass patches: {second}"
+    );
+}
+
+/// One review through the path the HTTP handler takes, with a fresh state so an input's
+/// answer never depends on the inputs before it.
+pub fn send(
+    endpoint: Endpoint,
+    kind: Kind,
+    body: &[u8],
+) -> Result<AdmissionReview<DynamicObject>, ApiError> {
+    let state = AppState::new(FuzzCluster);
+    block_on(answer(&state, endpoint, kind.plural(), body))
+}
+
+/// The JSON patch in a serialized response, if any; it is an array of byte values (kube#1781).
+fn patch_of(review: &Value) -> Option<json_patch::Patch> {
+    let raw = review["response"].get("patch")?;
+    if raw.is_null() {
+        return None;
+    }
+    let bytes: Vec<u8> = raw
+        .as_array()
+        .unwrap_or_else(|| panic!("patch is not a byte array: {raw}"))
+        .iter()
+        .map(|b| {
+            b.as_u64()
+                .and_then(|b| u8::try_from(b).ok())
+                .unwrap_or_else(|| panic!("patch byte {b}"))
+        })
+        .collect();
+    Some(
+        serde_json::from_slice(&bytes)
+            .unwrap_or_else(|e| panic!("the patch is not a JSONPatch: {e}")),
+    )
+}
