@@ -616,45 +616,135 @@ pub fn impersonating_kubeconfig(user: &str, groups: &[&str], file: &str) -> Resu
     Ok(path)
 }
 
-/// Runs the pinned kwokctl on the local cluster (`KUBESTEER_CLUSTER`, state under
-/// `KUBESTEER_STATE`, as `hack/cluster.sh` has them).
-pub fn kwokctl(args: &[&str]) -> Result<String> {
+/// The local cluster's kwokctl directory (`<state>/kwok/clusters/<name>`).
+fn cluster_dir() -> PathBuf {
     let state = std::env::var_os("KUBESTEER_STATE")
         .map(PathBuf::from)
         .unwrap_or_else(|| repo_root().join(".kubesteer"));
     let name = std::env::var("KUBESTEER_CLUSTER").unwrap_or_else(|_| "kubesteer".to_string());
-    let out = Command::new(cache_bin().join("kwokctl"))
-        .args(["--name", &name])
-        .args(args)
-        .env("KWOK_WORKDIR", state.join("kwok"))
-        .output()
-        .context("running kwokctl")?;
-    if !out.status.success() {
-        bail!(
-            "kwokctl {} failed: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    state.join("kwok/clusters").join(name)
 }
 
-/// The local control plane stopped (etcd, apiserver and the rest, their data kept); started
-/// again by [`Outage::end`], or on drop.
+/// One process of the local control plane, as kwokctl started it: enough to start it again.
+struct Component {
+    argv: Vec<std::ffi::OsString>,
+    env: Vec<(std::ffi::OsString, std::ffi::OsString)>,
+    cwd: PathBuf,
+    pid_file: PathBuf,
+    log: PathBuf,
+}
+
+impl Component {
+    /// Reads the running `name` (e.g. `kube-apiserver`) from its pid file and /proc.
+    fn running(name: &str) -> Result<Self> {
+        use std::os::unix::ffi::OsStrExt as _;
+        let dir = cluster_dir();
+        let pid_file = dir.join(format!("pids/{name}.pid"));
+        let pid: u32 = std::fs::read_to_string(&pid_file)
+            .with_context(|| format!("reading {}", pid_file.display()))?
+            .trim()
+            .parse()
+            .with_context(|| format!("the pid file of {name}"))?;
+        let proc = PathBuf::from(format!("/proc/{pid}"));
+        let split = |bytes: Vec<u8>| -> Vec<std::ffi::OsString> {
+            bytes
+                .split(|b| *b == 0)
+                .filter(|part| !part.is_empty())
+                .map(|part| std::ffi::OsStr::from_bytes(part).to_os_string())
+                .collect()
+        };
+        let argv = split(std::fs::read(proc.join("cmdline"))?);
+        if argv.is_empty() {
+            bail!("{name} ({pid}) has no command line");
+        }
+        let env = split(std::fs::read(proc.join("environ"))?)
+            .into_iter()
+            .filter_map(|kv| {
+                let bytes = kv.as_bytes();
+                let eq = bytes.iter().position(|b| *b == b'=')?;
+                Some((
+                    std::ffi::OsStr::from_bytes(&bytes[..eq]).to_os_string(),
+                    std::ffi::OsStr::from_bytes(&bytes[eq + 1..]).to_os_string(),
+                ))
+            })
+            .collect();
+        let cwd = std::fs::read_link(proc.join("cwd"))?;
+        // SIGKILL: a crash; SIGTERM would start a graceful shutdown that can take minutes.
+        let killed = Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status()?;
+        if !killed.success() {
+            bail!("kill {pid} ({name}) failed");
+        }
+        eventually_every(
+            Duration::from_secs(30),
+            Duration::from_millis(20),
+            &format!("{name} stopped"),
+            || Ok((!proc.exists()).then_some(())),
+        )?;
+        Ok(Self {
+            argv,
+            env,
+            cwd,
+            pid_file,
+            log: dir.join(format!("logs/{name}.log")),
+        })
+    }
+
+    fn start(&self) -> Result<()> {
+        use std::os::unix::process::CommandExt as _;
+        let out = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)?;
+        // Its own process group, so it outlives this test as kwokctl's own processes do.
+        let child = Command::new(&self.argv[0])
+            .args(&self.argv[1..])
+            .env_clear()
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .current_dir(&self.cwd)
+            .stdin(Stdio::null())
+            .stdout(out.try_clone()?)
+            .stderr(out)
+            .process_group(0)
+            .spawn()
+            .with_context(|| format!("starting {:?} again", self.argv[0]))?;
+        // kwokctl stops the cluster by these pid files.
+        std::fs::write(&self.pid_file, child.id().to_string())?;
+        Ok(())
+    }
+}
+
+/// The local control plane restarting as a control-plane node does: kube-apiserver,
+/// kube-controller-manager and kube-scheduler are killed, and started again with the same
+/// command lines by [`Outage::end`] (or on drop). etcd, kwok and the kubelet stay up and
+/// reconnect. (The controller-manager and the scheduler would exit anyway once their leader
+/// leases could not be renewed, and nothing else restarts them here; `kwokctl stop cluster`
+/// would restart kwok too, which then waits minutes for its old node leases.)
 pub struct Outage {
-    ended: bool,
+    stopped: Vec<Component>,
 }
 
 impl Outage {
     pub fn begin() -> Result<Self> {
-        kwokctl(&["stop", "cluster"])?;
-        Ok(Self { ended: false })
+        let mut outage = Self {
+            stopped: Vec::new(),
+        };
+        for name in [
+            "kube-apiserver",
+            "kube-controller-manager",
+            "kube-scheduler",
+        ] {
+            outage.stopped.push(Component::running(name)?);
+        }
+        Ok(outage)
     }
 
-    /// Starts the control plane and returns once the apiserver answers `/readyz`.
+    /// Starts the control plane again and returns once the apiserver answers `/readyz`.
     pub fn end(mut self) -> Result<Instant> {
-        self.ended = true;
-        kwokctl(&["start", "cluster"])?;
+        for component in std::mem::take(&mut self.stopped) {
+            component.start()?;
+        }
         eventually_every(
             Duration::from_secs(60),
             Duration::from_millis(100),
@@ -671,8 +761,8 @@ impl Outage {
 
 impl Drop for Outage {
     fn drop(&mut self) {
-        if !self.ended {
-            let _ = kwokctl(&["start", "cluster"]);
+        for component in &self.stopped {
+            let _ = component.start();
         }
     }
 }

@@ -1,6 +1,6 @@
 //! The apiserver restarting across a Scaler's window boundary: the transition lands within 5 s
-//! of the apiserver coming back. It stops the whole local control plane, so it is a test binary
-//! of its own: cargo runs test binaries one after another, so no other test sees the outage.
+//! of the apiserver coming back. It stops the local kube-apiserver (the other components stay up and
+//! reconnect), so it is a test binary of its own: no other test sees the outage.
 use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
