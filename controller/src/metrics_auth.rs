@@ -177,7 +177,122 @@ pub async fn require(
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
+    use axum::body::Body;
+    use serde_json::json;
+    use tower::ServiceExt;
+
     use super::*;
+    use crate::fixtures::{self, Call};
+    use crate::http::{router, Health};
+    use crate::metrics::Metrics;
+
+    const TOKEN_REVIEWS: &str = "/apis/authentication.k8s.io/v1/tokenreviews?";
+    const ACCESS_REVIEWS: &str = "/apis/authorization.k8s.io/v1/subjectaccessreviews?";
+
+    fn token_review(token: &'static str, user: Option<&str>) -> Call {
+        let status = match user {
+            Some(name) => json!({"authenticated": true,
+                "user": {"username": name, "uid": "u1", "groups": ["readers"]}}),
+            None => json!({"authenticated": false, "error": "invalid bearer token"}),
+        };
+        Call::post(TOKEN_REVIEWS)
+            .body(move |b| assert_eq!(b["spec"]["token"], token))
+            .respond(json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
+                "spec": {}, "status": status}))
+    }
+
+    fn access_review(user: &'static str, allowed: bool) -> Call {
+        Call::post(ACCESS_REVIEWS)
+            .body(move |b| {
+                assert_eq!(b["spec"]["user"], user);
+                assert_eq!(b["spec"]["groups"], json!(["readers"]));
+                assert_eq!(b["spec"]["uid"], "u1");
+                assert_eq!(
+                    b["spec"]["nonResourceAttributes"],
+                    json!({"path": "/metrics", "verb": "get"})
+                );
+            })
+            .respond(json!({"apiVersion": "authorization.k8s.io/v1",
+                "kind": "SubjectAccessReview", "spec": {}, "status": {"allowed": allowed}}))
+    }
+
+    async fn get(app: &axum::Router, path: &str, token: Option<&str>) -> (u16, String) {
+        let mut request = axum::http::Request::get(path);
+        if let Some(token) = token {
+            request = request.header(header::AUTHORIZATION, format!("Bearer {token}"));
+        }
+        let response = app
+            .clone()
+            .oneshot(request.body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        let code = response.status().as_u16();
+        let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
+            .await
+            .unwrap();
+        (code, String::from_utf8_lossy(&bytes).into_owned())
+    }
+
+    #[tokio::test]
+    async fn metrics_need_a_token_the_apiserver_accepts_and_allows() {
+        let (ctx, verifier) = fixtures::context();
+        let scenario = verifier.run(vec![
+            token_review("made-up", None),
+            token_review("nobody", Some("system:serviceaccount:ns:nobody")),
+            access_review("system:serviceaccount:ns:nobody", false),
+            token_review("prometheus", Some("system:serviceaccount:ns:prometheus")),
+            access_review("system:serviceaccount:ns:prometheus", true),
+        ]);
+        let health = Arc::new(Health::default());
+        let app = router(
+            Arc::new(Metrics::default()),
+            health,
+            Some(Authorizer::new(ctx.client.clone())),
+        );
+        // The probes are the kubelet's, which has no token.
+        assert_eq!(get(&app, "/healthz", None).await.0, 200);
+        assert_eq!(get(&app, "/readyz", None).await.0, 503);
+        assert_eq!(
+            get(&app, "/metrics", None).await,
+            (401, "Unauthorized\n".into())
+        );
+        assert_eq!(get(&app, "/metrics", Some("made-up")).await.0, 401);
+        assert_eq!(
+            get(&app, "/metrics", Some("nobody")).await,
+            (403, "Forbidden\n".into())
+        );
+        let (code, body) = get(&app, "/metrics", Some("prometheus")).await;
+        assert_eq!(code, 200);
+        assert!(body.contains("kubesteer_leading"), "{body}");
+        // Each decision is remembered: no more reviews.
+        assert_eq!(get(&app, "/metrics", Some("prometheus")).await.0, 200);
+        assert_eq!(get(&app, "/metrics", Some("nobody")).await.0, 403);
+        assert_eq!(get(&app, "/metrics", Some("made-up")).await.0, 401);
+        drop(app);
+        scenario.finish(ctx).await;
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_apiserver_is_a_503_and_is_not_remembered() {
+        let (ctx, verifier) = fixtures::context();
+        let scenario = verifier.run(vec![
+            Call::post(TOKEN_REVIEWS).error(500, "etcd is gone"),
+            token_review("prometheus", Some("system:serviceaccount:ns:prometheus")),
+            access_review("system:serviceaccount:ns:prometheus", true),
+        ]);
+        let authorizer = Authorizer::new(ctx.client.clone());
+        let app = router(
+            Arc::new(Metrics::default()),
+            Arc::new(Health::default()),
+            Some(authorizer),
+        );
+        assert_eq!(get(&app, "/metrics", Some("prometheus")).await.0, 503);
+        assert_eq!(get(&app, "/metrics", Some("prometheus")).await.0, 200);
+        drop(app);
+        scenario.finish(ctx).await;
+    }
 
     #[test]
     fn bearer_tokens_are_read_from_the_authorization_header() {
