@@ -483,7 +483,7 @@ impl ControllerProcess {
     pub fn metrics(&self) -> Result<String> {
         use std::io::{Read, Write};
         let addr = self.metrics_addr()?;
-        let mut stream = std::net::TcpStream::connect(addr)?;
+        let mut stream = std::net::TcpStream::connect(&addr)?;
         stream.set_read_timeout(Some(Duration::from_secs(5)))?;
         write!(
             stream,
