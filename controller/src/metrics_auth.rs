@@ -199,8 +199,10 @@ mod tests {
         };
         Call::post(TOKEN_REVIEWS)
             .body(move |b| assert_eq!(b["spec"]["token"], token))
-            .respond(json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
-                "spec": {}, "status": status}))
+            .respond(
+                json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
+                "spec": {}, "status": status}),
+            )
     }
 
     fn access_review(user: &'static str, allowed: bool) -> Call {

@@ -5,9 +5,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use kubesteer_tests::{
-    eventually, kubectl, kubectl_ok, unique, ControllerProcess, Namespace,
-};
+use kubesteer_tests::{eventually, kubectl, kubectl_ok, unique, ControllerProcess, Namespace};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -15,7 +13,14 @@ const WAIT: Duration = Duration::from_secs(60);
 /// process list; the status code and the body.
 fn get(addr: &str, path: &str, token: Option<&str>) -> Result<(u16, String)> {
     let mut child = Command::new("curl")
-        .args(["--silent", "--insecure", "--max-time", "10", "--config", "-"])
+        .args([
+            "--silent",
+            "--insecure",
+            "--max-time",
+            "10",
+            "--config",
+            "-",
+        ])
         .args(["--write-out", "\n%{http_code}"])
         .arg(format!("https://{addr}{path}"))
         .stdin(Stdio::piped())
@@ -64,7 +69,10 @@ fn metrics_are_served_over_https_only_to_tokens_allowed_to_get_them() -> Result<
     assert_eq!(get(&addr, "/metrics", Some("not-a-token"))?.0, 401);
 
     // A real ServiceAccount token, whose account may do nothing yet.
-    kubectl_ok(&["create", "serviceaccount", "scraper", "-n", ns.name()], None)?;
+    kubectl_ok(
+        &["create", "serviceaccount", "scraper", "-n", ns.name()],
+        None,
+    )?;
     let token = kubectl_ok(&["create", "token", "scraper", "-n", ns.name()], None)?;
     let token = token.trim();
     let (code, body) = get(&addr, "/metrics", Some(token))?;
@@ -110,7 +118,13 @@ fn metrics_are_served_over_https_only_to_tokens_allowed_to_get_them() -> Result<
     );
     // Plain HTTP gets no metrics from this port.
     let plain = Command::new("curl")
-        .args(["--silent", "--max-time", "10", "--write-out", "%{http_code}"])
+        .args([
+            "--silent",
+            "--max-time",
+            "10",
+            "--write-out",
+            "%{http_code}",
+        ])
         .arg(format!("http://{addr}/metrics"))
         .output()?;
     assert_ne!(String::from_utf8_lossy(&plain.stdout).trim(), "200");
