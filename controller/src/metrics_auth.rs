@@ -1,6 +1,7 @@
 //! Who may read /metrics under `--metrics-auth`, as controller-runtime's secure metrics decide:
 //! the apiserver authenticates the request's bearer token (TokenReview), then authorizes its
 //! user for `get` on the non-resource path /metrics (SubjectAccessReview).
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::{Request, State};
@@ -59,20 +60,14 @@ impl Authorizer {
     }
 
     /// The decision for `token`; concurrent requests with one token share one review.
-    pub async fn decide(&self, token: &str) -> Result<Decision, kube::Error> {
+    pub async fn decide(&self, token: &str) -> Result<Decision, Arc<kube::Error>> {
         let digest = ring::digest::digest(&ring::digest::SHA256, token.as_bytes());
         let mut key = [0u8; 32];
         key.copy_from_slice(digest.as_ref());
         self.decisions
             .try_get_with(key, review(&self.client, token))
             .await
-            .map_err(unshare)
     }
-}
-
-/// The error itself when this caller holds the only reference, else its text.
-fn unshare(e: std::sync::Arc<kube::Error>) -> kube::Error {
-    std::sync::Arc::try_unwrap(e).unwrap_or_else(|e| kube::Error::Service(e.to_string().into()))
 }
 
 async fn review(client: &Client, token: &str) -> Result<Decision, kube::Error> {
@@ -177,8 +172,6 @@ pub async fn require(
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
     use axum::body::Body;
     use serde_json::json;
     use tower::ServiceExt;
