@@ -7,9 +7,21 @@ use clap::Parser;
 #[derive(Debug, Clone, Parser)]
 #[command(name = "kubesteer-controller", version, about, long_about = None)]
 pub struct Args {
-    /// Address of the HTTP server for /metrics, /healthz and /readyz.
-    #[arg(long, env = "KUBESTEER_METRICS_ADDR", default_value = "0.0.0.0:8080")]
+    /// Address of the server for /metrics, /healthz and /readyz (controller-runtime's flag name;
+    /// `--metrics-addr` is the older one).
+    #[arg(
+        long = "metrics-bind-address",
+        visible_alias = "metrics-addr",
+        env = "KUBESTEER_METRICS_ADDR",
+        default_value = "0.0.0.0:8080"
+    )]
     pub metrics_addr: SocketAddr,
+
+    /// Serve HTTPS with a self-signed certificate, and /metrics only to bearer tokens that the
+    /// apiserver authenticates (TokenReview) and allows `get` on /metrics (SubjectAccessReview),
+    /// like controller-runtime's `--metrics-secure`. /healthz and /readyz stay open.
+    #[arg(long, env = "KUBESTEER_METRICS_AUTH", default_value_t = false)]
+    pub metrics_auth: bool,
 
     /// Run the controllers only while holding the leader Lease.
     #[arg(long, env = "KUBESTEER_LEADER_ELECTION", default_value_t = false)]
@@ -72,7 +84,7 @@ mod tests {
     fn defaults_and_flags() {
         let a = Args::try_parse_from(["kubesteer-controller"]).unwrap();
         assert_eq!(a.metrics_addr.to_string(), "0.0.0.0:8080");
-        assert!(!a.leader_election);
+        assert!(!a.leader_election && !a.metrics_auth);
         assert_eq!(a.lease_name, "kubesteer-controller");
         assert_eq!((a.concurrency, a.debounce_ms), (32, 1000));
         assert!(Args::try_parse_from(["kubesteer-controller", "--concurrency=0"]).is_err());
@@ -86,5 +98,14 @@ mod tests {
         .unwrap();
         assert!(a.leader_election && a.log_json);
         assert_eq!(a.identity(), "me");
+        assert_eq!(a.metrics_addr.to_string(), "127.0.0.1:0");
+        let a = Args::try_parse_from([
+            "kubesteer-controller",
+            "--metrics-bind-address=127.0.0.1:8443",
+            "--metrics-auth",
+        ])
+        .unwrap();
+        assert_eq!(a.metrics_addr.to_string(), "127.0.0.1:8443");
+        assert!(a.metrics_auth);
     }
 }

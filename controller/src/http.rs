@@ -1,17 +1,31 @@
-//! The small HTTP server for /metrics, /healthz and /readyz.
+//! The small HTTP server for /metrics, /healthz and /readyz; HTTPS under `--metrics-auth`.
 use std::future::Future;
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::get;
-use axum::Router;
+use axum::{middleware, Router};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tracing::debug;
 
 use crate::metrics::Metrics;
+use crate::metrics_auth::{self, Authorizer};
 use crate::Result;
+
+/// Time a client has for the TLS handshake, and then for each request head: a scraper needs
+/// milliseconds, and a stalled connection must not hold its task for long.
+const CLIENT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Time open connections get to finish on shutdown, inside the pod's grace period.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Whether the process is ready: set once it reaches the apiserver, leader or standby alike,
 /// so a standby replica does not block a rollout.
@@ -35,9 +49,21 @@ struct AppState {
     health: Arc<Health>,
 }
 
-pub fn router(metrics: Arc<Metrics>, health: Arc<Health>) -> Router {
-    Router::new()
-        .route("/metrics", get(metrics_text))
+/// /metrics, behind `authorizer` when given, and the probes, always open to the kubelet.
+pub fn router(
+    metrics: Arc<Metrics>,
+    health: Arc<Health>,
+    authorizer: Option<Authorizer>,
+) -> Router {
+    let router = Router::new().route("/metrics", get(metrics_text));
+    let router = match authorizer {
+        Some(authorizer) => router.route_layer(middleware::from_fn_with_state(
+            authorizer,
+            metrics_auth::require,
+        )),
+        None => router,
+    };
+    router
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .with_state(AppState { metrics, health })
@@ -82,6 +108,92 @@ pub async fn serve(
     Ok((local, task))
 }
 
+/// A rustls configuration serving a new self-signed certificate for `namespace`, localhost and
+/// the loopback addresses. Scrapers cannot verify it, as with controller-runtime's own
+/// self-signed certificate; it encrypts the bearer tokens on their way.
+pub fn self_signed(namespace: &str) -> Result<rustls::ServerConfig> {
+    let mut opts = kubesteer_certs::Options::new("kubesteer-controller-metrics", namespace);
+    opts.dns = vec!["localhost".to_string()];
+    opts.ips = vec![
+        IpAddr::V4(Ipv4Addr::LOCALHOST),
+        IpAddr::V6(Ipv6Addr::LOCALHOST),
+    ];
+    let bundle = kubesteer_certs::generate(&opts)?;
+    Ok(kubesteer_certs::server_config(&bundle.serving)?)
+}
+
+/// Like [`serve`], over TLS with `tls`: each connection is handshaken and served in a task of its
+/// own, so a slow client holds up no other.
+pub async fn serve_tls(
+    addr: SocketAddr,
+    router: Router,
+    tls: rustls::ServerConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(SocketAddr, tokio::task::JoinHandle<std::io::Result<()>>)> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let local = listener.local_addr()?;
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
+    let task = tokio::spawn(async move {
+        let (stop_tx, stop) = watch::channel(false);
+        let mut connections = JoinSet::new();
+        tokio::pin!(shutdown);
+        loop {
+            let accepted = tokio::select! {
+                accepted = listener.accept() => accepted,
+                () = &mut shutdown => break,
+            };
+            // Reap finished connections, so the set holds only open ones.
+            while connections.try_join_next().is_some() {}
+            match accepted {
+                Ok((tcp, peer)) => {
+                    let (acceptor, router, stop) = (acceptor.clone(), router.clone(), stop.clone());
+                    connections.spawn(async move {
+                        if let Err(e) = connection(acceptor, tcp, router, stop).await {
+                            debug!(%peer, error = %e, "metrics connection ended");
+                        }
+                    });
+                }
+                Err(e) => {
+                    // Out of file descriptors, say: back off instead of spinning.
+                    debug!(error = %e, "cannot accept a metrics connection");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+        drop(listener);
+        let _ = stop_tx.send(true);
+        let drained = tokio::time::timeout(DRAIN_TIMEOUT, async {
+            while connections.join_next().await.is_some() {}
+        })
+        .await;
+        if drained.is_err() {
+            connections.abort_all();
+        }
+        Ok(())
+    });
+    Ok((local, task))
+}
+
+/// Serves one connection: the handshake, then HTTP/1.1 until the client leaves or `stop`.
+async fn connection(
+    acceptor: tokio_rustls::TlsAcceptor,
+    tcp: tokio::net::TcpStream,
+    router: Router,
+    mut stop: watch::Receiver<bool>,
+) -> std::result::Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let tls = tokio::time::timeout(CLIENT_TIMEOUT, acceptor.accept(tcp)).await??;
+    let conn = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(CLIENT_TIMEOUT)
+        .serve_connection(TokioIo::new(tls), TowerToHyperService::new(router));
+    tokio::pin!(conn);
+    tokio::select! {
+        served = conn.as_mut() => return Ok(served?),
+        _ = stop.wait_for(|&s| s) => conn.as_mut().graceful_shutdown(),
+    }
+    Ok(conn.await?)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -105,7 +217,7 @@ mod tests {
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let (addr, task) = serve(
             "127.0.0.1:0".parse().unwrap(),
-            router(metrics, health.clone()),
+            router(metrics, health.clone(), None),
             async move {
                 let _ = rx.await;
             },

@@ -10,6 +10,7 @@ pub mod http;
 pub mod lease;
 pub mod memcached;
 pub mod metrics;
+pub mod metrics_auth;
 pub mod objects;
 pub mod run;
 pub mod scaler;
@@ -52,6 +53,9 @@ pub enum Error {
     #[error("metrics server: {0}")]
     Io(#[from] std::io::Error),
 
+    #[error("metrics certificate: {0}")]
+    Certs(#[from] kubesteer_certs::Error),
+
     #[error("logging: {0}")]
     Telemetry(String),
 
@@ -76,6 +80,7 @@ impl Error {
             Error::Config(_) => "config",
             Error::Lease(_) => "lease",
             Error::Io(_) => "io",
+            Error::Certs(_) => "certs",
             Error::Telemetry(_) => "telemetry",
             Error::Redacted { label, .. } => label,
         }

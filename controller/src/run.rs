@@ -23,6 +23,7 @@ use crate::args::Args;
 use crate::cache::{self, children_of, Caches, Packed};
 use crate::http::{self, Health};
 use crate::metrics::Metrics;
+use crate::metrics_auth::Authorizer;
 use crate::objects::INSTANCE_LABEL;
 use crate::{lease, memcached, scaler, telemetry, welcome, Context, Result, SystemClock};
 
@@ -40,13 +41,20 @@ pub async fn run(args: Args) -> Result<()> {
         let _ = shutdown_tx.send(true);
     });
 
-    let (addr, server) = http::serve(
-        args.metrics_addr,
-        http::router(metrics.clone(), health.clone()),
-        stopped(shutdown.clone()),
-    )
-    .await?;
-    info!(%addr, "serving /metrics, /healthz and /readyz");
+    let authorizer = args.metrics_auth.then(|| Authorizer::new(client.clone()));
+    let router = http::router(metrics.clone(), health.clone(), authorizer);
+    let (addr, server) = if args.metrics_auth {
+        let tls = http::self_signed(&args.lease_namespace)?;
+        http::serve_tls(args.metrics_addr, router, tls, stopped(shutdown.clone())).await?
+    } else {
+        http::serve(args.metrics_addr, router, stopped(shutdown.clone())).await?
+    };
+    // The address comes last: tests read it from the end of this line.
+    info!(
+        https = args.metrics_auth,
+        %addr,
+        "serving /metrics, /healthz and /readyz"
+    );
 
     let identity = args.identity();
     let ctx = Arc::new(Context::new(

@@ -469,17 +469,21 @@ impl ControllerProcess {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
-    /// What its /metrics serves now, at the address it logged.
-    pub fn metrics(&self) -> Result<String> {
-        use std::io::{Read, Write};
-        let logs = self.logs();
-        let addr = logs
+    /// The address of its /metrics, as it logged it.
+    pub fn metrics_addr(&self) -> Result<String> {
+        self.logs()
             .lines()
             .find(|l| l.contains("serving /metrics"))
             .and_then(|l| l.split("addr=").nth(1))
-            .map(str::trim)
-            .context("the controller has not logged its metrics address")?;
-        let mut stream = std::net::TcpStream::connect(addr)?;
+            .map(|a| a.trim().to_string())
+            .context("the controller has not logged its metrics address")
+    }
+
+    /// What its /metrics serves now, at the address it logged.
+    pub fn metrics(&self) -> Result<String> {
+        use std::io::{Read, Write};
+        let addr = self.metrics_addr()?;
+        let mut stream = std::net::TcpStream::connect(&addr)?;
         stream.set_read_timeout(Some(Duration::from_secs(5)))?;
         write!(
             stream,

@@ -341,7 +341,8 @@ fn self_managed_is_the_default_and_renders_no_ca_bundle() -> Result<()> {
 #[test]
 fn two_hardened_replicas_of_each_with_probes_and_disruption_budgets() -> Result<()> {
     let docs = render(&[])?;
-    for (component, port, scheme) in [("webhook", 9443, "HTTPS"), ("controller", 8080, "HTTP")] {
+    // The controller's port serves HTTPS with metrics auth, which is on by default.
+    for (component, port, scheme) in [("webhook", 9443, "HTTPS"), ("controller", 8080, "HTTPS")] {
         let name = format!("{FULLNAME}-{component}");
         let deployment = one(&docs, "Deployment", &name);
         assert_eq!(deployment["spec"]["replicas"].as_u64(), Some(2), "{name}");
@@ -1306,6 +1307,72 @@ fn watch_namespace_confines_the_controller_to_a_role_there() -> Result<()> {
         render_error(&["--set", "controller.watchNamespace=Not_A_Namespace"])?
             .contains("watchNamespace")
     );
+    Ok(())
+}
+
+#[test]
+fn metrics_auth_is_on_by_default_with_its_reviews_and_a_reader_role() -> Result<()> {
+    let controller = format!("{FULLNAME}-controller");
+    let auth = format!("{FULLNAME}-controller-metrics-auth");
+    let reader = format!("{FULLNAME}-metrics-reader");
+    for (extra, on) in [
+        (&[][..], true),
+        (&["--set", "controller.metrics.auth=true"][..], true),
+        (&["--set", "controller.metrics.auth=false"][..], false),
+    ] {
+        let docs = render(extra)?;
+        let c = container(&docs, &controller);
+        assert_eq!(
+            env_value(c, "KUBESTEER_METRICS_AUTH").as_deref(),
+            Some(if on { "true" } else { "false" }),
+            "{extra:?}"
+        );
+        assert_eq!(c["ports"][0]["containerPort"].as_u64(), Some(8080));
+        for probe in ["livenessProbe", "readinessProbe"] {
+            assert_eq!(
+                c[probe]["httpGet"]["scheme"],
+                if on { "HTTPS" } else { "HTTP" },
+                "{extra:?} {probe}"
+            );
+        }
+        // Scrapers are bound to the reader role either way; it grants nothing else.
+        let role = one(&docs, "ClusterRole", &reader);
+        assert_eq!(
+            role["rules"],
+            serde_yaml::from_str::<Value>("[{nonResourceURLs: [/metrics], verbs: [get]}]")?
+        );
+        let reviews = docs
+            .iter()
+            .filter(|d| d["metadata"]["name"] == auth.as_str())
+            .collect::<Vec<_>>();
+        if !on {
+            assert!(reviews.is_empty(), "{extra:?}");
+            continue;
+        }
+        let mut expected: BTreeSet<String> = BTreeSet::new();
+        expected.extend(expand(
+            &["authentication.k8s.io"],
+            &["tokenreviews"],
+            &["create"],
+            None,
+        ));
+        expected.extend(expand(
+            &["authorization.k8s.io"],
+            &["subjectaccessreviews"],
+            &["create"],
+            None,
+        ));
+        assert_eq!(grants(one(&docs, "ClusterRole", &auth)), expected);
+        let binding = one(&docs, "ClusterRoleBinding", &auth);
+        assert_eq!(binding["roleRef"]["name"], auth.as_str());
+        assert_eq!(binding["subjects"][0]["name"], controller.as_str());
+        assert_eq!(binding["subjects"][0]["namespace"], NS);
+    }
+    // The reviews are cluster-scoped, so a watched namespace keeps this ClusterRole.
+    let docs = render(&["--set", "controller.watchNamespace=apps"])?;
+    one(&docs, "ClusterRoleBinding", &auth);
+    assert!(render_error(&["--set", "controller.metrics.auth=yes"])?.contains("auth"));
+    assert!(render_error(&["--set", "controller.metrics.secure=true"])?.contains("secure"));
     Ok(())
 }
 

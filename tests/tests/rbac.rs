@@ -238,10 +238,13 @@ fn each_service_account_may_do_what_its_binary_does_and_nothing_more() -> Result
             false,
             &format!("patch leases.coordination.k8s.io/{lease} -n {o}"),
         ),
+        // The reviews behind metrics auth (on by default); not the metrics themselves.
+        row(true, "create tokenreviews.authentication.k8s.io"),
+        row(true, "create subjectaccessreviews.authorization.k8s.io"),
+        row(false, "get /metrics"),
         // Nothing of the webhook's, the cluster's or RBAC's.
         row(false, &format!("patch mutatingwebhookconfigurations/{f}")),
         row(false, &format!("patch validatingwebhookconfigurations/{f}")),
-        row(false, "create subjectaccessreviews.authorization.k8s.io"),
         row(false, "delete namespaces"),
         row(false, &format!("delete namespaces/{o}")),
         row(false, "get nodes"),

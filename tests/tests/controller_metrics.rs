@@ -1,0 +1,132 @@
+//! The controller's /metrics under `--metrics-auth`, as a scraper meets it: HTTPS, and nothing
+//! without a token that the apiserver accepts and RBAC allows `get` on /metrics.
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use kubesteer_tests::{eventually, kubectl, kubectl_ok, unique, ControllerProcess, Namespace};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+/// `GET https://addr/path` with curl, the bearer `token` given on stdin so it stays out of the
+/// process list; the status code and the body.
+fn get(addr: &str, path: &str, token: Option<&str>) -> Result<(u16, String)> {
+    let mut child = Command::new("curl")
+        .args([
+            "--silent",
+            "--insecure",
+            "--max-time",
+            "10",
+            "--config",
+            "-",
+        ])
+        .args(["--write-out", "\n%{http_code}"])
+        .arg(format!("https://{addr}{path}"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("running curl")?;
+    let mut stdin = child.stdin.take().context("curl's stdin")?;
+    if let Some(token) = token {
+        writeln!(stdin, "header = \"Authorization: Bearer {token}\"")?;
+    }
+    drop(stdin);
+    let out = child.wait_with_output()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let (body, code) = text.rsplit_once('\n').context("curl wrote no status")?;
+    let code = code
+        .trim()
+        .parse()
+        .with_context(|| format!("curl: {text} {}", String::from_utf8_lossy(&out.stderr)))?;
+    Ok((code, body.to_string()))
+}
+
+/// Cluster-scoped objects of one test, deleted when dropped.
+struct ClusterObjects(Vec<String>);
+
+impl Drop for ClusterObjects {
+    fn drop(&mut self) {
+        for object in &self.0 {
+            let _ = kubectl(&["delete", object, "--ignore-not-found"], None);
+        }
+    }
+}
+
+#[test]
+fn metrics_are_served_over_https_only_to_tokens_allowed_to_get_them() -> Result<()> {
+    let ns = Namespace::new("ctl-met")?;
+    let controller = ControllerProcess::start_with(ns.name(), ns.name(), &["--metrics-auth"])?;
+    let addr = eventually(WAIT, "the metrics address", || {
+        Ok(controller.metrics_addr().ok())
+    })?;
+
+    // The probes are the kubelet's, which brings no token.
+    assert_eq!(get(&addr, "/healthz", None)?.0, 200);
+    let (code, body) = get(&addr, "/metrics", None)?;
+    assert_eq!((code, body.trim()), (401, "Unauthorized"));
+    assert_eq!(get(&addr, "/metrics", Some("not-a-token"))?.0, 401);
+
+    // A real ServiceAccount token, whose account may do nothing yet.
+    kubectl_ok(
+        &["create", "serviceaccount", "scraper", "-n", ns.name()],
+        None,
+    )?;
+    let token = kubectl_ok(&["create", "token", "scraper", "-n", ns.name()], None)?;
+    let token = token.trim();
+    let (code, body) = get(&addr, "/metrics", Some(token))?;
+    assert_eq!((code, body.trim()), (403, "Forbidden"));
+
+    // What kubebuilder's metrics-reader ClusterRole grants, bound to the account.
+    let role = unique("kubesteer-e2e-metrics-reader-");
+    let _cleanup = ClusterObjects(vec![
+        format!("clusterrolebinding/{role}"),
+        format!("clusterrole/{role}"),
+    ]);
+    kubectl_ok(
+        &[
+            "create",
+            "clusterrole",
+            &role,
+            "--verb=get",
+            "--non-resource-url=/metrics",
+        ],
+        None,
+    )?;
+    kubectl_ok(
+        &[
+            "create",
+            "clusterrolebinding",
+            &role,
+            &format!("--clusterrole={role}"),
+            &format!("--serviceaccount={}:scraper", ns.name()),
+        ],
+        None,
+    )?;
+    // The 403 is remembered for up to 10 s.
+    let body = eventually(WAIT, "the bound account to read /metrics", || {
+        let (code, body) = get(&addr, "/metrics", Some(token))?;
+        Ok((code == 200).then_some(body))
+    })?;
+    assert!(body.contains("kubesteer_leading 1"), "{body}");
+    // Another token keeps being refused meanwhile.
+    assert_eq!(get(&addr, "/metrics", Some("not-a-token"))?.0, 401);
+    assert!(
+        !controller.logs().contains(token),
+        "the controller logged a token"
+    );
+    // Plain HTTP gets no metrics from this port.
+    let plain = Command::new("curl")
+        .args([
+            "--silent",
+            "--max-time",
+            "10",
+            "--write-out",
+            "%{http_code}",
+        ])
+        .arg(format!("http://{addr}/metrics"))
+        .output()?;
+    assert_ne!(String::from_utf8_lossy(&plain.stdout).trim(), "200");
+    Ok(())
+}
