@@ -13,7 +13,7 @@ use kube::{Api, Resource, ResourceExt};
 use kubesteer_api::common::{condition, READY};
 use kubesteer_api::{Memcached, MemcachedStatus};
 
-use crate::cache::{self, Ensured, NameConflict};
+use crate::cache::{self, Ensured};
 use crate::objects::{self, apply_params, child_meta, namespace_and_name, status_patch};
 use crate::{Context, Result};
 
@@ -70,7 +70,7 @@ async fn apply(mc: &Memcached, ctx: &Context) -> Result<Action> {
         ctx.publish(mc, EventType::Normal, "Created", note).await;
     }
     let Some(deployment) = deployment.filter(|_| conflicts.is_empty()) else {
-        return report_conflicts(mc, ctx, &ns, &name, &conflicts).await;
+        return objects::report_conflicts(ctx, KIND, mc, &conflicts).await;
     };
     if !created.is_empty() {
         // The new child's watch event brings another reconcile, which writes the status from
@@ -93,39 +93,6 @@ async fn apply(mc: &Memcached, ctx: &Context) -> Result<Action> {
         ctx.status_written(KIND, mc);
     }
     Ok(Action::await_change())
-}
-
-/// Reports taken child names as Ready=False NameConflict, with a Warning event when that is news.
-async fn report_conflicts(
-    mc: &Memcached,
-    ctx: &Context,
-    ns: &str,
-    name: &str,
-    conflicts: &[NameConflict],
-) -> Result<Action> {
-    let mut status = mc.status.clone().unwrap_or_default();
-    status.observed_generation = mc.meta().generation;
-    status.conditions = objects::name_conflict_conditions(
-        KIND,
-        &status.conditions,
-        conflicts,
-        mc.meta().generation,
-        objects::time(ctx.clock.now()),
-    );
-    if mc.status.as_ref() != Some(&status) {
-        let api: Api<Memcached> = Api::namespaced(ctx.client.clone(), ns);
-        api.patch_status(name, &apply_params(), &status_patch::<Memcached>(&status))
-            .await?;
-        ctx.status_written(KIND, mc);
-        let note = conflicts
-            .iter()
-            .map(|c| c.describe(KIND))
-            .collect::<Vec<_>>()
-            .join("; ");
-        ctx.publish(mc, EventType::Warning, objects::NAME_CONFLICT, note)
-            .await;
-    }
-    Ok(Action::requeue(objects::NAME_CONFLICT_REQUEUE))
 }
 
 /// Whether `new` says something a user waits for: Ready or Degraded, or a condition that turned
@@ -767,7 +734,7 @@ mod tests {
             conditions: objects::name_conflict_conditions(
                 KIND,
                 &[],
-                &[NameConflict::new("Deployment", "cache")],
+                &[cache::NameConflict::new("Deployment", "cache")],
                 Some(2),
                 objects::time(ctx.clock.now()),
             ),

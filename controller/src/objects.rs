@@ -8,16 +8,21 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
+use kube::api::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::client::Body;
+use kube::core::object::HasStatus;
 use kube::core::{NamespaceResourceScope, Status};
+use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
 use kube::{Client, Resource, ResourceExt};
 use kubesteer_api::common::{condition, READY};
+use kubesteer_api::{MemcachedStatus, WelcomeStatus};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::cache::NameConflict;
-use crate::{Error, Result};
+use crate::{Context, Error, Result};
 
 pub const NAME_LABEL: &str = "app.kubernetes.io/name";
 pub const INSTANCE_LABEL: &str = "app.kubernetes.io/instance";
@@ -269,6 +274,75 @@ where
 /// computed twice compares equal.
 pub fn time(at: DateTime<Utc>) -> Time {
     Time(Timestamp::from_second(at.timestamp()).unwrap_or(Timestamp::UNIX_EPOCH))
+}
+
+/// The status of an owner kind: conditions and the generation they describe.
+pub trait OwnerStatus: Default + Clone + PartialEq + Serialize {
+    fn conditions(&self) -> &[Condition];
+    fn observe(&mut self, generation: Option<i64>, conditions: Vec<Condition>);
+}
+
+impl OwnerStatus for MemcachedStatus {
+    fn conditions(&self) -> &[Condition] {
+        &self.conditions
+    }
+    fn observe(&mut self, generation: Option<i64>, conditions: Vec<Condition>) {
+        self.observed_generation = generation;
+        self.conditions = conditions;
+    }
+}
+
+impl OwnerStatus for WelcomeStatus {
+    fn conditions(&self) -> &[Condition] {
+        &self.conditions
+    }
+    fn observe(&mut self, generation: Option<i64>, conditions: Vec<Condition>) {
+        self.observed_generation = generation;
+        self.conditions = conditions;
+    }
+}
+
+/// Reports taken child names of `owner` as Ready=False NameConflict, with a Warning event when
+/// that is news, and looks again after `NAME_CONFLICT_REQUEUE`.
+pub async fn report_conflicts<K>(
+    ctx: &Context,
+    kind: &'static str,
+    owner: &K,
+    conflicts: &[NameConflict],
+) -> Result<Action>
+where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + HasStatus
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug,
+    K::Status: OwnerStatus,
+{
+    let (ns, name) = namespace_and_name(kind, owner)?;
+    let generation = owner.meta().generation;
+    let mut status = owner.status().cloned().unwrap_or_default();
+    let conditions = name_conflict_conditions(
+        kind,
+        status.conditions(),
+        conflicts,
+        generation,
+        time(ctx.clock.now()),
+    );
+    status.observe(generation, conditions);
+    if owner.status() != Some(&status) {
+        let api: Api<K> = Api::namespaced(ctx.client.clone(), &ns);
+        api.patch_status(&name, &apply_params(), &status_patch::<K>(&status))
+            .await?;
+        ctx.status_written(kind, owner);
+        let note = conflicts
+            .iter()
+            .map(|c| c.describe(kind))
+            .collect::<Vec<_>>()
+            .join("; ");
+        ctx.publish(owner, EventType::Warning, NAME_CONFLICT, note)
+            .await;
+    }
+    Ok(Action::requeue(NAME_CONFLICT_REQUEUE))
 }
 
 #[cfg(test)]

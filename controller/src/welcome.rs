@@ -128,7 +128,7 @@ async fn apply(welcome: &Welcome, ctx: &Context) -> Result<Action> {
             .await;
     }
     let (Some(deployment), Some(service)) = (deployment, service) else {
-        return report_conflicts(welcome, ctx, &ns, &name, &conflicts).await;
+        return objects::report_conflicts(ctx, KIND, welcome, &conflicts).await;
     };
     let status = status(welcome, &ns, &deployment, &service, ctx.clock.now());
     if welcome.status.as_ref() != Some(&status) {
@@ -140,38 +140,6 @@ async fn apply(welcome: &Welcome, ctx: &Context) -> Result<Action> {
         Some(_) => Action::requeue(CREDENTIALS_RESYNC),
         None => Action::await_change(),
     })
-}
-
-/// Reports taken child names as Ready=False NameConflict, with a Warning event when that is news.
-async fn report_conflicts(
-    welcome: &Welcome,
-    ctx: &Context,
-    ns: &str,
-    name: &str,
-    conflicts: &[NameConflict],
-) -> Result<Action> {
-    let mut status = welcome.status.clone().unwrap_or_default();
-    status.observed_generation = welcome.meta().generation;
-    status.conditions = objects::name_conflict_conditions(
-        KIND,
-        &status.conditions,
-        conflicts,
-        welcome.meta().generation,
-        objects::time(ctx.clock.now()),
-    );
-    if welcome.status.as_ref() != Some(&status) {
-        let api: Api<Welcome> = Api::namespaced(ctx.client.clone(), ns);
-        api.patch_status(name, &apply_params(), &status_patch::<Welcome>(&status))
-            .await?;
-        let note = conflicts
-            .iter()
-            .map(|c| c.describe(KIND))
-            .collect::<Vec<_>>()
-            .join("; ");
-        ctx.publish(welcome, EventType::Warning, objects::NAME_CONFLICT, note)
-            .await;
-    }
-    Ok(Action::requeue(objects::NAME_CONFLICT_REQUEUE))
 }
 
 /// Writes the credentials Secret unread (no `get` allowed), creating or guard-patching only its own.
