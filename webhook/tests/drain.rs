@@ -11,12 +11,10 @@ use std::time::Duration;
 use axum::body::Body;
 use http_body_util::BodyExt;
 use hyper_util::rt::TokioIo;
-use kubesteer_certs::{generate, Options};
 use kubesteer_webhook::server::{serve, Limits};
-use kubesteer_webhook::tls::{certified_key, server_config, CertStore};
+use kubesteer_webhook::tls::{server_config, CertStore};
 use kubesteer_webhook::{router, AppState};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName};
+use rustls::pki_types::ServerName;
 use tokio::time::Instant;
 use tokio_rustls::TlsConnector;
 
@@ -106,19 +104,7 @@ async fn closed(sender: &Sender) -> bool {
 
 #[tokio::test]
 async fn shutdown_fails_readiness_but_serves_admission_until_the_delay_ends() {
-    let mut options = Options::new("kubesteer-webhook", "test");
-    options.ips.push("127.0.0.1".parse().unwrap());
-    let certs = generate(&options).unwrap();
-    let key = certified_key(
-        certs.serving.cert.as_bytes(),
-        certs.serving.key.as_bytes(),
-        "test",
-    )
-    .unwrap();
-    let mut roots = rustls::RootCertStore::empty();
-    roots
-        .add(CertificateDer::from_pem_slice(certs.ca.cert.as_bytes()).unwrap())
-        .unwrap();
+    let (key, roots) = common::local_tls();
 
     let state = Arc::new(AppState::new(common::cluster()));
     state.tls_ready.store(true, Ordering::Release);

@@ -15,13 +15,11 @@ use axum::body::Body;
 use clap::Parser;
 use http_body_util::BodyExt;
 use hyper_util::rt::TokioIo;
-use kubesteer_certs::{generate, Options};
 use kubesteer_webhook::args::Args;
 use kubesteer_webhook::server::serve;
-use kubesteer_webhook::tls::{certified_key, server_config, CertStore};
+use kubesteer_webhook::tls::{server_config, CertStore};
 use kubesteer_webhook::{router, AppState};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName};
+use rustls::pki_types::ServerName;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
@@ -260,19 +258,7 @@ async fn a_flood_of_idle_and_slow_connections_does_not_lock_out_the_apiserver() 
         "open-file limit {nofile} is too low for this test"
     );
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let mut options = Options::new("kubesteer-webhook", "test");
-    options.ips.push("127.0.0.1".parse().unwrap());
-    let certs = generate(&options).unwrap();
-    let key = certified_key(
-        certs.serving.cert.as_bytes(),
-        certs.serving.key.as_bytes(),
-        "test",
-    )
-    .unwrap();
-    let mut roots = rustls::RootCertStore::empty();
-    roots
-        .add(CertificateDer::from_pem_slice(certs.ca.cert.as_bytes()).unwrap())
-        .unwrap();
+    let (key, roots) = common::local_tls();
     let config = client_config(&roots);
 
     let state = Arc::new(AppState::new(common::cluster()));

@@ -196,3 +196,22 @@ pub fn limits() -> kubesteer_webhook::server::Limits {
         drain: Duration::from_secs(5),
     }
 }
+
+/// A serving key for 127.0.0.1 from a fresh CA, and client roots that trust only that CA.
+pub fn local_tls() -> (rustls::sign::CertifiedKey, rustls::RootCertStore) {
+    use rustls::pki_types::pem::PemObject as _;
+    let mut options = kubesteer_certs::Options::new("kubesteer-webhook", "test");
+    options.ips.push("127.0.0.1".parse().unwrap());
+    let certs = kubesteer_certs::generate(&options).unwrap();
+    let key = kubesteer_webhook::tls::certified_key(
+        certs.serving.cert.as_bytes(),
+        certs.serving.key.as_bytes(),
+        "test",
+    )
+    .unwrap();
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(rustls::pki_types::CertificateDer::from_pem_slice(certs.ca.cert.as_bytes()).unwrap())
+        .unwrap();
+    (key, roots)
+}
