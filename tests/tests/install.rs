@@ -409,6 +409,10 @@ fn a_ca_rollover_under_load_fails_no_admission() -> Result<()> {
             "{.data.ca-bundle\\.crt}",
         )
     };
+    // The CAs of each webhook's caBundle.
+    let every_bundle = || -> Result<Vec<Vec<String>>> {
+        release.ca_bundles()?.iter().map(|b| cas_of(b)).collect()
+    };
     let first = cas_of(&release.secret_ca()?)?;
     ensure!(first.len() == 1, "one CA in ca.crt: {first:?}");
     let load = Load::start(&release.user_ns, 2);
@@ -425,11 +429,7 @@ fn a_ca_rollover_under_load_fails_no_admission() -> Result<()> {
         Duration::from_secs(10),
         "both CAs in every caBundle",
         || {
-            let bundles = release.ca_bundles()?;
-            let all = bundles
-                .iter()
-                .map(|b| cas_of(b))
-                .collect::<Result<Vec<_>>>()?;
+            let all = every_bundle()?;
             Ok((!all.is_empty() && all.iter().all(|cas| *cas == both)).then_some(()))
         },
     )?;
@@ -438,11 +438,7 @@ fn a_ca_rollover_under_load_fails_no_admission() -> Result<()> {
         Duration::from_secs(60),
         "the old CA dropped from every caBundle",
         || {
-            let bundles = release.ca_bundles()?;
-            let all = bundles
-                .iter()
-                .map(|b| cas_of(b))
-                .collect::<Result<Vec<_>>>()?;
+            let all = every_bundle()?;
             Ok((!all.is_empty() && all.iter().all(|cas| cas[..] == both[..1])).then_some(()))
         },
     )?;
