@@ -2,17 +2,8 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use schemars::{json_schema, Schema, SchemaGenerator};
 
-/// The condition `kubectl wait --for=condition=Ready` waits on.
-pub const READY: &str = "Ready";
-/// Replica counts start at 0: 0 scales a workload down.
-pub const MIN_REPLICAS: i32 = 0;
-/// The largest value of an int32 field without a tighter rule, so nothing stored overflows the typed list.
-pub const MAX_INT32: i32 = i32::MAX;
-/// TCP ports.
-pub const MIN_PORT: i32 = 1;
-pub const MAX_PORT: i32 = 65535;
-/// The largest generation a schema bound states exactly, since the CRD keeps bounds as f64.
-pub const MAX_GENERATION: i64 = (1 << 53) - 1;
+pub use crate::keys::condition::READY;
+use crate::rules::MAX_GENERATION;
 
 /// Builds a condition; `lastTransitionTime` is kept from `previous` while the status is unchanged.
 pub fn condition(

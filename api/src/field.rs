@@ -103,47 +103,6 @@ pub fn summarize(kind: &str, name: &str, errors: &[FieldError]) -> String {
     format!("{kind}.{} {name:?} is invalid: {body}", crate::GROUP)
 }
 
-/// A DNS-1123 label: lowercase alphanumerics and '-', starting and ending alphanumeric, at most 63.
-pub fn is_dns1123_label(s: &str) -> bool {
-    let b = s.as_bytes();
-    !b.is_empty()
-        && b.len() <= 63
-        && b.iter()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-        && b[0] != b'-'
-        && b[b.len() - 1] != b'-'
-}
-
-/// A DNS-1123 subdomain: dot-separated labels, at most 253 characters (object names).
-pub fn is_dns1123_subdomain(s: &str) -> bool {
-    !s.is_empty() && s.len() <= 253 && s.split('.').all(is_dns1123_label)
-}
-
-/// Checks `value` as an object name and records why it is not one.
-pub fn check_name(errors: &mut FieldErrors, path: &str, value: &str, label: bool) {
-    let (ok, what) = if label {
-        (is_dns1123_label(value), "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character")
-    } else {
-        (is_dns1123_subdomain(value), "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character")
-    };
-    if value.is_empty() {
-        errors.push(FieldError::required(path, ""));
-    } else if !ok {
-        errors.push(FieldError::invalid(path, value, what));
-    }
-}
-
-/// Checks an integer range and records the apiserver-style message.
-pub fn check_range(errors: &mut FieldErrors, path: &str, value: i64, min: i64, max: i64) {
-    if value < min || value > max {
-        errors.push(FieldError::invalid(
-            path,
-            value,
-            format!("must be between {min} and {max}, inclusive"),
-        ));
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -182,15 +141,5 @@ mod tests {
             summarize("Scaler", "x", &errs),
             "Scaler.kubesteer.io \"x\" is invalid: [spec.a: Required value, spec.b: Invalid value: 1: bad]"
         );
-    }
-
-    #[test]
-    fn dns_names() {
-        assert!(is_dns1123_label("web-1"));
-        assert!(!is_dns1123_label("Web"));
-        assert!(!is_dns1123_label("-a"));
-        assert!(!is_dns1123_label(&"a".repeat(64)));
-        assert!(is_dns1123_subdomain("a.b-c"));
-        assert!(!is_dns1123_subdomain("a..b"));
     }
 }

@@ -17,6 +17,7 @@ pub enum Kind {
 pub const ALL: [Kind; 3] = [Kind::Scaler, Kind::Welcome, Kind::Memcached];
 
 impl Kind {
+    /// The kind, as in `kind:` and the CRD's names.
     pub fn name(self) -> &'static str {
         match self {
             Kind::Scaler => "Scaler",
@@ -32,10 +33,6 @@ impl Kind {
             Kind::Welcome => "welcomes",
             Kind::Memcached => "memcacheds",
         }
-    }
-
-    pub fn from_name(name: &str) -> Option<Kind> {
-        ALL.into_iter().find(|k| k.name() == name)
     }
 
     /// The defaulting patch for a whole object; `namespace` is the object's namespace.
@@ -143,6 +140,23 @@ fn type_name(v: &Value) -> &'static str {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn names_and_plurals_are_the_crds() {
+        use kube::Resource;
+        let crds = [
+            (Kind::Scaler, crate::Scaler::kind(&()), crate::Scaler::plural(&()), crate::Scaler::group(&()), crate::Scaler::version(&())),
+            (Kind::Welcome, crate::Welcome::kind(&()), crate::Welcome::plural(&()), crate::Welcome::group(&()), crate::Welcome::version(&())),
+            (Kind::Memcached, crate::Memcached::kind(&()), crate::Memcached::plural(&()), crate::Memcached::group(&()), crate::Memcached::version(&())),
+        ];
+        for (kind, name, plural, group, version) in crds {
+            assert_eq!(kind.name(), name);
+            assert_eq!(kind.plural(), plural);
+            assert_eq!(crate::GROUP, group, "{name}");
+            assert_eq!(crate::VERSION, version, "{name}");
+        }
+        assert_eq!(ALL.len(), crate::crd::all().len());
+    }
 
     #[test]
     fn type_errors_name_the_field() {

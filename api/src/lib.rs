@@ -3,15 +3,17 @@
 //! Everything here is pure: types, defaults, validation and schedule math, with no I/O; the
 //! one exception, watches that skip undecodable objects, sits behind the `watch` feature.
 #![forbid(unsafe_code)]
-#![deny(warnings, rust_2018_idioms)]
+#![warn(rust_2018_idioms)]
 
 pub mod access;
 pub mod common;
 pub mod crd;
 pub mod defaults;
 pub mod field;
+pub mod keys;
 pub mod kind;
 pub mod memcached;
+pub mod rules;
 pub mod scaler;
 pub mod schedule;
 #[cfg(feature = "watch")]
@@ -26,3 +28,13 @@ pub use welcome::{Welcome, WelcomeSpec, WelcomeStatus};
 pub const GROUP: &str = "kubesteer.io";
 /// The served and stored version.
 pub const VERSION: &str = "v1alpha1";
+/// `apiVersion` of every kubesteer object.
+pub const API_VERSION: &str = "kubesteer.io/v1alpha1";
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_api_version_is_group_and_version() {
+        assert_eq!(super::API_VERSION, format!("{}/{}", super::GROUP, super::VERSION));
+    }
+}

@@ -8,18 +8,18 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::common::{MAX_GENERATION, MAX_INT32, MAX_PORT, MIN_PORT, MIN_REPLICAS};
-use crate::field::{check_range, FieldError, FieldErrors};
+use crate::field::FieldErrors;
+use crate::rules::memcached::{MAX_MEMORY_MB, MAX_SIZE, MIN_MEMORY_MB};
+use crate::rules::{
+    check_image, check_range, MAX_GENERATION, MAX_IMAGE, MAX_INT32, MAX_PORT, MIN_PORT,
+    MIN_REPLICAS,
+};
 
 pub const DEFAULT_SIZE: i32 = 1;
 pub const DEFAULT_PORT: i32 = 11211;
 /// A pinned tag, so every replica runs the same memcached.
 pub const DEFAULT_IMAGE: &str = "memcached:1.6.38-alpine";
 pub const DEFAULT_MEMORY_MB: i32 = 64;
-pub const MAX_SIZE: i32 = 100;
-pub const MIN_MEMORY_MB: i32 = 1;
-/// The largest -m that still fits a 64 GiB node; beyond it memcached would be killed anyway.
-pub const MAX_MEMORY_MB: i32 = 65536;
 
 /// A memcached cluster: a Deployment of `size` pods and a headless Service on `port`.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
@@ -51,7 +51,7 @@ pub struct MemcachedSpec {
 
     /// Container image. Defaults to a pinned memcached 1.6 alpine tag.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 512))]
+    #[schemars(length(min = 1, max = MAX_IMAGE), regex(pattern = crate::rules::IMAGE.regex))]
     pub image: Option<String>,
 
     /// Memory for item storage in megabytes, passed as -m. Defaults to 64.
@@ -155,13 +155,7 @@ impl MemcachedSpec {
             );
         }
         if let Some(image) = &self.image {
-            if image.trim().is_empty() || image.chars().any(char::is_whitespace) {
-                errors.push(FieldError::invalid(
-                    "spec.image",
-                    image.as_str(),
-                    "must be a container image reference without whitespace",
-                ));
-            }
+            check_image(&mut errors, image);
         }
         errors
     }

@@ -8,22 +8,24 @@ use kube::{CustomResource, KubeSchema};
 use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Serialize};
 
-use crate::common::{MAX_GENERATION, MAX_INT32, MIN_REPLICAS};
-use crate::field::{check_name, FieldError, FieldErrors};
+use crate::field::{FieldError, FieldErrors};
+use crate::rules::scaler::{
+    time_of_day_rule, CLOCK, MAX_DAYS, MAX_HOUR, MAX_JOBS, MAX_JOB_NAME, MAX_SCHEDULE,
+    MAX_TARGETS, MAX_TIME_ZONE, MIN_DAYS, MIN_JOBS, MIN_TARGETS,
+};
+use crate::rules::{
+    check_length, check_name, MAX_GENERATION, MAX_INT32, MAX_LABEL, MAX_SUBDOMAIN, MIN_REPLICAS,
+};
 use crate::schedule::{self, CronSchedule, ScheduleError, Window};
 
 /// Replicas inside the window when `replicas` is not given.
 pub const DEFAULT_REPLICAS: i32 = 1;
 /// The time zone when `timeZone` is not given.
 pub const DEFAULT_TIME_ZONE: &str = "UTC";
-/// The annotation on a target that records its replicas from before the window opened.
-pub const ORIGINAL_REPLICAS_ANNOTATION: &str = "kubesteer.io/original-replicas";
-/// The annotation, written together with [`ORIGINAL_REPLICAS_ANNOTATION`], that names the Scaler
-/// which recorded it as `namespace/name`: only that Scaler trusts and restores the record.
-pub const ORIGINAL_REPLICAS_OWNER_ANNOTATION: &str = "kubesteer.io/original-replicas-owner";
-pub const MAX_TARGETS: usize = 50;
-pub const MAX_JOBS: usize = 20;
-const TIME_OF_DAY_RULE: &str = "must be an hour 0-23 or \"HH:MM\"";
+pub use crate::keys::annotation::{
+    ORIGINAL_REPLICAS as ORIGINAL_REPLICAS_ANNOTATION,
+    ORIGINAL_REPLICAS_OWNER as ORIGINAL_REPLICAS_OWNER_ANNOTATION,
+};
 
 /// Scales Deployments on a schedule: a daily window (start, end, replicas) or cron jobs.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
@@ -49,7 +51,7 @@ const TIME_OF_DAY_RULE: &str = "must be an hour 0-23 or \"HH:MM\"";
 #[serde(rename_all = "camelCase")]
 pub struct ScalerSpec {
     /// The Deployments to scale: 1-50 entries, no duplicates. A missing namespace means the Scaler's own.
-    #[schemars(length(min = 1, max = 50))]
+    #[schemars(length(min = MIN_TARGETS, max = MAX_TARGETS))]
     #[x_kube(validation = Rule::new("self.all(a, self.exists_one(b, a.name == b.name && (has(a.__namespace__) ? a.__namespace__ : '') == (has(b.__namespace__) ? b.__namespace__ : '')))").message("must not contain duplicates"))]
     pub deployments: Vec<ScaleTarget>,
 
@@ -70,12 +72,12 @@ pub struct ScalerSpec {
 
     /// The weekdays on which the window opens (Mon..Sun). A window that crosses midnight belongs to the day it opened. Every day when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 7), extend("x-kubernetes-list-type" = "set"))]
+    #[schemars(length(min = MIN_DAYS, max = MAX_DAYS), extend("x-kubernetes-list-type" = "set"))]
     pub days: Option<Vec<Day>>,
 
     /// IANA time zone in which start, end, days and schedules are read, e.g. "Europe/Berlin". Defaults to UTC.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 64))]
+    #[schemars(length(min = 1, max = MAX_TIME_ZONE))]
     pub time_zone: Option<String>,
 
     /// Replicas for every target outside the window. When absent, targets go back to the replicas they had before the window opened.
@@ -85,7 +87,7 @@ pub struct ScalerSpec {
 
     /// Cron mode: at each firing of a job, the targets go to that job's replicas. Cannot be combined with start, end or replicas.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 20), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    #[schemars(length(min = MIN_JOBS, max = MAX_JOBS), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub jobs: Option<Vec<ScaleJob>>,
 
     /// Stops all scaling while true; targets are left as they are, but one removed from deployments is still given back. Defaults to false.
@@ -99,11 +101,11 @@ pub struct ScalerSpec {
 )]
 pub struct ScaleTarget {
     /// Name of the Deployment.
-    #[schemars(length(min = 1, max = 253))]
+    #[schemars(length(min = 1, max = MAX_SUBDOMAIN), regex(pattern = crate::rules::DNS1123_SUBDOMAIN.regex))]
     pub name: String,
     /// Namespace of the Deployment. Defaults to the Scaler's namespace; another namespace needs permission to scale Deployments there.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 63))]
+    #[schemars(length(min = 1, max = MAX_LABEL), regex(pattern = crate::rules::DNS1123_LABEL.regex))]
     pub namespace: Option<String>,
 }
 
@@ -111,10 +113,10 @@ pub struct ScaleTarget {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]
 pub struct ScaleJob {
     /// Name of the job, unique within the Scaler.
-    #[schemars(length(min = 1, max = 63))]
+    #[schemars(length(min = 1, max = MAX_JOB_NAME))]
     pub name: String,
     /// Standard 5-field cron expression ("0 9 * * 1-5") or a macro such as "@hourly", read in timeZone.
-    #[schemars(length(min = 1, max = 128))]
+    #[schemars(length(min = 1, max = MAX_SCHEDULE))]
     pub schedule: String,
     /// Replicas for every target from this job's firing until the next firing.
     #[schemars(range(min = MIN_REPLICAS, max = MAX_INT32))]
@@ -163,15 +165,13 @@ impl TimeOfDay {
         match self {
             TimeOfDay::Hour(h) => u32::try_from(*h)
                 .ok()
+                .filter(|h| i64::from(*h) <= MAX_HOUR)
                 .and_then(|h| NaiveTime::from_hms_opt(h, 0, 0)),
             TimeOfDay::Clock(s) => {
-                let (h, m) = s.split_once(':')?;
-                if h.len() != 2
-                    || m.len() != 2
-                    || !(h.bytes().chain(m.bytes())).all(|b| b.is_ascii_digit())
-                {
+                if !CLOCK.is_match(s) {
                     return None;
                 }
+                let (h, m) = s.split_once(':')?;
                 NaiveTime::from_hms_opt(h.parse().ok()?, m.parse().ok()?, 0)
             }
         }
@@ -189,8 +189,8 @@ fn time_of_day_schema(_: &mut SchemaGenerator) -> Schema {
     json_schema!({
         "x-kubernetes-int-or-string": true,
         "x-kubernetes-validations": [{
-            "rule": "type(self) == int ? (self >= 0 && self <= 23) : self.matches('^([01][0-9]|2[0-3]):[0-5][0-9]$')",
-            "message": TIME_OF_DAY_RULE,
+            "rule": time_of_day_rule(),
+            "message": CLOCK.message,
         }],
     })
 }
@@ -422,6 +422,10 @@ impl ScalerSpec {
     }
 
     fn parsed_time_zone(&self, errors: &mut FieldErrors) -> Option<Tz> {
+        if self.time_zone().chars().count() > MAX_TIME_ZONE {
+            check_length(errors, "spec.timeZone", self.time_zone(), 1, MAX_TIME_ZONE);
+            return None;
+        }
         match self.time_zone().parse::<Tz>() {
             Ok(tz) => Some(tz),
             Err(_) => {
@@ -452,7 +456,7 @@ impl ScalerSpec {
             Some(v) => {
                 let t = v.to_time();
                 if t.is_none() {
-                    errors.push(FieldError::invalid(path, v.as_json(), TIME_OF_DAY_RULE));
+                    errors.push(FieldError::invalid(path, v.as_json(), CLOCK.message));
                 }
                 t
             }
@@ -462,7 +466,7 @@ impl ScalerSpec {
     /// Every violation of the field rules, each with its path.
     pub fn validate(&self) -> FieldErrors {
         let mut errors = FieldErrors::new();
-        if self.deployments.is_empty() {
+        if self.deployments.len() < MIN_TARGETS {
             errors.push(FieldError::required(
                 "spec.deployments",
                 "must name at least one Deployment",
@@ -501,12 +505,14 @@ impl ScalerSpec {
             }
         }
         if let Some(days) = &self.days {
-            if days.is_empty() {
+            if days.len() < MIN_DAYS {
                 errors.push(FieldError::invalid(
                     "spec.days",
                     serde_json::json!([]),
                     "must name at least one day when given",
                 ));
+            } else if days.len() > MAX_DAYS {
+                errors.push(FieldError::too_many("spec.days", days.len(), MAX_DAYS));
             }
             let mut seen = BTreeSet::new();
             for (i, d) in days.iter().enumerate() {
@@ -531,7 +537,7 @@ impl ScalerSpec {
                     ));
                 }
             }
-            if jobs.is_empty() {
+            if jobs.len() < MIN_JOBS {
                 errors.push(FieldError::required(
                     "spec.jobs",
                     "must have at least one job when given",
@@ -544,13 +550,23 @@ impl ScalerSpec {
                 let path = format!("spec.jobs[{i}]");
                 if j.name.is_empty() {
                     errors.push(FieldError::required(format!("{path}.name"), ""));
+                } else if j.name.chars().count() > MAX_JOB_NAME {
+                    check_length(&mut errors, &format!("{path}.name"), &j.name, 1, MAX_JOB_NAME);
                 } else if !names.insert(j.name.as_str()) {
                     errors.push(FieldError::duplicate(
                         format!("{path}.name"),
                         j.name.as_str(),
                     ));
                 }
-                if let Err(e) = schedule::parse_cron(&j.schedule) {
+                if j.schedule.chars().count() > MAX_SCHEDULE {
+                    check_length(
+                        &mut errors,
+                        &format!("{path}.schedule"),
+                        &j.schedule,
+                        1,
+                        MAX_SCHEDULE,
+                    );
+                } else if let Err(e) = schedule::parse_cron(&j.schedule) {
                     errors.push(FieldError::invalid(
                         format!("{path}.schedule"),
                         j.schedule.as_str(),

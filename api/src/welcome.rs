@@ -6,8 +6,15 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::common::{MAX_GENERATION, MAX_INT32, MAX_PORT, MIN_PORT, MIN_REPLICAS};
-use crate::field::{check_range, FieldError, FieldErrors};
+use crate::field::{FieldError, FieldErrors};
+use crate::rules::welcome::{
+    EMAIL, MAX_EMAIL, MAX_GROUP, MAX_GROUPS, MAX_NAME, MAX_PASSWORD, MAX_REPLICAS, MAX_USER_ID,
+    MIN_GROUP, MIN_NAME, MIN_PASSWORD, MIN_USER_ID,
+};
+use crate::rules::{
+    check_image, check_length, check_name, check_pattern, check_range, MAX_GENERATION, MAX_IMAGE,
+    MAX_INT32, MAX_PORT, MAX_SUBDOMAIN, MIN_PORT, MIN_REPLICAS, SECRET_KEY,
+};
 
 pub const DEFAULT_REPLICAS: i32 = 1;
 pub const DEFAULT_PORT: i32 = 8088;
@@ -22,11 +29,6 @@ pub const PLAIN_PASSWORD_WARNING: &str = "spec.password: the plain password stay
 
 /// A public image that answers every request with the text in its arguments.
 pub const DEFAULT_IMAGE: &str = "hashicorp/http-echo:1.0.0";
-pub const MAX_GROUPS: usize = 32;
-pub const MAX_REPLICAS: i32 = 100;
-/// User IDs as the seed operator took them.
-pub const MIN_USER_ID: i32 = 1;
-pub const MAX_USER_ID: i32 = 65535;
 /// Key of the password in the `<name>-credentials` Secret.
 pub const PASSWORD_KEY: &str = "password";
 
@@ -50,7 +52,7 @@ pub const PASSWORD_KEY: &str = "password";
 #[serde(rename_all = "camelCase")]
 pub struct WelcomeSpec {
     /// The name the app greets: it answers "Hello <name>". 1-63 characters.
-    #[schemars(length(min = 1, max = 63))]
+    #[schemars(length(min = MIN_NAME, max = MAX_NAME))]
     pub name: String,
 
     /// Numeric user ID of the person, 1-65535.
@@ -60,17 +62,17 @@ pub struct WelcomeSpec {
 
     /// Groups the person belongs to: up to 32, unique, each 1-63 characters.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 32), inner(length(min = 1, max = 63)), extend("x-kubernetes-list-type" = "set"))]
+    #[schemars(length(max = MAX_GROUPS), inner(length(min = MIN_GROUP, max = MAX_GROUP)), extend("x-kubernetes-list-type" = "set"))]
     pub groups: Option<Vec<String>>,
 
     /// Email address of the person.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(email, length(max = 254))]
+    #[schemars(length(max = MAX_EMAIL), regex(pattern = EMAIL.regex))]
     pub email: Option<String>,
 
     /// Plain password. Admitted with a warning: prefer passwordSecretRef. Kept in the Secret <name>-credentials, never in a pod spec.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 1024))]
+    #[schemars(length(min = MIN_PASSWORD, max = MAX_PASSWORD))]
     pub password: Option<String>,
 
     /// A key of an existing Secret in the same namespace that holds the password. Excludes password.
@@ -93,7 +95,7 @@ pub struct WelcomeSpec {
 
     /// Container image; it gets env NAME and PORT and must serve HTTP on PORT. Defaults to hashicorp/http-echo.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 512))]
+    #[schemars(length(min = 1, max = MAX_IMAGE), regex(pattern = crate::rules::IMAGE.regex))]
     pub image: Option<String>,
 }
 
@@ -101,10 +103,10 @@ pub struct WelcomeSpec {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]
 pub struct SecretKeyRef {
     /// Name of the Secret, in the Welcome's namespace.
-    #[schemars(length(min = 1, max = 253))]
+    #[schemars(length(min = 1, max = MAX_SUBDOMAIN), regex(pattern = crate::rules::DNS1123_SUBDOMAIN.regex))]
     pub name: String,
     /// Key within the Secret.
-    #[schemars(length(min = 1, max = 253))]
+    #[schemars(length(min = 1, max = MAX_SUBDOMAIN), regex(pattern = SECRET_KEY.regex))]
     pub key: String,
 }
 
@@ -156,22 +158,9 @@ pub struct WelcomeStatus {
     pub conditions: Vec<Condition>,
 }
 
-/// A plausible email address: one '@', a non-empty local part, a dotted domain, no spaces.
+/// A plausible email address, by [`EMAIL`].
 pub fn is_email(s: &str) -> bool {
-    let Some((local, domain)) = s.split_once('@') else {
-        return false;
-    };
-    !local.is_empty()
-        && local.len() <= 64
-        && !domain.contains('@')
-        && !s.chars().any(|c| c.is_whitespace() || c.is_control())
-        && domain.split('.').count() >= 2
-        && domain.split('.').all(|l| {
-            !l.is_empty()
-                && !l.starts_with('-')
-                && !l.ends_with('-')
-                && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
-        })
+    EMAIL.is_match(s)
 }
 
 impl WelcomeSpec {
@@ -212,15 +201,10 @@ impl WelcomeSpec {
     /// Every violation of the field rules, each with its path. Never echoes the password.
     pub fn validate(&self) -> FieldErrors {
         let mut errors = FieldErrors::new();
-        let chars = self.name.chars().count();
-        if chars == 0 {
+        if self.name.is_empty() {
             errors.push(FieldError::required("spec.name", ""));
-        } else if chars > 63 {
-            errors.push(FieldError::invalid(
-                "spec.name",
-                self.name.as_str(),
-                "must be no more than 63 characters",
-            ));
+        } else {
+            check_length(&mut errors, "spec.name", &self.name, MIN_NAME, MAX_NAME);
         }
         if let Some(uid) = self.user_id {
             check_range(
@@ -241,36 +225,29 @@ impl WelcomeSpec {
             }
             let mut seen = BTreeSet::new();
             for (i, g) in groups.iter().enumerate() {
-                let n = g.chars().count();
-                if n == 0 || n > 63 {
-                    errors.push(FieldError::invalid(
-                        format!("spec.groups[{i}]"),
-                        g.as_str(),
-                        "must be 1-63 characters",
-                    ));
-                } else if !seen.insert(g) {
-                    errors.push(FieldError::duplicate(
-                        format!("spec.groups[{i}]"),
-                        g.as_str(),
-                    ));
+                let path = format!("spec.groups[{i}]");
+                let before = errors.len();
+                check_length(&mut errors, &path, g, MIN_GROUP, MAX_GROUP);
+                if errors.len() == before && !seen.insert(g) {
+                    errors.push(FieldError::duplicate(path, g.as_str()));
                 }
             }
         }
         if let Some(email) = &self.email {
-            if !is_email(email) {
-                errors.push(FieldError::invalid(
-                    "spec.email",
-                    email.as_str(),
-                    "must be a valid email address",
-                ));
+            if email.chars().count() > MAX_EMAIL {
+                check_length(&mut errors, "spec.email", email, 0, MAX_EMAIL);
+            } else {
+                check_pattern(&mut errors, "spec.email", email, &EMAIL);
             }
         }
         if let Some(p) = &self.password {
-            if p.is_empty() {
+            let n = p.chars().count();
+            if n < MIN_PASSWORD || n > MAX_PASSWORD {
+                // The value itself is never echoed.
                 errors.push(FieldError::invalid(
                     "spec.password",
-                    "",
-                    "must not be empty when given",
+                    "(value omitted)",
+                    format!("must be {MIN_PASSWORD}-{MAX_PASSWORD} characters"),
                 ));
             }
             if self.password_secret_ref.is_some() {
@@ -281,9 +258,19 @@ impl WelcomeSpec {
             }
         }
         if let Some(r) = &self.password_secret_ref {
-            crate::field::check_name(&mut errors, "spec.passwordSecretRef.name", &r.name, false);
+            check_name(&mut errors, "spec.passwordSecretRef.name", &r.name, false);
             if r.key.is_empty() {
                 errors.push(FieldError::required("spec.passwordSecretRef.key", ""));
+            } else if r.key.len() > MAX_SUBDOMAIN {
+                check_length(
+                    &mut errors,
+                    "spec.passwordSecretRef.key",
+                    &r.key,
+                    1,
+                    MAX_SUBDOMAIN,
+                );
+            } else {
+                check_pattern(&mut errors, "spec.passwordSecretRef.key", &r.key, &SECRET_KEY);
             }
         }
         if let Some(r) = self.replicas {
@@ -305,13 +292,7 @@ impl WelcomeSpec {
             );
         }
         if let Some(image) = &self.image {
-            if image.trim().is_empty() || image.chars().any(char::is_whitespace) {
-                errors.push(FieldError::invalid(
-                    "spec.image",
-                    image.as_str(),
-                    "must be a container image reference without whitespace",
-                ));
-            }
+            check_image(&mut errors, image);
         }
         errors
     }

@@ -1,0 +1,74 @@
+//! Every name that kubesteer writes into the cluster or reads back from it, once: annotation and
+//! label keys, the finalizer, the field manager, condition types and reasons, event reasons.
+
+/// Annotations.
+pub mod annotation {
+    /// On a Scaler's target: its replicas from before the window opened.
+    pub const ORIGINAL_REPLICAS: &str = "kubesteer.io/original-replicas";
+    /// Written with [`ORIGINAL_REPLICAS`]: the Scaler that recorded it, as `namespace/name`; only
+    /// that Scaler trusts and restores the record.
+    pub const ORIGINAL_REPLICAS_OWNER: &str = "kubesteer.io/original-replicas-owner";
+    /// On an owned child: a digest of what the controller last applied, to see drift.
+    pub const APPLIED: &str = "kubesteer.io/applied";
+    /// On a Welcome's Deployment: the uid of the credentials Secret the controller wrote.
+    pub const CREDENTIALS_UID: &str = "kubesteer.io/credentials-uid";
+    /// On the webhook's certificate Secret: until when the old CA stays in the bundles.
+    pub const CA_OVERLAP_UNTIL: &str = "kubesteer.io/ca-overlap-until";
+}
+
+/// Labels.
+pub mod label {
+    /// The recommended labels on every owned child.
+    pub const NAME: &str = "app.kubernetes.io/name";
+    pub const INSTANCE: &str = "app.kubernetes.io/instance";
+    pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+    /// The value of [`MANAGED_BY`].
+    pub const MANAGED_BY_VALUE: &str = "kubesteer";
+    /// On the real node (with a taint of the same key), so only kubesteer's own pods run there.
+    pub const REAL_NODE: &str = "kubesteer.io/real-node";
+    /// On an end-to-end test's namespace, which its own webhook configurations select.
+    pub const E2E: &str = "kubesteer.io/e2e";
+}
+
+/// The Scaler's finalizer: the targets get their replicas back before the Scaler goes.
+pub const RESTORE_TARGETS_FINALIZER: &str = "kubesteer.io/restore-targets";
+
+/// The field manager of the controller's applies, patches and status writes.
+pub const CONTROLLER_FIELD_MANAGER: &str = "kubesteer-controller";
+
+/// Condition types.
+pub mod condition {
+    /// The condition `kubectl wait --for=condition=Ready` waits on.
+    pub const READY: &str = "Ready";
+    pub const AVAILABLE: &str = "Available";
+    pub const PROGRESSING: &str = "Progressing";
+    pub const DEGRADED: &str = "Degraded";
+}
+
+/// Reasons of conditions and events.
+pub mod reason {
+    // Every kind.
+    pub const NAME_CONFLICT: &str = "NameConflict";
+    pub const RECONCILE_FAILED: &str = "ReconcileFailed";
+    pub const CREATED: &str = "Created";
+    pub const DELETED: &str = "Deleted";
+    // Memcached and Welcome.
+    pub const ALL_PODS_READY: &str = "AllPodsReady";
+    pub const PODS_NOT_READY: &str = "PodsNotReady";
+    pub const ROLLOUT_STALLED: &str = "RolloutStalled";
+    pub const ROLLOUT_COMPLETE: &str = "RolloutComplete";
+    pub const ROLLING_OUT: &str = "RollingOut";
+    pub const DEPLOYMENT_FAILING: &str = "DeploymentFailing";
+    pub const AS_EXPECTED: &str = "AsExpected";
+    // Scaler.
+    pub const WINDOW_OPEN: &str = "WindowOpen";
+    pub const WINDOW_CLOSED: &str = "WindowClosed";
+    pub const JOB_FIRED: &str = "JobFired";
+    pub const WAITING_FOR_FIRST_FIRING: &str = "WaitingForFirstFiring";
+    pub const SCALED: &str = "Scaled";
+    pub const RESTORED: &str = "Restored";
+    pub const INVALID_SCHEDULE: &str = "InvalidSchedule";
+    pub const TARGET_NOT_FOUND: &str = "TargetNotFound";
+    pub const TARGET_CLAIMED: &str = "TargetClaimed";
+    pub const SUSPENDED: &str = "Suspended";
+}

@@ -1,0 +1,272 @@
+//! Every field rule, once. The schema attributes on the types (`#[schemars(...)]`), the CEL rules
+//! of the CRDs (`x-kubernetes-validations`) and the Rust validation read these same constants, so
+//! the apiserver and the webhook cannot drift apart; `tests/tests/agreement.rs` feeds both the same
+//! bad objects to prove it.
+use std::sync::OnceLock;
+
+use regex::Regex;
+
+use crate::field::{FieldError, FieldErrors};
+
+/// Replica counts start at 0: 0 scales a workload down.
+pub const MIN_REPLICAS: i32 = 0;
+/// The largest value of an int32 field without a tighter rule, so nothing stored overflows the typed list.
+pub const MAX_INT32: i32 = i32::MAX;
+/// TCP ports.
+pub const MIN_PORT: i32 = 1;
+pub const MAX_PORT: i32 = 65535;
+/// The largest generation a schema bound states exactly, since the CRD keeps bounds as f64.
+pub const MAX_GENERATION: i64 = (1 << 53) - 1;
+
+/// Object names: a DNS-1123 label (namespaces) and subdomain (Deployments, Secrets).
+pub const MAX_LABEL: usize = 63;
+pub const MAX_SUBDOMAIN: usize = 253;
+/// Container image references, as written in the spec.
+pub const MAX_IMAGE: usize = 512;
+
+/// A regular expression in the syntax both Go's RE2 (the apiserver's `pattern`) and the `regex`
+/// crate read the same way: ASCII classes only, anchored.
+#[derive(Debug)]
+pub struct Pattern {
+    /// The expression, as the schema's `pattern` states it.
+    pub regex: &'static str,
+    /// Why a value that does not match is refused, as the webhook says it.
+    pub message: &'static str,
+    compiled: OnceLock<Regex>,
+}
+
+impl Pattern {
+    pub const fn new(regex: &'static str, message: &'static str) -> Self {
+        Self {
+            regex,
+            message,
+            compiled: OnceLock::new(),
+        }
+    }
+
+    pub fn is_match(&self, value: &str) -> bool {
+        self.compiled
+            .get_or_init(|| {
+                // The patterns are constants of this module; a unit test compiles every one.
+                Regex::new(self.regex).unwrap_or_else(|e| panic!("pattern {}: {e}", self.regex))
+            })
+            .is_match(value)
+    }
+}
+
+pub static DNS1123_LABEL: Pattern = Pattern::new(
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character",
+);
+pub static DNS1123_SUBDOMAIN: Pattern = Pattern::new(
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$",
+    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character",
+);
+/// A key of a Secret's `data`, as the apiserver allows it.
+pub static SECRET_KEY: Pattern = Pattern::new(
+    r"^[-._a-zA-Z0-9]+$",
+    "a valid config key must consist of alphanumeric characters, '-', '_' or '.'",
+);
+pub static IMAGE: Pattern = Pattern::new(
+    r"^[^[:space:][:cntrl:]]+$",
+    "must be a container image reference without whitespace",
+);
+
+/// Scaler rules.
+pub mod scaler {
+    use super::Pattern;
+
+    pub const MIN_TARGETS: usize = 1;
+    pub const MAX_TARGETS: usize = 50;
+    pub const MIN_JOBS: usize = 1;
+    pub const MAX_JOBS: usize = 20;
+    /// Days of the week, each at most once.
+    pub const MIN_DAYS: usize = 1;
+    pub const MAX_DAYS: usize = 7;
+    pub const MAX_JOB_NAME: usize = 63;
+    pub const MAX_SCHEDULE: usize = 128;
+    /// The longest IANA zone name is 32 characters; 64 leaves room.
+    pub const MAX_TIME_ZONE: usize = 64;
+    /// A time of day as an hour: 0 to this, inclusive.
+    pub const MAX_HOUR: i64 = 23;
+    pub static CLOCK: Pattern = Pattern::new(
+        r"^([01][0-9]|2[0-3]):[0-5][0-9]$",
+        "must be an hour 0-23 or \"HH:MM\"",
+    );
+
+    /// The CEL rule of `start` and `end` (int-or-string): an hour or an "HH:MM" string.
+    pub fn time_of_day_rule() -> String {
+        format!(
+            "type(self) == int ? (self >= 0 && self <= {MAX_HOUR}) : self.matches('{}')",
+            CLOCK.regex
+        )
+    }
+}
+
+/// Welcome rules.
+pub mod welcome {
+    use super::Pattern;
+
+    /// The name the app greets.
+    pub const MIN_NAME: usize = 1;
+    pub const MAX_NAME: usize = 63;
+    pub const MIN_USER_ID: i32 = 1;
+    pub const MAX_USER_ID: i32 = 65535;
+    pub const MAX_GROUPS: usize = 32;
+    pub const MIN_GROUP: usize = 1;
+    pub const MAX_GROUP: usize = 63;
+    pub const MAX_EMAIL: usize = 254;
+    /// One '@', a local part of 1-64 characters without whitespace or controls, and a dotted
+    /// domain of alphanumeric labels with inner '-'.
+    pub static EMAIL: Pattern = Pattern::new(
+        r"^[^@[:space:][:cntrl:]]{1,64}@([a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?\.)+[a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?$",
+        "must be a valid email address",
+    );
+    pub const MIN_PASSWORD: usize = 1;
+    pub const MAX_PASSWORD: usize = 1024;
+    pub const MAX_REPLICAS: i32 = 100;
+}
+
+/// Memcached rules.
+pub mod memcached {
+    pub const MAX_SIZE: i32 = 100;
+    pub const MIN_MEMORY_MB: i32 = 1;
+    /// The largest -m that still fits a 64 GiB node; beyond it memcached would be killed anyway.
+    pub const MAX_MEMORY_MB: i32 = 65536;
+}
+
+/// Checks an integer range and records the apiserver-style message.
+pub fn check_range(errors: &mut FieldErrors, path: &str, value: i64, min: i64, max: i64) {
+    if value < min || value > max {
+        errors.push(FieldError::invalid(
+            path,
+            value,
+            format!("must be between {min} and {max}, inclusive"),
+        ));
+    }
+}
+
+/// Checks a string's length in characters (as the schema's `minLength`/`maxLength` count).
+pub fn check_length(errors: &mut FieldErrors, path: &str, value: &str, min: usize, max: usize) {
+    let n = value.chars().count();
+    if n < min || n > max {
+        errors.push(FieldError::invalid(
+            path,
+            value,
+            format!("must be {min}-{max} characters"),
+        ));
+    }
+}
+
+/// Checks a string against a pattern; an empty string needs no pattern to be refused.
+pub fn check_pattern(errors: &mut FieldErrors, path: &str, value: &str, pattern: &Pattern) {
+    if !pattern.is_match(value) {
+        errors.push(FieldError::invalid(path, value, pattern.message));
+    }
+}
+
+/// Checks `value` as an object name: a DNS-1123 label or subdomain.
+pub fn check_name(errors: &mut FieldErrors, path: &str, value: &str, label: bool) {
+    let (pattern, max) = if label {
+        (&DNS1123_LABEL, MAX_LABEL)
+    } else {
+        (&DNS1123_SUBDOMAIN, MAX_SUBDOMAIN)
+    };
+    if value.is_empty() {
+        errors.push(FieldError::required(path, ""));
+    } else if value.len() > max {
+        errors.push(FieldError::invalid(
+            path,
+            value,
+            format!("must be no more than {max} characters"),
+        ));
+    } else {
+        check_pattern(errors, path, value, pattern);
+    }
+}
+
+/// Checks a container image reference as written.
+pub fn check_image(errors: &mut FieldErrors, value: &str) {
+    let n = value.chars().count();
+    if n > MAX_IMAGE {
+        errors.push(FieldError::invalid(
+            "spec.image",
+            value,
+            format!("must be no more than {MAX_IMAGE} characters"),
+        ));
+    } else {
+        check_pattern(errors, "spec.image", value, &IMAGE);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_pattern_compiles_and_is_anchored() {
+        for p in [
+            &DNS1123_LABEL,
+            &DNS1123_SUBDOMAIN,
+            &SECRET_KEY,
+            &IMAGE,
+            &scaler::CLOCK,
+            &welcome::EMAIL,
+        ] {
+            assert!(Regex::new(p.regex).is_ok(), "{}", p.regex);
+            assert!(p.regex.starts_with('^') && p.regex.ends_with('$'), "{}", p.regex);
+        }
+    }
+
+    #[test]
+    fn dns_names() {
+        assert!(DNS1123_LABEL.is_match("web-1"));
+        assert!(!DNS1123_LABEL.is_match("Web"));
+        assert!(!DNS1123_LABEL.is_match("-a"));
+        assert!(!DNS1123_LABEL.is_match("a.b"));
+        assert!(DNS1123_SUBDOMAIN.is_match("a.b-c"));
+        assert!(!DNS1123_SUBDOMAIN.is_match("a..b"));
+        let mut errors = FieldErrors::new();
+        check_name(&mut errors, "n", &"a".repeat(MAX_LABEL + 1), true);
+        check_name(&mut errors, "n", &"a".repeat(MAX_LABEL), true);
+        assert_eq!(errors.len(), 1, "{errors:?}");
+    }
+
+    #[test]
+    fn emails() {
+        for ok in ["a@b.io", "first.last+tag@sub.example.com"] {
+            assert!(welcome::EMAIL.is_match(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            "a",
+            "a@",
+            "@b.io",
+            "a@b",
+            "a b@c.io",
+            "a@b..io",
+            "a@-b.io",
+            "a@b@c.io",
+            "a\u{7}@b.io",
+        ] {
+            assert!(!welcome::EMAIL.is_match(bad), "{bad}");
+        }
+        assert!(!welcome::EMAIL.is_match(&format!("{}@b.io", "a".repeat(65))));
+    }
+
+    #[test]
+    fn images_and_clocks() {
+        assert!(IMAGE.is_match("registry.example.com/a/b:1@sha256:00"));
+        for bad in ["", "a b", "a\tb", " a", "a\u{0}"] {
+            assert!(!IMAGE.is_match(bad), "{bad:?}");
+        }
+        assert!(scaler::CLOCK.is_match("23:59"));
+        for bad in ["7:45", "24:00", "12:60", "ab:cd", "1200", "+1:00"] {
+            assert!(!scaler::CLOCK.is_match(bad), "{bad}");
+        }
+        assert_eq!(
+            scaler::time_of_day_rule(),
+            "type(self) == int ? (self >= 0 && self <= 23) : self.matches('^([01][0-9]|2[0-3]):[0-5][0-9]$')"
+        );
+    }
+}
