@@ -53,6 +53,15 @@ impl Kind {
         ))
     }
 
+    /// The whole object with its defaults filled in, as the mutating webhook leaves it.
+    pub fn defaulted(self, object: &Value, namespace: &str) -> Result<Value, FieldErrors> {
+        let patch = self.defaulting_patch(object, namespace)?;
+        let mut defaulted = object.clone();
+        json_patch::patch(&mut defaulted, &patch)
+            .map_err(|e| vec![FieldError::invalid("spec", Value::Null, e.to_string())])?;
+        Ok(defaulted)
+    }
+
     /// The container image the object's pods would run, defaulted; `None` for a kind that runs
     /// no pods (Scaler) or an object whose spec does not parse (validation reports that).
     pub fn image(self, object: &Value) -> Option<String> {
@@ -145,9 +154,27 @@ mod tests {
     fn names_and_plurals_are_the_crds() {
         use kube::Resource;
         let crds = [
-            (Kind::Scaler, crate::Scaler::kind(&()), crate::Scaler::plural(&()), crate::Scaler::group(&()), crate::Scaler::version(&())),
-            (Kind::Welcome, crate::Welcome::kind(&()), crate::Welcome::plural(&()), crate::Welcome::group(&()), crate::Welcome::version(&())),
-            (Kind::Memcached, crate::Memcached::kind(&()), crate::Memcached::plural(&()), crate::Memcached::group(&()), crate::Memcached::version(&())),
+            (
+                Kind::Scaler,
+                crate::Scaler::kind(&()),
+                crate::Scaler::plural(&()),
+                crate::Scaler::group(&()),
+                crate::Scaler::version(&()),
+            ),
+            (
+                Kind::Welcome,
+                crate::Welcome::kind(&()),
+                crate::Welcome::plural(&()),
+                crate::Welcome::group(&()),
+                crate::Welcome::version(&()),
+            ),
+            (
+                Kind::Memcached,
+                crate::Memcached::kind(&()),
+                crate::Memcached::plural(&()),
+                crate::Memcached::group(&()),
+                crate::Memcached::version(&()),
+            ),
         ];
         for (kind, name, plural, group, version) in crds {
             assert_eq!(kind.name(), name);
@@ -203,7 +230,9 @@ mod tests {
         for (kind, mut object) in objects {
             let patch = kind.defaulting_patch(&object, "ns").unwrap();
             assert!(!patch.0.is_empty(), "{kind:?}");
+            let defaulted = kind.defaulted(&object, "ns").unwrap();
             json_patch::patch(&mut object, &patch).unwrap();
+            assert_eq!(defaulted, object, "{kind:?}");
             assert!(
                 kind.defaulting_patch(&object, "ns").unwrap().0.is_empty(),
                 "{kind:?}"

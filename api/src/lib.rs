@@ -35,6 +35,9 @@ pub const API_VERSION: &str = "kubesteer.io/v1alpha1";
 mod tests {
     #[test]
     fn the_api_version_is_group_and_version() {
-        assert_eq!(super::API_VERSION, format!("{}/{}", super::GROUP, super::VERSION));
+        assert_eq!(
+            super::API_VERSION,
+            format!("{}/{}", super::GROUP, super::VERSION)
+        );
     }
 }

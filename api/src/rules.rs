@@ -214,7 +214,11 @@ mod tests {
             &welcome::EMAIL,
         ] {
             assert!(Regex::new(p.regex).is_ok(), "{}", p.regex);
-            assert!(p.regex.starts_with('^') && p.regex.ends_with('$'), "{}", p.regex);
+            assert!(
+                p.regex.starts_with('^') && p.regex.ends_with('$'),
+                "{}",
+                p.regex
+            );
         }
     }
 

@@ -10,8 +10,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::field::{FieldError, FieldErrors};
 use crate::rules::scaler::{
-    time_of_day_rule, CLOCK, MAX_DAYS, MAX_HOUR, MAX_JOBS, MAX_JOB_NAME, MAX_SCHEDULE,
-    MAX_TARGETS, MAX_TIME_ZONE, MIN_DAYS, MIN_JOBS, MIN_TARGETS,
+    time_of_day_rule, CLOCK, MAX_DAYS, MAX_HOUR, MAX_JOBS, MAX_JOB_NAME, MAX_SCHEDULE, MAX_TARGETS,
+    MAX_TIME_ZONE, MIN_DAYS, MIN_JOBS, MIN_TARGETS,
 };
 use crate::rules::{
     check_length, check_name, MAX_GENERATION, MAX_INT32, MAX_LABEL, MAX_SUBDOMAIN, MIN_REPLICAS,
@@ -551,7 +551,13 @@ impl ScalerSpec {
                 if j.name.is_empty() {
                     errors.push(FieldError::required(format!("{path}.name"), ""));
                 } else if j.name.chars().count() > MAX_JOB_NAME {
-                    check_length(&mut errors, &format!("{path}.name"), &j.name, 1, MAX_JOB_NAME);
+                    check_length(
+                        &mut errors,
+                        &format!("{path}.name"),
+                        &j.name,
+                        1,
+                        MAX_JOB_NAME,
+                    );
                 } else if !names.insert(j.name.as_str()) {
                     errors.push(FieldError::duplicate(
                         format!("{path}.name"),

@@ -270,7 +270,12 @@ impl WelcomeSpec {
                     MAX_SUBDOMAIN,
                 );
             } else {
-                check_pattern(&mut errors, "spec.passwordSecretRef.key", &r.key, &SECRET_KEY);
+                check_pattern(
+                    &mut errors,
+                    "spec.passwordSecretRef.key",
+                    &r.key,
+                    &SECRET_KEY,
+                );
             }
         }
         if let Some(r) = self.replicas {
