@@ -94,6 +94,25 @@ pub mod scaler {
         "must be an hour 0-23 or \"HH:MM\"",
     );
 
+    /// Why a window whose end is its start is refused.
+    pub const SAME_START_AND_END: &str = "must differ from spec.start";
+
+    /// The CEL rule of the spec: `end` is not the same time of day as `start`. A malformed time
+    /// counts as -1 minutes and passes here, since its own rule refuses it.
+    pub fn start_differs_from_end_rule() -> String {
+        let minutes = |f: &str| {
+            format!(
+                "(type(self.{f}) == int ? self.{f} * 60 : (self.{f}.matches('{}') ? int(self.{f}.substring(0, 2)) * 60 + int(self.{f}.substring(3, 5)) : -1))",
+                CLOCK.regex
+            )
+        };
+        format!(
+            "!has(self.start) || !has(self.end) || {start} < 0 || {start} != {end}",
+            start = minutes("start"),
+            end = minutes("end")
+        )
+    }
+
     /// The CEL rule of `start` and `end` (int-or-string): an hour or an "HH:MM" string.
     pub fn time_of_day_rule() -> String {
         format!(

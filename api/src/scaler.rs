@@ -48,6 +48,7 @@ pub use crate::keys::annotation::{
 )]
 #[x_kube(validation = Rule::new("!has(self.jobs) || (!has(self.start) && !has(self.end) && !has(self.replicas))").message("jobs cannot be combined with start, end or replicas"))]
 #[x_kube(validation = Rule::new("has(self.jobs) || (has(self.start) && has(self.end))").message("either start and end (window mode) or jobs (cron mode) is required"))]
+#[x_kube(validation = Rule::new(crate::rules::scaler::start_differs_from_end_rule()).message(crate::rules::scaler::SAME_START_AND_END).field_path(".end"))]
 #[serde(rename_all = "camelCase")]
 pub struct ScalerSpec {
     /// The Deployments to scale: 1-50 entries, no duplicates. A missing namespace means the Scaler's own.
@@ -387,7 +388,7 @@ impl ScalerSpec {
                             .as_ref()
                             .map(TimeOfDay::as_json)
                             .unwrap_or_default(),
-                        "must differ from spec.start",
+                        crate::rules::scaler::SAME_START_AND_END,
                     ));
                     None
                 }

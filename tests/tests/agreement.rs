@@ -263,6 +263,10 @@ fn scaler_cases() -> Vec<Case> {
         c.strings(time, &["23:59", "00:00"], Accept);
         c.strings(time, &["7:00", "24:00", "12:60", "noon", ""], Refuse);
     }
+    c.set("/end", json!("09:00"), Refuse);
+    c.set("/end", json!(9), Refuse);
+    c.set("/end", json!("09:01"), Accept);
+    c.set("/start", json!("17:00"), Refuse);
     c.spec(
         "spec.start without spec.end",
         json!({"deployments": [{"name": "web"}], "start": 9}),
