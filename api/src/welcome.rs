@@ -242,7 +242,7 @@ impl WelcomeSpec {
         }
         if let Some(p) = &self.password {
             let n = p.chars().count();
-            if n < MIN_PASSWORD || n > MAX_PASSWORD {
+            if !(MIN_PASSWORD..=MAX_PASSWORD).contains(&n) {
                 // The value itself is never echoed.
                 errors.push(FieldError::invalid(
                     "spec.password",
