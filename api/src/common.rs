@@ -3,7 +3,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use schemars::{json_schema, Schema, SchemaGenerator};
 
 pub use crate::keys::condition::READY;
-use crate::rules::MAX_GENERATION;
+use k8s_openapi::api::core::v1::ResourceRequirements;
+
+use crate::field::FieldErrors;
+use crate::rules::{check_pattern, MAX_GENERATION, QUANTITY};
 
 /// Builds a condition; `lastTransitionTime` is kept from `previous` while the status is unchanged.
 pub fn condition(
@@ -49,4 +52,72 @@ pub fn conditions_schema(generator: &mut SchemaGenerator) -> Schema {
         "x-kubernetes-list-type": "map",
         "x-kubernetes-list-map-keys": ["type"],
     })
+}
+
+/// Schema of an optional `resources` of a container, with the quantity pattern on every request
+/// and limit.
+pub fn resources_schema(generator: &mut SchemaGenerator) -> Schema {
+    let mut schema = generator.subschema_for::<ResourceRequirements>();
+    // schema_with hides the Option from the derive, which would have said this.
+    schema.insert("nullable".into(), true.into());
+    for list in ["limits", "requests"] {
+        if let Some(quantity) = schema
+            .get_mut("properties")
+            .and_then(|p| p.get_mut(list))
+            .and_then(|l| l.get_mut("additionalProperties"))
+            .and_then(|q| q.as_object_mut())
+        {
+            quantity.insert("pattern".into(), QUANTITY.regex.into());
+        }
+    }
+    schema
+}
+
+/// Reads an optional `resources` as the schema does: a quantity is an integer or a string, so a
+/// fraction (`cpu: 0.5`), which k8s-openapi would take, is refused as the apiserver refuses it.
+pub fn deserialize_resources<'de, D>(
+    deserializer: D,
+) -> Result<Option<ResourceRequirements>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    use serde::de::Error;
+    use serde::Deserialize;
+    let Some(value) = Option::<serde_json::Value>::deserialize(deserializer)? else {
+        return Ok(None);
+    };
+    for list in ["limits", "requests"] {
+        for (name, quantity) in value
+            .get(list)
+            .and_then(|l| l.as_object())
+            .into_iter()
+            .flatten()
+        {
+            if quantity.is_f64() {
+                return Err(D::Error::custom(format!(
+                    "{list}.{name} is a fraction, expected an integer or a string"
+                )));
+            }
+        }
+    }
+    serde_json::from_value(value)
+        .map(Some)
+        .map_err(D::Error::custom)
+}
+
+/// Checks every request and limit of `resources` (at `path`) as a quantity.
+pub fn check_resources(errors: &mut FieldErrors, path: &str, resources: &ResourceRequirements) {
+    for (list, quantities) in [
+        ("limits", &resources.limits),
+        ("requests", &resources.requests),
+    ] {
+        for (name, quantity) in quantities.iter().flatten() {
+            check_pattern(
+                errors,
+                &format!("{path}.{list}.{name}"),
+                &quantity.0,
+                &QUANTITY,
+            );
+        }
+    }
 }

@@ -60,7 +60,12 @@ pub struct MemcachedSpec {
     pub memory_mb: Option<i32>,
 
     /// Compute resources of the memcached container. Defaults to requests of cpu 100m and memory 128Mi.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::common::deserialize_resources"
+    )]
+    #[schemars(schema_with = "crate::common::resources_schema")]
     pub resources: Option<ResourceRequirements>,
 }
 
@@ -157,6 +162,9 @@ impl MemcachedSpec {
         if let Some(image) = &self.image {
             check_image(&mut errors, image);
         }
+        if let Some(resources) = &self.resources {
+            crate::common::check_resources(&mut errors, "spec.resources", resources);
+        }
         errors
     }
 }
@@ -206,5 +214,19 @@ mod tests {
         assert!(spec(json!({"size": 100, "port": 65535}))
             .validate()
             .is_empty());
+        let m: Vec<String> =
+            spec(json!({"resources": {"limits": {"memory": "lots"}, "requests": {"cpu": 1}}}))
+                .validate()
+                .iter()
+                .map(ToString::to_string)
+                .collect();
+        assert_eq!(m, vec!["spec.resources.limits.memory: Invalid value: \"lots\": must match the regular expression of a quantity, such as 250m or 64Mi"]);
+        let err = crate::kind::Kind::Memcached
+            .validate(&json!({"spec": {"resources": {"requests": {"cpu": 0.5}}}}))
+            .unwrap_err();
+        assert_eq!(
+            err[0].to_string(),
+            "spec.resources: Invalid value: \"(value omitted)\": expected an integer or a string"
+        );
     }
 }

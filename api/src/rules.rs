@@ -72,6 +72,13 @@ pub static IMAGE: Pattern = Pattern::new(
     "must be a container image reference without whitespace",
 );
 
+/// A resource quantity (`250m`, `64Mi`, `1e3`), as the apiserver parses one; controller-gen puts
+/// the same pattern on every `Quantity`.
+pub static QUANTITY: Pattern = Pattern::new(
+    r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$",
+    "must match the regular expression of a quantity, such as 250m or 64Mi",
+);
+
 /// Scaler rules.
 pub mod scaler {
     use super::Pattern;
@@ -229,6 +236,7 @@ mod tests {
             &DNS1123_SUBDOMAIN,
             &SECRET_KEY,
             &IMAGE,
+            &QUANTITY,
             &scaler::CLOCK,
             &welcome::EMAIL,
         ] {
@@ -275,6 +283,16 @@ mod tests {
             assert!(!welcome::EMAIL.is_match(bad), "{bad}");
         }
         assert!(!welcome::EMAIL.is_match(&format!("{}@b.io", "a".repeat(65))));
+    }
+
+    #[test]
+    fn quantities() {
+        for ok in ["1", "250m", "64Mi", "1.5", ".5", "1e3", "+2k", "-1"] {
+            assert!(QUANTITY.is_match(ok), "{ok}");
+        }
+        for bad in ["", "lots", "1 Gi", "1GiB", "1.2.3", "e3"] {
+            assert!(!QUANTITY.is_match(bad), "{bad}");
+        }
     }
 
     #[test]

@@ -447,6 +447,14 @@ fn memcached_cases() -> Vec<Case> {
         Accept,
     );
     c.set("/resources/requests", json!(["cpu"]), Refuse);
+    c.set("/resources/requests/cpu", json!(1), Accept);
+    c.set("/resources/requests/cpu", json!(0.5), Refuse);
+    c.set("/resources/limits/memory", json!("1e3"), Accept);
+    c.strings(
+        "/resources/limits/memory",
+        &["lots", "1 Gi", "64MiB", ""],
+        Refuse,
+    );
     c.all
 }
 
