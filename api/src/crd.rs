@@ -108,6 +108,82 @@ mod tests {
     }
 
     #[test]
+    fn ranges_in_descriptions_are_the_schema_bounds() {
+        // Doc comments are text, so a bound changed in rules.rs must show here.
+        let range = regex::Regex::new(r"\b(\d+)-(\d+)\b").unwrap();
+        let up_to = regex::Regex::new(r"up to (\d+)").unwrap();
+        let quoted = regex::Regex::new(r#""[^"]*""#).unwrap();
+        fn walk(
+            path: &str,
+            schema: &serde_json::Value,
+            out: &mut Vec<(String, serde_json::Value)>,
+        ) {
+            out.push((path.to_string(), schema.clone()));
+            if let Some(props) = schema.get("properties").and_then(|p| p.as_object()) {
+                for (name, sub) in props {
+                    walk(&format!("{path}.{name}"), sub, out);
+                }
+            }
+            if let Some(items) = schema.get("items") {
+                walk(&format!("{path}[]"), items, out);
+            }
+        }
+        let mut checked = 0;
+        for (file, crd) in all() {
+            let schema = serde_json::to_value(&crd.spec.versions[0].schema).unwrap();
+            let mut fields = Vec::new();
+            walk("", &schema["openAPIV3Schema"], &mut fields);
+            for (path, field) in fields {
+                let Some(text) = field.get("description").and_then(|d| d.as_str()) else {
+                    continue;
+                };
+                // Examples in quotes ("0 9 * * 1-5") are no bounds.
+                let text = quoted.replace_all(text, "");
+                let text = text.as_ref();
+                let bound = |key: &str| field.get(key).and_then(|v| v.as_f64()).map(|v| v as u64);
+                let item_bound = |key: &str| {
+                    field["items"]
+                        .get(key)
+                        .and_then(|v| v.as_f64())
+                        .map(|v| v as u64)
+                };
+                let pairs = [
+                    (bound("minimum"), bound("maximum")),
+                    (bound("minLength"), bound("maxLength")),
+                    (bound("minItems"), bound("maxItems")),
+                    (item_bound("minLength"), item_bound("maxLength")),
+                ];
+                for c in range.captures_iter(text) {
+                    let said = (c[1].parse().ok(), c[2].parse().ok());
+                    // "an hour 0-23" is a CEL rule, checked by rules.rs's own test.
+                    if path.ends_with(".start") || path.ends_with(".end") {
+                        continue;
+                    }
+                    assert!(
+                        pairs.contains(&said),
+                        "{file} {path}: {:?} is not a bound of {field}",
+                        &c[0]
+                    );
+                    checked += 1;
+                }
+                for c in up_to.captures_iter(text) {
+                    assert_eq!(
+                        c[1].parse().ok(),
+                        bound("maxItems"),
+                        "{file} {path}: {:?}",
+                        &c[0]
+                    );
+                    checked += 1;
+                }
+            }
+        }
+        assert!(
+            checked >= 8,
+            "the walk must see the documented ranges, saw {checked}"
+        );
+    }
+
+    #[test]
     fn every_field_has_a_description() {
         fn walk(path: &str, schema: &serde_json::Value, missing: &mut Vec<String>) {
             if let Some(props) = schema.get("properties").and_then(|p| p.as_object()) {
