@@ -2,6 +2,9 @@
 //!
 //! Everything here is pure: types, defaults, validation and schedule math, with no I/O; the
 //! one exception, watches that skip undecodable objects, sits behind the `watch` feature.
+//! [`rules`] holds every field limit once (the schema attributes, the CEL rules and the
+//! validation read it); [`keys`] every name written into the cluster (annotations, labels,
+//! finalizer, field manager, condition types and reasons).
 #![forbid(unsafe_code)]
 #![warn(rust_2018_idioms)]
 
