@@ -224,7 +224,6 @@ where
     })
 }
 
-
 // ---- Caching: what the watches keep of the children. ----
 
 /// A cached object kept as its compact JSON, without what no reconcile reads: its managed fields
@@ -388,6 +387,24 @@ impl CheckedTemplates {
             });
             inner.sweep_at = (2 * inner.map.len()).max(64);
         }
+    }
+
+    /// Records that the live template of `live` contains the wanted one of `desired`, as a
+    /// check by `ensure` would have.
+    #[cfg(test)]
+    pub fn assume_checked(&self, desired: &Deployment, live: &Deployment) {
+        let template = |d: &Deployment| {
+            take_template(&mut serde_json::to_value(d).unwrap())
+                .unwrap()
+                .unwrap()
+        };
+        let namespace = ResourceExt::namespace(live).unwrap_or_default();
+        let key = ObjectRef::new(&live.name_any()).within(&namespace);
+        let checked = Checked {
+            wanted: template(desired),
+            live: template(live),
+        };
+        lock(&self.0).map.insert(key, checked);
     }
 
     /// How many checks are kept.

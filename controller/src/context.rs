@@ -211,9 +211,12 @@ impl Context {
     {
         self.metrics.error(kind, error);
         let key = key_of(kind, obj);
-        let attempts =
-            self.failures
-                .update(key.clone(), self.clock.now(), || 0, |n| *n = n.saturating_add(1));
+        let attempts = self.failures.update(
+            key.clone(),
+            self.clock.now(),
+            || 0,
+            |n| *n = n.saturating_add(1),
+        );
         let delay = adjust(backoff(attempts));
         warn!(%key, %error, attempts, retry_in = ?delay, "reconcile failed");
         Action::requeue(delay)
@@ -307,8 +310,8 @@ fn truncate(s: &str, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fixtures::{self, Call};
     use crate::children::Caches;
+    use crate::fixtures::{self, Call};
     use kubesteer_api::Memcached;
     use serde_json::json;
 
@@ -366,7 +369,11 @@ mod tests {
         }
         assert_eq!(ctx.tracked(), (2, 2));
         ctx.forget("Memcached", &cache);
-        assert_eq!(ctx.tracked(), (1, 1), "only the deleted object's entries go");
+        assert_eq!(
+            ctx.tracked(),
+            (1, 1),
+            "only the deleted object's entries go"
+        );
         // Its backoff starts over, the other's goes on.
         let action = ctx.error_policy("Memcached", &cache, &failed());
         assert_eq!(action, Action::requeue(Duration::from_secs(1)));

@@ -93,7 +93,12 @@ pub fn deployment(mc: &Memcached) -> Result<Deployment> {
     };
     Ok(Deployment {
         metadata: child_meta(KIND, mc, name.clone(), children::labels(APP, &name))?,
-        spec: Some(children::deployment_spec(APP, &name, spec.size(), container)),
+        spec: Some(children::deployment_spec(
+            APP,
+            &name,
+            spec.size(),
+            container,
+        )),
         ..Deployment::default()
     })
 }
@@ -214,8 +219,8 @@ mod tests {
     use crate::reconcilers::{name_conflict_conditions, reconcile, NAME_CONFLICT_REQUEUE};
     use k8s_openapi::api::apps::v1::Deployment;
     use kube::runtime::controller::Action;
-    use std::sync::Arc;
     use serde_json::json;
+    use std::sync::Arc;
 
     fn memcached(spec: serde_json::Value) -> Memcached {
         serde_json::from_value(json!({
@@ -302,16 +307,30 @@ mod tests {
     }
 
     fn applied_service(mc: &Memcached) -> serde_json::Value {
-        let mut s = serde_json::to_value(children::stamped(&service(mc).unwrap()).unwrap()).unwrap();
+        let mut s =
+            serde_json::to_value(children::stamped(&service(mc).unwrap()).unwrap()).unwrap();
         s["spec"]["clusterIPs"] = json!(["None"]);
         s["spec"]["type"] = json!("ClusterIP");
         s
     }
 
     /// Caches holding the Deployment applied for `mc` with `deployment_status`, its Service,
-    /// and the pods named `pods`.
+    /// and the pods named `pods`, with its pod template checked, as after the controller
+    /// applied it.
     fn world(mc: &Memcached, deployment_status: serde_json::Value, pods: &[&str]) -> Caches {
-        world_with(applied_deployment(mc, deployment_status), mc, pods)
+        let caches = world_with(applied_deployment(mc, deployment_status), mc, pods);
+        checked(&caches, mc);
+        caches
+    }
+
+    /// Notes the template of the Deployment applied for `mc` as checked.
+    fn checked(caches: &Caches, mc: &Memcached) {
+        let applied: Deployment =
+            serde_json::from_value(applied_deployment(mc, json!({}))).unwrap();
+        caches
+            .of(APP)
+            .templates
+            .assume_checked(&deployment(mc).unwrap(), &applied);
     }
 
     fn world_with(deployment: serde_json::Value, mc: &Memcached, pods: &[&str]) -> Caches {
@@ -537,7 +556,11 @@ mod tests {
         assert_eq!(caches.of(APP).templates.len(), 1);
 
         // A controller that starts on caches as wanted reads each template once, then nothing.
-        let caches = world(&mc, READY(), &["cache-a", "cache-b"]);
+        let caches = world_with(
+            applied_deployment(&mc, READY()),
+            &mc,
+            &["cache-a", "cache-b"],
+        );
         let (ctx, verifier) = fixtures::context_cached(caches.clone());
         let mut settled = mc;
         let d: Deployment = serde_json::from_value(applied_deployment(&settled, READY())).unwrap();
@@ -548,8 +571,9 @@ mod tests {
             ctx.clock.now(),
         ));
         let settled = Arc::new(settled);
-        let scenario =
-            verifier.run(vec![Call::get(GET_DEPLOYMENT).respond(applied_deployment(&settled, READY()))]);
+        let scenario = verifier.run(vec![
+            Call::get(GET_DEPLOYMENT).respond(applied_deployment(&settled, READY()))
+        ]);
         reconcile(settled.clone(), ctx.clone()).await.unwrap();
         scenario.finish(ctx).await;
         let (ctx, verifier) = fixtures::context_cached(caches);
@@ -562,11 +586,9 @@ mod tests {
     async fn only_a_recreated_child_is_announced_and_errors_keep_their_status_code() {
         let mc = memcached(json!({"size": 2}));
         let caches = fixtures::caches(APP, |w| {
-            fixtures::put(
-                &mut w.deployments,
-                applied_deployment(&mc, json!({})),
-            );
+            fixtures::put(&mut w.deployments, applied_deployment(&mc, json!({})));
         });
+        checked(&caches, &mc);
         let (ctx, verifier) = fixtures::context_cached(caches);
         let scenario = verifier.run(vec![
             Call::get(GET_SERVICE).not_found(),

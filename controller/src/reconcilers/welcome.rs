@@ -62,7 +62,9 @@ impl Owner for Welcome {
             Some(s) => match ensure_secret(ctx, self, ns, name, &s).await? {
                 Ok((uid, was_created)) => {
                     if was_created {
-                        prepared.created.push(format!("Secret {}", secret_name(name)));
+                        prepared
+                            .created
+                            .push(format!("Secret {}", secret_name(name)));
                     }
                     prepared.value = Some(uid);
                 }
@@ -413,7 +415,8 @@ pub fn status(
     let generation = welcome.meta().generation;
     let rollout = Rollout::of(deployment, welcome.spec.replicas());
     let ready = rollout.ready;
-    let ready_condition = rollout.ready_condition(generation, time(now), previous_conditions(welcome));
+    let ready_condition =
+        rollout.ready_condition(generation, time(now), previous_conditions(welcome));
     let node_port = match welcome.spec.service_type() {
         ServiceType::ClusterIP => None,
         ServiceType::NodePort | ServiceType::LoadBalancer => service
@@ -441,8 +444,8 @@ mod tests {
     use super::*;
     use crate::fixtures::{self, Call};
     use crate::reconcilers::{reconcile, NAME_CONFLICT_REQUEUE};
-    use std::sync::Arc;
     use serde_json::json;
+    use std::sync::Arc;
 
     const SECRET: &str = "hunter2-is-not-a-password";
 
@@ -589,6 +592,12 @@ mod tests {
                 })
                 .created_as(stored_secret(&w, "sec-uid")),
             Call::get(DEPLOYMENT_GET).not_found(),
+            // Deployment and Service are ensured together: the Service's read was answered last,
+            // so its apply goes out first.
+            Call::get(SERVICE_GET).not_found(),
+            Call::patch(SERVICE_CREATE)
+                .body(|b| assert_eq!(b["spec"]["type"], "NodePort"))
+                .created_as(with_node_port(serde_json::to_value(service(&welcome(json!({"name": "kubesteer"}))).unwrap()).unwrap())),
             Call::patch(DEPLOYMENT_CREATE)
                 .body(|b| {
                     no_password_in(b);
@@ -603,10 +612,6 @@ mod tests {
                     );
                 })
                 .created(),
-            Call::get(SERVICE_GET).not_found(),
-            Call::patch(SERVICE_CREATE)
-                .body(|b| assert_eq!(b["spec"]["type"], "NodePort"))
-                .created_as(with_node_port(serde_json::to_value(service(&welcome(json!({"name": "kubesteer"}))).unwrap()).unwrap())),
             Call::event("team")
                 .body(|b| {
                     no_password_in(b);
@@ -616,15 +621,7 @@ mod tests {
                     assert_eq!(b["regarding"]["name"], "hello");
                 })
                 .created(),
-            Call::patch(STATUS)
-                .body(|b| {
-                    no_password_in(b);
-                    assert_eq!(b["status"]["serviceURL"], "http://hello.team.svc:8088");
-                    assert_eq!(b["status"]["nodePort"], 30123);
-                    assert_eq!(b["status"]["readyReplicas"], 0);
-                    assert_eq!(b["status"]["conditions"][0]["status"], "False");
-                })
-                .respond_status_of(&w),
+            // No status yet: the new children's watch events bring the reconcile that writes it.
         ]);
         let action = reconcile(Arc::new(w), ctx.clone()).await.unwrap();
         assert_eq!(
@@ -642,6 +639,8 @@ mod tests {
         let live = children::stamped(&deployment(&w, Some("sec-uid")).unwrap()).unwrap();
         let svc = children::stamped(&service(&w).unwrap()).unwrap();
         let (ctx, verifier) = with_cached(serde_json::to_value(&live).unwrap(), Some(&svc));
+        // As after the controller applied it: its template was checked then.
+        ctx.caches.of(APP).templates.assume_checked(&live, &live);
         w.status = Some(status(&w, "team", &live, &svc, ctx.clock.now()));
         // The Secret is patched blind, as it cannot be read, but only if it is this Welcome's;
         // its children are as wanted.
@@ -693,9 +692,7 @@ mod tests {
             Call::event("team")
                 .body(|b| assert_eq!(b["note"], "Created Service hello"))
                 .respond_with_body(),
-            Call::patch(STATUS)
-                .body(|b| assert!(b["status"].get("nodePort").is_none(), "{b}"))
-                .respond_status_of(&w),
+            // The status waits for the new Service's watch event.
         ]);
         let action = reconcile(Arc::new(w), ctx.clone()).await.unwrap();
         assert_eq!(action, Action::await_change());
@@ -718,7 +715,6 @@ mod tests {
             Call::event("team")
                 .body(|b| assert!(b["note"].as_str().unwrap().ends_with("Service hello"), "{b}"))
                 .respond_with_body(),
-            Call::patch(STATUS).respond_status_of(&w),
         ]);
         reconcile(Arc::new(w), ctx.clone()).await.unwrap();
         scenario.finish(ctx).await;
@@ -745,7 +741,6 @@ mod tests {
                     )
                 })
                 .respond_with_body(),
-            Call::patch(STATUS).respond_status_of(&w),
         ]);
         reconcile(Arc::new(w.clone()), ctx.clone()).await.unwrap();
         scenario.finish(ctx).await;
@@ -836,6 +831,8 @@ mod tests {
             Call::post(SECRET_CREATE).already_exists(),
             Call::patch(SECRET_PATCH).respond(stored_secret(&w, "sec-uid")),
             Call::get(DEPLOYMENT_GET).not_found(),
+            Call::get(SERVICE_GET).not_found(),
+            Call::patch(SERVICE_CREATE).created(),
             Call::patch(DEPLOYMENT_CREATE)
                 .body(|b| {
                     assert_eq!(
@@ -844,8 +841,6 @@ mod tests {
                     )
                 })
                 .created(),
-            Call::get(SERVICE_GET).not_found(),
-            Call::patch(SERVICE_CREATE).created(),
             Call::event("team")
                 .body(|b| {
                     assert!(
@@ -854,9 +849,6 @@ mod tests {
                     )
                 })
                 .respond_with_body(),
-            Call::patch(STATUS)
-                .body(|b| assert_eq!(b["status"]["conditions"][0]["reason"], "PodsNotReady"))
-                .respond_status_of(&w),
         ]);
         reconcile(Arc::new(w), ctx.clone()).await.unwrap();
         scenario.finish(ctx).await;
@@ -898,9 +890,9 @@ mod tests {
         let (ctx, verifier) = fixtures::context();
         let scenario = verifier.run(vec![
             Call::get(DEPLOYMENT_GET).not_found(),
-            Call::patch(DEPLOYMENT_CREATE).created(),
             Call::get(SERVICE_GET).not_found(),
             Call::patch(SERVICE_CREATE).created(),
+            Call::patch(DEPLOYMENT_CREATE).created(),
             Call::event("team")
                 .body(|b| {
                     assert!(
@@ -909,7 +901,6 @@ mod tests {
                     )
                 })
                 .respond_with_body(),
-            Call::patch(STATUS).respond_status_of(&w),
         ]);
         reconcile(Arc::new(w), ctx.clone()).await.unwrap();
         scenario.finish(ctx).await;
