@@ -20,7 +20,7 @@ use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use crate::args::Args;
-use crate::children::{self as cache, children_of, Caches, Packed, INSTANCE_LABEL};
+use crate::children::{self, children_of, Caches, Packed, INSTANCE_LABEL};
 use crate::http::{self, Health};
 use crate::metrics::Metrics;
 use crate::metrics_auth::Authorizer;
@@ -168,7 +168,7 @@ where
 {
     watcher(api, config)
         .default_backoff()
-        .inspect_ok(move |event| match cache::pack_event(event) {
+        .inspect_ok(move |event| match children::pack_event(event) {
             Ok(packed) => writer.apply_watcher_event(&packed),
             Err(e) => warn!(error = %e, "could not cache a watched object"),
         })
@@ -196,7 +196,7 @@ fn owner_controller<K: Owner>(
                     forget.forget(K::KIND, owner);
                 }
             })
-            .modify(cache::trim::<K>)
+            .modify(children::trim::<K>)
             .reflect(writer)
             .applied_objects();
     let controller = Controller::for_stream(owners, store)
@@ -220,7 +220,7 @@ fn owner_controller<K: Owner>(
             api::<PartialObjectMeta<Pod>>(client, ns),
             children_of(K::APP),
             writers.pods,
-            cache::trim_pod,
+            children::trim_pod,
         ),
         |pod| {
             let ns = pod.namespace()?;
