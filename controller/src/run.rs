@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::fmt::Debug;
 use std::time::Duration;
 
-use futures::{Stream, StreamExt, TryStreamExt};
+use futures::{FutureExt, Stream, StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::core::PartialObjectMeta;
@@ -259,10 +259,12 @@ pub async fn controllers(base: Arc<Context>, args: &Args, stop: watch::Receiver<
         .clone()
         .debounce(Duration::from_millis(args.debounce_ms));
 
-    // One line per owner kind (see `reconcilers`).
-    let memcacheds = owned::<Memcached>(&ctx, ns, owner_config.clone(), stop.clone());
-    // Secrets are not watched: the controller may write them but not read them.
-    let welcomes = owned::<Welcome>(&ctx, ns, owner_config, stop.clone());
+    // One line per owner kind (see `reconcilers`). Welcome's Secrets are not watched: the
+    // controller may write them but not read them.
+    let owners = futures::future::join_all([
+        owned::<Memcached>(&ctx, ns, owner_config.clone(), stop.clone()).boxed(),
+        owned::<Welcome>(&ctx, ns, owner_config.clone(), stop.clone()).boxed(),
+    ]);
 
     // No debounce for Scalers: it would delay the requeue at a window's boundary.
     let (store, writer) = reflector::store();
@@ -290,7 +292,7 @@ pub async fn controllers(base: Arc<Context>, args: &Args, stop: watch::Receiver<
         .for_each(|r| async move { log_result(scaler::KIND, r) });
 
     info!("controllers started");
-    tokio::join!(memcacheds, welcomes, scalers);
+    tokio::join!(owners, scalers);
     info!("controllers stopped");
 }
 

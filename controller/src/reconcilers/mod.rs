@@ -6,10 +6,10 @@
 //!
 //! Adding an owner kind `Cache`: a file `reconcilers/cache.rs` with `impl Owner for Cache` (its
 //! Deployment, its Service, its status), `pub mod cache;` here, and one line of registration in
-//! `run::controllers`:
+//! the list of owner kinds in `run::controllers`:
 //!
 //! ```ignore
-//! let caches = owned::<Cache>(&ctx, ns, owner_config.clone(), stop.clone());
+//! owned::<Cache>(&ctx, ns, owner_config.clone(), stop.clone()).boxed(),
 //! ```
 //!
 //! which watches its objects and their children, fills the caches [`Owner::APP`] names, and runs
