@@ -10,7 +10,7 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Client, Resource, ResourceExt};
 use tracing::{debug, warn};
 
-use crate::cache::Caches;
+use crate::children::Caches;
 use crate::metrics::Metrics;
 use crate::{Error, Result};
 
@@ -45,9 +45,75 @@ pub struct Context {
     pub clock: Arc<dyn Clock>,
     /// Watch caches of the owned objects.
     pub caches: Caches,
-    failures: Mutex<HashMap<String, u32>>,
+    /// Failed reconciles in a row of each object, for its backoff.
+    failures: PerObject<u32>,
     /// Since when the status write of each object has been held back.
-    held: Mutex<HashMap<String, DateTime<Utc>>>,
+    held: PerObject<DateTime<Utc>>,
+}
+
+// Longer than any backoff, so a live object that keeps failing is seen again well before.
+const FORGET_AFTER: Duration = Duration::from_secs(2 * 300);
+
+/// State kept per object (kind, namespace, name). An entry goes when its object is deleted
+/// ([`Context::forget`]); one whose deletion went unseen (a watch gap) goes once it was not
+/// touched for [`FORGET_AFTER`], swept whenever the map has doubled. The event recorder's own
+/// map of event series needs none of this: kube-runtime drops series older than 6 minutes.
+pub struct PerObject<V> {
+    inner: Mutex<PerObjectInner<V>>,
+}
+
+struct PerObjectInner<V> {
+    entries: HashMap<String, (V, DateTime<Utc>)>,
+    sweep_at: usize,
+}
+
+impl<V> Default for PerObject<V> {
+    fn default() -> Self {
+        Self {
+            inner: Mutex::new(PerObjectInner {
+                entries: HashMap::new(),
+                sweep_at: 64,
+            }),
+        }
+    }
+}
+
+impl<V: Clone> PerObject<V> {
+    /// The value of `key`, which `update` may change; `make` gives the value of a new entry.
+    fn update(
+        &self,
+        key: String,
+        now: DateTime<Utc>,
+        make: impl FnOnce() -> V,
+        update: impl FnOnce(&mut V),
+    ) -> V {
+        let mut inner = lock(&self.inner);
+        let entry = inner.entries.entry(key).or_insert_with(|| (make(), now));
+        update(&mut entry.0);
+        entry.1 = now;
+        let value = entry.0.clone();
+        if inner.entries.len() >= inner.sweep_at {
+            let Ok(ttl) = chrono::TimeDelta::from_std(FORGET_AFTER) else {
+                return value;
+            };
+            inner.entries.retain(|_, (_, touched)| *touched + ttl > now);
+            inner.sweep_at = (2 * inner.entries.len()).max(64);
+        }
+        value
+    }
+
+    fn remove(&self, key: &str) {
+        lock(&self.inner).entries.remove(key);
+    }
+
+    /// How many objects have an entry.
+    pub fn len(&self) -> usize {
+        lock(&self.inner).entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 impl Context {
@@ -69,8 +135,8 @@ impl Context {
             metrics,
             clock,
             caches,
-            failures: Mutex::default(),
-            held: Mutex::default(),
+            failures: PerObject::default(),
+            held: PerObject::default(),
         }
     }
 
@@ -100,7 +166,7 @@ impl Context {
         let key = key_of(kind, obj);
         match work.await {
             Ok(action) => {
-                self.lock_failures().remove(&key);
+                self.failures.remove(&key);
                 Ok(action)
             }
             Err(e) if e.is_conflict() => {
@@ -145,12 +211,12 @@ impl Context {
     {
         self.metrics.error(kind, error);
         let key = key_of(kind, obj);
-        let attempts = {
-            let mut failures = self.lock_failures();
-            let n = failures.entry(key.clone()).or_insert(0);
-            *n = n.saturating_add(1);
-            *n
-        };
+        let attempts = self.failures.update(
+            key.clone(),
+            self.clock.now(),
+            || 0,
+            |n| *n = n.saturating_add(1),
+        );
         let delay = adjust(backoff(attempts));
         warn!(%key, %error, attempts, retry_in = ?delay, "reconcile failed");
         Action::requeue(delay)
@@ -186,7 +252,7 @@ impl Context {
         K: Resource<DynamicType = ()>,
     {
         let now = self.clock.now();
-        let since = *lock(&self.held).entry(key_of(kind, obj)).or_insert(now);
+        let since = self.held.update(key_of(kind, obj), now, || now, |_| {});
         let waited = (now - since).to_std().unwrap_or_default();
         grace.checked_sub(waited).filter(|left| !left.is_zero())
     }
@@ -196,16 +262,27 @@ impl Context {
     where
         K: Resource<DynamicType = ()>,
     {
-        lock(&self.held).remove(&key_of(kind, obj));
+        self.held.remove(&key_of(kind, obj));
     }
 
-    fn lock_failures(&self) -> std::sync::MutexGuard<'_, HashMap<String, u32>> {
-        lock(&self.failures)
+    /// Forgets everything kept about `obj`, which was deleted.
+    pub fn forget<K>(&self, kind: &str, obj: &K)
+    where
+        K: Resource<DynamicType = ()>,
+    {
+        let key = key_of(kind, obj);
+        self.failures.remove(&key);
+        self.held.remove(&key);
+    }
+
+    /// How many objects the per-object maps (backoff, held status writes) hold entries for.
+    pub fn tracked(&self) -> (usize, usize) {
+        (self.failures.len(), self.held.len())
     }
 }
 
 /// A lock whose holder cannot leave the map inconsistent by panicking, so poison is ignored.
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
@@ -233,6 +310,7 @@ fn truncate(s: &str, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::children::Caches;
     use crate::fixtures::{self, Call};
     use kubesteer_api::Memcached;
     use serde_json::json;
@@ -261,6 +339,68 @@ mod tests {
                 .await;
         }
         scenario.finish(ctx).await;
+    }
+
+    fn cache_named(name: &str) -> Memcached {
+        serde_json::from_value(json!({
+            "apiVersion": "kubesteer.io/v1alpha1", "kind": "Memcached",
+            "metadata": {"name": name, "namespace": "team", "uid": "mc-uid"}, "spec": {},
+        }))
+        .unwrap()
+    }
+
+    fn failed() -> Error {
+        Error::MissingField {
+            kind: "Memcached",
+            name: "cache".into(),
+            what: "metadata.namespace",
+        }
+    }
+
+    #[tokio::test]
+    async fn a_deleted_objects_backoff_and_held_status_write_are_forgotten() {
+        let (ctx, _verifier) = fixtures::context();
+        let (cache, other) = (cache_named("cache"), cache_named("other"));
+        for mc in [&cache, &other] {
+            ctx.error_policy("Memcached", mc, &failed());
+            assert!(ctx
+                .hold_status("Memcached", mc, Duration::from_secs(30))
+                .is_some());
+        }
+        assert_eq!(ctx.tracked(), (2, 2));
+        ctx.forget("Memcached", &cache);
+        assert_eq!(
+            ctx.tracked(),
+            (1, 1),
+            "only the deleted object's entries go"
+        );
+        // Its backoff starts over, the other's goes on.
+        let action = ctx.error_policy("Memcached", &cache, &failed());
+        assert_eq!(action, Action::requeue(Duration::from_secs(1)));
+        let action = ctx.error_policy("Memcached", &other, &failed());
+        assert_eq!(action, Action::requeue(Duration::from_secs(2)));
+    }
+
+    #[tokio::test]
+    async fn entries_of_objects_unseen_for_ten_minutes_are_swept_once_the_map_doubles() {
+        let clock = Arc::new(fixtures::FixedClock(Mutex::new(fixtures::at(
+            "2025-03-03T12:00:00Z",
+        ))));
+        let (ctx, _verifier) = fixtures::context_on(clock.clone(), Caches::empty());
+        // Deleted while no watch saw it: nothing calls `forget` for these.
+        for i in 0..62 {
+            ctx.error_policy("Memcached", &cache_named(&format!("gone-{i}")), &failed());
+        }
+        *clock.0.lock().unwrap() += chrono::TimeDelta::minutes(9);
+        ctx.error_policy("Memcached", &cache_named("recent"), &failed());
+        assert_eq!(ctx.tracked().0, 63, "below the sweep's threshold of 64");
+        *clock.0.lock().unwrap() += chrono::TimeDelta::minutes(2);
+        ctx.error_policy("Memcached", &cache_named("new"), &failed());
+        assert_eq!(
+            ctx.tracked().0,
+            2,
+            "the 62 untouched for 11 minutes are gone, the recent one stays"
+        );
     }
 
     #[test]

@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use tokio::task::JoinHandle;
 use tower_test::mock::{self, Handle};
 
-use crate::cache::{Caches, Packed, Writers};
+use crate::children::{Caches, Packed, Writers};
 use crate::metrics::Metrics;
 use crate::{Clock, Context};
 use k8s_openapi::api::core::v1::Pod;
@@ -65,9 +65,10 @@ pub fn context_on(clock: Arc<FixedClock>, caches: Caches) -> (Arc<Context>, Veri
     (Arc::new(ctx), Verifier(handle))
 }
 
-/// Caches filled by `fill`, as watches would have filled them.
-pub fn caches(fill: impl FnOnce(&mut Writers)) -> Caches {
-    let (caches, mut writers) = Caches::new();
+/// Caches of `app` filled by `fill`, as watches would have filled them.
+pub fn caches(app: &'static str, fill: impl FnOnce(&mut Writers)) -> Caches {
+    let caches = Caches::empty();
+    let mut writers = caches.register(app);
     fill(&mut writers);
     caches
 }

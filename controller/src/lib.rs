@@ -1,21 +1,21 @@
 //! kubesteer's controller: one kube-runtime `Controller` per kind, reconciling what Scaler,
-//! Welcome and Memcached own.
+//! Welcome and Memcached own. The domain is in `reconcilers/` (one file per kind, one shape) and
+//! `children.rs` (building, caching and applying what the owners own).
 #![forbid(unsafe_code)]
 #![deny(warnings, rust_2018_idioms)]
 
 pub mod args;
-pub mod cache;
+pub mod children;
 pub mod context;
 pub mod http;
 pub mod lease;
-pub mod memcached;
 pub mod metrics;
 pub mod metrics_auth;
-pub mod objects;
+pub mod reconcilers;
 pub mod run;
-pub mod scaler;
 pub mod telemetry;
-pub mod welcome;
+
+pub use reconcilers::{memcached, scaler, welcome};
 
 #[cfg(test)]
 pub mod fixtures;

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::fmt::Debug;
 use std::time::Duration;
 
-use futures::{Stream, StreamExt, TryStreamExt};
+use futures::{FutureExt, Stream, StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::core::PartialObjectMeta;
@@ -20,12 +20,12 @@ use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use crate::args::Args;
-use crate::cache::{self, children_of, Caches, Packed};
+use crate::children::{self, children_of, Caches, Packed, INSTANCE_LABEL};
 use crate::http::{self, Health};
 use crate::metrics::Metrics;
 use crate::metrics_auth::Authorizer;
-use crate::objects::INSTANCE_LABEL;
-use crate::{lease, memcached, scaler, telemetry, welcome, Context, Result, SystemClock};
+use crate::reconcilers::{self, scaler, Owner};
+use crate::{lease, telemetry, Context, Result, SystemClock};
 
 /// Runs the controller until SIGTERM or SIGINT.
 pub async fn run(args: Args) -> Result<()> {
@@ -168,7 +168,7 @@ where
 {
     watcher(api, config)
         .default_backoff()
-        .inspect_ok(move |event| match cache::pack_event(event) {
+        .inspect_ok(move |event| match children::pack_event(event) {
             Ok(packed) => writer.apply_watcher_event(&packed),
             Err(e) => warn!(error = %e, "could not cache a watched object"),
         })
@@ -176,96 +176,95 @@ where
 }
 
 /// The controller of an owner kind `K` (Memcached, Welcome): its objects cached without
-/// managedFields, and reconciled on changes to them and to their Deployments and Services of
-/// `app`, which fill the caches behind `deployments` and `services`.
-fn owner_controller<K>(
-    client: &Client,
+/// managedFields (and forgotten by `ctx` when deleted), and reconciled on changes to them and to
+/// their Deployments and Services, which fill the caches of `K::APP`, and to their pods if `K`
+/// names them.
+fn owner_controller<K: Owner>(
+    ctx: &Arc<Context>,
     ns: Option<&str>,
     config: controller::Config,
-    app: &str,
-    deployments: Writer<Packed<Deployment>>,
-    services: Writer<Packed<Service>>,
-) -> Controller<K>
-where
-    K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
-        + Clone
-        + DeserializeOwned
-        + Debug
-        + Send
-        + Sync
-        + 'static,
-{
+) -> Controller<K> {
+    let client = &ctx.client;
+    let writers = ctx.caches.register(K::APP);
     let (store, writer) = reflector::store();
+    let forget = ctx.clone();
     let owners =
         tolerant::watcher::<K>(client.clone(), ns, watcher::Config::default(), skipped::<K>)
             .default_backoff()
-            .modify(cache::trim::<K>)
+            .inspect_ok(move |event| {
+                if let watcher::Event::Delete(owner) = event {
+                    forget.forget(K::KIND, owner);
+                }
+            })
+            .modify(children::trim::<K>)
             .reflect(writer)
             .applied_objects();
-    Controller::for_stream(owners, store)
+    let controller = Controller::for_stream(owners, store)
         .with_config(config)
         .owns_stream(packed(
             api::<Deployment>(client, ns),
-            children_of(app),
-            deployments,
+            children_of(K::APP),
+            writers.deployments,
         ))
         .owns_stream(packed(
             api::<Service>(client, ns),
-            children_of(app),
-            services,
-        ))
+            children_of(K::APP),
+            writers.services,
+        ));
+    if !K::NAMES_PODS {
+        return controller;
+    }
+    // Pods name the nodes in the status, so their comings and goings trigger a reconcile.
+    controller.watches_stream(
+        cached(
+            api::<PartialObjectMeta<Pod>>(client, ns),
+            children_of(K::APP),
+            writers.pods,
+            children::trim_pod,
+        ),
+        |pod| {
+            let ns = pod.namespace()?;
+            let instance = pod.labels().get(INSTANCE_LABEL)?;
+            Some(ObjectRef::<K>::new(instance).within(&ns))
+        },
+    )
 }
 
-/// Runs the three controllers until `stop` turns true, letting running reconciles finish.
+/// Registers owner kind `K`: its controller runs until `stop` turns true.
+async fn owned<K: Owner>(
+    ctx: &Arc<Context>,
+    ns: Option<&str>,
+    config: controller::Config,
+    stop: watch::Receiver<bool>,
+) {
+    owner_controller::<K>(ctx, ns, config)
+        .graceful_shutdown_on(stopped(stop))
+        .run(
+            reconcilers::reconcile::<K>,
+            reconcilers::error_policy::<K>,
+            ctx.clone(),
+        )
+        .for_each(|r| async move { log_result(K::KIND, r) })
+        .await
+}
+
+/// Runs the controllers until `stop` turns true, letting running reconciles finish.
 /// Each run has caches of its own, filled by its own watches.
 pub async fn controllers(base: Arc<Context>, args: &Args, stop: watch::Receiver<bool>) {
     let client = base.client.clone();
     let ns = args.namespace.as_deref();
-    let (caches, writers) = Caches::new();
-    let ctx = Arc::new(base.with_caches(caches));
+    let ctx = Arc::new(base.with_caches(Caches::empty()));
     let config = controller::Config::default().concurrency(args.concurrency);
     let owner_config = config
         .clone()
         .debounce(Duration::from_millis(args.debounce_ms));
 
-    let memcacheds = owner_controller::<Memcached>(
-        &client,
-        ns,
-        owner_config.clone(),
-        memcached::APP,
-        writers.memcached_deployments,
-        writers.memcached_services,
-    )
-    // Pods name the nodes in the status, so their comings and goings trigger a reconcile.
-    .watches_stream(
-        cached(
-            api::<PartialObjectMeta<Pod>>(&client, ns),
-            children_of(memcached::APP),
-            writers.memcached_pods,
-            cache::trim_pod,
-        ),
-        |pod| {
-            let ns = pod.namespace()?;
-            let instance = pod.labels().get(INSTANCE_LABEL)?;
-            Some(ObjectRef::<Memcached>::new(instance).within(&ns))
-        },
-    )
-    .graceful_shutdown_on(stopped(stop.clone()))
-    .run(memcached::reconcile, memcached::error_policy, ctx.clone())
-    .for_each(|r| async move { log_result(memcached::KIND, r) });
-
-    // Secrets are not watched: the controller may write them but not read them.
-    let welcomes = owner_controller::<Welcome>(
-        &client,
-        ns,
-        owner_config,
-        welcome::APP,
-        writers.welcome_deployments,
-        writers.welcome_services,
-    )
-    .graceful_shutdown_on(stopped(stop.clone()))
-    .run(welcome::reconcile, welcome::error_policy, ctx.clone())
-    .for_each(|r| async move { log_result(welcome::KIND, r) });
+    // One line per owner kind (see `reconcilers`). Welcome's Secrets are not watched: the
+    // controller may write them but not read them.
+    let owners = futures::future::join_all([
+        owned::<Memcached>(&ctx, ns, owner_config.clone(), stop.clone()).boxed(),
+        owned::<Welcome>(&ctx, ns, owner_config.clone(), stop.clone()).boxed(),
+    ]);
 
     // No debounce for Scalers: it would delay the requeue at a window's boundary.
     let (store, writer) = reflector::store();
@@ -289,11 +288,11 @@ pub async fn controllers(base: Arc<Context>, args: &Args, stop: watch::Receiver<
             move |d| scaler::scalers_targeting(&store, &d),
         )
         .graceful_shutdown_on(stopped(stop))
-        .run(scaler::reconcile, scaler::error_policy, ctx)
+        .run(scaler::reconcile, scaler::error_policy, ctx.clone())
         .for_each(|r| async move { log_result(scaler::KIND, r) });
 
     info!("controllers started");
-    tokio::join!(memcacheds, welcomes, scalers);
+    tokio::join!(owners, scalers);
     info!("controllers stopped");
 }
 

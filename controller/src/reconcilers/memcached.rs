@@ -1,21 +1,22 @@
 //! Memcached: a Deployment of memcached pods behind a headless Service.
-use std::sync::Arc;
+use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{
     Container, ContainerPort, Probe, Service, ServicePort, ServiceSpec, TCPSocketAction,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kube::runtime::controller::Action;
-use kube::runtime::events::EventType;
-use kube::{Api, Resource, ResourceExt};
-use kubesteer_api::common::{condition, READY};
+use kube::{Resource, ResourceExt};
+use kubesteer_api::common::condition;
 use kubesteer_api::{Memcached, MemcachedStatus};
 
-use crate::cache::{self, Ensured};
-use crate::objects::{self, apply_params, child_meta, namespace_and_name, status_patch};
-use crate::{Context, Result};
+use crate::children::{self, child_meta};
+use crate::reconcilers::{
+    deployment_condition, previous_conditions, time, Observed, Owner, OwnerStatus, Rollout,
+};
+use crate::Result;
 
 pub const KIND: &str = "Memcached";
 /// The `app.kubernetes.io/name` of everything a Memcached owns.
@@ -24,94 +25,36 @@ pub const APP: &str = "memcached";
 const MEMCACHED_UID: i64 = 11211;
 const PORT_NAME: &str = "memcached";
 /// How long a status write that only reports progress may wait for more of it.
-const STATUS_GRACE: std::time::Duration = std::time::Duration::from_secs(30);
+const STATUS_GRACE: Duration = Duration::from_secs(30);
 
-/// The controller's reconcile function for Memcached.
-pub async fn reconcile(mc: Arc<Memcached>, ctx: Arc<Context>) -> Result<Action> {
-    ctx.reconcile(KIND, mc.as_ref(), apply(&mc, &ctx)).await
+impl Owner for Memcached {
+    const KIND: &'static str = KIND;
+    const APP: &'static str = APP;
+    const STATUS_GRACE: Duration = STATUS_GRACE;
+    const NAMES_PODS: bool = true;
+    type Prepared = ();
+
+    fn deployment(&self, _: &()) -> Result<Deployment> {
+        deployment(self)
+    }
+
+    fn service(&self) -> Result<Service> {
+        service(self)
+    }
+
+    fn status_from(&self, children: &Observed<'_>, now: DateTime<Utc>) -> MemcachedStatus {
+        status(self, children.deployment, children.pods.clone(), now)
+    }
 }
 
-pub fn error_policy(mc: Arc<Memcached>, error: &crate::Error, ctx: Arc<Context>) -> Action {
-    ctx.error_policy(KIND, mc.as_ref(), error)
-}
-
-async fn apply(mc: &Memcached, ctx: &Context) -> Result<Action> {
-    if mc.meta().deletion_timestamp.is_some() {
-        // Garbage collection removes the children; recreating them would only race it.
-        return Ok(Action::await_change());
+impl OwnerStatus for MemcachedStatus {
+    fn conditions(&self) -> &[Condition] {
+        &self.conditions
     }
-    let (ns, name) = namespace_and_name(KIND, mc)?;
-    let children = &ctx.caches.memcached;
-    let (want_deployment, want_service) = (deployment(mc)?, service(mc)?);
-    let (deployment, service) = tokio::try_join!(
-        cache::ensure(ctx, &children.deployments, &want_deployment),
-        cache::ensure(ctx, &children.services, &want_service),
-    )?;
-    let mut created = Vec::new();
-    let mut conflicts = Vec::new();
-    let deployment = match deployment {
-        Ensured::Ours(d) => {
-            if d.created {
-                created.push(format!("Deployment {name}"));
-            }
-            Some(d.object)
-        }
-        Ensured::Foreign(c) => {
-            conflicts.push(c);
-            None
-        }
-    };
-    match service {
-        Ensured::Ours(s) if s.created => created.push(format!("Service {name}")),
-        Ensured::Ours(_) => {}
-        Ensured::Foreign(c) => conflicts.push(c),
+    fn observe(&mut self, generation: Option<i64>, conditions: Vec<Condition>) {
+        self.observed_generation = generation;
+        self.conditions = conditions;
     }
-    if let Some(note) = objects::created_note(&created) {
-        ctx.publish(mc, EventType::Normal, "Created", note).await;
-    }
-    let Some(deployment) = deployment.filter(|_| conflicts.is_empty()) else {
-        return objects::report_conflicts(ctx, KIND, mc, &conflicts).await;
-    };
-    if !created.is_empty() {
-        // The new child's watch event brings another reconcile, which writes the status from
-        // the cache; writing it now as well would only cost the apiserver a write more.
-        return Ok(Action::await_change());
-    }
-    let nodes = cache::pod_names(&ctx.caches.memcached_pods, &ns, APP, &name);
-    let status = status(mc, &deployment, nodes, ctx.clock.now());
-    if mc.status.as_ref() != Some(&status) {
-        // Progress of a rollout (pods created, some ready) is written at most every STATUS_GRACE;
-        // what a user waits for (Ready, Degraded, any condition turning) is written at once.
-        if !is_news(mc.status.as_ref(), &status) {
-            if let Some(left) = ctx.hold_status(KIND, mc, STATUS_GRACE) {
-                return Ok(Action::requeue(left));
-            }
-        }
-        let api: Api<Memcached> = Api::namespaced(ctx.client.clone(), &ns);
-        api.patch_status(&name, &apply_params(), &status_patch::<Memcached>(&status))
-            .await?;
-        ctx.status_written(KIND, mc);
-    }
-    Ok(Action::await_change())
-}
-
-/// Whether `new` says something a user waits for: Ready or Degraded, or a condition that turned
-/// since `old`. Otherwise it is only progress.
-fn is_news(old: Option<&MemcachedStatus>, new: &MemcachedStatus) -> bool {
-    let state = |s: &MemcachedStatus, type_: &str| {
-        s.conditions
-            .iter()
-            .find(|c| c.type_ == type_)
-            .map(|c| c.status.clone())
-    };
-    let is_true = |type_| state(new, type_).as_deref() == Some("True");
-    is_true(READY)
-        || is_true("Degraded")
-        || old.is_some_and(|old| {
-            new.conditions
-                .iter()
-                .any(|c| state(old, &c.type_).as_deref() != Some(c.status.as_str()))
-        })
 }
 
 /// The Deployment a Memcached wants.
@@ -145,12 +88,17 @@ pub fn deployment(mc: &Memcached) -> Result<Deployment> {
         resources: Some(spec.resources()),
         liveness_probe: Some(probe.clone()),
         readiness_probe: Some(probe),
-        security_context: Some(objects::restricted_security_context(MEMCACHED_UID)),
+        security_context: Some(children::restricted_security_context(MEMCACHED_UID)),
         ..Container::default()
     };
     Ok(Deployment {
-        metadata: child_meta(KIND, mc, name.clone(), objects::labels(APP, &name))?,
-        spec: Some(objects::deployment_spec(APP, &name, spec.size(), container)),
+        metadata: child_meta(KIND, mc, name.clone(), children::labels(APP, &name))?,
+        spec: Some(children::deployment_spec(
+            APP,
+            &name,
+            spec.size(),
+            container,
+        )),
         ..Deployment::default()
     })
 }
@@ -160,10 +108,10 @@ pub fn service(mc: &Memcached) -> Result<Service> {
     let name = mc.name_any();
     let port = mc.spec.port();
     Ok(Service {
-        metadata: child_meta(KIND, mc, name.clone(), objects::labels(APP, &name))?,
+        metadata: child_meta(KIND, mc, name.clone(), children::labels(APP, &name))?,
         spec: Some(ServiceSpec {
             cluster_ip: Some("None".into()),
-            selector: Some(objects::selector_labels(APP, &name)),
+            selector: Some(children::selector_labels(APP, &name)),
             ports: Some(vec![ServicePort {
                 name: Some(PORT_NAME.into()),
                 port,
@@ -177,18 +125,6 @@ pub fn service(mc: &Memcached) -> Result<Service> {
     })
 }
 
-fn deployment_condition<'a>(
-    d: &'a Deployment,
-    type_: &str,
-) -> Option<&'a k8s_openapi::api::apps::v1::DeploymentCondition> {
-    d.status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == type_)
-}
-
 /// The status a Memcached reports, from its Deployment and the names of its live pods.
 pub fn status(
     mc: &Memcached,
@@ -196,22 +132,12 @@ pub fn status(
     mut nodes: Vec<String>,
     now: chrono::DateTime<chrono::Utc>,
 ) -> MemcachedStatus {
-    let now = objects::time(now);
+    let now = time(now);
     let generation = mc.meta().generation;
-    let previous: &[Condition] = mc
-        .status
-        .as_ref()
-        .map(|s| s.conditions.as_slice())
-        .unwrap_or_default();
+    let previous = previous_conditions(mc);
     let size = mc.spec.size();
-    let ds = deployment.status.clone().unwrap_or_default();
-    let ready = ds.ready_replicas.unwrap_or(0);
-    let observed =
-        ds.observed_generation.unwrap_or(0) >= deployment.metadata.generation.unwrap_or(0);
-    let rolled_out = observed
-        && ds.updated_replicas.unwrap_or(0) == size
-        && ds.replicas.unwrap_or(0) == size
-        && ready == size;
+    let rollout = Rollout::of(deployment, size);
+    let (ready, rolled_out) = (rollout.ready, rollout.done);
 
     let deadline_exceeded =
         deployment_condition(deployment, "Progressing").is_some_and(|c| c.status == "False");
@@ -235,13 +161,9 @@ pub fn status(
             previous,
         )
     };
-    let ready_message = format!("{ready}/{size} pods ready");
+    let ready_message = rollout.message();
     let conditions = vec![
-        if rolled_out {
-            c(READY, true, "AllPodsReady", ready_message.clone())
-        } else {
-            c(READY, false, "PodsNotReady", ready_message.clone())
-        },
+        rollout.ready_condition(generation, now.clone(), previous),
         match available {
             Some(a) if a.status == "True" => c(
                 "Available",
@@ -292,9 +214,13 @@ pub fn status(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cache::Caches;
+    use crate::children::Caches;
     use crate::fixtures::{self, Call};
+    use crate::reconcilers::{name_conflict_conditions, reconcile, NAME_CONFLICT_REQUEUE};
+    use k8s_openapi::api::apps::v1::Deployment;
+    use kube::runtime::controller::Action;
     use serde_json::json;
+    use std::sync::Arc;
 
     fn memcached(spec: serde_json::Value) -> Memcached {
         serde_json::from_value(json!({
@@ -372,7 +298,7 @@ mod tests {
     /// The Deployment as the apiserver keeps it after the controller applied it, with `status`.
     fn applied_deployment(mc: &Memcached, status: serde_json::Value) -> serde_json::Value {
         let mut d =
-            serde_json::to_value(cache::stamped(&deployment(mc).unwrap()).unwrap()).unwrap();
+            serde_json::to_value(children::stamped(&deployment(mc).unwrap()).unwrap()).unwrap();
         d["metadata"]["generation"] = json!(1);
         d["metadata"]["uid"] = json!("d-uid");
         d["spec"]["progressDeadlineSeconds"] = json!(600);
@@ -381,24 +307,38 @@ mod tests {
     }
 
     fn applied_service(mc: &Memcached) -> serde_json::Value {
-        let mut s = serde_json::to_value(cache::stamped(&service(mc).unwrap()).unwrap()).unwrap();
+        let mut s =
+            serde_json::to_value(children::stamped(&service(mc).unwrap()).unwrap()).unwrap();
         s["spec"]["clusterIPs"] = json!(["None"]);
         s["spec"]["type"] = json!("ClusterIP");
         s
     }
 
     /// Caches holding the Deployment applied for `mc` with `deployment_status`, its Service,
-    /// and the pods named `pods`.
+    /// and the pods named `pods`, with its pod template checked, as after the controller
+    /// applied it.
     fn world(mc: &Memcached, deployment_status: serde_json::Value, pods: &[&str]) -> Caches {
-        world_with(applied_deployment(mc, deployment_status), mc, pods)
+        let caches = world_with(applied_deployment(mc, deployment_status), mc, pods);
+        checked(&caches, mc);
+        caches
+    }
+
+    /// Notes the template of the Deployment applied for `mc` as checked.
+    fn checked(caches: &Caches, mc: &Memcached) {
+        let applied: Deployment =
+            serde_json::from_value(applied_deployment(mc, json!({}))).unwrap();
+        caches
+            .of(APP)
+            .templates
+            .assume_checked(&deployment(mc).unwrap(), &applied);
     }
 
     fn world_with(deployment: serde_json::Value, mc: &Memcached, pods: &[&str]) -> Caches {
-        fixtures::caches(|w| {
-            fixtures::put(&mut w.memcached_deployments, deployment);
-            fixtures::put(&mut w.memcached_services, applied_service(mc));
+        fixtures::caches(APP, |w| {
+            fixtures::put(&mut w.deployments, deployment);
+            fixtures::put(&mut w.services, applied_service(mc));
             for pod in pods {
-                fixtures::put_pod(&mut w.memcached_pods, cached_pod(pod));
+                fixtures::put_pod(&mut w.pods, cached_pod(pod));
             }
         })
     }
@@ -432,7 +372,7 @@ mod tests {
                 .body(|b| {
                     assert_eq!(b["kind"], "Deployment");
                     assert_eq!(b["spec"]["replicas"], 2);
-                    let fingerprint = &b["metadata"]["annotations"][cache::APPLIED_ANNOTATION];
+                    let fingerprint = &b["metadata"]["annotations"][children::APPLIED_ANNOTATION];
                     assert_eq!(fingerprint.as_str().map(str::len), Some(16), "{b}");
                 })
                 .created_as(deployment_with(json!({}))),
@@ -594,14 +534,61 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_hand_edited_pod_template_missing_from_the_cache_is_read_once_and_applied_again() {
+        let mc = memcached(json!({"size": 2}));
+        let mut edited = applied_deployment(&mc, READY());
+        edited["spec"]["template"]["spec"]["containers"][0]["image"] = json!("someone/else:1");
+        let caches = world_with(edited.clone(), &mc, &["cache-a", "cache-b"]);
+        let (ctx, verifier) = fixtures::context_cached(caches.clone());
+        // The cache holds only the template's fingerprint, never checked: the live one is read.
+        let scenario = verifier.run(vec![
+            Call::get(GET_DEPLOYMENT).respond(edited),
+            Call::patch(DEPLOYMENT)
+                .body(|b| {
+                    let image = &b["spec"]["template"]["spec"]["containers"][0]["image"];
+                    assert_eq!(image, kubesteer_api::memcached::DEFAULT_IMAGE);
+                })
+                .respond(applied_deployment(&mc, READY())),
+            Call::patch(STATUS).respond_status_of(&mc),
+        ]);
+        reconcile(Arc::new(mc.clone()), ctx.clone()).await.unwrap();
+        scenario.finish(ctx).await;
+        assert_eq!(caches.of(APP).templates.len(), 1);
+
+        // A controller that starts on caches as wanted reads each template once, then nothing.
+        let caches = world_with(
+            applied_deployment(&mc, READY()),
+            &mc,
+            &["cache-a", "cache-b"],
+        );
+        let (ctx, verifier) = fixtures::context_cached(caches.clone());
+        let mut settled = mc;
+        let d: Deployment = serde_json::from_value(applied_deployment(&settled, READY())).unwrap();
+        settled.status = Some(status(
+            &settled,
+            &d,
+            vec!["cache-a".into(), "cache-b".into()],
+            ctx.clock.now(),
+        ));
+        let settled = Arc::new(settled);
+        let scenario = verifier.run(vec![
+            Call::get(GET_DEPLOYMENT).respond(applied_deployment(&settled, READY()))
+        ]);
+        reconcile(settled.clone(), ctx.clone()).await.unwrap();
+        scenario.finish(ctx).await;
+        let (ctx, verifier) = fixtures::context_cached(caches);
+        let scenario = verifier.run(vec![]);
+        reconcile(settled, ctx.clone()).await.unwrap();
+        scenario.finish(ctx).await;
+    }
+
+    #[tokio::test]
     async fn only_a_recreated_child_is_announced_and_errors_keep_their_status_code() {
         let mc = memcached(json!({"size": 2}));
-        let caches = fixtures::caches(|w| {
-            fixtures::put(
-                &mut w.memcached_deployments,
-                applied_deployment(&mc, json!({})),
-            );
+        let caches = fixtures::caches(APP, |w| {
+            fixtures::put(&mut w.deployments, applied_deployment(&mc, json!({})));
         });
+        checked(&caches, &mc);
         let (ctx, verifier) = fixtures::context_cached(caches);
         let scenario = verifier.run(vec![
             Call::get(GET_SERVICE).not_found(),
@@ -677,7 +664,7 @@ mod tests {
         ]);
         assert_eq!(
             reconcile(Arc::new(mc), ctx.clone()).await.unwrap(),
-            Action::requeue(objects::NAME_CONFLICT_REQUEUE),
+            Action::requeue(NAME_CONFLICT_REQUEUE),
             "an unlabelled object's going brings no watch event: look again later"
         );
         scenario.finish(ctx).await;
@@ -702,7 +689,7 @@ mod tests {
         ]);
         assert_eq!(
             reconcile(Arc::new(mc), ctx.clone()).await.unwrap(),
-            Action::requeue(objects::NAME_CONFLICT_REQUEUE)
+            Action::requeue(NAME_CONFLICT_REQUEUE)
         );
         scenario.finish(ctx).await;
     }
@@ -731,19 +718,19 @@ mod tests {
         let mut reported = mc;
         reported.status = Some(MemcachedStatus {
             observed_generation: Some(2),
-            conditions: objects::name_conflict_conditions(
+            conditions: name_conflict_conditions(
                 KIND,
                 &[],
-                &[cache::NameConflict::new("Deployment", "cache")],
+                &[children::NameConflict::new("Deployment", "cache")],
                 Some(2),
-                objects::time(ctx.clock.now()),
+                time(ctx.clock.now()),
             ),
             ..MemcachedStatus::default()
         });
         let scenario = verifier.run(vec![]);
         assert_eq!(
             reconcile(Arc::new(reported), ctx.clone()).await.unwrap(),
-            Action::requeue(objects::NAME_CONFLICT_REQUEUE)
+            Action::requeue(NAME_CONFLICT_REQUEUE)
         );
         scenario.finish(ctx).await;
     }

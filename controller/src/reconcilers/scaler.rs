@@ -20,7 +20,8 @@ use kubesteer_api::{Scaler, ScalerStatus};
 use serde_json::{json, Value};
 use tracing::info;
 
-use crate::objects::{self, apply_params, namespace_and_name, status_patch};
+use crate::children::{apply_params, namespace_and_name};
+use crate::reconcilers::{status_patch, time};
 use crate::{is_status, Context, Error, Result};
 
 pub const KIND: &str = "Scaler";
@@ -73,7 +74,7 @@ pub fn retry_delay(
         .status
         .as_ref()
         .and_then(|s| s.last_transition.clone());
-    let owed = plan.last.is_some() && plan.last.map(objects::time) != applied;
+    let owed = plan.last.is_some() && plan.last.map(time) != applied;
     let mut delay = backoff;
     if owed && unavailable {
         delay = delay.min(OUTAGE_RETRY);
@@ -403,7 +404,7 @@ async fn apply(scaler: &Scaler, ctx: &Context) -> Result<Action> {
             reason,
             message,
             generation,
-            objects::time(now),
+            time(now),
             &previous.conditions,
         )
     };
@@ -486,8 +487,8 @@ async fn apply(scaler: &Scaler, ctx: &Context) -> Result<Action> {
     };
     let status = ScalerStatus {
         active: Some(!suspended && plan.replicas.is_some()),
-        next_transition: plan.next.filter(|_| !suspended).map(objects::time),
-        last_transition: plan.last.map(objects::time),
+        next_transition: plan.next.filter(|_| !suspended).map(time),
+        last_transition: plan.last.map(time),
         targets,
         observed_generation: generation,
         conditions: vec![condition.clone()],
@@ -873,13 +874,13 @@ mod tests {
             "TargetNotFound",
             "Deployment team/web not found",
             Some(3),
-            objects::time(ctx0.clock.now()),
+            time(ctx0.clock.now()),
             &[],
         );
         s.status = Some(ScalerStatus {
             active: Some(false),
-            next_transition: Some(objects::time(at("2025-03-03T09:00:00Z"))),
-            last_transition: Some(objects::time(at("2025-03-02T17:00:00Z"))),
+            next_transition: Some(time(at("2025-03-03T09:00:00Z"))),
+            last_transition: Some(time(at("2025-03-02T17:00:00Z"))),
             targets: vec![TargetStatus {
                 name: "web".into(),
                 namespace: "team".into(),
@@ -942,7 +943,7 @@ mod tests {
     #[tokio::test]
     async fn deleting_an_active_scaler_restores_its_targets_then_lets_go() {
         let mut s = nine_to_five();
-        s.metadata.deletion_timestamp = Some(objects::time(at("2025-03-03T12:00:00Z")));
+        s.metadata.deletion_timestamp = Some(time(at("2025-03-03T12:00:00Z")));
         let (ctx, verifier) = fixtures::context_at(at("2025-03-03T12:00:01Z"));
         let scenario = verifier.run(vec![
             Call::get(WEB).respond(target("team", "web", 5, Some(2))),
@@ -1204,7 +1205,7 @@ mod tests {
         let mut s = nine_to_five();
         // Applied up to the 09:00 opening.
         s.status = Some(ScalerStatus {
-            last_transition: Some(objects::time(at("2025-03-03T09:00:00Z"))),
+            last_transition: Some(time(at("2025-03-03T09:00:00Z"))),
             ..ScalerStatus::default()
         });
         let long = Duration::from_secs(300);
@@ -1343,7 +1344,7 @@ mod tests {
     #[tokio::test]
     async fn a_cleanup_that_lost_the_race_to_a_gone_scaler_is_quiet() {
         let mut s = nine_to_five();
-        s.metadata.deletion_timestamp = Some(objects::time(at("2025-03-03T12:00:00Z")));
+        s.metadata.deletion_timestamp = Some(time(at("2025-03-03T12:00:00Z")));
         let (ctx, verifier) = fixtures::context_at(at("2025-03-03T12:00:01Z"));
         let scenario = verifier.run(vec![
             Call::get(WEB).respond(target("team", "web", 2, None)),
