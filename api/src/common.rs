@@ -2,7 +2,6 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use schemars::{json_schema, Schema, SchemaGenerator};
 
-pub use crate::keys::condition::READY;
 use k8s_openapi::api::core::v1::ResourceRequirements;
 
 use crate::field::FieldErrors;

@@ -22,10 +22,7 @@ use crate::schedule::{self, CronSchedule, ScheduleError, Window};
 pub const DEFAULT_REPLICAS: i32 = 1;
 /// The time zone when `timeZone` is not given.
 pub const DEFAULT_TIME_ZONE: &str = "UTC";
-pub use crate::keys::annotation::{
-    ORIGINAL_REPLICAS as ORIGINAL_REPLICAS_ANNOTATION,
-    ORIGINAL_REPLICAS_OWNER as ORIGINAL_REPLICAS_OWNER_ANNOTATION,
-};
+use crate::keys::annotation::{ORIGINAL_REPLICAS, ORIGINAL_REPLICAS_OWNER};
 
 /// Scales Deployments on a schedule: a daily window (start, end, replicas) or cron jobs.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
@@ -240,7 +237,7 @@ pub struct TargetStatus {
     pub original_replicas: Option<i32>,
 }
 
-/// How a Scaler names itself in [`ORIGINAL_REPLICAS_OWNER_ANNOTATION`].
+/// How a Scaler names itself in [`ORIGINAL_REPLICAS_OWNER`].
 pub fn scaler_id(namespace: &str, name: &str) -> String {
     format!("{namespace}/{name}")
 }
@@ -263,8 +260,8 @@ pub enum Record {
 impl Record {
     /// The record in a target's `annotations`, as seen by the Scaler named `me` ([`scaler_id`]).
     pub fn of(annotations: &std::collections::BTreeMap<String, String>, me: &str) -> Self {
-        let replicas = annotations.get(ORIGINAL_REPLICAS_ANNOTATION);
-        match annotations.get(ORIGINAL_REPLICAS_OWNER_ANNOTATION) {
+        let replicas = annotations.get(ORIGINAL_REPLICAS);
+        match annotations.get(ORIGINAL_REPLICAS_OWNER) {
             Some(owner) if owner != me => Record::Other(owner.clone()),
             Some(_) => Record::Mine {
                 replicas: replicas.and_then(|v| v.trim().parse().ok()),
@@ -613,8 +610,8 @@ mod tests {
         assert_eq!(me, "team/nightly");
         assert_eq!(Record::of(&annotations(&[]), &me), Record::Absent);
         let mine = annotations(&[
-            (ORIGINAL_REPLICAS_ANNOTATION, "2"),
-            (ORIGINAL_REPLICAS_OWNER_ANNOTATION, "team/nightly"),
+            (ORIGINAL_REPLICAS, "2"),
+            (ORIGINAL_REPLICAS_OWNER, "team/nightly"),
         ]);
         assert_eq!(
             Record::of(&mine, &me),
@@ -628,7 +625,7 @@ mod tests {
             Record::Other("team/nightly".into())
         );
         assert_eq!(
-            Record::of(&annotations(&[(ORIGINAL_REPLICAS_ANNOTATION, "3")]), &me),
+            Record::of(&annotations(&[(ORIGINAL_REPLICAS, "3")]), &me),
             Record::Mine {
                 replicas: Some(3),
                 owner_recorded: false

@@ -19,6 +19,7 @@ use kube::core::{NamespaceResourceScope, PartialObjectMeta, Status};
 use kube::runtime::reflector::{self, Lookup, ObjectRef, Store};
 use kube::runtime::{reflector::store::Writer, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
+use kubesteer_api::keys::{annotation, label, CONTROLLER_FIELD_MANAGER};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
@@ -28,36 +29,34 @@ use crate::{is_status, Context, Error, Result};
 
 // ---- Building: labels, owner references, the pod template every owner kind shares. ----
 
-pub const NAME_LABEL: &str = "app.kubernetes.io/name";
-pub const INSTANCE_LABEL: &str = "app.kubernetes.io/instance";
-pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
-pub const MANAGED_BY: &str = "kubesteer";
-/// The reason of the Ready condition and of the Warning event when a child's name is taken.
-pub const NAME_CONFLICT: &str = "NameConflict";
-
 /// The labels of every object owned by instance `instance` of app `app`.
 pub fn labels(app: &str, instance: &str) -> BTreeMap<String, String> {
     let mut l = selector_labels(app, instance);
-    l.insert(MANAGED_BY_LABEL.into(), MANAGED_BY.into());
+    l.insert(label::MANAGED_BY.into(), label::MANAGED_BY_VALUE.into());
     l
 }
 
 /// The labels a Deployment selects its pods by; they never change, as a selector cannot.
 pub fn selector_labels(app: &str, instance: &str) -> BTreeMap<String, String> {
     BTreeMap::from([
-        (NAME_LABEL.to_string(), app.to_string()),
-        (INSTANCE_LABEL.to_string(), instance.to_string()),
+        (label::NAME.to_string(), app.to_string()),
+        (label::INSTANCE.to_string(), instance.to_string()),
     ])
 }
 
 /// `selector_labels` as a label selector string.
 pub fn selector_string(app: &str, instance: &str) -> String {
-    format!("{NAME_LABEL}={app},{INSTANCE_LABEL}={instance}")
+    format!("{}={app},{}={instance}", label::NAME, label::INSTANCE)
 }
 
 /// The label selector of everything kubesteer owns of `app`, for watches.
 pub fn owned_by_kubesteer(app: &str) -> String {
-    format!("{NAME_LABEL}={app},{MANAGED_BY_LABEL}={MANAGED_BY}")
+    format!(
+        "{}={app},{}={}",
+        label::NAME,
+        label::MANAGED_BY,
+        label::MANAGED_BY_VALUE
+    )
 }
 
 /// The namespace and name of a namespaced custom resource.
@@ -146,7 +145,7 @@ pub fn restricted_security_context(user: i64) -> SecurityContext {
 
 /// Server-side apply under kubesteer's one field manager, taking over fields from hand edits.
 pub fn apply_params() -> PatchParams {
-    PatchParams::apply(crate::FIELD_MANAGER).force()
+    PatchParams::apply(CONTROLLER_FIELD_MANAGER).force()
 }
 
 /// A create under kubesteer's field manager: unlike an apply, it never touches an existing object.
@@ -155,7 +154,7 @@ pub fn apply_params() -> PatchParams {
 /// can remove them (a POST's fields stay with an Update entry that no apply clears).
 pub fn create_params() -> PostParams {
     PostParams {
-        field_manager: Some(crate::FIELD_MANAGER.into()),
+        field_manager: Some(CONTROLLER_FIELD_MANAGER.into()),
         ..PostParams::default()
     }
 }
@@ -183,7 +182,7 @@ pub async fn create_by_apply<K>(client: &Client, obj: &K) -> Result<Applied<K>>
 where
     K: Resource<DynamicType = (), Scope = NamespaceResourceScope> + Serialize + DeserializeOwned,
 {
-    apply_with(client, obj, &PatchParams::apply(crate::FIELD_MANAGER)).await
+    apply_with(client, obj, &PatchParams::apply(CONTROLLER_FIELD_MANAGER)).await
 }
 
 async fn apply_with<K>(client: &Client, obj: &K, params: &PatchParams) -> Result<Applied<K>>
@@ -504,8 +503,8 @@ pub fn pod_names(
             let labels = p.labels();
             p.metadata.namespace.as_deref() == Some(ns)
                 && p.metadata.deletion_timestamp.is_none()
-                && labels.get(NAME_LABEL).map(String::as_str) == Some(app)
-                && labels.get(INSTANCE_LABEL).map(String::as_str) == Some(instance)
+                && labels.get(label::NAME).map(String::as_str) == Some(app)
+                && labels.get(label::INSTANCE).map(String::as_str) == Some(instance)
         })
         .map(|p| p.name_any())
         .collect();
@@ -535,11 +534,6 @@ pub fn children_of(app: &str) -> watcher::Config {
 
 // ---- Applying: only what differs, and never to an object this owner does not control. ----
 
-/// On every child: a fingerprint of what the controller last applied. A child that still
-/// contains everything it was given may yet hold a field the controller no longer sets (which an
-/// apply removes); the fingerprint tells, as it changes with any change of the applied object.
-pub const APPLIED_ANNOTATION: &str = "kubesteer.io/applied";
-
 /// FNV-1a, 64 bits, in hex: stable across builds and Rust versions.
 pub fn fingerprint(bytes: &[u8]) -> String {
     let hash = bytes.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
@@ -554,7 +548,7 @@ pub fn stamped<K: Resource + Clone + Serialize>(desired: &K) -> Result<K> {
     let hash = fingerprint(&serde_json::to_vec(desired)?);
     stamped
         .annotations_mut()
-        .insert(APPLIED_ANNOTATION.into(), hash);
+        .insert(annotation::APPLIED.into(), hash);
     Ok(stamped)
 }
 
@@ -803,7 +797,7 @@ mod tests {
             let mut p: PartialObjectMeta<Pod> = serde_json::from_value(json!({
                 "apiVersion": "v1", "kind": "Pod",
                 "metadata": {"name": name, "namespace": ns,
-                    "labels": {NAME_LABEL: "memcached", INSTANCE_LABEL: instance}}
+                    "labels": {label::NAME: "memcached", label::INSTANCE: instance}}
             }))
             .unwrap();
             if deleting {

@@ -8,6 +8,7 @@ use chrono::{DateTime, Utc};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Client, Resource, ResourceExt};
+use kubesteer_api::keys::{reason, CONTROLLER_FIELD_MANAGER};
 use tracing::{debug, warn};
 
 use crate::children::Caches;
@@ -125,7 +126,7 @@ impl Context {
         caches: Caches,
     ) -> Self {
         let reporter = Reporter {
-            controller: crate::FIELD_MANAGER.to_string(),
+            controller: CONTROLLER_FIELD_MANAGER.to_string(),
             instance: identity,
         };
         Self {
@@ -176,7 +177,7 @@ impl Context {
             Err(e) => {
                 let event = Event {
                     type_: EventType::Warning,
-                    reason: "ReconcileFailed".into(),
+                    reason: reason::RECONCILE_FAILED.into(),
                     note: Some(truncate(&e.to_string(), 1000)),
                     action: "Reconcile".into(),
                     secondary: None,

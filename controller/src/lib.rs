@@ -22,9 +22,6 @@ pub mod fixtures;
 
 pub use context::{Clock, Context, SystemClock};
 
-/// The one field manager of every server-side apply, so ownership of fields stays stable.
-pub const FIELD_MANAGER: &str = "kubesteer-controller";
-
 /// Everything that can go wrong in the controller.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

@@ -20,12 +20,13 @@ use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use crate::args::Args;
-use crate::children::{self, children_of, Caches, Packed, INSTANCE_LABEL};
+use crate::children::{self, children_of, Caches, Packed};
 use crate::http::{self, Health};
 use crate::metrics::Metrics;
 use crate::metrics_auth::Authorizer;
 use crate::reconcilers::{self, scaler, Owner};
 use crate::{lease, telemetry, Context, Result, SystemClock};
+use kubesteer_api::keys::label;
 
 /// Runs the controller until SIGTERM or SIGINT.
 pub async fn run(args: Args) -> Result<()> {
@@ -224,7 +225,7 @@ fn owner_controller<K: Owner>(
         ),
         |pod| {
             let ns = pod.namespace()?;
-            let instance = pod.labels().get(INSTANCE_LABEL)?;
+            let instance = pod.labels().get(label::INSTANCE)?;
             Some(ObjectRef::<K>::new(instance).within(&ns))
         },
     )

@@ -6,6 +6,7 @@
 //! the new and the old CA for an overlap of `CA_OVERLAP_ROUNDS` check intervals, and each
 //! replica serves a certificate of a new CA only after a round in which it injected a bundle that
 //! trusts that CA, so no replica ever serves a certificate the apiserver does not trust.
+use kubesteer_api::keys::annotation::CA_OVERLAP_UNTIL;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -49,8 +50,6 @@ pub struct Certs {
 const KEYS: [&str; 4] = ["ca.crt", "ca.key", "tls.crt", "tls.key"];
 /// The Secret key of the trusted CAs, the `caBundle` injected into the configurations.
 pub const TRUST_KEY: &str = "ca-bundle.crt";
-/// The annotation of the Secret saying until when a replaced CA stays trusted (RFC 3339).
-pub const OVERLAP_ANNOTATION: &str = "kubesteer.io/ca-overlap-until";
 /// How many check intervals a replaced CA stays trusted. Every replica moves to the new CA's
 /// certificate within two rounds; the rest is room for rounds that fail to reach the apiserver.
 pub const CA_OVERLAP_ROUNDS: u32 = 10;
@@ -93,8 +92,8 @@ fn with_overlap(
     trust: &Trust,
 ) -> BTreeMap<String, String> {
     match trust.overlap_until_rfc3339() {
-        Some(until) => annotations.insert(OVERLAP_ANNOTATION.to_string(), until),
-        None => annotations.remove(OVERLAP_ANNOTATION),
+        Some(until) => annotations.insert(CA_OVERLAP_UNTIL.to_string(), until),
+        None => annotations.remove(CA_OVERLAP_UNTIL),
     };
     annotations
 }
@@ -123,7 +122,7 @@ impl SelfManaged {
                     let until = existing
                         .as_ref()
                         .and_then(|s| s.metadata.annotations.as_ref())
-                        .and_then(|a| a.get(OVERLAP_ANNOTATION));
+                        .and_then(|a| a.get(CA_OVERLAP_UNTIL));
                     Trust::parse(bundle, until.map(String::as_str))
                 });
             let now = SystemTime::now();

@@ -10,6 +10,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{Resource, ResourceExt};
 use kubesteer_api::common::condition;
+use kubesteer_api::keys::condition::{DEGRADED, PROGRESSING};
+use kubesteer_api::keys::reason;
 use kubesteer_api::{Memcached, MemcachedStatus};
 
 use crate::children::{self, child_meta};
@@ -182,23 +184,23 @@ pub fn status(
             c(
                 "Progressing",
                 false,
-                "RolloutStalled",
+                reason::ROLLOUT_STALLED,
                 degraded_message.clone(),
             )
         } else if rolled_out {
             c(
                 "Progressing",
                 false,
-                "RolloutComplete",
+                reason::ROLLOUT_COMPLETE,
                 format!("{size} pods up to date"),
             )
         } else {
-            c("Progressing", true, "RollingOut", ready_message)
+            c(PROGRESSING, true, reason::ROLLING_OUT, ready_message)
         },
         if degraded {
-            c("Degraded", true, "DeploymentFailing", degraded_message)
+            c(DEGRADED, true, reason::DEPLOYMENT_FAILING, degraded_message)
         } else {
-            c("Degraded", false, "AsExpected", String::new())
+            c(DEGRADED, false, reason::AS_EXPECTED, String::new())
         },
     ];
 
@@ -219,6 +221,7 @@ mod tests {
     use crate::reconcilers::{name_conflict_conditions, reconcile, NAME_CONFLICT_REQUEUE};
     use k8s_openapi::api::apps::v1::Deployment;
     use kube::runtime::controller::Action;
+    use kubesteer_api::keys::annotation;
     use serde_json::json;
     use std::sync::Arc;
 
@@ -372,7 +375,7 @@ mod tests {
                 .body(|b| {
                     assert_eq!(b["kind"], "Deployment");
                     assert_eq!(b["spec"]["replicas"], 2);
-                    let fingerprint = &b["metadata"]["annotations"][children::APPLIED_ANNOTATION];
+                    let fingerprint = &b["metadata"]["annotations"][annotation::APPLIED];
                     assert_eq!(fingerprint.as_str().map(str::len), Some(16), "{b}");
                 })
                 .created_as(deployment_with(json!({}))),

@@ -30,14 +30,14 @@ use kube::core::NamespaceResourceScope;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::Resource;
-use kubesteer_api::common::{condition, READY};
+use kubesteer_api::common::condition;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::children::{
-    self, apply_params, namespace_and_name, Ensured, NameConflict, NAME_CONFLICT,
-};
+use crate::children::{self, apply_params, namespace_and_name, Ensured, NameConflict};
 use crate::{Context, Error, Result};
+use kubesteer_api::keys::condition::{DEGRADED, READY};
+use kubesteer_api::keys::reason;
 
 pub mod memcached;
 pub mod scaler;
@@ -169,7 +169,8 @@ async fn reconcile_owner<K: Owner>(owner: &K, ctx: &Context) -> Result<Action> {
     let service = ours(service, &name, &mut created, &mut conflicts);
     let watched_created = created.len() > before;
     if let Some(note) = created_note(&created) {
-        ctx.publish(owner, EventType::Normal, "Created", note).await;
+        ctx.publish(owner, EventType::Normal, reason::CREATED, note)
+            .await;
     }
     let (Some(deployment), Some(service), true) = (deployment, service, conflicts.is_empty())
     else {
@@ -239,7 +240,7 @@ fn is_news<S: OwnerStatus>(old: Option<&S>, new: &S) -> bool {
     };
     let is_true = |type_| state(new, type_).as_deref() == Some("True");
     is_true(READY)
-        || is_true("Degraded")
+        || is_true(DEGRADED)
         || old.is_some_and(|old| {
             new.conditions()
                 .iter()
@@ -287,8 +288,8 @@ impl Rollout {
         previous: &[Condition],
     ) -> Condition {
         let (ok, reason) = match self.done {
-            true => (true, "AllPodsReady"),
-            false => (false, "PodsNotReady"),
+            true => (true, reason::ALL_PODS_READY),
+            false => (false, reason::PODS_NOT_READY),
         };
         condition(READY, ok, reason, self.message(), generation, now, previous)
     }
@@ -330,7 +331,7 @@ pub fn name_conflict_conditions(
     let ready = condition(
         READY,
         false,
-        NAME_CONFLICT,
+        reason::NAME_CONFLICT,
         message,
         generation,
         now,
@@ -344,7 +345,7 @@ pub fn name_conflict_conditions(
     conditions
 }
 
-/// The note of a "Created" event naming `children` (e.g. "Deployment cache"), if any.
+/// The note of a reason::CREATED event naming `children` (e.g. "Deployment cache"), if any.
 pub fn created_note(children: &[String]) -> Option<String> {
     (!children.is_empty()).then(|| format!("Created {}", children.join(", ")))
 }
@@ -410,7 +411,7 @@ where
             .map(|c| c.describe(kind))
             .collect::<Vec<_>>()
             .join("; ");
-        ctx.publish(owner, EventType::Warning, NAME_CONFLICT, note)
+        ctx.publish(owner, EventType::Warning, reason::NAME_CONFLICT, note)
             .await;
     }
     Ok(Action::requeue(NAME_CONFLICT_REQUEUE))

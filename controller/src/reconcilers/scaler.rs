@@ -11,11 +11,12 @@ use kube::runtime::events::EventType;
 use kube::runtime::finalizer::{finalizer, Event as Finalizer};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Resource, ResourceExt};
-use kubesteer_api::common::{condition, READY};
-use kubesteer_api::scaler::{
-    scaler_id, Record, Schedule, TargetStatus, ORIGINAL_REPLICAS_ANNOTATION,
-    ORIGINAL_REPLICAS_OWNER_ANNOTATION,
+use kubesteer_api::common::condition;
+use kubesteer_api::keys::condition::READY;
+use kubesteer_api::keys::{
+    annotation, reason, CONTROLLER_FIELD_MANAGER, RESTORE_TARGETS_FINALIZER,
 };
+use kubesteer_api::scaler::{scaler_id, Record, Schedule, TargetStatus};
 use kubesteer_api::{Scaler, ScalerStatus};
 use serde_json::{json, Value};
 use tracing::info;
@@ -25,8 +26,6 @@ use crate::reconcilers::{status_patch, time};
 use crate::{is_status, Context, Error, Result};
 
 pub const KIND: &str = "Scaler";
-/// Keeps a deleted Scaler around until its targets are restored.
-pub const FINALIZER: &str = "kubesteer.io/restore-targets";
 /// A Deployment's replicas when its spec leaves them out, as the apiserver defaults them.
 const DEPLOYMENT_DEFAULT_REPLICAS: i32 = 1;
 // Past the boundary, so the clock read at wake-up is never a hair before it.
@@ -88,12 +87,17 @@ pub fn retry_delay(
 async fn with_finalizer(scaler: Arc<Scaler>, ctx: &Context) -> Result<Action> {
     let (ns, _) = namespace_and_name(KIND, scaler.as_ref())?;
     let api: Api<Scaler> = Api::namespaced(ctx.client.clone(), &ns);
-    match finalizer(&api, FINALIZER, scaler, |event| async move {
-        match event {
-            Finalizer::Apply(s) => apply(&s, ctx).await,
-            Finalizer::Cleanup(s) => cleanup(&s, ctx).await,
-        }
-    })
+    match finalizer(
+        &api,
+        RESTORE_TARGETS_FINALIZER,
+        scaler,
+        |event| async move {
+            match event {
+                Finalizer::Apply(s) => apply(&s, ctx).await,
+                Finalizer::Cleanup(s) => cleanup(&s, ctx).await,
+            }
+        },
+    )
     .await
     {
         Ok(action) => Ok(action),
@@ -152,7 +156,7 @@ pub fn plan(schedule: &Schedule, now: DateTime<Utc>) -> Plan {
             let state = window.state_at(now);
             let (reason, message) = if state.active {
                 (
-                    "WindowOpen",
+                    reason::WINDOW_OPEN,
                     format!(
                         "window open until {}; targets at {replicas} replicas",
                         state.next_transition
@@ -160,7 +164,7 @@ pub fn plan(schedule: &Schedule, now: DateTime<Utc>) -> Plan {
                 )
             } else {
                 (
-                    "WindowClosed",
+                    reason::WINDOW_CLOSED,
                     format!("window closed until {}", state.next_transition),
                 )
             };
@@ -177,13 +181,16 @@ pub fn plan(schedule: &Schedule, now: DateTime<Utc>) -> Plan {
             let next = jobs.next_firing(now);
             let (reason, message) = match &last {
                 Some(f) => (
-                    "JobFired",
+                    reason::JOB_FIRED,
                     format!(
                         "job {:?} fired at {}; targets at {} replicas",
                         f.job, f.at, f.replicas
                     ),
                 ),
-                None => ("WaitingForFirstFiring", "no job has fired yet".to_string()),
+                None => (
+                    reason::WAITING_FOR_FIRST_FIRING,
+                    "no job has fired yet".to_string(),
+                ),
             };
             Plan {
                 replicas: last.as_ref().map(|f| f.replicas),
@@ -242,22 +249,22 @@ pub fn target_change(
         (Some(wanted), Record::Absent) => Some(TargetChange {
             patch: json!({
                 "metadata": {"resourceVersion": rv, "annotations": {
-                    ORIGINAL_REPLICAS_ANNOTATION: current.to_string(),
-                    ORIGINAL_REPLICAS_OWNER_ANNOTATION: me,
+                    annotation::ORIGINAL_REPLICAS: current.to_string(),
+                    annotation::ORIGINAL_REPLICAS_OWNER: me,
                 }},
                 "spec": {"replicas": wanted},
             }),
-            reason: "Scaled",
+            reason: reason::SCALED,
             note: format!("Scaled Deployment {target} from {current} to {wanted} replicas; recorded {current} to restore"),
         }),
         (Some(wanted), Record::Mine { owner_recorded, .. }) if current != wanted || !owner_recorded => {
             let mut patch = json!({"metadata": {"resourceVersion": rv}, "spec": {"replicas": wanted}});
             if !owner_recorded {
-                patch["metadata"]["annotations"] = json!({ORIGINAL_REPLICAS_OWNER_ANNOTATION: me});
+                patch["metadata"]["annotations"] = json!({annotation::ORIGINAL_REPLICAS_OWNER: me});
             }
             Some(TargetChange {
                 patch,
-                reason: "Scaled",
+                reason: reason::SCALED,
                 note: if current == wanted {
                     format!("Recorded this Scaler as the one that scaled Deployment {target}")
                 } else {
@@ -270,8 +277,8 @@ pub fn target_change(
             let restore = outside.or(*replicas);
             let mut patch = json!({
                 "metadata": {"resourceVersion": rv, "annotations": {
-                    ORIGINAL_REPLICAS_ANNOTATION: null,
-                    ORIGINAL_REPLICAS_OWNER_ANNOTATION: null,
+                    annotation::ORIGINAL_REPLICAS: null,
+                    annotation::ORIGINAL_REPLICAS_OWNER: null,
                 }},
             });
             let note = match restore {
@@ -283,7 +290,7 @@ pub fn target_change(
             };
             Some(TargetChange {
                 patch,
-                reason: "Restored",
+                reason: reason::RESTORED,
                 note,
             })
         }
@@ -342,7 +349,7 @@ async fn reconcile_target(
     let me = scaler_id(&own_ns, &own_name);
     let api: Api<Deployment> = Api::namespaced(ctx.client.clone(), namespace);
     let params = PatchParams {
-        field_manager: Some(crate::FIELD_MANAGER.into()),
+        field_manager: Some(CONTROLLER_FIELD_MANAGER.into()),
         ..PatchParams::default()
     };
     let mut attempt = 0;
@@ -419,13 +426,18 @@ async fn apply(scaler: &Scaler, ctx: &Context) -> Result<Action> {
                 .join("; ");
             let status = ScalerStatus {
                 active: Some(false),
-                conditions: vec![ready(false, "InvalidSchedule", message.clone())],
+                conditions: vec![ready(false, reason::INVALID_SCHEDULE, message.clone())],
                 observed_generation: generation,
                 ..previous.clone()
             };
             if status != previous {
-                ctx.publish(scaler, EventType::Warning, "InvalidSchedule", message)
-                    .await;
+                ctx.publish(
+                    scaler,
+                    EventType::Warning,
+                    reason::INVALID_SCHEDULE,
+                    message,
+                )
+                .await;
                 patch_status(ctx, &ns, &name, &status).await?;
             }
             return Ok(Action::await_change());
@@ -475,13 +487,13 @@ async fn apply(scaler: &Scaler, ctx: &Context) -> Result<Action> {
     let condition = if !missing.is_empty() {
         ready(
             false,
-            "TargetNotFound",
+            reason::TARGET_NOT_FOUND,
             format!("Deployment {} not found", missing.join(", ")),
         )
     } else if !claimed.is_empty() {
-        ready(false, "TargetClaimed", claimed.join("; "))
+        ready(false, reason::TARGET_CLAIMED, claimed.join("; "))
     } else if suspended {
-        ready(true, "Suspended", "scaling is suspended".into())
+        ready(true, reason::SUSPENDED, "scaling is suspended".into())
     } else {
         ready(true, plan.reason, plan.message.clone())
     };
@@ -497,7 +509,7 @@ async fn apply(scaler: &Scaler, ctx: &Context) -> Result<Action> {
         c.type_ == READY && c.reason == condition.reason && c.message == condition.message
     });
     let reason = condition.reason.as_str();
-    if matches!(reason, "TargetNotFound" | "TargetClaimed") && !reported {
+    if matches!(reason, reason::TARGET_NOT_FOUND | reason::TARGET_CLAIMED) && !reported {
         ctx.publish(
             scaler,
             EventType::Warning,
@@ -582,7 +594,7 @@ mod tests {
         serde_json::from_value(json!({
             "apiVersion": "kubesteer.io/v1alpha1", "kind": "Scaler",
             "metadata": {"name": "nightly", "namespace": "team", "uid": "scl-uid", "generation": 3,
-                         "finalizers": [FINALIZER]},
+                         "finalizers": [RESTORE_TARGETS_FINALIZER]},
             "spec": spec,
         }))
         .unwrap()
@@ -600,8 +612,8 @@ mod tests {
         });
         if let Some(o) = original {
             d["metadata"]["annotations"] = json!({
-                ORIGINAL_REPLICAS_ANNOTATION: o.to_string(),
-                ORIGINAL_REPLICAS_OWNER_ANNOTATION: "team/nightly",
+                annotation::ORIGINAL_REPLICAS: o.to_string(),
+                annotation::ORIGINAL_REPLICAS_OWNER: "team/nightly",
             });
         }
         d
@@ -632,7 +644,7 @@ mod tests {
         let before = target("team", "web", 2, None);
         let expected_patch = json!({
             "metadata": {"resourceVersion": "41", "annotations": {
-                ORIGINAL_REPLICAS_ANNOTATION: "2", ORIGINAL_REPLICAS_OWNER_ANNOTATION: "team/nightly",
+                annotation::ORIGINAL_REPLICAS: "2", annotation::ORIGINAL_REPLICAS_OWNER: "team/nightly",
             }},
             "spec": {"replicas": 5},
         });
@@ -689,7 +701,7 @@ mod tests {
         let before = target("team", "web", 5, Some(2));
         let expected_patch = json!({
             "metadata": {"resourceVersion": "41", "annotations": {
-                ORIGINAL_REPLICAS_ANNOTATION: null, ORIGINAL_REPLICAS_OWNER_ANNOTATION: null,
+                annotation::ORIGINAL_REPLICAS: null, annotation::ORIGINAL_REPLICAS_OWNER: null,
             }},
             "spec": {"replicas": 2},
         });
@@ -747,7 +759,7 @@ mod tests {
                 .body(|b| {
                     assert_eq!(b["spec"]["replicas"], 1);
                     assert_eq!(
-                        b["metadata"]["annotations"][ORIGINAL_REPLICAS_ANNOTATION],
+                        b["metadata"]["annotations"][annotation::ORIGINAL_REPLICAS],
                         json!(null)
                     );
                 })
@@ -905,7 +917,7 @@ mod tests {
             Call::patch(WEB_PATCH)
                 .body(|b| {
                     assert_eq!(
-                        b["metadata"]["annotations"][ORIGINAL_REPLICAS_ANNOTATION],
+                        b["metadata"]["annotations"][annotation::ORIGINAL_REPLICAS],
                         "3"
                     )
                 })
@@ -929,7 +941,7 @@ mod tests {
                 assert_eq!(
                     b,
                     &json!([{"op": "test", "path": "/metadata/finalizers", "value": null},
-                            {"op": "add", "path": "/metadata/finalizers", "value": [FINALIZER]}])
+                            {"op": "add", "path": "/metadata/finalizers", "value": [RESTORE_TARGETS_FINALIZER]}])
                 )
             })
             .respond(serde_json::to_value(nine_to_five()).unwrap())]);
@@ -950,7 +962,7 @@ mod tests {
             Call::patch(WEB_PATCH)
                 .body(|b| {
                     assert_eq!(b["spec"]["replicas"], 2);
-                    assert_eq!(b["metadata"]["annotations"][ORIGINAL_REPLICAS_ANNOTATION], json!(null));
+                    assert_eq!(b["metadata"]["annotations"][annotation::ORIGINAL_REPLICAS], json!(null));
                 })
                 .respond(target("team", "web", 2, None)),
             Call::event("team")
@@ -964,7 +976,7 @@ mod tests {
                 .body(|b| {
                     assert_eq!(
                         b,
-                        &json!([{"op": "test", "path": "/metadata/finalizers/0", "value": FINALIZER},
+                        &json!([{"op": "test", "path": "/metadata/finalizers/0", "value": RESTORE_TARGETS_FINALIZER},
                                 {"op": "remove", "path": "/metadata/finalizers/0"}])
                     )
                 })
@@ -990,7 +1002,7 @@ mod tests {
                 .body(|b| {
                     assert_eq!(b["spec"]["replicas"], 4);
                     assert_eq!(
-                        b["metadata"]["annotations"][ORIGINAL_REPLICAS_ANNOTATION],
+                        b["metadata"]["annotations"][annotation::ORIGINAL_REPLICAS],
                         "2"
                     );
                 })
@@ -1065,7 +1077,7 @@ mod tests {
                 assert_eq!(b["spec"]["replicas"], 1);
                 assert_eq!(
                     b["metadata"]["annotations"],
-                    json!({ORIGINAL_REPLICAS_ANNOTATION: null, ORIGINAL_REPLICAS_OWNER_ANNOTATION: null})
+                    json!({annotation::ORIGINAL_REPLICAS: null, annotation::ORIGINAL_REPLICAS_OWNER: null})
                 );
             })
             .respond(target("other", "api", 1, None)),
@@ -1091,7 +1103,7 @@ mod tests {
     #[tokio::test]
     async fn a_stale_record_of_a_deleted_scaler_is_replaced_not_trusted() {
         let mut stale = target("team", "web", 5, Some(2));
-        stale["metadata"]["annotations"][ORIGINAL_REPLICAS_OWNER_ANNOTATION] = json!("team/gone");
+        stale["metadata"]["annotations"][annotation::ORIGINAL_REPLICAS_OWNER] = json!("team/gone");
         let (ctx, verifier) = fixtures::context_at(at("2025-03-03T12:00:00Z"));
         let scenario = verifier.run(vec![
             Call::get(WEB).respond(stale),
@@ -1100,7 +1112,7 @@ mod tests {
                 .body(|b| {
                     assert_eq!(
                         b["metadata"]["annotations"],
-                        json!({ORIGINAL_REPLICAS_ANNOTATION: "5", ORIGINAL_REPLICAS_OWNER_ANNOTATION: ME})
+                        json!({annotation::ORIGINAL_REPLICAS: "5", annotation::ORIGINAL_REPLICAS_OWNER: ME})
                     );
                     assert_eq!(b["spec"]["replicas"], 5);
                 })
@@ -1119,7 +1131,8 @@ mod tests {
     #[tokio::test]
     async fn a_target_another_live_scaler_scales_is_left_alone_and_reported() {
         let mut theirs = target("team", "web", 2, Some(4));
-        theirs["metadata"]["annotations"][ORIGINAL_REPLICAS_OWNER_ANNOTATION] = json!("team/daily");
+        theirs["metadata"]["annotations"][annotation::ORIGINAL_REPLICAS_OWNER] =
+            json!("team/daily");
         let mut daily = serde_json::to_value(nine_to_five()).unwrap();
         daily["metadata"]["name"] = json!("daily");
         let (ctx, verifier) = fixtures::context_at(at("2025-03-03T12:00:00Z"));
@@ -1267,12 +1280,12 @@ mod tests {
         let same = change(&d(5, None), Some(5), None).unwrap();
         assert_eq!(
             same.patch["metadata"]["annotations"],
-            json!({ORIGINAL_REPLICAS_ANNOTATION: "5", ORIGINAL_REPLICAS_OWNER_ANNOTATION: ME}),
+            json!({annotation::ORIGINAL_REPLICAS: "5", annotation::ORIGINAL_REPLICAS_OWNER: ME}),
             "the original is recorded, with its owner, even when it already matches"
         );
         let unreadable: Deployment = serde_json::from_value({
             let mut t = target("team", "web", 5, None);
-            t["metadata"]["annotations"] = json!({ORIGINAL_REPLICAS_ANNOTATION: "many"});
+            t["metadata"]["annotations"] = json!({annotation::ORIGINAL_REPLICAS: "many"});
             t
         })
         .unwrap();
@@ -1294,7 +1307,7 @@ mod tests {
         let fresh = target_change(&d, "team/daily", &Record::Absent, Some(3), None).unwrap();
         assert_eq!(
             fresh.patch["metadata"]["annotations"],
-            json!({ORIGINAL_REPLICAS_ANNOTATION: "5", ORIGINAL_REPLICAS_OWNER_ANNOTATION: "team/daily"})
+            json!({annotation::ORIGINAL_REPLICAS: "5", annotation::ORIGINAL_REPLICAS_OWNER: "team/daily"})
         );
     }
 
@@ -1302,7 +1315,7 @@ mod tests {
     fn a_record_from_before_owners_is_adopted_with_an_owner() {
         let legacy: Deployment = serde_json::from_value({
             let mut t = target("team", "web", 5, None);
-            t["metadata"]["annotations"] = json!({ORIGINAL_REPLICAS_ANNOTATION: "2"});
+            t["metadata"]["annotations"] = json!({annotation::ORIGINAL_REPLICAS: "2"});
             t
         })
         .unwrap();
@@ -1310,7 +1323,7 @@ mod tests {
         let adopt = target_change(&legacy, ME, &record, Some(5), None).unwrap();
         assert_eq!(
             adopt.patch["metadata"]["annotations"],
-            json!({ORIGINAL_REPLICAS_OWNER_ANNOTATION: ME})
+            json!({annotation::ORIGINAL_REPLICAS_OWNER: ME})
         );
         let restore = target_change(&legacy, ME, &record, None, None).unwrap();
         assert_eq!(restore.patch["spec"]["replicas"], 2);

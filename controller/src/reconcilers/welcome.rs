@@ -15,6 +15,7 @@ use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Api, Resource, ResourceExt};
+use kubesteer_api::keys::{annotation, reason, CONTROLLER_FIELD_MANAGER};
 use kubesteer_api::welcome::{ServiceType, PASSWORD_KEY};
 use kubesteer_api::{Welcome, WelcomeStatus};
 
@@ -31,10 +32,6 @@ pub const APP: &str = "welcome";
 const APP_UID: i64 = 65532;
 const PORT_NAME: &str = "http";
 
-/// On the Deployment: the uid of the credentials Secret that its PASSWORD comes from, kept only
-/// while that Secret is the controller's. The controller may not read Secrets, so this is how it
-/// knows which one to delete when the password goes.
-pub const CREDENTIALS_UID_ANNOTATION: &str = "kubesteer.io/credentials-uid";
 // Secrets are not watched (the controller may not read them), so a deleted or edited credentials
 // Secret is put back by this periodic reconcile instead.
 const CREDENTIALS_RESYNC: Duration = Duration::from_secs(300);
@@ -154,7 +151,7 @@ async fn ensure_secret(
         .transpose()?
         .is_some_and(|d| {
             children::controlled_by(d.meta(), &owner_uid)
-                && d.annotations().contains_key(CREDENTIALS_UID_ANNOTATION)
+                && d.annotations().contains_key(annotation::CREDENTIALS_UID)
         });
     let conflict = || NameConflict::new("Secret", &secret_name);
     let uid_of = |s: Secret| {
@@ -167,7 +164,7 @@ async fn ensure_secret(
     // The patch goes first only when the Deployment vouches for a Secret: one request either way.
     let patch = guarded_patch(desired, &owner_uid)?;
     let params = PatchParams {
-        field_manager: Some(crate::FIELD_MANAGER.into()),
+        field_manager: Some(CONTROLLER_FIELD_MANAGER.into()),
         ..PatchParams::default()
     };
     if vouched {
@@ -232,7 +229,7 @@ async fn remove_own_secret(ctx: &Context, welcome: &Welcome, ns: &str, name: &st
         .any(|o| o.controller == Some(true) && Some(&o.uid) == welcome.meta().uid.as_ref());
     let Some(uid) = live
         .annotations()
-        .get(CREDENTIALS_UID_ANNOTATION)
+        .get(annotation::CREDENTIALS_UID)
         .filter(|_| controlled)
     else {
         return Ok(());
@@ -248,7 +245,7 @@ async fn remove_own_secret(ctx: &Context, welcome: &Welcome, ns: &str, name: &st
     match secrets.delete(&secret_name, &only_that_secret).await {
         Ok(_) => {
             let note = format!("Deleted Secret {secret_name}, as spec.password was removed");
-            ctx.publish(welcome, EventType::Normal, "Deleted", note)
+            ctx.publish(welcome, EventType::Normal, reason::DELETED, note)
                 .await;
             Ok(())
         }
@@ -367,7 +364,7 @@ pub fn deployment(welcome: &Welcome, credentials_uid: Option<&str>) -> Result<De
     let mut metadata = child_meta(KIND, welcome, name.clone(), children::labels(APP, &name))?;
     if let (Some(_), Some(uid)) = (&spec.password, credentials_uid) {
         metadata.annotations = Some(BTreeMap::from([(
-            CREDENTIALS_UID_ANNOTATION.to_string(),
+            annotation::CREDENTIALS_UID.to_string(),
             uid.to_string(),
         )]));
     }
@@ -606,7 +603,7 @@ mod tests {
                         json!({"name": "PASSWORD", "valueFrom": {"secretKeyRef": {"name": "hello-credentials", "key": PASSWORD_KEY, "optional": false}}})
                     );
                     assert_eq!(
-                        b["metadata"]["annotations"][CREDENTIALS_UID_ANNOTATION],
+                        b["metadata"]["annotations"][annotation::CREDENTIALS_UID],
                         "sec-uid",
                         "the Deployment records which Secret is the controller's"
                     );
@@ -682,7 +679,7 @@ mod tests {
                     let env = &b["spec"]["template"]["spec"]["containers"][0]["env"];
                     assert_eq!(env.as_array().unwrap().len(), 2, "{env}");
                     let annotations = b["metadata"]["annotations"].as_object().unwrap();
-                    assert!(!annotations.contains_key(CREDENTIALS_UID_ANNOTATION), "{b}");
+                    assert!(!annotations.contains_key(annotation::CREDENTIALS_UID), "{b}");
                 })
                 .respond_with_body(),
             Call::get(SERVICE_GET).not_found(),
@@ -836,7 +833,7 @@ mod tests {
             Call::patch(DEPLOYMENT_CREATE)
                 .body(|b| {
                     assert_eq!(
-                        b["metadata"]["annotations"][CREDENTIALS_UID_ANNOTATION],
+                        b["metadata"]["annotations"][annotation::CREDENTIALS_UID],
                         "sec-uid"
                     )
                 })
