@@ -315,13 +315,21 @@ async fn idle_and_slow_clients_are_cut_off() {
         .await
         .expect("closed in time");
     assert!(matches!(n, Ok(0) | Err(_)));
-    assert_eq!(count("handshake_timeout"), 1, "closed as a handshake timeout");
+    assert_eq!(
+        count("handshake_timeout"),
+        1,
+        "closed as a handshake timeout"
+    );
 
     // A kept-alive connection that sends nothing after its request is closed after the idle
     // timeout.
     let (mut sender, _) = connect(addr, &ca.der).await;
     assert_eq!(healthz(&mut sender).await, Ok(200));
-    assert_eq!(count("idle_timeout"), 0, "closed while a request was served");
+    assert_eq!(
+        count("idle_timeout"),
+        0,
+        "closed while a request was served"
+    );
     assert!(
         common::eventually(Duration::from_secs(5), || count("idle_timeout") == 1).await,
         "the idle connection was never closed"
