@@ -86,14 +86,7 @@ pub struct Namespace(pub String);
 
 impl Namespace {
     pub fn new(prefix: &str) -> Result<Self> {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)?
-            .subsec_nanos();
-        let name = format!(
-            "{prefix}-{:x}{:x}",
-            std::process::id() % 4096,
-            nanos % 65536
-        );
+        let name = unique(&format!("{prefix}-"));
         kubectl_ok(&["create", "namespace", &name], None)?;
         Ok(Namespace(name))
     }
@@ -574,10 +567,7 @@ pub fn parse_rfc3339(time: &str) -> Result<f64> {
 
 /// A random-enough suffix for names that must not collide between runs.
 pub fn unique(prefix: &str) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
+    let nanos = Utc::now().timestamp_subsec_nanos();
     format!("{prefix}{:x}{:x}", std::process::id() % 4096, nanos % 65536)
 }
 
