@@ -117,6 +117,29 @@ impl Namespace {
     pub fn apply(&self, yaml: &str) -> Result<Run> {
         kubectl(&["apply", "-n", &self.0, "-f", "-"], Some(yaml))
     }
+
+    /// `kubectl patch --type=merge` of `object` (e.g. `memcached/cache`) in this namespace.
+    pub fn merge_patch(&self, object: &str, patch: &str) -> Result<String> {
+        kubectl_ok(
+            &["patch", "-n", &self.0, object, "--type=merge", "-p", patch],
+            None,
+        )
+    }
+
+    /// Waits until the controller has written the status of `object`'s current generation
+    /// (`status.observedGeneration`) and returns that generation.
+    pub fn wait_observed(&self, object: &str, timeout: Duration) -> Result<String> {
+        let generation = jsonpath(&self.0, object, "{.metadata.generation}")?;
+        eventually(
+            timeout,
+            &format!("{object} generation {generation} observed"),
+            || {
+                let observed = jsonpath(&self.0, object, "{.status.observedGeneration}")?;
+                Ok((observed == generation).then_some(()))
+            },
+        )?;
+        Ok(generation)
+    }
 }
 
 impl Drop for Namespace {

@@ -62,23 +62,8 @@ fn a_hand_made_deployment_of_the_same_name_is_never_adopted_nor_collected() -> R
     })?;
 
     // A change to the Memcached is reconciled, and the Deployment is still the user's, untouched.
-    kubectl_ok(
-        &[
-            "patch",
-            "-n",
-            ns.name(),
-            "memcached/cache",
-            "--type=merge",
-            "-p",
-            r#"{"spec":{"size":3}}"#,
-        ],
-        None,
-    )?;
-    let generation = jsonpath(ns.name(), "memcached/cache", "{.metadata.generation}")?;
-    eventually(WAIT, "the change reconciled", || {
-        let observed = jsonpath(ns.name(), "memcached/cache", "{.status.observedGeneration}")?;
-        Ok((observed == generation).then_some(()))
-    })?;
+    ns.merge_patch("memcached/cache", r#"{"spec":{"size":3}}"#)?;
+    ns.wait_observed("memcached/cache", WAIT)?;
     assert_eq!(ready_reason(ns.name())?, "False/NameConflict");
     assert_eq!(
         jsonpath(ns.name(), "deployment/cache", "{.spec.replicas}")?,

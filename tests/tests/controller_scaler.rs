@@ -194,22 +194,8 @@ fn a_closed_window_leaves_the_target_alone_and_reports_the_next_opening() -> Res
     );
     assert_eq!(replicas(&ns, "web")?, "2");
     // A change to the Scaler is reconciled too, and still leaves the target alone.
-    kubectl_ok(
-        &[
-            "patch",
-            "-n",
-            ns.name(),
-            "scaler/sched",
-            "--type=merge",
-            "-p",
-            r#"{"spec":{"replicas":6}}"#,
-        ],
-        None,
-    )?;
-    let generation = scaler(&ns, "{.metadata.generation}")?;
-    eventually(WAIT, "the change reconciled", || {
-        Ok((scaler(&ns, "{.status.observedGeneration}")? == generation).then_some(()))
-    })?;
+    ns.merge_patch("scaler/sched", r#"{"spec":{"replicas":6}}"#)?;
+    ns.wait_observed("scaler/sched", WAIT)?;
     assert_eq!(
         scaler(&ns, "{.status.conditions[?(@.type==\"Ready\")].reason}")?,
         "WindowClosed"
