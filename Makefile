@@ -7,7 +7,6 @@ KUBESTEER_CACHE ?= $(HOME)/.cache/kubesteer
 export KUBESTEER_CACHE
 BIN := $(KUBESTEER_CACHE)/bin
 KUBECONFIG_FILE := $(CURDIR)/.kubesteer/kubeconfig
-KUBECTL := $(BIN)/kubectl --kubeconfig $(KUBECONFIG_FILE)
 CARGO ?= cargo
 # The project image (make image, make deploy) and the real node's pod sandbox image.
 IMG ?= kubesteer:dev

@@ -124,165 +124,17 @@ quiesce() {
   done
   log "the controller did not quiesce within 10 minutes"
 }
-proc_kib() { awk -v k="$1:" '$1 == k {print $2}' "/proc/$controller_pid/status"; }
 # The controller's requests received in [since, until], from every (rotated) audit log file.
-audit() { # since until out
-  "${bench[@]}" audit --log "$logs"/audit*.log --user "$user" --since "$1" --until "$2" >"$3"
+audit() { # converge-output out: the window of that converge run
+  "${bench[@]}" audit --log "$logs"/audit*.log --user "$user" --window-of "$1" >"$2"
 }
-window() { # converge-output: its started_at and converged_at
-  python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["started_at"], d["converged_at"])' "$1"
+# The controller's resident memory, open files and CPU time now.
+process() { # out
+  "${bench[@]}" process --pid "$controller_pid" >"$1"
 }
-
 # Merges one phase's section into bench/results/controller.json, from the files in $work.
-assemble() { # phase key=value...
-  python3 - "$work" "$@" <<'PY'
-import datetime, json, os, platform, statistics, subprocess, sys
-work, phase = sys.argv[1], sys.argv[2]
-arg = dict(a.split("=", 1) for a in sys.argv[3:])
-load = lambda name: json.load(open(os.path.join(work, name + ".json")))
-med = lambda xs: round(statistics.median(xs), 3)
-mib = lambda kib: round(int(kib) / 1024, 1)
-path = "bench/results/controller.json"
-try:
-    out = json.load(open(path))
-except (OSError, ValueError):
-    out = {}
-try:
-    cpu = next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))
-except (OSError, StopIteration):
-    cpu = platform.machine()
-commit = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True).stdout.strip()
-date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-out.update({
-    "benchmark": "controller",
-    "date": date,
-    "machine": {"cpus": os.cpu_count(), "cpu_model": cpu, "kernel": platform.release(),
-                "note": "the cores are shared by the control plane, the controller, the load client "
-                        "and whatever else runs on the machine"},
-    "setup": {
-        "control_plane": f"kwok binary runtime, Kubernetes {arg.get('k8s', '?')}, etcd without fsync, "
-                         "controller-manager and scheduler without leader election; a fresh cluster for "
-                         "each convergence run and for the later phases",
-        "controller": "release kubesteer-controller, cluster-wide watches, no leader election, "
-                      "its own client certificate (user kubesteer-bench-controller)",
-        "client": "kubesteer-bench (bench/), kube-rs, niced",
-    },
-})
-
-def reconciles(name):
-    try:
-        for l in open(os.path.join(work, name)):
-            if l.startswith('kubesteer_reconciles_total{kind="Memcached"}'):
-                return int(float(l.split()[-1]))
-    except OSError:
-        pass
-    return None
-
-if phase == "convergence":
-    repeats = int(arg["repeats"])
-    ceiling = [load(f"ceiling-{r}") for r in range(1, repeats + 1)]
-    controller = [load(f"controller-{r}") for r in range(1, repeats + 1)]
-    requests = [load(f"controller-{r}-requests") for r in range(1, repeats + 1)]
-    count = controller[0]["count"]
-    ceiling_s = med([c["converged_s"] for c in ceiling])
-    controller_s = med([c["converged_s"] for c in controller])
-    cpu = [float(open(os.path.join(work, f"controller-{r}-cpu.txt")).read())
-           for r in range(1, repeats + 1) if os.path.exists(os.path.join(work, f"controller-{r}-cpu.txt"))]
-    recs = [n / count for r in range(1, repeats + 1) if (n := reconciles(f"controller-{r}-metrics.txt"))]
-    out["convergence"] = {
-        "date": date, "commit": commit,
-        "count": count,
-        "size": controller[0]["size"],
-        "repeats": repeats,
-        "client_concurrency": controller[0]["client_concurrency"],
-        "controller_converged_s": controller_s,
-        "ceiling_converged_s": ceiling_s,
-        "ratio_controller_to_ceiling": round(controller_s / ceiling_s, 2),
-        "target_ratio_max": 1.3,
-        "meets_target": controller_s / ceiling_s <= 1.3,
-        "controller_requests_per_memcached": med([q["non_watch_requests"] / count for q in requests]),
-        "controller_reconciles_per_memcached": med(recs) if recs else None,
-        "ceiling_requests_per_memcached": ceiling[0]["client_create_requests"] / count,
-        "controller_cpu_s": med(cpu) if cpu else None,
-        "definition": {
-            "controller": "from the first Memcached create until every Memcached has condition Ready=True, "
-                          "which the controller sets once its Deployment has rolled out with every pod Ready "
-                          "(pods made Ready by kwok) and its Service is applied",
-            "ceiling": "from the first create until every Deployment has rolled out with every pod Ready "
-                       "(pods made Ready by kwok); a plain client POSTs the same Deployment and Service the "
-                       "controller would apply (without owner references), the Service right after its Deployment",
-        },
-        "controller_runs": controller,
-        "ceiling_runs": ceiling,
-        "controller_requests": requests,
-    }
-elif phase == "memory":
-    m, q = load("memory-converge"), load("memory-requests")
-    with_pods = int(arg["with_pods"])
-    out["memory"] = {
-        "date": date, "commit": commit,
-        "memcacheds": with_pods + m["count"],
-        "with_pods": with_pods,
-        "size_0": m["count"],
-        "rss_mib": mib(arg["rss_kib"]),
-        "peak_rss_mib": mib(arg["hwm_kib"]),
-        "rss_kib": int(arg["rss_kib"]),
-        "peak_rss_kib": int(arg["hwm_kib"]),
-        "open_fds": int(arg["fds"]),
-        "target_mib_max": 64,
-        "meets_target": mib(arg["hwm_kib"]) < 64,
-        "reconciled_s": m["converged_s"],
-        "controller_requests_per_memcached": round(q["non_watch_requests"] / m["count"], 1),
-        "note": f"{with_pods} Memcacheds of size 1 (Deployment, Service, pod) and {m['count']} of size 0 "
-                "(Deployment, Service); read 10 s after every Memcached had a status for its generation, "
-                "i.e. the controller had applied its children and written its status; peak is VmHWM since "
-                "the controller started",
-        "converge": m,
-        "controller_requests": q,
-    }
-    if arg.get("note"):
-        out["memory"]["incident"] = arg["note"]
-elif phase == "idle":
-    idle, setup = load("idle"), load("idle-setup")
-    seconds = int(arg["seconds"])
-    out["idle"] = {
-        "date": date, "commit": commit,
-        "scalers": setup["count"],
-        "window_utc_hours": setup["window_utc"],
-        "measured_s": seconds,
-        "non_watch_requests": idle["non_watch_requests"],
-        "non_watch_requests_per_min": round(idle["non_watch_requests"] / (seconds / 60), 2),
-        "watch_requests": idle["watch_requests"],
-        "target_non_watch_requests_per_min": 0,
-        "meets_target": idle["non_watch_requests"] == 0,
-        "by_verb_resource": idle["by_verb_resource"],
-        "rss_mib": mib(arg["rss_kib"]),
-        "note": "requests of the controller's own user in the apiserver audit log, once every Scaler had "
-                "its status and the controller had gone 20 s without a reconcile; windows open 6 hours ahead; leader election off (with it, Lease "
-                "renewals add their own requests)",
-    }
-elif phase == "lateness":
-    late = load("lateness")
-    a = late["all_transitions"]
-    out["lateness"] = {
-        "date": date, "commit": commit,
-        "scalers": late["scalers"],
-        "transitions": a["samples"],
-        "p50_ms": a["p50_ms"], "p90_ms": a["p90_ms"], "max_ms": a["max_ms"], "min_ms": a["min_ms"],
-        "target_ms_max": 1000,
-        "meets_target": a["max_ms"] is not None and a["max_ms"] <= 1000 and not late["missed"],
-        "opening": late["opening"],
-        "closing": late["closing"],
-        "missed": late["missed"],
-        "reconciled_before_open": late["reconciled_before_open"],
-        "window": {"open": late["window_open_at"], "close": late["window_close_at"]},
-        "note": "every Scaler's window opens at the same minute boundary and closes a minute later; "
-                "lateness is when the bench client's watch saw the target's spec.replicas change, minus "
-                "the boundary",
-    }
-json.dump(out, open(path, "w"), indent=2)
-print(json.dumps({k: v for k, v in out[phase].items() if not isinstance(v, (dict, list))}, indent=2))
-PY
+report() { # phase [flags]
+  "${bench[@]}" report "$@" --work "$work" --out bench/results/controller.json --k8s "$K8S_VERSION"
 }
 
 if has convergence; then
@@ -298,15 +150,13 @@ if has convergence; then
     start_controller "$work/controller-$r.log"
     "${bench[@]}" converge --mode controller --namespace memcached --count "$count" --size 1 \
       --concurrency "$concurrency" >"$work/controller-$r.json"
-    sleep 5 # the last requests reach the audit log
-    read -r from to < <(window "$work/controller-$r.json")
-    audit "$from" "$to" "$work/controller-$r-requests.json"
-    curl -sf "http://127.0.0.1:$port/metrics" >"$work/controller-$r-metrics.txt" || true
     # CPU seconds the controller used (user + system), from its start to convergence.
-    awk -v hz="$(getconf CLK_TCK)" '{printf "%.1f\n", ($14 + $15) / hz}' "/proc/$controller_pid/stat" \
-      >"$work/controller-$r-cpu.txt"
+    process "$work/controller-$r-process.json"
+    sleep 5 # the last requests reach the audit log
+    audit "$work/controller-$r.json" "$work/controller-$r-requests.json"
+    curl -sf "http://127.0.0.1:$port/metrics" >"$work/controller-$r-metrics.txt" || true
   done
-  assemble convergence "repeats=$repeats" "k8s=$K8S_VERSION"
+  report convergence --repeats "$repeats"
 fi
 
 if has memory; then
@@ -318,10 +168,9 @@ if has memory; then
   "${bench[@]}" converge --mode controller --namespace memory --count "$extra" --size 0 --until reconciled \
     --concurrency "$concurrency" --timeout-secs 1800 >"$work/memory-converge.json"
   sleep 10
-  rss=$(proc_kib VmRSS) hwm=$(proc_kib VmHWM) fds=$(find "/proc/$controller_pid/fd" -mindepth 1 | wc -l)
-  read -r from to < <(window "$work/memory-converge.json")
-  audit "$from" "$to" "$work/memory-requests.json"
-  assemble memory "with_pods=$with_pods" "rss_kib=$rss" "hwm_kib=$hwm" "fds=$fds" "k8s=$K8S_VERSION"
+  process "$work/memory-process.json"
+  audit "$work/memory-converge.json" "$work/memory-requests.json"
+  report memory --with-pods "$with_pods"
 fi
 
 if has idle; then
@@ -333,15 +182,16 @@ if has idle; then
   sleep "$idle_seconds"
   to=$(now)
   sleep 2
-  audit "$from" "$to" "$work/idle.json"
-  assemble idle "seconds=$idle_seconds" "rss_kib=$(proc_kib VmRSS)" "k8s=$K8S_VERSION"
+  process "$work/idle-process.json"
+  "${bench[@]}" audit --log "$logs"/audit*.log --user "$user" --since "$from" --until "$to" >"$work/idle.json"
+  report idle --seconds "$idle_seconds"
 fi
 
 if has lateness; then
   ensure_controller
   log "lateness: $late_scalers Scalers opening and closing at minute boundaries"
   "${bench[@]}" lateness --namespace lateness --count "$late_scalers" >"$work/lateness.json"
-  assemble lateness "k8s=$K8S_VERSION"
+  report lateness
 fi
 stop_controller
 log "results in bench/results/controller.json"

@@ -1,9 +1,12 @@
 //! kubesteer-bench: the client side of `make bench-controller` (see hack/bench-controller.sh).
 //!
-//! Every subcommand prints one JSON object on stdout; the script assembles them into
-//! bench/results/controller.json. Times are wall-clock on the benchmark machine.
+//! Every subcommand prints one JSON object on stdout; `report` assembles what the others wrote
+//! into bench/results/controller.json (see report.rs). Times are wall-clock on the benchmark
+//! machine.
 #![forbid(unsafe_code)]
-#![deny(warnings, rust_2018_idioms)]
+#![deny(rust_2018_idioms)]
+
+mod report;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Debug;
@@ -89,10 +92,43 @@ enum Command {
         log: Vec<PathBuf>,
         #[arg(long)]
         user: String,
-        #[arg(long)]
+        #[arg(long, conflicts_with = "window_of")]
         since: Option<DateTime<Utc>>,
-        #[arg(long)]
+        #[arg(long, conflicts_with = "window_of")]
         until: Option<DateTime<Utc>>,
+        /// Counts from the `started_at` to the `converged_at` of this `converge` output instead.
+        #[arg(long)]
+        window_of: Option<PathBuf>,
+    },
+    /// Reads the resident memory, open file descriptors and CPU time of process `pid`.
+    Process {
+        #[arg(long)]
+        pid: u32,
+    },
+    /// Builds a phase's section of the controller results from the files the other subcommands
+    /// wrote into `work` (`<name>.json`), merges it into `out` and prints its scalar fields.
+    Report {
+        #[arg(value_enum)]
+        phase: report::Phase,
+        #[arg(long)]
+        work: PathBuf,
+        #[arg(long, default_value = "bench/results/controller.json")]
+        out: PathBuf,
+        /// The control plane's Kubernetes version.
+        #[arg(long, default_value = "?")]
+        k8s: String,
+        /// Convergence runs done.
+        #[arg(long, default_value_t = 1)]
+        repeats: usize,
+        /// Memory: Memcacheds of size 1 that the convergence phase left.
+        #[arg(long, default_value_t = 0)]
+        with_pods: u64,
+        /// Idle: the measured time.
+        #[arg(long, default_value_t = 0)]
+        seconds: u64,
+        /// Memory: something that happened, kept beside the figures.
+        #[arg(long)]
+        note: Option<String>,
     },
 }
 
@@ -170,7 +206,42 @@ async fn main() -> Result<()> {
             user,
             since,
             until,
-        } => audit(&log, &user, since, until)?,
+            window_of,
+        } => {
+            let (since, until) = match window_of {
+                Some(converge) => {
+                    let (from, to) = report::window(&converge)?;
+                    let at = |t: &str| -> Result<DateTime<Utc>> {
+                        Ok(DateTime::parse_from_rfc3339(t)
+                            .with_context(|| format!("{}: {t:?}", converge.display()))?
+                            .to_utc())
+                    };
+                    (Some(at(&from)?), Some(at(&to)?))
+                }
+                None => (since, until),
+            };
+            audit(&log, &user, since, until)?
+        }
+        Command::Process { pid } => serde_json::to_value(report::process(pid)?)?,
+        Command::Report {
+            phase,
+            work,
+            out,
+            k8s,
+            repeats,
+            with_pods,
+            seconds,
+            note,
+        } => {
+            let facts = report::Facts {
+                k8s,
+                repeats,
+                with_pods,
+                seconds,
+                note,
+            };
+            report::assemble(phase, &work, &out, &facts)?
+        }
     };
     println!("{}", serde_json::to_string_pretty(&out)?);
     Ok(())

@@ -1,12 +1,13 @@
 //! Helpers for end-to-end tests that drive a real cluster with the real `kubectl`, like a user.
 #![forbid(unsafe_code)]
-#![deny(warnings, rust_2018_idioms)]
+#![deny(rust_2018_idioms)]
 
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use chrono::{DateTime, SecondsFormat, Utc};
 
 /// The repository root, for `config/samples` and the like.
 pub fn repo_root() -> PathBuf {
@@ -85,14 +86,7 @@ pub struct Namespace(pub String);
 
 impl Namespace {
     pub fn new(prefix: &str) -> Result<Self> {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)?
-            .subsec_nanos();
-        let name = format!(
-            "{prefix}-{:x}{:x}",
-            std::process::id() % 4096,
-            nanos % 65536
-        );
+        let name = unique(&format!("{prefix}-"));
         kubectl_ok(&["create", "namespace", &name], None)?;
         Ok(Namespace(name))
     }
@@ -122,6 +116,29 @@ impl Namespace {
     /// `kubectl apply -f -` of `yaml` in this namespace.
     pub fn apply(&self, yaml: &str) -> Result<Run> {
         kubectl(&["apply", "-n", &self.0, "-f", "-"], Some(yaml))
+    }
+
+    /// `kubectl patch --type=merge` of `object` (e.g. `memcached/cache`) in this namespace.
+    pub fn merge_patch(&self, object: &str, patch: &str) -> Result<String> {
+        kubectl_ok(
+            &["patch", "-n", &self.0, object, "--type=merge", "-p", patch],
+            None,
+        )
+    }
+
+    /// Waits until the controller has written the status of `object`'s current generation
+    /// (`status.observedGeneration`) and returns that generation.
+    pub fn wait_observed(&self, object: &str, timeout: Duration) -> Result<String> {
+        let generation = jsonpath(&self.0, object, "{.metadata.generation}")?;
+        eventually(
+            timeout,
+            &format!("{object} generation {generation} observed"),
+            || {
+                let observed = jsonpath(&self.0, object, "{.status.observedGeneration}")?;
+                Ok((observed == generation).then_some(()))
+            },
+        )?;
+        Ok(generation)
     }
 }
 
@@ -306,44 +323,30 @@ impl Webhook {
 
     /// Renders the chart's webhook configurations for this process and applies them.
     fn register(&self) -> Result<()> {
-        let rendered = Command::new(cached_tool("helm"))
-            .args([
-                "template",
-                &format!("e2e-{}", self.id),
-                &repo_root().join("charts/kubesteer").to_string_lossy(),
-            ])
-            .args([
-                "--namespace",
-                "kubesteer-system",
-                "--show-only",
-                "templates/webhook-configurations.yaml",
-            ])
-            .args([
-                "--set",
-                &format!("webhook.url=https://127.0.0.1:{}", self.port),
-            ])
-            .args([
-                "--set-file",
-                &format!("webhook.caBundle={}", self.dir.join("ca.crt").display()),
-            ])
-            .args([
-                "--set",
-                &format!(
-                    "webhook.namespaceSelector.matchLabels.kubesteer\\.io/e2e={}",
-                    self.id
-                ),
-            ])
-            .output()?;
-        if !rendered.status.success() {
-            bail!(
-                "helm template: {}",
-                String::from_utf8_lossy(&rendered.stderr)
-            );
-        }
-        kubectl_ok(
-            &["apply", "-f", "-"],
-            Some(&String::from_utf8_lossy(&rendered.stdout)),
-        )?;
+        let chart = repo_root().join("charts/kubesteer");
+        let release = format!("e2e-{}", self.id);
+        let url = format!("webhook.url=https://127.0.0.1:{}", self.port);
+        let ca = format!("webhook.caBundle={}", self.dir.join("ca.crt").display());
+        let selector = format!(
+            "webhook.namespaceSelector.matchLabels.kubesteer\\.io/e2e={}",
+            self.id
+        );
+        let rendered = helm(&[
+            "template",
+            &release,
+            &chart.to_string_lossy(),
+            "--namespace",
+            "kubesteer-system",
+            "--show-only",
+            "templates/webhook-configurations.yaml",
+            "--set",
+            &url,
+            "--set-file",
+            &ca,
+            "--set",
+            &selector,
+        ])?;
+        kubectl_ok(&["apply", "-f", "-"], Some(&rendered))?;
         Ok(())
     }
 
@@ -549,46 +552,45 @@ impl Drop for ControllerProcess {
 
 /// Seconds since the Unix epoch, now.
 pub fn unix_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
+    u64::try_from(Utc::now().timestamp()).unwrap_or_default()
+}
+
+/// Seconds since the Unix epoch, now, to the microsecond.
+pub fn now_seconds() -> f64 {
+    seconds(Utc::now())
+}
+
+fn seconds(at: DateTime<Utc>) -> f64 {
+    at.timestamp() as f64 + f64::from(at.timestamp_subsec_micros()) / 1e6
+}
+
+fn utc(unix: u64) -> DateTime<Utc> {
+    i64::try_from(unix)
+        .ok()
+        .and_then(|s| DateTime::from_timestamp(s, 0))
         .unwrap_or_default()
 }
 
 /// The UTC wall-clock time `"HH:MM"` of a Unix time.
 pub fn hh_mm(unix: u64) -> String {
-    let of_day = unix % 86_400;
-    format!("{:02}:{:02}", of_day / 3600, of_day % 3600 / 60)
+    utc(unix).format("%H:%M").to_string()
 }
 
 /// A Unix time as Kubernetes prints it, e.g. "2025-03-03T09:00:00Z".
 pub fn rfc3339(unix: u64) -> String {
-    // Civil-from-days, after Howard Hinnant's algorithm, to avoid a date crate here.
-    let days = (unix / 86_400) as i64;
-    let of_day = unix % 86_400;
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        of_day / 3600,
-        of_day % 3600 / 60,
-        of_day % 60
-    )
+    utc(unix).to_rfc3339_opts(SecondsFormat::Secs, true)
+}
+
+/// Seconds since the Unix epoch of an RFC 3339 time such as a Time ("2025-03-03T09:00:00Z") or a
+/// MicroTime ("2025-03-03T09:00:00.123456Z").
+pub fn parse_rfc3339(time: &str) -> Result<f64> {
+    let at = DateTime::parse_from_rfc3339(time).with_context(|| format!("not a time: {time:?}"))?;
+    Ok(seconds(at.with_timezone(&Utc)))
 }
 
 /// A random-enough suffix for names that must not collide between runs.
 pub fn unique(prefix: &str) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
+    let nanos = Utc::now().timestamp_subsec_nanos();
     format!("{prefix}{:x}{:x}", std::process::id() % 4096, nanos % 65536)
 }
 
@@ -973,20 +975,23 @@ pub fn webhook_fields(name: &str, jsonpath: &str) -> Result<Vec<String>> {
 }
 
 /// Runs the pinned helm against the local cluster.
-pub fn helm(args: &[&str]) -> Result<String> {
+pub fn helm_run(args: &[&str]) -> Result<Run> {
     let out = Command::new(cached_tool("helm"))
         .arg("--kubeconfig")
         .arg(kubeconfig())
         .args(args)
-        .output()?;
-    if !out.status.success() {
-        bail!(
-            "helm {} failed: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        .output()
+        .context("running helm; run `make control-plane` first")?;
+    Ok(out.into())
+}
+
+/// Like [`helm_run`], but fails with helm's stderr when the call fails; helm's stdout.
+pub fn helm(args: &[&str]) -> Result<String> {
+    let run = helm_run(args)?;
+    if !run.ok {
+        bail!("helm {} failed: {}", args.join(" "), run.stderr);
     }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    Ok(run.stdout)
 }
 
 /// Standard base64, as Secret data and `caBundle`s are shown.
@@ -1011,5 +1016,17 @@ mod tests {
         assert_eq!(rfc3339(1_740_992_400), "2025-03-03T09:00:00Z");
         assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
         assert_eq!(hh_mm(1_740_992_400 + 59), "09:00");
+    }
+
+    #[test]
+    fn times_parse_like_kubernetes_prints_them() -> Result<()> {
+        assert_eq!(parse_rfc3339("2025-03-03T09:00:00Z")?, 1_740_992_400.0);
+        assert_eq!(
+            parse_rfc3339("2025-03-03T09:00:00.250000Z")?,
+            1_740_992_400.25
+        );
+        assert_eq!(parse_rfc3339(&rfc3339(951_782_400))?, 951_782_400.0);
+        assert!(parse_rfc3339("2025-03-03 09:00").is_err());
+        Ok(())
     }
 }

@@ -2,10 +2,9 @@
 //! would be applied. The last test installs and upgrades a release on the local cluster.
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use anyhow::{bail, Context, Result};
-use kubesteer_tests::{cached_tool, kubeconfig, kubectl_ok, repo_root, webhook_fields, Namespace};
+use kubesteer_tests::{helm_run, kubectl_ok, repo_root, webhook_fields, Namespace};
 use serde_yaml::Value;
 
 const NS: &str = "kubesteer-system";
@@ -19,14 +18,6 @@ fn chart() -> PathBuf {
     repo_root().join("charts/kubesteer")
 }
 
-fn helm(args: &[&str]) -> Result<kubesteer_tests::Run> {
-    let out = Command::new(cached_tool("helm"))
-        .args(args)
-        .output()
-        .context("running helm; run `make control-plane` first")?;
-    Ok(out.into())
-}
-
 /// `helm template` of the chart with `extra` arguments, as one YAML value per document.
 fn render(extra: &[&str]) -> Result<Vec<Value>> {
     let chart = chart();
@@ -38,7 +29,7 @@ fn render(extra: &[&str]) -> Result<Vec<Value>> {
         NS,
     ];
     args.extend_from_slice(extra);
-    let run = helm(&args)?;
+    let run = helm_run(&args)?;
     if !run.ok {
         bail!("helm template {extra:?} failed: {}", run.stderr);
     }
@@ -63,7 +54,7 @@ fn render_error(extra: &[&str]) -> Result<String> {
         NS,
     ];
     args.extend_from_slice(extra);
-    let run = helm(&args)?;
+    let run = helm_run(&args)?;
     if run.ok {
         bail!("helm template {extra:?} succeeded but should have failed");
     }
@@ -233,7 +224,7 @@ fn lint_is_clean_in_every_mode() -> Result<()> {
                 args.push("--strict");
             }
             args.extend_from_slice(extra);
-            let run = helm(&args)?;
+            let run = helm_run(&args)?;
             assert!(run.ok, "helm {args:?}: {}{}", run.stdout, run.stderr);
             assert!(run.stdout.contains("0 chart(s) failed"), "{}", run.stdout);
             for bad in ["[WARNING]", "[ERROR]"] {
@@ -1163,14 +1154,7 @@ struct Release<'a> {
 
 impl Drop for Release<'_> {
     fn drop(&mut self) {
-        let _ = helm(&[
-            "uninstall",
-            &self.name,
-            "--namespace",
-            self.ns.name(),
-            "--kubeconfig",
-            &kubeconfig().to_string_lossy(),
-        ]);
+        let _ = helm_run(&["uninstall", &self.name, "--namespace", self.ns.name()]);
     }
 }
 
@@ -1183,17 +1167,14 @@ fn helm_upgrade_keeps_the_self_managed_ca_bundle() -> Result<()> {
         name: ns.name().to_string(),
         ns: &ns,
     };
-    let kubeconfig = kubeconfig();
     let chart = chart();
     let install = |verb: &str, timeout: &str| -> Result<()> {
-        let run = helm(&[
+        let run = helm_run(&[
             verb,
             &release.name,
             chart.to_str().unwrap(),
             "--namespace",
             ns.name(),
-            "--kubeconfig",
-            &kubeconfig.to_string_lossy(),
             "--skip-crds",
             // The release must admit nothing: no webhook runs behind it in this cluster.
             "--set",

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use anyhow::{ensure, Context, Result};
 use kubesteer_tests::{
     apiserver_addr, eventually, eventually_every, hh_mm, jsonpath, kubeconfig_via, kubectl_ok,
-    unix_now, ControllerProcess, Namespace, TcpProxy,
+    now_seconds, parse_rfc3339, unix_now, ControllerProcess, Namespace, TcpProxy,
 };
 use serde_json::{json, Value};
 
@@ -44,36 +44,6 @@ fn elector_via(
     )
 }
 
-/// Seconds since the epoch of a MicroTime such as "2025-03-03T09:00:00.123456Z" (UTC only).
-fn micro_time_seconds(t: &str) -> Result<f64> {
-    let (whole, fraction) = t.trim_end_matches('Z').split_once('.').unwrap_or((t, "0"));
-    let whole = whole.trim_end_matches('Z');
-    let (date, time) = whole.split_once('T').context("no T")?;
-    let d: Vec<i64> = date.split('-').map(str::parse).collect::<Result<_, _>>()?;
-    let h: Vec<i64> = time.split(':').map(str::parse).collect::<Result<_, _>>()?;
-    ensure!(d.len() == 3 && h.len() == 3, "not a time: {t}");
-    // Days from civil, after Howard Hinnant's algorithm.
-    let (y, m) = if d[1] <= 2 {
-        (d[0] - 1, d[1] + 9)
-    } else {
-        (d[0], d[1] - 3)
-    };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let doy = (153 * m + 2) / 5 + d[2] - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    let seconds = days * 86_400 + h[0] * 3600 + h[1] * 60 + h[2];
-    Ok(seconds as f64 + format!("0.{fraction}").parse::<f64>()?)
-}
-
-fn now_seconds() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs_f64())
-        .unwrap_or_default()
-}
-
 #[test]
 fn a_leader_cut_off_from_the_apiserver_stops_reconciling_before_its_lease_expires() -> Result<()> {
     let ns = Namespace::new("ctl-lease-cut")?;
@@ -100,7 +70,7 @@ fn a_leader_cut_off_from_the_apiserver_stops_reconciling_before_its_lease_expire
     proxy.pause();
     let paused = now_seconds();
     // The last renewal that reached the apiserver; the Lease expires 10 s after it.
-    let renewed = micro_time_seconds(&jsonpath(
+    let renewed = parse_rfc3339(&jsonpath(
         ns.name(),
         "lease/kubesteer-controller",
         "{.spec.renewTime}",

@@ -118,18 +118,7 @@ fn memcached_runs_scales_reverts_hand_edits_and_is_collected() -> Result<()> {
     );
 
     // The size change propagates.
-    kubectl_ok(
-        &[
-            "patch",
-            "-n",
-            ns.name(),
-            "memcached/cache",
-            "--type=merge",
-            "-p",
-            r#"{"spec":{"size":3}}"#,
-        ],
-        None,
-    )?;
+    ns.merge_patch("memcached/cache", r#"{"spec":{"size":3}}"#)?;
     wait_ready_replicas(ns.name(), "3")?;
     eventually(WAIT, "3 nodes", || {
         let nodes = jsonpath(ns.name(), "memcached/cache", "{.status.nodes[*]}")?;

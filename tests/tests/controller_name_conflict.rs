@@ -61,8 +61,15 @@ fn a_hand_made_deployment_of_the_same_name_is_never_adopted_nor_collected() -> R
             .then_some(()))
     })?;
 
-    // A few reconciles later the Deployment is still the user's, untouched.
-    std::thread::sleep(Duration::from_secs(3));
+    // A change to the Memcached is reconciled, and the Deployment is still the user's, untouched.
+    ns.merge_patch("memcached/cache", r#"{"spec":{"size":3}}"#)?;
+    ns.wait_observed("memcached/cache", WAIT)?;
+    assert_eq!(ready_reason(ns.name())?, "False/NameConflict");
+    assert_eq!(
+        jsonpath(ns.name(), "deployment/cache", "{.spec.replicas}")?,
+        "1",
+        "the size was not applied to the user's Deployment"
+    );
     let image = jsonpath(
         ns.name(),
         "deployment/cache",
@@ -84,12 +91,38 @@ fn a_hand_made_deployment_of_the_same_name_is_never_adopted_nor_collected() -> R
         "no kubesteer label was added"
     );
 
-    // Deleting the Memcached leaves the hand-made Deployment in place.
+    // Deleting the Memcached leaves the hand-made Deployment in place. A ConfigMap that the
+    // Memcached does own shows when the garbage collector has dealt with its dependents.
+    let memcached_uid = jsonpath(ns.name(), "memcached/cache", "{.metadata.uid}")?;
+    kubectl_ok(
+        &["apply", "-n", ns.name(), "-f", "-"],
+        Some(&format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: owned-by-cache\n  ownerReferences:\n  - {{apiVersion: kubesteer.io/v1alpha1, kind: Memcached, name: cache, uid: {memcached_uid}}}\n"
+        )),
+    )?;
     kubectl_ok(
         &["delete", "-n", ns.name(), "memcached/cache", "--wait=true"],
         None,
     )?;
-    std::thread::sleep(Duration::from_secs(5));
+    eventually(
+        WAIT,
+        "the garbage collector to delete the Memcached's dependents",
+        || {
+            let left = kubectl_ok(
+                &[
+                    "get",
+                    "-n",
+                    ns.name(),
+                    "configmap/owned-by-cache",
+                    "--ignore-not-found",
+                    "-o",
+                    "name",
+                ],
+                None,
+            )?;
+            Ok(left.trim().is_empty().then_some(()))
+        },
+    )?;
     assert_eq!(
         jsonpath(ns.name(), "deployment/cache", "{.metadata.uid}")?,
         uid,

@@ -5,18 +5,17 @@ use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
 use kubesteer_tests::{
-    eventually, eventually_every, hh_mm, jsonpath, unix_now, ControllerProcess, Namespace, Outage,
+    eventually, eventually_every, hh_mm, jsonpath, now_seconds, unix_now, ControllerProcess,
+    Namespace, Outage,
 };
 
 const WAIT: Duration = Duration::from_secs(60);
 
 /// Sleeps until the Unix time `at` (a time to reach, not a condition to wait for).
 fn sleep_until_unix(at: u64) {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    if let Some(left) = Duration::from_secs(at).checked_sub(now) {
-        std::thread::sleep(left);
+    let left = at as f64 - now_seconds();
+    if left > 0.0 {
+        std::thread::sleep(Duration::from_secs_f64(left));
     }
 }
 

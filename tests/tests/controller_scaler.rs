@@ -4,7 +4,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use kubesteer_tests::{
-    eventually, hh_mm, jsonpath, kubectl_ok, rfc3339, unix_now, ControllerProcess, Namespace,
+    eventually, hh_mm, jsonpath, kubectl_ok, now_seconds, rfc3339, unix_now, ControllerProcess,
+    Namespace,
 };
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -144,9 +145,7 @@ fn a_short_window_closes_on_time_and_restores() -> Result<()> {
     eventually(wait, "the window to close", || {
         Ok((replicas(&ns, "web")? == "2").then_some(()))
     })?;
-    let seen = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)?
-        .as_secs_f64();
+    let seen = now_seconds();
     assert!(
         seen >= end as f64 - 0.5,
         "restored early: at {seen}, boundary {end}"
@@ -193,7 +192,14 @@ fn a_closed_window_leaves_the_target_alone_and_reports_the_next_opening() -> Res
         scaler(&ns, "{.status.conditions[?(@.type==\"Ready\")].reason}")?,
         "WindowClosed"
     );
-    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(replicas(&ns, "web")?, "2");
+    // A change to the Scaler is reconciled too, and still leaves the target alone.
+    ns.merge_patch("scaler/sched", r#"{"spec":{"replicas":6}}"#)?;
+    ns.wait_observed("scaler/sched", WAIT)?;
+    assert_eq!(
+        scaler(&ns, "{.status.conditions[?(@.type==\"Ready\")].reason}")?,
+        "WindowClosed"
+    );
     assert_eq!(replicas(&ns, "web")?, "2");
     assert_eq!(jsonpath(ns.name(), "deployment/web", ORIGINAL)?, "");
     Ok(())

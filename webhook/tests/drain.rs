@@ -92,14 +92,7 @@ fn allowed(reply: &Reply) -> bool {
 
 /// Waits (up to 5 s) until the client has seen the server close `sender`'s connection.
 async fn closed(sender: &Sender) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !sender.is_closed() {
-        if Instant::now() > deadline {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    true
+    common::eventually(Duration::from_secs(5), || sender.is_closed()).await
 }
 
 #[tokio::test]

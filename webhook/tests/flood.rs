@@ -237,18 +237,6 @@ fn at(latencies: &mut [Duration], q: f64) -> Duration {
         .unwrap_or_default()
 }
 
-/// Waits (up to `within`) for `condition`.
-async fn eventually(within: Duration, condition: impl Fn() -> bool) -> bool {
-    let deadline = Instant::now() + within;
-    while !condition() {
-        if Instant::now() > deadline {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    true
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flood_of_idle_and_slow_connections_does_not_lock_out_the_apiserver() {
     // Client and server ends of every flood connection live in this process.
@@ -306,7 +294,7 @@ async fn a_flood_of_idle_and_slow_connections_does_not_lock_out_the_apiserver() 
     // The apiserver starts once every flood connection is up, so that its requests meet a full
     // server rather than the handshakes of this test's own attacker, which compete for the CPU.
     assert!(
-        eventually(Duration::from_secs(120), || flood
+        common::eventually(Duration::from_secs(120), || flood
             .connected
             .load(Ordering::Relaxed)
             >= FLOOD)

@@ -10,6 +10,7 @@ use std::time::Duration;
 use axum::body::Body;
 use http_body_util::BodyExt;
 use hyper_util::rt::TokioIo;
+use kubesteer_webhook::metrics::{ClosedLabels, ConnectionsClosed};
 use kubesteer_webhook::server::{serve, Draining, Limits};
 use kubesteer_webhook::tls::{server_config, CertFiles, CertStore};
 use kubesteer_webhook::{router, AppState};
@@ -36,9 +37,8 @@ fn ca() -> Ca {
     }
 }
 
-/// Writes a serving pair for 127.0.0.1 signed by `ca` the way a Secret volume updates: a new
-/// directory, then an atomic symlink swap.
-fn write_serving(ca: &Ca, dir: &Path, generation: u32) -> CertificateDer<'static> {
+/// A serving pair for 127.0.0.1 signed by `ca`: certificate PEM, key PEM, certificate DER.
+fn serving_pair(ca: &Ca, generation: u32) -> (String, String, CertificateDer<'static>) {
     let mut params = CertificateParams::new(vec!["localhost".to_string()]).unwrap();
     params
         .subject_alt_names
@@ -48,10 +48,16 @@ fn write_serving(ca: &Ca, dir: &Path, generation: u32) -> CertificateDer<'static
         .push(DnType::CommonName, format!("serving-{generation}"));
     let key = KeyPair::generate().unwrap();
     let cert = params.signed_by(&key, &ca.issuer).unwrap();
+    (cert.pem(), key.serialize_pem(), cert.der().clone())
+}
+
+/// Writes `cert` and `key` into `dir` the way a Secret volume updates: a new directory, then an
+/// atomic symlink swap.
+fn install(dir: &Path, generation: u32, cert: &str, key: &[u8]) {
     let data = dir.join(format!("..{generation}"));
     std::fs::create_dir_all(&data).unwrap();
-    std::fs::write(data.join("tls.crt"), cert.pem()).unwrap();
-    std::fs::write(data.join("tls.key"), key.serialize_pem()).unwrap();
+    std::fs::write(data.join("tls.crt"), cert).unwrap();
+    std::fs::write(data.join("tls.key"), key).unwrap();
     let tmp = dir.join("..data_tmp");
     let _ = std::fs::remove_file(&tmp);
     std::os::unix::fs::symlink(&data, &tmp).unwrap();
@@ -61,7 +67,13 @@ fn write_serving(ca: &Ca, dir: &Path, generation: u32) -> CertificateDer<'static
             std::os::unix::fs::symlink(dir.join("..data").join(f), dir.join(f)).unwrap();
         }
     }
-    cert.der().clone()
+}
+
+/// Writes a new valid serving pair into `dir` and returns its certificate.
+fn write_serving(ca: &Ca, dir: &Path, generation: u32) -> CertificateDer<'static> {
+    let (cert, key, der) = serving_pair(ca, generation);
+    install(dir, generation, &cert, key.as_bytes());
+    der
 }
 
 type Sender = hyper::client::conn::http1::SendRequest<Body>;
@@ -121,22 +133,21 @@ async fn rotation_serves_the_new_certificate_without_dropping_a_request() {
     let addr = listener.local_addr().unwrap();
     let limits = common::limits();
     let app = router(Arc::new(AppState::new(common::cluster())));
+    let closed = ConnectionsClosed::default();
     tokio::spawn(serve(
         listener,
         server_config(store.clone()).unwrap(),
         app,
         limits,
         Draining::default(),
-        Default::default(),
+        closed.clone(),
         std::future::pending(),
     ));
 
     let (mut kept, leaf) = connect(addr, &ca.der).await;
     assert_eq!(leaf, first);
-    let mut served = 0;
     for _ in 0..20 {
         assert_eq!(healthz(&mut kept).await, Ok(200));
-        served += 1;
     }
     let second = write_serving(&ca, dir.path(), 2);
     assert_ne!(first, second);
@@ -147,7 +158,6 @@ async fn rotation_serves_the_new_certificate_without_dropping_a_request() {
             Ok(200),
             "the open connection must keep working"
         );
-        served += 1;
         let (mut fresh, leaf) = connect(addr, &ca.der).await;
         assert_eq!(healthz(&mut fresh).await, Ok(200));
         if leaf == second {
@@ -160,28 +170,111 @@ async fn rotation_serves_the_new_certificate_without_dropping_a_request() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    assert_eq!(store.leaf().as_deref(), Some(second.as_ref()));
     for _ in 0..20 {
-        assert_eq!(healthz(&mut kept).await, Ok(200));
-        served += 1;
+        assert_eq!(
+            healthz(&mut kept).await,
+            Ok(200),
+            "the connection opened before the rotation must keep working after it"
+        );
     }
-    assert!(served >= 41);
+    assert_eq!(
+        closed_total(&closed),
+        0,
+        "the server closed a connection during the rotation"
+    );
+}
+
+/// Connections the server closed on its own, over every reason.
+fn closed_total(closed: &ConnectionsClosed) -> u64 {
+    [
+        "handshake_timeout",
+        "header_timeout",
+        "idle_timeout",
+        "address_limit",
+        "total_limit",
+        "all_busy",
+    ]
+    .into_iter()
+    .map(|reason| closed.get_or_create(&ClosedLabels { reason }).get())
+    .sum()
+}
+
+/// A `tracing` writer that keeps what was logged, for waiting on a log line.
+#[derive(Clone, Default)]
+struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl Captured {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 #[tokio::test]
-async fn a_broken_replacement_keeps_the_old_certificate() {
+async fn a_broken_replacement_keeps_the_old_certificate_until_it_is_whole() {
+    use tracing::instrument::WithSubscriber as _;
     let dir = tempfile::tempdir().unwrap();
     let ca = ca();
-    write_serving(&ca, dir.path(), 1);
+    let first = write_serving(&ca, dir.path(), 1);
     let files = CertFiles {
         cert: dir.path().join("tls.crt"),
         key: dir.path().join("tls.key"),
     };
     let store = CertStore::new(files.load().unwrap());
-    let before = store.leaf();
-    tokio::spawn(files.watch(store.clone(), Duration::from_millis(50)));
-    std::fs::write(dir.path().join("..1/tls.key"), "garbage").unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(store.leaf(), before);
+    assert_eq!(store.leaf().as_deref(), Some(first.as_ref()));
+    let log = Captured::default();
+    let writer = log.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    tokio::spawn(
+        files
+            .watch(store.clone(), Duration::from_millis(50))
+            .with_subscriber(subscriber),
+    );
+    // The watcher takes the files as it first reads them for the current pair, so it must have
+    // read them before they break: on this single-threaded runtime, yielding runs it up to its
+    // first wait. (Had it not run, the broken pair would be its "current" one, and the wait for
+    // its refusal below would fail rather than pass.)
+    tokio::task::yield_now().await;
+
+    // A new pair whose key is half-written, as a copy that is still under way leaves it.
+    let (cert, key, second) = serving_pair(&ca, 2);
+    install(dir.path(), 2, &cert, &key.as_bytes()[..key.len() / 2]);
+    assert!(
+        common::eventually(Duration::from_secs(10), || log
+            .text()
+            .contains("still serving the old one"))
+        .await,
+        "the watcher never refused the broken pair; it logged: {}",
+        log.text()
+    );
+    assert_eq!(
+        store.leaf().as_deref(),
+        Some(first.as_ref()),
+        "a broken pair replaced the certificate"
+    );
+
+    // Once the key is whole, the watcher takes the pair.
+    std::fs::write(dir.path().join("..2/tls.key"), &key).unwrap();
+    assert!(
+        common::eventually(Duration::from_secs(10), || store.leaf().as_deref()
+            == Some(second.as_ref()))
+        .await,
+        "the repaired pair was never served; the watcher logged: {}",
+        log.text()
+    );
 }
 
 #[tokio::test]
@@ -203,15 +296,17 @@ async fn idle_and_slow_clients_are_cut_off() {
         ..common::limits()
     };
     let app = router(Arc::new(AppState::new(common::cluster())));
+    let closed = ConnectionsClosed::default();
     tokio::spawn(serve(
         listener,
         server_config(store).unwrap(),
         app,
         limits,
         Draining::default(),
-        Default::default(),
+        closed.clone(),
         std::future::pending(),
     ));
+    let count = |reason| closed.get_or_create(&ClosedLabels { reason }).get();
 
     // A client that never starts the handshake is closed after the handshake timeout.
     let mut silent = tokio::net::TcpStream::connect(addr).await.unwrap();
@@ -220,11 +315,25 @@ async fn idle_and_slow_clients_are_cut_off() {
         .await
         .expect("closed in time");
     assert!(matches!(n, Ok(0) | Err(_)));
+    assert_eq!(
+        count("handshake_timeout"),
+        1,
+        "closed as a handshake timeout"
+    );
 
-    // A client that sends half a request head is closed after the idle/header timeout.
+    // A kept-alive connection that sends nothing after its request is closed after the idle
+    // timeout.
     let (mut sender, _) = connect(addr, &ca.der).await;
     assert_eq!(healthz(&mut sender).await, Ok(200));
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(
+        count("idle_timeout"),
+        0,
+        "closed while a request was served"
+    );
+    assert!(
+        common::eventually(Duration::from_secs(5), || count("idle_timeout") == 1).await,
+        "the idle connection was never closed"
+    );
     assert!(
         healthz(&mut sender).await.is_err(),
         "an idle kept-alive connection must be closed"

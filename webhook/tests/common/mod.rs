@@ -215,3 +215,15 @@ pub fn local_tls() -> (rustls::sign::CertifiedKey, rustls::RootCertStore) {
         .unwrap();
     (key, roots)
 }
+
+/// Polls `condition` every 10 ms until it holds; false after `within`.
+pub async fn eventually(within: std::time::Duration, mut condition: impl FnMut() -> bool) -> bool {
+    let deadline = tokio::time::Instant::now() + within;
+    while !condition() {
+        if tokio::time::Instant::now() > deadline {
+            return false;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    true
+}
