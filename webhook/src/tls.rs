@@ -111,22 +111,23 @@ impl CertFiles {
     ///
     /// Reading through the paths (not watching one inode) follows Secret volumes, which replace
     /// the `..data` symlink rather than the files. A half-written or mismatched pair is skipped
-    /// and retried, so the old certificate keeps serving.
+    /// and retried, so the old certificate keeps serving. Files are compared with what `store`
+    /// serves, not with an earlier read, so a change between [`CertFiles::load`] and the start of
+    /// the watch is still taken up.
     pub async fn watch(self, store: Arc<CertStore>, interval: Duration) {
-        let mut last = self.read().ok();
         let mut ticker = tokio::time::interval(interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             ticker.tick().await;
             let Ok(pair) = self.read() else { continue };
-            if last.as_ref() == Some(&pair) {
+            let leaf = CertificateDer::pem_slice_iter(&pair.0).next().and_then(|c| c.ok());
+            if leaf.is_some_and(|leaf| store.leaf().as_deref() == Some(leaf.as_ref())) {
                 continue;
             }
             match certified_key(&pair.0, &pair.1, &self.cert.display().to_string()) {
                 Ok(key) => {
                     store.set(key);
                     tracing::info!(cert = %self.cert.display(), "serving certificate reloaded");
-                    last = Some(pair);
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "new certificate files are not usable yet; still serving the old one")
