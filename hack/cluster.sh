@@ -40,9 +40,17 @@ up() {
     log "reusing the running cluster $name"
   else
     # A stale cluster (from a killed session) is removed before a fresh start, its node too.
-    "$root/hack/node.sh" down
+    "$root/hack/node.sh" release
     "${kwokctl[@]}" delete cluster >/dev/null 2>&1 || true
     rm -f "$kubeconfig"
+    # With a real node, the cluster's Service range is its node's (hack/node.sh claim): the host
+    # routes it into that node's netns, so every cluster with a node needs a range of its own.
+    local service_cidr=10.0.0.0/24 service_ip=10.0.0.1
+    if [ "$real_node" = 1 ]; then
+      "$root/hack/node.sh" claim
+      service_cidr=$(sed -n 's/^SERVICE_CIDR=//p' "$state/net.env")
+      service_ip=$(sed -n 's/^SERVICE_IP=//p' "$state/net.env")
+    fi
     cat >"$state/kwokctl.yaml" <<YAML
 kind: KwokctlConfiguration
 apiVersion: config.kwok.x-k8s.io/v1alpha1
@@ -57,7 +65,7 @@ options:
   kubectlBinary: $bin/kubectl
   disableQPSLimits: true
   # Pods of the real node reach the apiserver at the kubernetes Service's ClusterIP (kube-proxy).
-  kubeApiserverCertSANs: [10.0.0.1]
+  kubeApiserverCertSANs: [$service_ip]
 # In the file, not as --extra-args: kwokctl v0.7.0 panics on several args for several components.
 componentsPatches:
   - name: etcd
@@ -65,6 +73,7 @@ componentsPatches:
       - {key: unsafe-no-fsync, value: "true"}
   - name: kube-apiserver
     extraArgs:
+      - {key: service-cluster-ip-range, value: $service_cidr}
       # The real node is reached by its address (there is no DNS for its name), with a client
       # certificate that its kubelet accepts (kubectl logs and exec).
       - {key: kubelet-preferred-address-types, value: InternalIP}
@@ -94,7 +103,7 @@ YAML
 }
 
 down() {
-  "$root/hack/node.sh" down
+  "$root/hack/node.sh" release
   "${kwokctl[@]}" delete cluster >/dev/null 2>&1 || true
   rm -f "$kubeconfig"
   log "cluster $name deleted"
