@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The local real control plane: etcd, kube-apiserver, kube-controller-manager, kube-scheduler
 # and kwok (fake nodes whose pods become Running and Ready), all from the pinned cache, plus one real
-# node (hack/node.sh: containerd, kubelet, kube-proxy) tainted for kubesteer's own pods.
-#   hack/cluster.sh up     start it (or reuse a running one), install the CRDs, write .kubesteer/kubeconfig
-#   hack/cluster.sh down   stop it and delete its state
+# node of its own (hack/node.sh: containerd, kubelet, kube-proxy in a netns of the cluster's own)
+# tainted for kubesteer's own pods. Clusters of other names and state dirs run side by side.
+#   hack/cluster.sh up     start it (or reuse a running one), install the CRDs, write $KUBESTEER_STATE/kubeconfig
+#   hack/cluster.sh down   stop it, its node, and delete its state
 #   hack/cluster.sh status exit 0 when it answers
-# Environment: KUBESTEER_CLUSTER (name), KUBESTEER_STATE (state dir), KUBESTEER_NODES (fake nodes),
+# Environment: KUBESTEER_CLUSTER (name, default kubesteer), KUBESTEER_STATE (state dir, default
+# .kubesteer; hack/e2e.sh uses kubesteer-e2e in .kubesteer/e2e), KUBESTEER_NODES (fake nodes),
 # KUBESTEER_AUDIT_POLICY (opt-in: an audit policy file; the log is $KUBESTEER_STATE/kwok/clusters/<name>/logs/audit.log),
 # KUBESTEER_EXTRA_ARGS (opt-in: more kwokctl --extra-args, space-separated, e.g. "kube-scheduler=v=2"),
 # KUBESTEER_REAL_NODE (1: add the real node, 0: kwok nodes only; default 1 as root, else 0).
