@@ -49,7 +49,6 @@ net_vars() {
   POD_CIDR=10.213.$n.0/24
   SERVICE_CIDR=10.215.$n.0/24
   SERVICE_IP=10.215.$n.1
-  CGROUP=kubesteer-node-$n
 }
 
 # claim: a free slot for this state dir (its own when it has one), written to net.env.
@@ -92,7 +91,6 @@ NODE_IP=$NODE_IP
 POD_CIDR=$POD_CIDR
 SERVICE_CIDR=$SERVICE_CIDR
 SERVICE_IP=$SERVICE_IP
-CGROUP=$CGROUP
 ENV
   log "slot $n: netns $NETNS, node $NODE_IP, pods $POD_CIDR, Services $SERVICE_CIDR"
 }
@@ -112,7 +110,8 @@ running() { [ -f "$dir/$1.pid" ] && kill -0 "$(cat "$dir/$1.pid")" 2>/dev/null; 
 start() {
   local name=$1; shift
   running "$name" && return
-  in_netns "$@" >"$dir/logs/$name.log" 2>&1 &
+  # exec: the pid file names the program itself (nsenter execs it), not a subshell.
+  (exec nsenter --net="/run/netns/$NETNS" -- "$@") >"$dir/logs/$name.log" 2>&1 &
   echo $! >"$dir/$name.pid"
 }
 
@@ -245,8 +244,6 @@ containerRuntimeEndpoint: unix://$sock
 # cgroup v1 without systemd and without CAP_SYS_RESOURCE: no QoS cgroups, no allocatable enforcement.
 cgroupDriver: cgroupfs
 cgroupsPerQOS: false
-# Without QoS cgroups the pods' cgroups go straight under this root: one per node.
-cgroupRoot: /$CGROUP
 enforceNodeAllocatable: []
 failSwapOn: false
 evictionHard: {}
@@ -314,11 +311,13 @@ stop() { # NAME: TERM, then KILL after 10 s
 }
 
 down() {
+  local containers=""
   load_net || { rm -rf "$dir"; return 0; }
   if [ -d "$dir" ]; then
     stop kubelet
     # Containers first, while containerd still answers; then their shims (found by this node's socket).
     if running containerd; then
+      containers=$("${ctr[@]}" containers ls -q 2>/dev/null || true)
       for t in $("${ctr[@]}" tasks ls -q 2>/dev/null); do
         "${ctr[@]}" tasks kill -s SIGKILL "$t" >/dev/null 2>&1 || true
       done
@@ -337,9 +336,12 @@ down() {
   grep -F " $dir/" /proc/mounts | awk '{print $2}' | sort -r | while read -r m; do
     umount -l "$m" 2>/dev/null || true
   done
-  # The pods' cgroups under this node's cgroup root, deepest first, in every hierarchy.
-  find /sys/fs/cgroup -mindepth 2 -maxdepth 4 -type d \( -path "*/$CGROUP" -o -path "*/$CGROUP/*" \) 2>/dev/null | sort -r |
-    while read -r c; do rmdir "$c" 2>/dev/null || true; done
+  # The cgroups of this node's containers (runc names them /k8s.io/<container id>: one path per
+  # container, apart from every other node's) that the killed shims could not remove.
+  local c id
+  for id in $containers; do
+    for c in /sys/fs/cgroup/*/k8s.io/"$id"; do [ -d "$c" ] && rmdir "$c" 2>/dev/null || true; done
+  done
   [ -f "$kubeconfig" ] && "${kubectl[@]}" delete node "$node" --ignore-not-found --wait=false >/dev/null 2>&1 || true
   rm -rf "$dir"
   log "node $node removed (netns $NETNS)"
