@@ -333,7 +333,7 @@ down() {
   ip netns del "$NETNS" 2>/dev/null || true
   ip link del "$HOST_VETH" 2>/dev/null || true
   # Network namespaces and overlay mounts of killed pods, deepest first.
-  grep -F " $dir/" /proc/mounts | awk '{print $2}' | sort -r | while read -r m; do
+  { grep -F " $dir/" /proc/mounts || true; } | awk '{print $2}' | sort -r | while read -r m; do
     umount -l "$m" 2>/dev/null || true
   done
   # The cgroups of this node's containers (runc names them /k8s.io/<container id>: one path per
