@@ -23,7 +23,7 @@ img=${KUBESTEER_IMAGE:-kubesteer:dev}
 export KUBESTEER_IMAGE=$img
 export KUBESTEER_IMAGE_ARCHIVE=$KUBESTEER_STATE/image.tar
 cleanup() {
-  if [ -z "${KUBESTEER_KEEP_CLUSTER:-}" ]; then
+  if [ "${KUBESTEER_KEEP_CLUSTER:-0}" = 0 ]; then
     hack/cluster.sh down
   else
     echo "[e2e] kept cluster $KUBESTEER_CLUSTER: export KUBECONFIG=$KUBECONFIG" >&2
