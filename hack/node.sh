@@ -340,6 +340,8 @@ down() {
   # container, apart from every other node's) that the killed shims could not remove.
   local c id
   for id in $containers; do
+    # A process that outlived its shim still sits in its container's cgroup.
+    for p in $(cat /sys/fs/cgroup/pids/k8s.io/"$id"/cgroup.procs 2>/dev/null); do kill -9 "$p" 2>/dev/null || true; done
     for c in /sys/fs/cgroup/*/k8s.io/"$id"; do [ -d "$c" ] && rmdir "$c" 2>/dev/null || true; done
   done
   [ -f "$kubeconfig" ] && "${kubectl[@]}" delete node "$node" --ignore-not-found --wait=false >/dev/null 2>&1 || true
