@@ -322,6 +322,8 @@ down() {
         "${ctr[@]}" tasks kill -s SIGKILL "$t" >/dev/null 2>&1 || true
       done
     fi
+    # The tasks' state too, in case containerd was already gone.
+    containers+=" $(ls "$dir/containerd/state/io.containerd.runtime.v2.task/k8s.io" 2>/dev/null || true)"
     pkill -9 -f "containerd-shim-runc-v2 .*-address $sock" 2>/dev/null || true
     stop containerd
     stop kube-proxy
@@ -339,9 +341,11 @@ down() {
   # The cgroups of this node's containers (runc names them /k8s.io/<container id>: one path per
   # container, apart from every other node's) that the killed shims could not remove.
   local c id
-  for id in $containers; do
+  for id in $(echo "$containers" | tr ' ' '\n' | sort -u); do
     # A process that outlived its shim still sits in its container's cgroup.
-    for p in $(cat /sys/fs/cgroup/pids/k8s.io/"$id"/cgroup.procs 2>/dev/null); do kill -9 "$p" 2>/dev/null || true; done
+    local procs=/sys/fs/cgroup/pids/k8s.io/$id/cgroup.procs
+    for p in $(cat "$procs" 2>/dev/null); do kill -9 "$p" 2>/dev/null || true; done
+    for _ in $(seq 1 50); do [ -z "$(cat "$procs" 2>/dev/null)" ] && break; sleep 0.1; done
     for c in /sys/fs/cgroup/*/k8s.io/"$id"; do [ -d "$c" ] && rmdir "$c" 2>/dev/null || true; done
   done
   [ -f "$kubeconfig" ] && "${kubectl[@]}" delete node "$node" --ignore-not-found --wait=false >/dev/null 2>&1 || true
