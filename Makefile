@@ -40,8 +40,9 @@ install:
 	$(BIN)/kubectl $(if $(KUBECONFIG),,--kubeconfig $(KUBECONFIG_FILE)) apply --server-side -f charts/kubesteer/crds/
 	$(BIN)/kubectl $(if $(KUBECONFIG),,--kubeconfig $(KUBECONFIG_FILE)) wait --for=condition=Established --timeout=60s -f charts/kubesteer/crds/
 
-## run: the local control plane with its real node, the image built and installed by the chart,
-## the samples applied; in the foreground, Ctrl-C tears it all down. MODE=host runs the two
+## run: the local control plane "kubesteer" (.kubesteer/) with its real node, the image built and
+## installed by the chart, the samples applied; in the foreground. Ctrl-C tears down what it
+## started (a cluster that was already up stays, minus what run added). MODE=host runs the two
 ## binaries on the host instead (no root needed).
 MODE ?= cluster
 run: control-plane
@@ -66,7 +67,9 @@ clippy:
 unit:
 	$(CARGO) test --workspace --exclude kubesteer-tests
 
-## e2e: end-to-end tests against a real local control plane (reused when one is already up).
+## e2e: end-to-end tests on a control plane of their own, "kubesteer-e2e" (.kubesteer/e2e/, with its
+## own real node as root), started and torn down by hack/e2e.sh (KUBESTEER_KEEP_CLUSTER=1 keeps it);
+## `make run`'s cluster is never touched, so both run side by side.
 e2e: control-plane
 	hack/e2e.sh
 

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The local real control plane: etcd, kube-apiserver, kube-controller-manager, kube-scheduler
 # and kwok (fake nodes whose pods become Running and Ready), all from the pinned cache, plus one real
-# node (hack/node.sh: containerd, kubelet, kube-proxy) tainted for kubesteer's own pods.
-#   hack/cluster.sh up     start it (or reuse a running one), install the CRDs, write .kubesteer/kubeconfig
-#   hack/cluster.sh down   stop it and delete its state
+# node of its own (hack/node.sh: containerd, kubelet, kube-proxy in a netns of the cluster's own)
+# tainted for kubesteer's own pods. Clusters of other names and state dirs run side by side.
+#   hack/cluster.sh up     start it (or reuse a running one), install the CRDs, write $KUBESTEER_STATE/kubeconfig
+#   hack/cluster.sh down   stop it, its node, and delete its state
 #   hack/cluster.sh status exit 0 when it answers
-# Environment: KUBESTEER_CLUSTER (name), KUBESTEER_STATE (state dir), KUBESTEER_NODES (fake nodes),
+# Environment: KUBESTEER_CLUSTER (name, default kubesteer), KUBESTEER_STATE (state dir, default
+# .kubesteer; hack/e2e.sh uses kubesteer-e2e in .kubesteer/e2e), KUBESTEER_NODES (fake nodes),
 # KUBESTEER_AUDIT_POLICY (opt-in: an audit policy file; the log is $KUBESTEER_STATE/kwok/clusters/<name>/logs/audit.log),
 # KUBESTEER_EXTRA_ARGS (opt-in: more kwokctl --extra-args, space-separated, e.g. "kube-scheduler=v=2"),
 # KUBESTEER_REAL_NODE (1: add the real node, 0: kwok nodes only; default 1 as root, else 0).
@@ -40,9 +42,17 @@ up() {
     log "reusing the running cluster $name"
   else
     # A stale cluster (from a killed session) is removed before a fresh start, its node too.
-    "$root/hack/node.sh" down
+    "$root/hack/node.sh" release
     "${kwokctl[@]}" delete cluster >/dev/null 2>&1 || true
     rm -f "$kubeconfig"
+    # With a real node, the cluster's Service range is its node's (hack/node.sh claim): the host
+    # routes it into that node's netns, so every cluster with a node needs a range of its own.
+    local service_cidr=10.0.0.0/24 service_ip=10.0.0.1
+    if [ "$real_node" = 1 ]; then
+      "$root/hack/node.sh" claim
+      service_cidr=$(sed -n 's/^SERVICE_CIDR=//p' "$state/net.env")
+      service_ip=$(sed -n 's/^SERVICE_IP=//p' "$state/net.env")
+    fi
     cat >"$state/kwokctl.yaml" <<YAML
 kind: KwokctlConfiguration
 apiVersion: config.kwok.x-k8s.io/v1alpha1
@@ -57,7 +67,7 @@ options:
   kubectlBinary: $bin/kubectl
   disableQPSLimits: true
   # Pods of the real node reach the apiserver at the kubernetes Service's ClusterIP (kube-proxy).
-  kubeApiserverCertSANs: [10.0.0.1]
+  kubeApiserverCertSANs: [$service_ip]
 # In the file, not as --extra-args: kwokctl v0.7.0 panics on several args for several components.
 componentsPatches:
   - name: etcd
@@ -65,6 +75,7 @@ componentsPatches:
       - {key: unsafe-no-fsync, value: "true"}
   - name: kube-apiserver
     extraArgs:
+      - {key: service-cluster-ip-range, value: $service_cidr}
       # The real node is reached by its address (there is no DNS for its name), with a client
       # certificate that its kubelet accepts (kubectl logs and exec).
       - {key: kubelet-preferred-address-types, value: InternalIP}
@@ -94,7 +105,7 @@ YAML
 }
 
 down() {
-  "$root/hack/node.sh" down
+  "$root/hack/node.sh" release
   "${kwokctl[@]}" delete cluster >/dev/null 2>&1 || true
   rm -f "$kubeconfig"
   log "cluster $name deleted"

@@ -4,7 +4,8 @@
 #   hack/deploy.sh up IMG     load IMG (built by `make image`) and install or upgrade the release
 #   hack/deploy.sh down       uninstall the release
 # Environment: KUBESTEER_RELEASE (kubesteer), KUBESTEER_RELEASE_NAMESPACE (kubesteer-system),
-# KUBESTEER_IMAGE_ARCHIVE (where `make image` exported IMG, default .kubesteer/image.tar).
+# KUBESTEER_IMAGE_ARCHIVE (where `make image` exported IMG, default $KUBESTEER_STATE/image.tar),
+# KUBESTEER_DEPLOY_TIMEOUT (how long helm --wait waits for every pod to be Ready, default 5m).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cache=${KUBESTEER_CACHE:-$HOME/.cache/kubesteer}
@@ -23,7 +24,7 @@ up() {
   log "helm upgrade --install $release ($img) in $ns"
   "${helm[@]}" upgrade --install "$release" "$root/charts/kubesteer" -n "$ns" --create-namespace \
     -f "$root/hack/real-node-values.yaml" --set "image.repository=${img%:*}" --set "image.tag=${img##*:}" \
-    --wait --timeout 5m
+    --wait --timeout "${KUBESTEER_DEPLOY_TIMEOUT:-5m}"
   "${kubectl[@]}" -n "$ns" get pods -o wide
 }
 

@@ -1,24 +1,40 @@
 #!/usr/bin/env bash
-# Runs the end-to-end tests against the local real cluster: reuses one that is up, or starts
-# one and tears it down afterwards (KUBESTEER_KEEP_CLUSTER=1 keeps it). As root, the cluster has
-# its real node; the project image is built (make image) for tests/tests/image.rs and loaded into
-# the node for the tests of the real install (tests/tests/install.rs).
+# Runs the end-to-end tests on a cluster of their own, never on `make run`'s: the kwokctl cluster
+# kubesteer-e2e, its state (kubeconfig, kwokctl files, the real node, the image archive) in
+# .kubesteer/e2e/. tests/src/lib.rs reads that kubeconfig by default. As root the cluster has a
+# real node of its own (hack/node.sh), beside `make run`'s; the project image is built
+# (make image) for tests/tests/image.rs and loaded into that node for tests/tests/install.rs.
+# The cluster is started here and torn down afterwards; KUBESTEER_KEEP_CLUSTER=1 keeps it, and
+# the next run reuses it. KUBESTEER_E2E_CLUSTER and KUBESTEER_E2E_STATE name another one.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
+export KUBESTEER_CLUSTER=${KUBESTEER_E2E_CLUSTER:-kubesteer-e2e}
+export KUBESTEER_STATE=${KUBESTEER_E2E_STATE:-$root/.kubesteer/e2e}
+if [ "$KUBESTEER_CLUSTER" = kubesteer ] || [ "$(realpath -m "$KUBESTEER_STATE")" = "$root/.kubesteer" ]; then
+  echo "[e2e] refusing to run on make run's cluster (kubesteer, .kubesteer/): pick another name and state" >&2
+  exit 2
+fi
+# Everything that reads a kubeconfig (the tests, kubectl, helm, hack/deploy.sh) gets this one,
+# whatever KUBECONFIG the calling shell exported.
+export KUBESTEER_KUBECONFIG=$KUBESTEER_STATE/kubeconfig
+export KUBECONFIG=$KUBESTEER_KUBECONFIG
 img=${KUBESTEER_IMAGE:-kubesteer:dev}
 export KUBESTEER_IMAGE=$img
-started=0
-hack/cluster.sh status || started=1
+export KUBESTEER_IMAGE_ARCHIVE=$KUBESTEER_STATE/image.tar
 cleanup() {
-  if [ "$started" = 1 ] && [ -z "${KUBESTEER_KEEP_CLUSTER:-}" ]; then hack/cluster.sh down; fi
+  if [ "${KUBESTEER_KEEP_CLUSTER:-0}" = 0 ]; then
+    hack/cluster.sh down
+  else
+    echo "[e2e] kept cluster $KUBESTEER_CLUSTER: export KUBECONFIG=$KUBECONFIG" >&2
+  fi
 }
 trap cleanup EXIT
 hack/install-prereqs.sh
 hack/cluster.sh up
 cargo build --workspace --bins
-make --no-print-directory image IMG="$img"
+make --no-print-directory image IMG="$img" IMAGE_TAR="$KUBESTEER_IMAGE_ARCHIVE"
 if hack/node.sh status; then
-  hack/node.sh load "${KUBESTEER_IMAGE_ARCHIVE:-.kubesteer/image.tar}"
+  hack/node.sh load "$KUBESTEER_IMAGE_ARCHIVE"
 fi
 cargo test -p kubesteer-tests -- --test-threads "${KUBESTEER_E2E_THREADS:-4}"

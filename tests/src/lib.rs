@@ -23,11 +23,22 @@ fn cache_bin() -> PathBuf {
     cache.join("bin")
 }
 
-/// The kubeconfig of the local cluster that `hack/cluster.sh up` wrote.
+/// The e2e tests' own cluster, which `hack/e2e.sh` starts (never `make run`'s `kubesteer`).
+const E2E_CLUSTER: &str = "kubesteer-e2e";
+
+/// The state directory of the e2e cluster: `$KUBESTEER_STATE`, else `.kubesteer/e2e`.
+fn state_dir() -> PathBuf {
+    std::env::var_os("KUBESTEER_STATE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join(".kubesteer/e2e"))
+}
+
+/// The kubeconfig of the e2e cluster that `hack/e2e.sh` started: `$KUBESTEER_KUBECONFIG`, else
+/// the state directory's. Never `$KUBECONFIG`, which may well name `make run`'s cluster.
 pub fn kubeconfig() -> PathBuf {
     std::env::var_os("KUBESTEER_KUBECONFIG")
         .map(PathBuf::from)
-        .unwrap_or_else(|| repo_root().join(".kubesteer/kubeconfig"))
+        .unwrap_or_else(|| state_dir().join("kubeconfig"))
 }
 
 /// The result of one kubectl call.
@@ -622,13 +633,10 @@ pub fn impersonating_kubeconfig(user: &str, groups: &[&str], file: &str) -> Resu
     Ok(path)
 }
 
-/// The local cluster's kwokctl directory (`<state>/kwok/clusters/<name>`).
+/// The e2e cluster's kwokctl directory (`<state>/kwok/clusters/<name>`).
 fn cluster_dir() -> PathBuf {
-    let state = std::env::var_os("KUBESTEER_STATE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo_root().join(".kubesteer"));
-    let name = std::env::var("KUBESTEER_CLUSTER").unwrap_or_else(|_| "kubesteer".to_string());
-    state.join("kwok/clusters").join(name)
+    let name = std::env::var("KUBESTEER_CLUSTER").unwrap_or_else(|_| E2E_CLUSTER.to_string());
+    state_dir().join("kwok/clusters").join(name)
 }
 
 /// One process of the local control plane, as kwokctl started it: enough to start it again.
