@@ -10,9 +10,10 @@ use std::sync::{Arc, Mutex};
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{
     Capabilities, Container, Pod, PodSpec, PodTemplateSpec, SeccompProfile, SecurityContext,
-    Service,
+    Service, ServicePort, ServiceSpec,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::client::Body;
 use kube::core::{NamespaceResourceScope, PartialObjectMeta, Status};
@@ -93,6 +94,37 @@ where
         labels: Some(labels),
         owner_references: Some(vec![owner_ref]),
         ..ObjectMeta::default()
+    })
+}
+
+/// The Service in front of an owner's pods: one TCP `port` named `port_name`, pointing at the
+/// pods' port of that name; `shape` sets the rest (type, headless).
+pub fn service<K>(
+    kind: &'static str,
+    owner: &K,
+    app: &str,
+    port: i32,
+    port_name: &str,
+    shape: ServiceSpec,
+) -> Result<Service>
+where
+    K: Resource<DynamicType = ()>,
+{
+    let name = owner.meta().name.clone().unwrap_or_default();
+    Ok(Service {
+        metadata: child_meta(kind, owner, name.clone(), labels(app, &name))?,
+        spec: Some(ServiceSpec {
+            selector: Some(selector_labels(app, &name)),
+            ports: Some(vec![ServicePort {
+                name: Some(port_name.into()),
+                port,
+                target_port: Some(IntOrString::String(port_name.into())),
+                protocol: Some("TCP".into()),
+                ..ServicePort::default()
+            }]),
+            ..shape
+        }),
+        ..Service::default()
     })
 }
 /// A Deployment spec of `replicas` pods of one `container`, labelled for `app`/`instance`.

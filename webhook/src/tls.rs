@@ -120,7 +120,9 @@ impl CertFiles {
         loop {
             ticker.tick().await;
             let Ok(pair) = self.read() else { continue };
-            let leaf = CertificateDer::pem_slice_iter(&pair.0).next().and_then(|c| c.ok());
+            let leaf = CertificateDer::pem_slice_iter(&pair.0)
+                .next()
+                .and_then(|c| c.ok());
             if leaf.is_some_and(|leaf| store.leaf().as_deref() == Some(leaf.as_ref())) {
                 continue;
             }

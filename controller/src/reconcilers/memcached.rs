@@ -4,7 +4,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{
-    Container, ContainerPort, Probe, Service, ServicePort, ServiceSpec, TCPSocketAction,
+    Container, ContainerPort, Probe, Service, ServiceSpec, TCPSocketAction,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -107,24 +107,11 @@ pub fn deployment(mc: &Memcached) -> Result<Deployment> {
 
 /// The headless Service a Memcached wants: clients need every pod's endpoint.
 pub fn service(mc: &Memcached) -> Result<Service> {
-    let name = mc.name_any();
-    let port = mc.spec.port();
-    Ok(Service {
-        metadata: child_meta(KIND, mc, name.clone(), children::labels(APP, &name))?,
-        spec: Some(ServiceSpec {
-            cluster_ip: Some("None".into()),
-            selector: Some(children::selector_labels(APP, &name)),
-            ports: Some(vec![ServicePort {
-                name: Some(PORT_NAME.into()),
-                port,
-                target_port: Some(IntOrString::String(PORT_NAME.into())),
-                protocol: Some("TCP".into()),
-                ..ServicePort::default()
-            }]),
-            ..ServiceSpec::default()
-        }),
-        ..Service::default()
-    })
+    let headless = ServiceSpec {
+        cluster_ip: Some("None".into()),
+        ..ServiceSpec::default()
+    };
+    children::service(KIND, mc, APP, mc.spec.port(), PORT_NAME, headless)
 }
 
 /// The status a Memcached reports, from its Deployment and the names of its live pods.

@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{
     Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction, Probe, Secret,
-    SecretKeySelector, Service, ServicePort, ServiceSpec, TCPSocketAction,
+    SecretKeySelector, Service, ServiceSpec, TCPSocketAction,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -382,23 +382,11 @@ pub fn deployment(welcome: &Welcome, credentials_uid: Option<&str>) -> Result<De
 
 /// The Service a Welcome wants, of its serviceType, on its port.
 pub fn service(welcome: &Welcome) -> Result<Service> {
-    let name = welcome.name_any();
-    Ok(Service {
-        metadata: child_meta(KIND, welcome, name.clone(), children::labels(APP, &name))?,
-        spec: Some(ServiceSpec {
-            type_: Some(welcome.spec.service_type().as_str().into()),
-            selector: Some(children::selector_labels(APP, &name)),
-            ports: Some(vec![ServicePort {
-                name: Some(PORT_NAME.into()),
-                port: welcome.spec.port(),
-                target_port: Some(IntOrString::String(PORT_NAME.into())),
-                protocol: Some("TCP".into()),
-                ..ServicePort::default()
-            }]),
-            ..ServiceSpec::default()
-        }),
-        ..Service::default()
-    })
+    let shape = ServiceSpec {
+        type_: Some(welcome.spec.service_type().as_str().into()),
+        ..ServiceSpec::default()
+    };
+    children::service(KIND, welcome, APP, welcome.spec.port(), PORT_NAME, shape)
 }
 
 /// The status a Welcome reports, from its Deployment and Service.
