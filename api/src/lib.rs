@@ -1,9 +1,10 @@
 //! kubesteer's custom resources, shared by the webhook and the controller.
 //!
 //! Everything here is pure: types, defaults, validation and schedule math, with no I/O; the
-//! one exception, watches that skip undecodable objects, sits behind the `watch` feature.
+//! one exception, the run-time pieces both binaries share (logging, signals, readiness and
+//! watches), sits behind the `runtime` feature.
 #![forbid(unsafe_code)]
-#![deny(warnings, rust_2018_idioms)]
+#![deny(rust_2018_idioms)]
 
 pub mod access;
 pub mod common;
@@ -12,10 +13,10 @@ pub mod defaults;
 pub mod field;
 pub mod kind;
 pub mod memcached;
+#[cfg(feature = "runtime")]
+pub mod runtime;
 pub mod scaler;
 pub mod schedule;
-#[cfg(feature = "watch")]
-pub mod watch;
 pub mod welcome;
 
 pub use memcached::{Memcached, MemcachedSpec, MemcachedStatus};

@@ -3,7 +3,7 @@
 //! Every subcommand prints one JSON object on stdout; the script assembles them into
 //! bench/results/controller.json. Times are wall-clock on the benchmark machine.
 #![forbid(unsafe_code)]
-#![deny(warnings, rust_2018_idioms)]
+#![deny(rust_2018_idioms)]
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Debug;

@@ -1,21 +1,19 @@
 //! kubesteer's controller: one kube-runtime `Controller` per kind, reconciling what Scaler,
 //! Welcome and Memcached own.
 #![forbid(unsafe_code)]
-#![deny(warnings, rust_2018_idioms)]
+#![deny(rust_2018_idioms)]
 
 pub mod args;
 pub mod cache;
 pub mod context;
-pub mod http;
-pub mod lease;
 pub mod memcached;
-pub mod metrics;
-pub mod metrics_auth;
 pub mod objects;
 pub mod run;
+pub mod runtime;
 pub mod scaler;
-pub mod telemetry;
 pub mod welcome;
+
+pub use runtime::metrics;
 
 #[cfg(test)]
 pub mod fixtures;
@@ -44,9 +42,6 @@ pub enum Error {
     #[error("serializing: {0}")]
     Serialize(#[from] serde_json::Error),
 
-    #[error("kubeconfig: {0}")]
-    Config(#[from] kube::config::InferConfigError),
-
     #[error("leader election: {0}")]
     Lease(#[from] kube_lease_manager::LeaseManagerError),
 
@@ -56,8 +51,8 @@ pub enum Error {
     #[error("metrics certificate: {0}")]
     Certs(#[from] kubesteer_certs::Error),
 
-    #[error("logging: {0}")]
-    Telemetry(String),
+    #[error(transparent)]
+    Logging(#[from] kubesteer_api::runtime::logging::Error),
 
     /// Another error whose text held a secret, with that secret blanked out.
     #[error("{message}")]
@@ -77,11 +72,10 @@ impl Error {
             Error::Finalizer(_) => "finalizer",
             Error::MissingField { .. } => "missing_field",
             Error::Serialize(_) => "serialize",
-            Error::Config(_) => "config",
             Error::Lease(_) => "lease",
             Error::Io(_) => "io",
             Error::Certs(_) => "certs",
-            Error::Telemetry(_) => "telemetry",
+            Error::Logging(_) => "logging",
             Error::Redacted { label, .. } => label,
         }
     }

@@ -1,8 +1,8 @@
-//! Wiring: the client, the HTTP server, signals, leader election and the three controllers.
+//! Wiring: the client, the HTTP server, signals, leader election and the three controllers,
+//! each of whose watches tells readiness its state.
 use std::sync::Arc;
 
 use std::fmt::Debug;
-use std::time::Duration;
 
 use futures::{Stream, StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
@@ -10,9 +10,11 @@ use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{self, Controller};
 use kube::runtime::reflector::{self, store::Writer, ObjectRef};
-use kube::runtime::{watcher, WatchStreamExt};
+use kube::runtime::watcher::{self, watcher, Event};
+use kube::runtime::WatchStreamExt;
 use kube::{Api, Client, Resource, ResourceExt};
-use kubesteer_api::watch::{self as tolerant, Undecodable};
+use kubesteer_api::runtime::watch::{self as tolerant, Undecodable};
+use kubesteer_api::runtime::{health, logging, signal, Health};
 use kubesteer_api::{Memcached, Scaler, Welcome};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -21,24 +23,32 @@ use tracing::{debug, info, warn};
 
 use crate::args::Args;
 use crate::cache::{self, children_of, Caches, Packed};
-use crate::http::{self, Health};
-use crate::metrics::Metrics;
-use crate::metrics_auth::Authorizer;
 use crate::objects::INSTANCE_LABEL;
-use crate::{lease, memcached, scaler, telemetry, welcome, Context, Result, SystemClock};
+use crate::runtime::metrics::Metrics;
+use crate::runtime::metrics_auth::Authorizer;
+use crate::runtime::{http, lease, stopped, STARTING};
+use crate::{memcached, scaler, welcome, Context, Result, SystemClock};
 
 /// Runs the controller until SIGTERM or SIGINT.
 pub async fn run(args: Args) -> Result<()> {
-    telemetry::init(args.log_json)?;
-    let config = kube::Config::infer().await?;
-    let client = Client::try_from(config.clone())?;
+    logging::init(args.runtime.log_json)?;
+    let config = kube::Config::infer()
+        .await
+        .map_err(kube::Error::InferConfig)?;
+    let health = args.runtime.health();
+    // The client tells `health` when a watch reconnects.
+    let client = health::client(config.clone(), &health)?;
     let metrics = Arc::new(Metrics::default());
-    let health = Arc::new(Health::default());
+    health.hold(STARTING);
     let (shutdown_tx, shutdown) = watch::channel(false);
-    tokio::spawn(async move {
-        wait_for_signal().await;
-        info!("shutting down");
-        let _ = shutdown_tx.send(true);
+    tokio::spawn({
+        let health = health.clone();
+        async move {
+            signal::shutdown().await;
+            info!("shutting down");
+            health.shut_down();
+            let _ = shutdown_tx.send(true);
+        }
     });
 
     let authorizer = args.metrics_auth.then(|| Authorizer::new(client.clone()));
@@ -59,17 +69,17 @@ pub async fn run(args: Args) -> Result<()> {
     let identity = args.identity();
     let ctx = Arc::new(Context::new(
         client.clone(),
-        metrics,
+        metrics.clone(),
         Arc::new(SystemClock),
         Some(identity.clone()),
         Caches::empty(),
     ));
     if args.leader_election {
-        lease::run_while_leading(config, &args, identity, ctx, health, shutdown).await?;
+        let lead = |stop| controllers(ctx.clone(), &args, &health, stop);
+        lease::run_while_leading(config, &args, identity, metrics, &health, shutdown, lead).await?;
     } else {
-        health.set_ready(true);
         ctx.metrics.set_leading(true);
-        controllers(ctx, &args, shutdown).await;
+        controllers(ctx, &args, &health, shutdown).await;
     }
     match server.await {
         Ok(Ok(())) => {}
@@ -78,34 +88,6 @@ pub async fn run(args: Args) -> Result<()> {
     }
     info!("stopped");
     Ok(())
-}
-
-async fn wait_for_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = ctrl_c => {}
-                    _ = term.recv() => {}
-                }
-            }
-            Err(e) => {
-                warn!(error = %e, "cannot listen for SIGTERM; only Ctrl-C stops the controller");
-                let _ = ctrl_c.await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = ctrl_c.await;
-    }
-}
-
-/// Resolves once `stop` turns true, or its sender is gone.
-pub async fn stopped(mut stop: watch::Receiver<bool>) {
-    let _ = stop.wait_for(|&s| s).await;
 }
 
 /// All objects of a kind, in `namespace` or in the whole cluster.
@@ -131,9 +113,41 @@ fn skipped<K: Resource<DynamicType = ()>>(object: Undecodable) {
     );
 }
 
+/// A watch of `api`, registered with `health` as `what`.
+fn tracked<K>(
+    health: &Health,
+    what: String,
+    api: Api<K>,
+    config: watcher::Config,
+) -> impl Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + 'static,
+{
+    let key = health::key(&api, &config);
+    health.track(what, key, watcher(api, config))
+}
+
+/// A watch of the `K`s that leaves out those it cannot decode, registered with `health`.
+fn tolerant_watch<K>(
+    health: &Health,
+    client: &Client,
+    ns: Option<&str>,
+) -> impl Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static
+where
+    K: Resource<DynamicType = ()> + DeserializeOwned + Send + 'static,
+{
+    let api = tolerant::api::<K>(client.clone(), ns);
+    let config = watcher::Config::default();
+    let key = health::key(&api, &config);
+    let watch = tolerant::watcher::<K>(api, config, skipped::<K>);
+    health.track(K::kind(&()).to_string(), key, watch)
+}
+
 /// A watch that keeps what `trim` leaves of each object in a cache, and yields the objects it
 /// saw change or go, to trigger reconciles.
 fn cached<K>(
+    health: &Health,
+    what: String,
     api: Api<K>,
     config: watcher::Config,
     writer: Writer<K>,
@@ -142,7 +156,7 @@ fn cached<K>(
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
-    watcher(api, config)
+    tracked(health, what, api, config)
         .default_backoff()
         .modify(trim)
         .reflect(writer)
@@ -152,6 +166,8 @@ where
 /// A watch that keeps each object packed in a cache, and yields the objects it saw change or
 /// go, to trigger reconciles.
 fn packed<K>(
+    health: &Health,
+    what: String,
     api: Api<K>,
     config: watcher::Config,
     mut writer: Writer<Packed<K>>,
@@ -166,7 +182,7 @@ where
         + Sync
         + 'static,
 {
-    watcher(api, config)
+    tracked(health, what, api, config)
         .default_backoff()
         .inspect_ok(move |event| match cache::pack_event(event) {
             Ok(packed) => writer.apply_watcher_event(&packed),
@@ -179,6 +195,7 @@ where
 /// managedFields, and reconciled on changes to them and to their Deployments and Services of
 /// `app`, which fill the caches behind `deployments` and `services`.
 fn owner_controller<K>(
+    health: &Health,
     client: &Client,
     ns: Option<&str>,
     config: controller::Config,
@@ -196,20 +213,24 @@ where
         + 'static,
 {
     let (store, writer) = reflector::store();
-    let owners =
-        tolerant::watcher::<K>(client.clone(), ns, watcher::Config::default(), skipped::<K>)
-            .default_backoff()
-            .modify(cache::trim::<K>)
-            .reflect(writer)
-            .applied_objects();
+    let kind = K::kind(&());
+    let owners = tolerant_watch::<K>(health, client, ns)
+        .default_backoff()
+        .modify(cache::trim::<K>)
+        .reflect(writer)
+        .applied_objects();
     Controller::for_stream(owners, store)
         .with_config(config)
         .owns_stream(packed(
+            health,
+            format!("{kind} Deployment"),
             api::<Deployment>(client, ns),
             children_of(app),
             deployments,
         ))
         .owns_stream(packed(
+            health,
+            format!("{kind} Service"),
             api::<Service>(client, ns),
             children_of(app),
             services,
@@ -217,18 +238,23 @@ where
 }
 
 /// Runs the three controllers until `stop` turns true, letting running reconciles finish.
-/// Each run has caches of its own, filled by its own watches.
-pub async fn controllers(base: Arc<Context>, args: &Args, stop: watch::Receiver<bool>) {
+/// Each run has caches of its own, filled by its own watches, which are registered with
+/// `health` for as long as the run lasts.
+pub async fn controllers(
+    base: Arc<Context>,
+    args: &Args,
+    health: &Health,
+    stop: watch::Receiver<bool>,
+) {
     let client = base.client.clone();
     let ns = args.namespace.as_deref();
     let (caches, writers) = Caches::new();
     let ctx = Arc::new(base.with_caches(caches));
     let config = controller::Config::default().concurrency(args.concurrency);
-    let owner_config = config
-        .clone()
-        .debounce(Duration::from_millis(args.debounce_ms));
+    let owner_config = config.clone().debounce(args.debounce);
 
     let memcacheds = owner_controller::<Memcached>(
+        health,
         &client,
         ns,
         owner_config.clone(),
@@ -239,6 +265,8 @@ pub async fn controllers(base: Arc<Context>, args: &Args, stop: watch::Receiver<
     // Pods name the nodes in the status, so their comings and goings trigger a reconcile.
     .watches_stream(
         cached(
+            health,
+            "Memcached Pod".to_string(),
             api::<PartialObjectMeta<Pod>>(&client, ns),
             children_of(memcached::APP),
             writers.memcached_pods,
@@ -256,6 +284,7 @@ pub async fn controllers(base: Arc<Context>, args: &Args, stop: watch::Receiver<
 
     // Secrets are not watched: the controller may write them but not read them.
     let welcomes = owner_controller::<Welcome>(
+        health,
         &client,
         ns,
         owner_config,
@@ -269,29 +298,32 @@ pub async fn controllers(base: Arc<Context>, args: &Args, stop: watch::Receiver<
 
     // No debounce for Scalers: it would delay the requeue at a window's boundary.
     let (store, writer) = reflector::store();
-    let scaler_objects = tolerant::watcher::<Scaler>(
-        client.clone(),
-        ns,
-        watcher::Config::default(),
-        skipped::<Scaler>,
-    )
-    .default_backoff()
-    .reflect(writer)
-    .applied_objects();
+    let scaler_objects = tolerant_watch::<Scaler>(health, &client, ns)
+        .default_backoff()
+        .reflect(writer)
+        .applied_objects();
     let scaler_controller = Controller::for_stream(scaler_objects, store).with_config(config);
     let store = scaler_controller.store();
     // Any Deployment may be a target, so all are watched and mapped through the Scalers' store.
     let scalers = scaler_controller
         // Their metadata is enough to name them; the reconcile reads a target when it acts.
-        .watches(
-            api::<PartialObjectMeta<Deployment>>(&client, ns),
-            watcher::Config::default(),
+        .watches_stream(
+            tracked(
+                health,
+                "Scaler target Deployment".to_string(),
+                api::<PartialObjectMeta<Deployment>>(&client, ns),
+                watcher::Config::default(),
+            )
+            .default_backoff()
+            .touched_objects(),
             move |d| scaler::scalers_targeting(&store, &d),
         )
         .graceful_shutdown_on(stopped(stop))
         .run(scaler::reconcile, scaler::error_policy, ctx)
         .for_each(|r| async move { log_result(scaler::KIND, r) });
 
+    // Every watch is registered now: readiness waits for them instead.
+    health.release(STARTING);
     info!("controllers started");
     tokio::join!(memcacheds, welcomes, scalers);
     info!("controllers stopped");

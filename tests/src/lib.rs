@@ -1,6 +1,6 @@
 //! Helpers for end-to-end tests that drive a real cluster with the real `kubectl`, like a user.
 #![forbid(unsafe_code)]
-#![deny(warnings, rust_2018_idioms)]
+#![deny(rust_2018_idioms)]
 
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};

@@ -10,7 +10,8 @@ use std::time::Duration;
 use axum::body::Body;
 use http_body_util::BodyExt;
 use hyper_util::rt::TokioIo;
-use kubesteer_webhook::server::{serve, Draining, Limits};
+use kubesteer_api::runtime::Health;
+use kubesteer_webhook::server::{serve, Limits};
 use kubesteer_webhook::tls::{server_config, CertFiles, CertStore};
 use kubesteer_webhook::{router, AppState};
 use rcgen::{CertificateParams, DnType, IsCa, Issuer, KeyPair};
@@ -126,7 +127,7 @@ async fn rotation_serves_the_new_certificate_without_dropping_a_request() {
         server_config(store.clone()).unwrap(),
         app,
         limits,
-        Draining::default(),
+        Health::default(),
         Default::default(),
         std::future::pending(),
     ));
@@ -208,7 +209,7 @@ async fn idle_and_slow_clients_are_cut_off() {
         server_config(store).unwrap(),
         app,
         limits,
-        Draining::default(),
+        Health::default(),
         Default::default(),
         std::future::pending(),
     ));

@@ -1,4 +1,4 @@
-//! Watches that survive one bad object (feature `watch`, used by the webhook and the controller).
+//! Watches that survive one bad object, for the webhook and the controller.
 //!
 //! A typed watch decodes a whole list at once, so a single stored object that does not decode
 //! (an integer out of range written under an older schema, say) fails every list and stalls every
@@ -48,22 +48,28 @@ pub fn decode_event<K: DeserializeOwned>(
     }
 }
 
-/// `kube::runtime::watcher` over the `K`s in `namespace` (all namespaces when `None`), decoding
-/// each object on its own and leaving out, after telling `skipped`, those that do not decode.
+/// The `K`s in `namespace` (all namespaces when `None`), as dynamic objects, for [`watcher`].
+pub fn api<K>(client: Client, namespace: Option<&str>) -> Api<DynamicObject>
+where
+    K: Resource<DynamicType = ()>,
+{
+    let resource = ApiResource::erase::<K>(&());
+    match namespace {
+        Some(ns) => Api::namespaced_with(client, ns, &resource),
+        None => Api::all_with(client, &resource),
+    }
+}
+
+/// `kube::runtime::watcher` over `api` (from [`api`]), decoding each object as a `K` on its
+/// own and leaving out, after telling `skipped`, those that do not decode.
 pub fn watcher<K>(
-    client: Client,
-    namespace: Option<&str>,
+    api: Api<DynamicObject>,
     config: watcher::Config,
     skipped: impl Fn(Undecodable) + Send + 'static,
 ) -> impl Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static
 where
     K: Resource<DynamicType = ()> + DeserializeOwned + Send + 'static,
 {
-    let resource = ApiResource::erase::<K>(&());
-    let api: Api<DynamicObject> = match namespace {
-        Some(ns) => Api::namespaced_with(client, ns, &resource),
-        None => Api::all_with(client, &resource),
-    };
     watcher::watcher(api, config).filter_map(move |event| {
         future::ready(match event {
             Ok(event) => decode_event(event, &skipped).map(Ok),
