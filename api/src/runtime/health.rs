@@ -482,26 +482,41 @@ mod tests {
         assert_eq!(health.check(), Ok(()));
     }
 
+    /// An apiserver that answers every request with one status.
+    struct Answer(u16);
+
+    impl tower::Service<http::Request<kube::client::Body>> for Answer {
+        type Response = http::Response<()>;
+        type Error = String;
+        type Future = std::future::Ready<Result<Self::Response, String>>;
+
+        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), String>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, _: http::Request<kube::client::Body>) -> Self::Future {
+            let response = http::Response::builder().status(self.0).body(());
+            std::future::ready(response.map_err(|e| e.to_string()))
+        }
+    }
+
     #[tokio::test(start_paused = true)]
     async fn the_client_layer_records_accepted_watch_requests_only() {
-        use tower::{Layer, ServiceExt};
+        use tower::{Layer, Service};
+
         let health = Health::default();
-        let answer = |status: u16| {
-            tower::service_fn(move |_: http::Request<Body>| async move {
-                http::Response::builder()
-                    .status(status)
-                    .body(())
-                    .map_err(|e| e.to_string())
-            })
-        };
-        let send = |status: u16, uri: &str| {
-            let service = health.layer().layer(answer(status));
-            let request = http::Request::get(uri).body(Body::empty()).unwrap();
-            async move { service.oneshot(request).await.unwrap() }
-        };
-        send(200, "/api/v1/pods?watch=1").await;
-        send(500, "/api/v1/services?watch=true").await;
-        send(200, "/api/v1/secrets").await;
+        for (status, uri) in [
+            (200, "/api/v1/pods?watch=1"),
+            (500, "/api/v1/services?watch=true"),
+            (200, "/api/v1/secrets"),
+        ] {
+            let mut service = health.layer().layer(Answer(status));
+            let request = http::Request::get(uri)
+                .body(kube::client::Body::empty())
+                .unwrap();
+            let response = service.call(request).await.unwrap();
+            assert_eq!(response.status().as_u16(), status);
+        }
         let accepted: Vec<String> = health.state().accepted.keys().cloned().collect();
         assert_eq!(accepted, [key_of("/api/v1/pods", None, None)]);
     }
