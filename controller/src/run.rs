@@ -157,7 +157,7 @@ where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
     tracked(health, what, api, config)
-        .default_backoff()
+        .backoff(tolerant::backoff())
         .modify(trim)
         .reflect(writer)
         .touched_objects()
@@ -183,7 +183,7 @@ where
         + 'static,
 {
     tracked(health, what, api, config)
-        .default_backoff()
+        .backoff(tolerant::backoff())
         .inspect_ok(move |event| match cache::pack_event(event) {
             Ok(packed) => writer.apply_watcher_event(&packed),
             Err(e) => warn!(error = %e, "could not cache a watched object"),
@@ -215,7 +215,7 @@ where
     let (store, writer) = reflector::store();
     let kind = K::kind(&());
     let owners = tolerant_watch::<K>(health, client, ns)
-        .default_backoff()
+        .backoff(tolerant::backoff())
         .modify(cache::trim::<K>)
         .reflect(writer)
         .applied_objects();
@@ -299,7 +299,7 @@ pub async fn controllers(
     // No debounce for Scalers: it would delay the requeue at a window's boundary.
     let (store, writer) = reflector::store();
     let scaler_objects = tolerant_watch::<Scaler>(health, &client, ns)
-        .default_backoff()
+        .backoff(tolerant::backoff())
         .reflect(writer)
         .applied_objects();
     let scaler_controller = Controller::for_stream(scaler_objects, store).with_config(config);
@@ -314,7 +314,7 @@ pub async fn controllers(
                 api::<PartialObjectMeta<Deployment>>(&client, ns),
                 watcher::Config::default(),
             )
-            .default_backoff()
+            .backoff(tolerant::backoff())
             .touched_objects(),
             move |d| scaler::scalers_targeting(&store, &d),
         )

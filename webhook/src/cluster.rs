@@ -91,7 +91,7 @@ fn spawn_cache<K>(
 {
     tokio::spawn(
         reflector(writer, events)
-            .default_backoff()
+            .backoff(tolerant::backoff())
             .for_each(|_| futures::future::ready(())),
     );
 }

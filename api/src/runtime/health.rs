@@ -34,10 +34,10 @@ use tokio::time::Instant;
 /// `--watch-stale-after`'s default.
 pub const DEFAULT_STALE_AFTER: Duration = Duration::from_secs(30);
 
-/// The longest a failing watch goes without reporting an error: kube's default backoff waits
-/// at most 60 s (30 s and as much jitter) between attempts, and a connection attempt gives up
-/// after the client's 30 s connect timeout.
-pub const RETRY_INTERVAL_MAX: Duration = Duration::from_secs(90);
+/// The longest a failing watch goes without reporting an error: its backoff
+/// ([`super::watch::backoff`]) waits at most 10 s between attempts, and a connection attempt
+/// gives up after the client's 30 s connect timeout.
+pub const RETRY_INTERVAL_MAX: Duration = Duration::from_secs(45);
 
 /// The readiness state of a process; clones share it.
 #[derive(Debug, Clone)]
@@ -426,7 +426,7 @@ mod tests {
             Err("the Deployment watch has been failing for 30s".to_string())
         );
         // Still failing: the next error comes within the longest retry interval.
-        tokio::time::advance(Duration::from_secs(50)).await;
+        tokio::time::advance(Duration::from_secs(20)).await;
         w.observe(&error());
         assert!(health.check().is_err());
         // Any event means the watch is up again.
