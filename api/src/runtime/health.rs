@@ -59,6 +59,8 @@ struct Registry {
     shutting_down: bool,
     /// When the apiserver last accepted a watch request, by [`key`].
     accepted: HashMap<String, Instant>,
+    /// Whether [`Health::check`] last answered ready, to log when that changes.
+    was_ready: Option<bool>,
 }
 
 #[derive(Debug)]
@@ -162,9 +164,18 @@ impl Health {
         self.state().shutting_down
     }
 
-    /// Ready, or why not.
+    /// Ready, or why not; turning ready or unready is logged.
     pub fn check(&self) -> Result<(), String> {
-        self.check_at(Instant::now())
+        let verdict = self.check_at(Instant::now());
+        let mut state = self.state();
+        if state.was_ready != Some(verdict.is_ok()) {
+            match &verdict {
+                Ok(()) => tracing::info!("ready"),
+                Err(why) => tracing::info!(reason = %why, "not ready"),
+            }
+            state.was_ready = Some(verdict.is_ok());
+        }
+        verdict
     }
 
     fn check_at(&self, now: Instant) -> Result<(), String> {
