@@ -1,7 +1,8 @@
 //! kubesteer's custom resources, shared by the webhook and the controller.
 //!
 //! Everything here is pure: types, defaults, validation and schedule math, with no I/O; the
-//! one exception, watches that skip undecodable objects, sits behind the `watch` feature.
+//! one exception, the run-time pieces both binaries share (logging, signals, readiness and
+//! watches), sits behind the `runtime` feature.
 //! [`rules`] holds every field limit once (the schema attributes, the CEL rules and the
 //! validation read it); [`keys`] every name written into the cluster (annotations, labels,
 //! finalizer, field manager, condition types and reasons).
@@ -17,10 +18,10 @@ pub mod keys;
 pub mod kind;
 pub mod memcached;
 pub mod rules;
+#[cfg(feature = "runtime")]
+pub mod runtime;
 pub mod scaler;
 pub mod schedule;
-#[cfg(feature = "watch")]
-pub mod watch;
 pub mod welcome;
 
 pub use memcached::{Memcached, MemcachedSpec, MemcachedStatus};

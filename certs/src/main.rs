@@ -1,5 +1,5 @@
 #![forbid(unsafe_code)]
-#![deny(warnings, rust_2018_idioms)]
+#![deny(rust_2018_idioms)]
 
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime};
 
 use clap::{Args, Parser, Subcommand};
 use kubesteer_certs::probe::Probe;
-use kubesteer_certs::{check, ensure_dir, parse_duration, read_dir, Options, Renewal};
+use kubesteer_certs::{check, ensure_dir, read_dir, Options, Renewal};
 
 /// kubesteer-certs: kubesteer's CA and webhook serving certificates.
 ///
@@ -63,11 +63,11 @@ struct ProbeArgs {
     retries: u32,
 
     /// Wait between attempts, e.g. "2s".
-    #[arg(long, env = "KUBESTEER_PROBE_INTERVAL", default_value = "2s", value_parser = parse_duration)]
+    #[arg(long, env = "KUBESTEER_PROBE_INTERVAL", default_value = "2s", value_parser = humantime::parse_duration)]
     interval: Duration,
 
     /// Limit for connecting, and for each read and write, of one attempt.
-    #[arg(long, env = "KUBESTEER_PROBE_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
+    #[arg(long, env = "KUBESTEER_PROBE_TIMEOUT", default_value = "5s", value_parser = humantime::parse_duration)]
     timeout: Duration,
 }
 
@@ -144,7 +144,7 @@ struct CertArgs {
 
 impl CertArgs {
     fn options(&self) -> Options {
-        let days = |n: u64| Duration::from_secs(n * 24 * 60 * 60);
+        let days = |n: u64| Duration::from_secs(n.saturating_mul(24 * 60 * 60));
         Options {
             dns: self.dns.clone(),
             ips: self.ip.clone(),

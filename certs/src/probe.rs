@@ -12,7 +12,8 @@ use rustls::{ClientConfig, ClientConnection, RootCertStore, StreamOwned};
 use rustls_pki_types::pem::PemObject as _;
 use rustls_pki_types::CertificateDer;
 
-use crate::{invalid, Result};
+use crate::pem::invalid;
+use crate::Result;
 
 // A response head longer than this, or with more headers, is not from the webhook.
 const MAX_HEAD: usize = 16 * 1024;

@@ -86,7 +86,7 @@ impl Trust {
         let replaced = old_ca.filter(|old| {
             *outcome == Outcome::Created
                 && old.cert.trim() != bundle.ca.cert.trim()
-                && crate::cert_der(&old.cert).is_ok()
+                && crate::pem::cert_der(&old.cert).is_ok()
         });
         if let Some(old) = replaced {
             trust.cas.push(old.cert.trim().to_string());

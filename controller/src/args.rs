@@ -1,9 +1,12 @@
 //! Command-line arguments, each with an environment fallback for the Helm chart.
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use clap::Parser;
 
 /// kubesteer-controller: reconciles what Scaler, Welcome and Memcached own.
+///
+/// Durations are written like "500ms", "10s" or "2m" (humantime); "0" is zero.
 #[derive(Debug, Clone, Parser)]
 #[command(name = "kubesteer-controller", version, about, long_about = None)]
 pub struct Args {
@@ -51,14 +54,19 @@ pub struct Args {
     #[arg(long, env = "KUBESTEER_CONCURRENCY", default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..))]
     pub concurrency: u16,
 
-    /// Milliseconds a Memcached or Welcome waits after a change before it is reconciled, so that
+    /// How long a Memcached or Welcome waits after a change before it is reconciled, so that
     /// a burst of changes (a rollout) makes one reconcile. Scalers are never delayed.
-    #[arg(long, env = "KUBESTEER_DEBOUNCE_MS", default_value_t = 1000)]
-    pub debounce_ms: u64,
+    #[arg(
+        long,
+        env = "KUBESTEER_DEBOUNCE",
+        default_value = "1s",
+        value_parser = humantime::parse_duration
+    )]
+    pub debounce: Duration,
 
-    /// Write logs as JSON lines.
-    #[arg(long, env = "KUBESTEER_LOG_JSON", default_value_t = false)]
-    pub log_json: bool,
+    /// The flags the webhook takes too: logging and readiness.
+    #[command(flatten)]
+    pub runtime: kubesteer_api::runtime::RuntimeArgs,
 }
 
 impl Args {
@@ -86,7 +94,8 @@ mod tests {
         assert_eq!(a.metrics_addr.to_string(), "0.0.0.0:8080");
         assert!(!a.leader_election && !a.metrics_auth);
         assert_eq!(a.lease_name, "kubesteer-controller");
-        assert_eq!((a.concurrency, a.debounce_ms), (32, 1000));
+        assert_eq!((a.concurrency, a.debounce), (32, Duration::from_secs(1)));
+        assert_eq!(a.runtime.watch_stale_after, Duration::from_secs(30));
         assert!(Args::try_parse_from(["kubesteer-controller", "--concurrency=0"]).is_err());
         let a = Args::try_parse_from([
             "kubesteer-controller",
@@ -94,9 +103,15 @@ mod tests {
             "--identity=me",
             "--metrics-addr=127.0.0.1:0",
             "--log-json",
+            "--debounce=250ms",
+            "--watch-stale-after=1m",
         ])
         .unwrap();
-        assert!(a.leader_election && a.log_json);
+        assert!(a.leader_election && a.runtime.log_json);
+        assert_eq!(a.debounce, Duration::from_millis(250));
+        assert_eq!(a.runtime.watch_stale_after, Duration::from_secs(60));
+        let e = Args::try_parse_from(["kubesteer-controller", "--debounce=1000"]).unwrap_err();
+        assert!(e.to_string().contains("--debounce"), "{e}");
         assert_eq!(a.identity(), "me");
         assert_eq!(a.metrics_addr.to_string(), "127.0.0.1:0");
         let a = Args::try_parse_from([

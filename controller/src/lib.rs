@@ -2,20 +2,18 @@
 //! Welcome and Memcached own. The domain is in `reconcilers/` (one file per kind, one shape) and
 //! `children.rs` (building, caching and applying what the owners own).
 #![forbid(unsafe_code)]
-#![deny(warnings, rust_2018_idioms)]
+#![deny(rust_2018_idioms)]
 
 pub mod args;
 pub mod children;
 pub mod context;
-pub mod http;
-pub mod lease;
-pub mod metrics;
-pub mod metrics_auth;
 pub mod reconcilers;
 pub mod run;
-pub mod telemetry;
+pub mod runtime;
 
 pub use reconcilers::{memcached, scaler, welcome};
+
+pub use runtime::metrics;
 
 #[cfg(test)]
 pub mod fixtures;
@@ -41,9 +39,6 @@ pub enum Error {
     #[error("serializing: {0}")]
     Serialize(#[from] serde_json::Error),
 
-    #[error("kubeconfig: {0}")]
-    Config(#[from] kube::config::InferConfigError),
-
     #[error("leader election: {0}")]
     Lease(#[from] kube_lease_manager::LeaseManagerError),
 
@@ -53,8 +48,8 @@ pub enum Error {
     #[error("metrics certificate: {0}")]
     Certs(#[from] kubesteer_certs::Error),
 
-    #[error("logging: {0}")]
-    Telemetry(String),
+    #[error(transparent)]
+    Logging(#[from] kubesteer_api::runtime::logging::Error),
 
     /// Another error whose text held a secret, with that secret blanked out.
     #[error("{message}")]
@@ -74,11 +69,10 @@ impl Error {
             Error::Finalizer(_) => "finalizer",
             Error::MissingField { .. } => "missing_field",
             Error::Serialize(_) => "serialize",
-            Error::Config(_) => "config",
             Error::Lease(_) => "lease",
             Error::Io(_) => "io",
             Error::Certs(_) => "certs",
-            Error::Telemetry(_) => "telemetry",
+            Error::Logging(_) => "logging",
             Error::Redacted { label, .. } => label,
         }
     }

@@ -1,5 +1,5 @@
 #![forbid(unsafe_code)]
-#![deny(warnings, rust_2018_idioms)]
+#![deny(rust_2018_idioms)]
 
 use clap::Parser;
 use kubesteer_controller::args::Args;

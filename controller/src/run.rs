@@ -1,8 +1,8 @@
-//! Wiring: the client, the HTTP server, signals, leader election and the three controllers.
+//! Wiring: the client, the HTTP server, signals, leader election and the three controllers,
+//! each of whose watches tells readiness its state.
 use std::sync::Arc;
 
 use std::fmt::Debug;
-use std::time::Duration;
 
 use futures::{FutureExt, Stream, StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
@@ -10,9 +10,11 @@ use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{self, Controller};
 use kube::runtime::reflector::{self, store::Writer, ObjectRef};
-use kube::runtime::{watcher, WatchStreamExt};
+use kube::runtime::watcher::{self, watcher, Event};
+use kube::runtime::WatchStreamExt;
 use kube::{Api, Client, Resource, ResourceExt};
-use kubesteer_api::watch::{self as tolerant, Undecodable};
+use kubesteer_api::runtime::watch::{self as tolerant, Undecodable};
+use kubesteer_api::runtime::{health, logging, signal, Health};
 use kubesteer_api::{Memcached, Scaler, Welcome};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -21,25 +23,33 @@ use tracing::{debug, info, warn};
 
 use crate::args::Args;
 use crate::children::{self, children_of, Caches, Packed};
-use crate::http::{self, Health};
-use crate::metrics::Metrics;
-use crate::metrics_auth::Authorizer;
 use crate::reconcilers::{self, scaler, Owner};
-use crate::{lease, telemetry, Context, Result, SystemClock};
+use crate::runtime::metrics::Metrics;
+use crate::runtime::metrics_auth::Authorizer;
+use crate::runtime::{http, lease, stopped, STARTING};
+use crate::{Context, Result, SystemClock};
 use kubesteer_api::keys::label;
 
 /// Runs the controller until SIGTERM or SIGINT.
 pub async fn run(args: Args) -> Result<()> {
-    telemetry::init(args.log_json)?;
-    let config = kube::Config::infer().await?;
-    let client = Client::try_from(config.clone())?;
+    logging::init(args.runtime.log_json)?;
+    let config = kube::Config::infer()
+        .await
+        .map_err(kube::Error::InferConfig)?;
+    let health = args.runtime.health();
+    // The client tells `health` when a watch reconnects.
+    let client = health::client(config.clone(), &health)?;
     let metrics = Arc::new(Metrics::default());
-    let health = Arc::new(Health::default());
+    health.hold(STARTING);
     let (shutdown_tx, shutdown) = watch::channel(false);
-    tokio::spawn(async move {
-        wait_for_signal().await;
-        info!("shutting down");
-        let _ = shutdown_tx.send(true);
+    tokio::spawn({
+        let health = health.clone();
+        async move {
+            signal::shutdown().await;
+            info!("shutting down");
+            health.shut_down();
+            let _ = shutdown_tx.send(true);
+        }
     });
 
     let authorizer = args.metrics_auth.then(|| Authorizer::new(client.clone()));
@@ -60,17 +70,17 @@ pub async fn run(args: Args) -> Result<()> {
     let identity = args.identity();
     let ctx = Arc::new(Context::new(
         client.clone(),
-        metrics,
+        metrics.clone(),
         Arc::new(SystemClock),
         Some(identity.clone()),
         Caches::empty(),
     ));
     if args.leader_election {
-        lease::run_while_leading(config, &args, identity, ctx, health, shutdown).await?;
+        let lead = |stop| controllers(ctx.clone(), &args, &health, stop);
+        lease::run_while_leading(config, &args, identity, metrics, &health, shutdown, lead).await?;
     } else {
-        health.set_ready(true);
         ctx.metrics.set_leading(true);
-        controllers(ctx, &args, shutdown).await;
+        controllers(ctx, &args, &health, shutdown).await;
     }
     match server.await {
         Ok(Ok(())) => {}
@@ -79,34 +89,6 @@ pub async fn run(args: Args) -> Result<()> {
     }
     info!("stopped");
     Ok(())
-}
-
-async fn wait_for_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = ctrl_c => {}
-                    _ = term.recv() => {}
-                }
-            }
-            Err(e) => {
-                warn!(error = %e, "cannot listen for SIGTERM; only Ctrl-C stops the controller");
-                let _ = ctrl_c.await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = ctrl_c.await;
-    }
-}
-
-/// Resolves once `stop` turns true, or its sender is gone.
-pub async fn stopped(mut stop: watch::Receiver<bool>) {
-    let _ = stop.wait_for(|&s| s).await;
 }
 
 /// All objects of a kind, in `namespace` or in the whole cluster.
@@ -132,9 +114,41 @@ fn skipped<K: Resource<DynamicType = ()>>(object: Undecodable) {
     );
 }
 
+/// A watch of `api`, registered with `health` as `what`.
+fn tracked<K>(
+    health: &Health,
+    what: String,
+    api: Api<K>,
+    config: watcher::Config,
+) -> impl Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + 'static,
+{
+    let key = health::key(&api, &config);
+    health.track(what, key, watcher(api, config))
+}
+
+/// A watch of the `K`s that leaves out those it cannot decode, registered with `health`.
+fn tolerant_watch<K>(
+    health: &Health,
+    client: &Client,
+    ns: Option<&str>,
+) -> impl Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static
+where
+    K: Resource<DynamicType = ()> + DeserializeOwned + Send + 'static,
+{
+    let api = tolerant::api::<K>(client.clone(), ns);
+    let config = watcher::Config::default();
+    let key = health::key(&api, &config);
+    let watch = tolerant::watcher::<K>(api, config, skipped::<K>);
+    health.track(K::kind(&()).to_string(), key, watch)
+}
+
 /// A watch that keeps what `trim` leaves of each object in a cache, and yields the objects it
 /// saw change or go, to trigger reconciles.
 fn cached<K>(
+    health: &Health,
+    what: String,
     api: Api<K>,
     config: watcher::Config,
     writer: Writer<K>,
@@ -143,8 +157,8 @@ fn cached<K>(
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
-    watcher(api, config)
-        .default_backoff()
+    tracked(health, what, api, config)
+        .backoff(tolerant::backoff())
         .modify(trim)
         .reflect(writer)
         .touched_objects()
@@ -153,6 +167,8 @@ where
 /// A watch that keeps each object packed in a cache, and yields the objects it saw change or
 /// go, to trigger reconciles.
 fn packed<K>(
+    health: &Health,
+    what: String,
     api: Api<K>,
     config: watcher::Config,
     mut writer: Writer<Packed<K>>,
@@ -167,8 +183,8 @@ where
         + Sync
         + 'static,
 {
-    watcher(api, config)
-        .default_backoff()
+    tracked(health, what, api, config)
+        .backoff(tolerant::backoff())
         .inspect_ok(move |event| match children::pack_event(event) {
             Ok(packed) => writer.apply_watcher_event(&packed),
             Err(e) => warn!(error = %e, "could not cache a watched object"),
@@ -179,8 +195,9 @@ where
 /// The controller of an owner kind `K` (Memcached, Welcome): its objects cached without
 /// managedFields (and forgotten by `ctx` when deleted), and reconciled on changes to them and to
 /// their Deployments and Services, which fill the caches of `K::APP`, and to their pods if `K`
-/// names them.
+/// names them. Every watch is registered with `health`.
 fn owner_controller<K: Owner>(
+    health: &Health,
     ctx: &Arc<Context>,
     ns: Option<&str>,
     config: controller::Config,
@@ -189,25 +206,29 @@ fn owner_controller<K: Owner>(
     let writers = ctx.caches.register(K::APP);
     let (store, writer) = reflector::store();
     let forget = ctx.clone();
-    let owners =
-        tolerant::watcher::<K>(client.clone(), ns, watcher::Config::default(), skipped::<K>)
-            .default_backoff()
-            .inspect_ok(move |event| {
-                if let watcher::Event::Delete(owner) = event {
-                    forget.forget(K::KIND, owner);
-                }
-            })
-            .modify(children::trim::<K>)
-            .reflect(writer)
-            .applied_objects();
+    let kind = K::KIND;
+    let owners = tolerant_watch::<K>(health, client, ns)
+        .backoff(tolerant::backoff())
+        .inspect_ok(move |event| {
+            if let watcher::Event::Delete(owner) = event {
+                forget.forget(K::KIND, owner);
+            }
+        })
+        .modify(children::trim::<K>)
+        .reflect(writer)
+        .applied_objects();
     let controller = Controller::for_stream(owners, store)
         .with_config(config)
         .owns_stream(packed(
+            health,
+            format!("{kind} Deployment"),
             api::<Deployment>(client, ns),
             children_of(K::APP),
             writers.deployments,
         ))
         .owns_stream(packed(
+            health,
+            format!("{kind} Service"),
             api::<Service>(client, ns),
             children_of(K::APP),
             writers.services,
@@ -218,6 +239,8 @@ fn owner_controller<K: Owner>(
     // Pods name the nodes in the status, so their comings and goings trigger a reconcile.
     controller.watches_stream(
         cached(
+            health,
+            format!("{kind} Pod"),
             api::<PartialObjectMeta<Pod>>(client, ns),
             children_of(K::APP),
             writers.pods,
@@ -233,12 +256,13 @@ fn owner_controller<K: Owner>(
 
 /// Registers owner kind `K`: its controller runs until `stop` turns true.
 async fn owned<K: Owner>(
+    health: &Health,
     ctx: &Arc<Context>,
     ns: Option<&str>,
     config: controller::Config,
     stop: watch::Receiver<bool>,
 ) {
-    owner_controller::<K>(ctx, ns, config)
+    owner_controller::<K>(health, ctx, ns, config)
         .graceful_shutdown_on(stopped(stop))
         .run(
             reconcilers::reconcile::<K>,
@@ -250,48 +274,55 @@ async fn owned<K: Owner>(
 }
 
 /// Runs the controllers until `stop` turns true, letting running reconciles finish.
-/// Each run has caches of its own, filled by its own watches.
-pub async fn controllers(base: Arc<Context>, args: &Args, stop: watch::Receiver<bool>) {
+/// Each run has caches of its own, filled by its own watches, which are registered with
+/// `health` for as long as the run lasts.
+pub async fn controllers(
+    base: Arc<Context>,
+    args: &Args,
+    health: &Health,
+    stop: watch::Receiver<bool>,
+) {
     let client = base.client.clone();
     let ns = args.namespace.as_deref();
     let ctx = Arc::new(base.with_caches(Caches::empty()));
     let config = controller::Config::default().concurrency(args.concurrency);
-    let owner_config = config
-        .clone()
-        .debounce(Duration::from_millis(args.debounce_ms));
+    let owner_config = config.clone().debounce(args.debounce);
 
     // One line per owner kind (see `reconcilers`). Welcome's Secrets are not watched: the
     // controller may write them but not read them.
     let owners = futures::future::join_all([
-        owned::<Memcached>(&ctx, ns, owner_config.clone(), stop.clone()).boxed(),
-        owned::<Welcome>(&ctx, ns, owner_config.clone(), stop.clone()).boxed(),
+        owned::<Memcached>(health, &ctx, ns, owner_config.clone(), stop.clone()).boxed(),
+        owned::<Welcome>(health, &ctx, ns, owner_config.clone(), stop.clone()).boxed(),
     ]);
 
     // No debounce for Scalers: it would delay the requeue at a window's boundary.
     let (store, writer) = reflector::store();
-    let scaler_objects = tolerant::watcher::<Scaler>(
-        client.clone(),
-        ns,
-        watcher::Config::default(),
-        skipped::<Scaler>,
-    )
-    .default_backoff()
-    .reflect(writer)
-    .applied_objects();
+    let scaler_objects = tolerant_watch::<Scaler>(health, &client, ns)
+        .backoff(tolerant::backoff())
+        .reflect(writer)
+        .applied_objects();
     let scaler_controller = Controller::for_stream(scaler_objects, store).with_config(config);
     let store = scaler_controller.store();
     // Any Deployment may be a target, so all are watched and mapped through the Scalers' store.
     let scalers = scaler_controller
         // Their metadata is enough to name them; the reconcile reads a target when it acts.
-        .watches(
-            api::<PartialObjectMeta<Deployment>>(&client, ns),
-            watcher::Config::default(),
+        .watches_stream(
+            tracked(
+                health,
+                "Scaler target Deployment".to_string(),
+                api::<PartialObjectMeta<Deployment>>(&client, ns),
+                watcher::Config::default(),
+            )
+            .backoff(tolerant::backoff())
+            .touched_objects(),
             move |d| scaler::scalers_targeting(&store, &d),
         )
         .graceful_shutdown_on(stopped(stop))
         .run(scaler::reconcile, scaler::error_policy, ctx.clone())
         .for_each(|r| async move { log_result(scaler::KIND, r) });
 
+    // Every watch is registered now: readiness waits for them instead.
+    health.release(STARTING);
     info!("controllers started");
     tokio::join!(owners, scalers);
     info!("controllers stopped");

@@ -1,5 +1,6 @@
 //! The apiserver restarting across a Scaler's window boundary: the transition lands within 5 s
-//! of the apiserver coming back. It stops the local kube-apiserver (the other components stay up and
+//! of the apiserver coming back, and /readyz fails while the watches are down and passes again
+//! once they are back. It stops the local kube-apiserver (the other components stay up and
 //! reconnect), so it is a test binary of its own: no other test sees the outage.
 use std::time::Duration;
 
@@ -10,6 +11,25 @@ use kubesteer_tests::{
 };
 
 const WAIT: Duration = Duration::from_secs(60);
+
+/// The status code and body of the controller's /readyz at `addr`.
+fn readyz(addr: &str) -> Result<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr)?;
+    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    write!(
+        stream,
+        "GET /readyz HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response)?;
+    let code = response
+        .strip_prefix("HTTP/1.1 ")
+        .and_then(|r| r.get(..3))
+        .with_context(|| format!("GET /readyz: {response}"))?;
+    let body = response.split("\r\n\r\n").nth(1).unwrap_or_default();
+    Ok((code.parse()?, body.to_string()))
+}
 
 /// Sleeps until the Unix time `at` (a time to reach, not a condition to wait for).
 fn sleep_until_unix(at: u64) {
@@ -23,7 +43,9 @@ fn sleep_until_unix(at: u64) {
 fn a_window_that_opens_while_the_apiserver_is_down_opens_within_5_seconds_of_its_return(
 ) -> Result<()> {
     let ns = Namespace::new("ctl-outage")?;
-    let controller = ControllerProcess::start(ns.name())?;
+    // Readiness fails once a watch has been down for 5 s.
+    let controller =
+        ControllerProcess::start_with(ns.name(), ns.name(), &["--watch-stale-after=5s"])?;
     ns.create_deployment("web", 1)?;
     // The boundary: a whole minute (windows are set in minutes) at least 25 s ahead.
     let opens = (unix_now() + 25).div_ceil(60) * 60;
@@ -41,6 +63,11 @@ fn a_window_that_opens_while_the_apiserver_is_down_opens_within_5_seconds_of_its
         )?;
         Ok((reason == "WindowClosed").then_some(()))
     })?;
+    let addr = controller.metrics_addr()?;
+    eventually(WAIT, "/readyz 200 once every watch has listed", || {
+        Ok((readyz(&addr)?.0 == 200).then_some(()))
+    })
+    .with_context(|| controller.logs())?;
 
     // Down from 8 s before the boundary to about 20 s after it (the apiserver takes 3-5 s to
     // start): the failed reconcile at the boundary backs off to 1, 2, 4, 8 and 16 s, so without
@@ -48,8 +75,19 @@ fn a_window_that_opens_while_the_apiserver_is_down_opens_within_5_seconds_of_its
     // outage began, are between tries too.
     sleep_until_unix(opens - 8);
     let outage = Outage::begin()?;
-    sleep_until_unix(opens + 17);
+    // Polled through the outage instead of sleeping through it: a moment to reach, not a
+    // condition; the condition is checked after.
+    let mut unready = None;
+    while unix_now() < opens + 17 {
+        let (code, _) = readyz(&addr)?;
+        if code == 503 && unready.is_none() {
+            unready = Some(unix_now().saturating_sub(opens - 8));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
     let back = outage.end()?;
+    let unready = unready.context("/readyz never failed while the apiserver was down")?;
+    eprintln!("/readyz failed {unready} s into the outage");
     eprintln!(
         "apiserver back {} s after the boundary",
         unix_now().saturating_sub(opens)
@@ -66,6 +104,22 @@ fn a_window_that_opens_while_the_apiserver_is_down_opens_within_5_seconds_of_its
     ensure!(
         late <= Duration::from_secs(5),
         "the window opened {late:?} after the apiserver came back"
+    );
+    // The watches retry at most 10 s apart and resume, but the restarted apiserver answers a
+    // resumed watch with 410 Expired only once its watch cache is up, up to about two minutes
+    // later here; each watch then relists.
+    eventually(
+        Duration::from_secs(240),
+        "/readyz 200 once the watches are back",
+        || match readyz(&addr)? {
+            (200, _) => Ok(Some(())),
+            (code, why) => anyhow::bail!("{code} {why}"),
+        },
+    )
+    .with_context(|| controller.logs())?;
+    eprintln!(
+        "/readyz passed again {:?} after the apiserver came back",
+        back.elapsed()
     );
     // The restarted scheduler and controller-manager wait out their old leases before they act:
     // the tests after this one need a cluster that runs pods again.

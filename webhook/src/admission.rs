@@ -1,11 +1,10 @@
 //! The admission endpoints: decode, route by kind, answer with a patch, warnings or a denial.
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Path, State};
-use axum::http::{header, StatusCode};
+use axum::http::header;
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -14,6 +13,7 @@ use kube::core::DynamicObject;
 use kubesteer_api::access::{Access, ImagePolicy};
 use kubesteer_api::field::{summarize, FieldError, FieldErrors};
 use kubesteer_api::kind::{Kind, ALL};
+use kubesteer_api::runtime::{health, Health};
 use kubesteer_api::{ScalerSpec, WelcomeSpec};
 use serde_json::Value;
 
@@ -21,7 +21,6 @@ use crate::cluster::Cluster;
 use crate::error::ApiError;
 use crate::metrics::{KindLabels, Metrics, ReviewLabels};
 use crate::permissions::Permissions;
-use crate::server::Draining;
 
 /// Largest accepted review body: an object may be 1.5 MiB, and UPDATE carries two of them.
 pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
@@ -32,10 +31,9 @@ pub struct AppState<C> {
     /// Granted permissions of requesting users, asked of `cluster` and cached briefly.
     pub permissions: Permissions,
     pub metrics: Metrics,
-    /// Set once a serving certificate is loaded.
-    pub tls_ready: AtomicBool,
-    /// Set on shutdown, so endpoints drop this replica while it still serves.
-    pub draining: Draining,
+    /// Readiness: the cluster's watches, and shutdown, which makes endpoints drop this replica
+    /// while it still serves. Nothing is registered in a new state, so it is ready.
+    pub health: Health,
     /// The images owned pods may run (`--allowed-images`); empty allows any.
     pub images: ImagePolicy,
 }
@@ -46,8 +44,7 @@ impl<C: Cluster> AppState<C> {
             cluster,
             permissions: Permissions::default(),
             metrics: Metrics::default(),
-            tls_ready: AtomicBool::new(false),
-            draining: Draining::default(),
+            health: Health::default(),
             images: ImagePolicy::default(),
         }
     }
@@ -74,24 +71,10 @@ pub fn router<C: Cluster>(state: Arc<AppState<C>>) -> Router {
     Router::new()
         .route("/mutate/{plural}", post(mutate::<C>))
         .route("/validate/{plural}", post(validate::<C>))
-        .route("/healthz", get(|| async { "ok" }))
-        .route("/readyz", get(readyz::<C>))
         .route("/metrics", get(metrics::<C>))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
-        .with_state(state)
-}
-
-async fn readyz<C: Cluster>(State(state): State<Arc<AppState<C>>>) -> impl IntoResponse {
-    if state.draining.is_draining() {
-        (StatusCode::SERVICE_UNAVAILABLE, "shutting down")
-    } else if state.tls_ready.load(Ordering::Acquire) && state.cluster.ready() {
-        (StatusCode::OK, "ok")
-    } else {
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "caches or certificate not ready",
-        )
-    }
+        .with_state(state.clone())
+        .merge(health::routes(state.health.clone()))
 }
 
 async fn metrics<C: Cluster>(State(state): State<Arc<AppState<C>>>) -> impl IntoResponse {

@@ -4,12 +4,13 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
+use humantime::parse_duration;
 
 use crate::server::Limits;
-/// Durations like "500ms", "10s", "2m", "8760h" or bare seconds, shared with `kubesteer-certs`.
-pub use kubesteer_certs::parse_duration;
 
 /// kubesteer-webhook: validates and defaults Scaler, Welcome and Memcached through JSON patches.
+///
+/// Durations are written like "500ms", "10s", "2m" or "8760h" (humantime); "0" is zero.
 #[derive(Debug, Clone, Parser)]
 #[command(name = "kubesteer-webhook", version, about, long_about = None)]
 pub struct Args {
@@ -137,9 +138,9 @@ pub struct Args {
     #[arg(long, env = "KUBESTEER_MAX_CONNECTIONS_PER_IP", default_value_t = 512)]
     pub max_connections_per_ip: usize,
 
-    /// Log as JSON lines instead of text.
-    #[arg(long, env = "KUBESTEER_LOG_JSON")]
-    pub log_json: bool,
+    /// The flags the controller takes too: logging and readiness.
+    #[command(flatten)]
+    pub runtime: kubesteer_api::runtime::RuntimeArgs,
 }
 
 impl Args {
@@ -170,13 +171,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn durations() {
-        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
-        assert_eq!(parse_duration("10"), Ok(Duration::from_secs(10)));
-        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
-        assert!(parse_duration("ten").is_err());
-        assert_eq!(parse_duration("2h"), Ok(Duration::from_secs(7200)));
-        assert!(parse_duration("5d").is_err());
+    fn durations_are_human_and_a_bad_one_names_its_flag() {
+        let a = Args::try_parse_from([
+            "kubesteer-webhook",
+            "--cert-validity=90d",
+            "--request-timeout=1m 30s",
+            "--handshake-timeout=250ms",
+        ])
+        .unwrap();
+        assert_eq!(a.cert_validity, Duration::from_secs(90 * 24 * 3600));
+        assert_eq!(a.request_timeout, Duration::from_secs(90));
+        assert_eq!(a.handshake_timeout, Duration::from_millis(250));
+        assert_eq!(a.runtime.watch_stale_after, Duration::from_secs(30));
+        for bad in ["--idle-timeout=ten", "--idle-timeout=10"] {
+            let e = Args::try_parse_from(["kubesteer-webhook", bad]).unwrap_err();
+            assert!(e.to_string().contains("--idle-timeout"), "{bad}: {e}");
+        }
     }
 
     #[test]
@@ -232,6 +242,7 @@ mod tests {
             "--shutdown-delay",
             "--drain-timeout",
             "--log-json",
+            "--watch-stale-after",
         ] {
             assert!(help.contains(flag), "{flag} missing from --help");
         }

@@ -1,9 +1,7 @@
 //! What the admission rules need from the cluster, behind a trait so handlers can be tested alone.
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 
-use futures::StreamExt;
+use futures::{FutureExt, Stream, StreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::authentication::v1::UserInfo;
 use k8s_openapi::api::authorization::v1::{
@@ -12,10 +10,12 @@ use k8s_openapi::api::authorization::v1::{
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use kube::api::{Api, PostParams};
 use kube::core::PartialObjectMeta;
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::{reflector::reflector, watcher, WatchStreamExt};
-use kube::{Client, ResourceExt};
+use kube::runtime::reflector::{self, reflector, store::Writer, Store};
+use kube::runtime::{watcher, WatchStreamExt};
+use kube::{Client, Resource, ResourceExt};
 use kubesteer_api::access::Access;
+use kubesteer_api::runtime::watch::{self as tolerant, Undecodable};
+use kubesteer_api::runtime::{health, Health};
 use kubesteer_api::Scaler;
 
 /// The cluster facts the Scaler rules depend on.
@@ -32,8 +32,6 @@ pub trait Cluster: Send + Sync + 'static {
     fn deployment_exists(&self, namespace: &str, name: &str) -> Option<bool>;
     /// The HorizontalPodAutoscaler that also scales this Deployment, if any.
     fn hpa_for(&self, namespace: &str, name: &str) -> Option<String>;
-    /// Whether every cache has been filled once.
-    fn ready(&self) -> bool;
 }
 
 /// The real cluster: watch-backed caches, so a review never LISTs.
@@ -43,68 +41,59 @@ pub struct KubeCluster {
     scalers: Store<Scaler>,
     deployments: Store<PartialObjectMeta<Deployment>>,
     hpas: Store<HorizontalPodAutoscaler>,
-    synced: Arc<AtomicBool>,
 }
 
 impl KubeCluster {
-    /// Starts the watches; their tasks run until the process ends.
-    pub fn start(client: Client) -> Self {
+    /// Starts the watches, each registered with `health` so that the webhook is not ready
+    /// until all have listed, nor while one is down; their tasks run until the process ends.
+    pub fn start(client: Client, health: &Health) -> Self {
         let (scalers, w1) = reflector::store();
         let (deployments, w2) = reflector::store();
         let (hpas, w3) = reflector::store();
         let cfg = watcher::Config::default().any_semantic();
-        tokio::spawn(
-            reflector(
-                w1,
-                kubesteer_api::watch::watcher::<Scaler>(client.clone(), None, cfg.clone(), |o| {
-                    tracing::warn!(kind = "Scaler", namespace = o.namespace.as_deref().unwrap_or_default(), name = %o.name, error = %o.error,
-                        "cannot decode this object, so target overlaps with it are not checked; fix or delete it")
-                }),
+        let skipped = |o: Undecodable| {
+            tracing::warn!(
+                kind = "Scaler",
+                namespace = o.namespace.as_deref().unwrap_or_default(),
+                name = %o.name,
+                error = %o.error,
+                "cannot decode this object, so target overlaps with it are not checked; fix or delete it"
             )
-                .default_backoff()
-                .touched_objects()
-                .for_each(|_| futures::future::ready(())),
-        );
-        tokio::spawn(
-            reflector(
-                w2,
-                watcher(
-                    Api::<PartialObjectMeta<Deployment>>::all(client.clone()),
-                    cfg.clone(),
-                ),
-            )
-            .default_backoff()
-            .touched_objects()
-            .for_each(|_| futures::future::ready(())),
-        );
-        tokio::spawn(
-            reflector(
-                w3,
-                watcher(Api::<HorizontalPodAutoscaler>::all(client.clone()), cfg),
-            )
-            .default_backoff()
-            .touched_objects()
-            .for_each(|_| futures::future::ready(())),
-        );
-        let cluster = Self {
+        };
+        let scalers_api = tolerant::api::<Scaler>(client.clone(), None);
+        let key = health::key(&scalers_api, &cfg);
+        let scaler_watch = tolerant::watcher::<Scaler>(scalers_api, cfg.clone(), skipped);
+        spawn_cache(w1, health.track("Scaler", key, scaler_watch));
+        // Names are all the rules read of a Deployment: metadata-only requests.
+        let deployments_api = Api::<PartialObjectMeta<Deployment>>::all(client.clone());
+        let key = health::key(&deployments_api, &cfg);
+        let deployment_watch = watcher(deployments_api, cfg.clone());
+        spawn_cache(w2, health.track("Deployment", key, deployment_watch));
+        let hpas_api = Api::<HorizontalPodAutoscaler>::all(client.clone());
+        let key = health::key(&hpas_api, &cfg);
+        let hpa_watch = watcher(hpas_api, cfg);
+        spawn_cache(w3, health.track("HorizontalPodAutoscaler", key, hpa_watch));
+        Self {
             client,
             scalers,
             deployments,
             hpas,
-            synced: Arc::default(),
-        };
-        let waiting = cluster.clone();
-        tokio::spawn(async move { waiting.wait_ready().await });
-        cluster
+        }
     }
+}
 
-    /// Resolves once every cache holds its first full list.
-    pub async fn wait_ready(&self) {
-        let filled = self.scalers.wait_until_ready().await.is_ok()
-            && self.deployments.wait_until_ready().await.is_ok()
-            && self.hpas.wait_until_ready().await.is_ok();
-        self.synced.store(filled, Ordering::Release);
-    }
+/// Keeps `writer`'s cache filled from `events` in a task of its own.
+fn spawn_cache<K>(
+    writer: Writer<K>,
+    events: impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+) where
+    K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+{
+    tokio::spawn(
+        reflector(writer, events)
+            .backoff(tolerant::backoff())
+            .for_each(|_| futures::future::ready(())),
+    );
 }
 
 impl Cluster for KubeCluster {
@@ -149,8 +138,10 @@ impl Cluster for KubeCluster {
     }
 
     fn deployment_exists(&self, namespace: &str, name: &str) -> Option<bool> {
+        // The store is ready once its watch has listed; the check does not wait.
+        self.deployments.wait_until_ready().now_or_never()?.ok()?;
         let key = reflector::ObjectRef::new(name).within(namespace);
-        self.ready().then(|| self.deployments.get(&key).is_some())
+        Some(self.deployments.get(&key).is_some())
     }
 
     fn hpa_for(&self, namespace: &str, name: &str) -> Option<String> {
@@ -161,9 +152,5 @@ impl Cluster for KubeCluster {
                 && t.name == name)
                 .then(|| h.name_any())
         })
-    }
-
-    fn ready(&self) -> bool {
-        self.synced.load(Ordering::Acquire)
     }
 }

@@ -18,8 +18,6 @@ pub enum Error {
     },
     #[error("kubernetes client: {0}")]
     Kube(#[from] kube::Error),
-    #[error("kubeconfig: {0}")]
-    Config(String),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,6 +1,6 @@
 //! kubesteer's admission webhook: routes AdmissionReviews by kind to the rules in `api/`.
 #![forbid(unsafe_code)]
-#![deny(warnings, rust_2018_idioms)]
+#![deny(rust_2018_idioms)]
 
 pub mod admission;
 pub mod args;

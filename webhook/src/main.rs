@@ -1,11 +1,11 @@
 #![forbid(unsafe_code)]
-#![deny(warnings, rust_2018_idioms)]
+#![deny(rust_2018_idioms)]
 
 use std::process::ExitCode;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use clap::Parser;
+use kubesteer_api::runtime::{health, logging, signal};
 use kubesteer_webhook::args::{Args, CertMode};
 use kubesteer_webhook::cluster::KubeCluster;
 use kubesteer_webhook::selfmanaged::SelfManaged;
@@ -16,7 +16,10 @@ use kubesteer_webhook::{router, AppState, Error};
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();
-    init_logging(args.log_json);
+    if let Err(e) = logging::init(args.runtime.log_json) {
+        eprintln!("kubesteer-webhook: {e}");
+        return ExitCode::FAILURE;
+    }
     match run(args).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -29,7 +32,12 @@ async fn main() -> ExitCode {
 async fn run(args: Args) -> Result<(), Error> {
     // Only ring is linked; make it the process default for the kube client too.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let client = kube::Client::try_default().await?;
+    let health = args.runtime.health();
+    // The client tells `health` when a watch reconnects.
+    let config = kube::Config::infer()
+        .await
+        .map_err(kube::Error::InferConfig)?;
+    let client = health::client(config, &health)?;
     let store = match args.cert_mode {
         CertMode::Files => {
             let files = CertFiles {
@@ -65,10 +73,10 @@ async fn run(args: Args) -> Result<(), Error> {
             store
         }
     };
-    let mut state = AppState::new(KubeCluster::start(client));
+    let mut state = AppState::new(KubeCluster::start(client, &health));
+    state.health = health;
     state.images = kubesteer_api::access::ImagePolicy::new(args.allowed_images.clone());
     let state = Arc::new(state);
-    state.tls_ready.store(true, Ordering::Release);
     let listener = tokio::net::TcpListener::bind(args.addr)
         .await
         .map_err(|source| Error::Bind {
@@ -81,47 +89,11 @@ async fn run(args: Args) -> Result<(), Error> {
         tls::server_config(store)?,
         router(state.clone()),
         args.limits(),
-        state.draining.clone(),
+        state.health.clone(),
         state.metrics.connections_closed.clone(),
-        shutdown_signal(),
+        signal::shutdown(),
     )
     .await;
     tracing::info!("stopped");
     Ok(())
-}
-
-async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(_) => return std::future::pending().await,
-            };
-        tokio::select! { _ = ctrl_c => {}, _ = term.recv() => {} }
-    }
-    #[cfg(not(unix))]
-    let _ = ctrl_c.await;
-}
-
-fn init_logging(json: bool) {
-    // An empty RUST_LOG counts as unset, so the default level still applies.
-    let filter = std::env::var("RUST_LOG")
-        .ok()
-        .filter(|v| !v.trim().is_empty())
-        .and_then(|v| tracing_subscriber::EnvFilter::try_new(v).ok())
-        .unwrap_or_else(|| {
-            tracing_subscriber::EnvFilter::new("info,kube_client=warn,kube_runtime=warn")
-        });
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(ansi);
-    if json {
-        builder.json().init();
-    } else {
-        builder.init();
-    }
 }

@@ -26,7 +26,6 @@ use std::future::Future;
 use std::io;
 use std::net::IpAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -38,6 +37,7 @@ use futures::future::BoxFuture;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
+use kubesteer_api::runtime::Health;
 use rustls::ServerConfig;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
@@ -70,25 +70,10 @@ pub struct Limits {
     pub drain: Duration,
 }
 
-/// Whether shutdown has begun; shared by the server and `/readyz`.
-#[derive(Debug, Clone, Default)]
-pub struct Draining(Arc<AtomicBool>);
-
-impl Draining {
-    /// Makes `/readyz` fail and every later response close its connection.
-    pub fn start(&self) {
-        self.0.store(true, Ordering::Release);
-    }
-
-    pub fn is_draining(&self) -> bool {
-        self.0.load(Ordering::Acquire)
-    }
-}
-
 /// Serves `app` on `listener` until `shutdown` resolves, then drains in two steps.
 ///
-/// First, for `limits.shutdown_delay`, `draining` is set (so `/readyz` fails and endpoints drop
-/// this server) while new connections are still accepted and every request is served; each
+/// First, for `limits.shutdown_delay`, `health` is shut down (so `/readyz` fails and endpoints
+/// drop this server) while new connections are still accepted and every request is served; each
 /// response then carries `Connection: close`, so a kept-alive client finishes the request it
 /// sent and reconnects elsewhere, and no idle connection is closed under it. Then the listener
 /// closes, connections without a request in progress close, and the others finish their
@@ -99,18 +84,18 @@ pub async fn serve(
     tls: Arc<ServerConfig>,
     app: Router,
     limits: Limits,
-    draining: Draining,
+    health: Health,
     closed: ConnectionsClosed,
     shutdown: impl Future<Output = ()>,
 ) {
-    let closing = draining.clone();
+    let closing = health.clone();
     let app = app
         .layer(TimeoutLayer::with_status_code(
             axum::http::StatusCode::REQUEST_TIMEOUT,
             limits.request,
         ))
         .layer(MapResponseLayer::new(move |mut response: Response| {
-            if closing.is_draining() {
+            if closing.is_shutting_down() {
                 response
                     .headers_mut()
                     .insert(header::CONNECTION, HeaderValue::from_static("close"));
@@ -123,7 +108,7 @@ pub async fn serve(
     let (drain, drained) = watch::channel(false);
     let stop = async {
         shutdown.await;
-        draining.start();
+        health.shut_down();
         tracing::info!(delay = ?limits.shutdown_delay, "shutting down: /readyz fails, admission requests are still served");
         tokio::time::sleep(limits.shutdown_delay).await;
     };

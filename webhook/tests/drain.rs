@@ -4,7 +4,6 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -100,7 +99,6 @@ async fn shutdown_fails_readiness_but_serves_admission_until_the_delay_ends() {
     let (key, roots) = common::local_tls();
 
     let state = Arc::new(AppState::new(common::cluster()));
-    state.tls_ready.store(true, Ordering::Release);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let limits = Limits {
@@ -113,7 +111,7 @@ async fn shutdown_fails_readiness_but_serves_admission_until_the_delay_ends() {
         server_config(CertStore::new(key)).unwrap(),
         router(state.clone()),
         limits,
-        state.draining.clone(),
+        state.health.clone(),
         state.metrics.connections_closed.clone(),
         async {
             let _ = signalled.await;
@@ -152,7 +150,7 @@ async fn shutdown_fails_readiness_but_serves_admission_until_the_delay_ends() {
         );
         tokio::task::yield_now().await;
     }
-    assert!(state.draining.is_draining());
+    assert!(state.health.is_shutting_down());
 
     // The kept-alive connection still gets its answer, then is closed by the server.
     let reply = send(&mut kept, "/mutate/memcacheds", Some(&review))

@@ -250,7 +250,6 @@ async fn a_flood_of_idle_and_slow_connections_does_not_lock_out_the_apiserver() 
     let config = client_config(&roots);
 
     let state = Arc::new(AppState::new(common::cluster()));
-    state.tls_ready.store(true, Ordering::Release);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let limits = Args::try_parse_from(["kubesteer-webhook"])
@@ -261,7 +260,7 @@ async fn a_flood_of_idle_and_slow_connections_does_not_lock_out_the_apiserver() 
         server_config(CertStore::new(key)).unwrap(),
         router(state.clone()),
         limits,
-        state.draining.clone(),
+        state.health.clone(),
         state.metrics.connections_closed.clone(),
         std::future::pending(),
     ));

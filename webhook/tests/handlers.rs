@@ -362,6 +362,8 @@ async fn oversized_bodies_get_413() {
 #[tokio::test]
 async fn metrics_count_reviews_by_kind_operation_and_result() {
     let state = Arc::new(kubesteer_webhook::AppState::new(cluster()));
+    // A watch of the cluster that has not listed yet.
+    let watch = state.health.watch("Deployment");
     let app = kubesteer_webhook::router(state.clone());
     let body = serde_json::to_vec(&fixture("memcached-update.json")).unwrap();
     let req = Request::post("/validate/memcacheds")
@@ -390,14 +392,23 @@ async fn metrics_count_reviews_by_kind_operation_and_result() {
         .unwrap();
     assert_eq!(res.status(), StatusCode::OK);
     let res = app
+        .clone()
         .oneshot(Request::get("/readyz").body(Body::empty()).unwrap())
         .await
         .unwrap();
     assert_eq!(
         res.status(),
         StatusCode::SERVICE_UNAVAILABLE,
-        "no certificate loaded yet"
+        "a watch has not listed yet"
     );
+    let body = res.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(body, "the Deployment watch has not listed yet");
+    watch.observe(&Ok(kube::runtime::watcher::Event::<()>::InitDone));
+    let res = app
+        .oneshot(Request::get("/readyz").body(Body::empty()).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::OK, "every watch has listed");
 }
 
 #[tokio::test]
@@ -695,9 +706,6 @@ async fn the_image_policy_refuses_other_images_on_create_and_on_change_only() {
         "registry.example.com/".to_string(),
         "hashicorp/http-echo:".to_string(),
     ]);
-    state
-        .tls_ready
-        .store(true, std::sync::atomic::Ordering::Release);
     let state = Arc::new(state);
     let send = |review: serde_json::Value| {
         let state = state.clone();

@@ -10,8 +10,9 @@ use std::time::Duration;
 use axum::body::Body;
 use http_body_util::BodyExt;
 use hyper_util::rt::TokioIo;
+use kubesteer_api::runtime::Health;
 use kubesteer_webhook::metrics::{ClosedLabels, ConnectionsClosed};
-use kubesteer_webhook::server::{serve, Draining, Limits};
+use kubesteer_webhook::server::{serve, Limits};
 use kubesteer_webhook::tls::{server_config, CertFiles, CertStore};
 use kubesteer_webhook::{router, AppState};
 use rcgen::{CertificateParams, DnType, IsCa, Issuer, KeyPair};
@@ -139,7 +140,7 @@ async fn rotation_serves_the_new_certificate_without_dropping_a_request() {
         server_config(store.clone()).unwrap(),
         app,
         limits,
-        Draining::default(),
+        Health::default(),
         closed.clone(),
         std::future::pending(),
     ));
@@ -302,7 +303,7 @@ async fn idle_and_slow_clients_are_cut_off() {
         server_config(store).unwrap(),
         app,
         limits,
-        Draining::default(),
+        Health::default(),
         closed.clone(),
         std::future::pending(),
     ));

@@ -86,9 +86,6 @@ impl Cluster for FakeCluster {
             .get(&(namespace.to_string(), name.to_string()))
             .cloned()
     }
-    fn ready(&self) -> bool {
-        true
-    }
 }
 
 /// A cluster where "web" exists in "team", alice may scale there, and nothing else is special.
@@ -152,11 +149,7 @@ impl Reply {
 
 /// Handler state around `cluster`, ready to serve; share it to keep its permission cache.
 pub fn state(cluster: FakeCluster) -> Arc<AppState<FakeCluster>> {
-    let state = Arc::new(AppState::new(cluster));
-    state
-        .tls_ready
-        .store(true, std::sync::atomic::Ordering::Release);
-    state
+    Arc::new(AppState::new(cluster))
 }
 
 pub async fn send_raw(cluster: FakeCluster, path: &str, body: Vec<u8>) -> Reply {

@@ -45,9 +45,6 @@ impl Cluster for FuzzCluster {
     fn hpa_for(&self, namespace: &str, name: &str) -> Option<String> {
         ((namespace, name) == ("team", "autoscaled")).then(|| "web-hpa".into())
     }
-    fn ready(&self) -> bool {
-        true
-    }
 }
 
 /// The endpoint an input goes to and the body it sends.

@@ -178,8 +178,10 @@ mod tests {
 
     use super::*;
     use crate::fixtures::{self, Call};
-    use crate::http::{router, Health};
-    use crate::metrics::Metrics;
+    use kubesteer_api::runtime::Health;
+
+    use crate::runtime::http::router;
+    use crate::runtime::metrics::Metrics;
 
     const TOKEN_REVIEWS: &str = "/apis/authentication.k8s.io/v1/tokenreviews?";
     const ACCESS_REVIEWS: &str = "/apis/authorization.k8s.io/v1/subjectaccessreviews?";
@@ -240,15 +242,19 @@ mod tests {
             token_review("prometheus", Some("system:serviceaccount:ns:prometheus")),
             access_review("system:serviceaccount:ns:prometheus", true),
         ]);
-        let health = Arc::new(Health::default());
+        let health = Health::default();
+        health.hold(crate::runtime::STARTING);
         let app = router(
             Arc::new(Metrics::default()),
             health,
             Some(Authorizer::new(ctx.client.clone())),
         );
-        // The probes are the kubelet's, which has no token.
+        // The probes are the kubelet's, which has no token: /readyz answers why not ready.
         assert_eq!(get(&app, "/healthz", None).await.0, 200);
-        assert_eq!(get(&app, "/readyz", None).await.0, 503);
+        assert_eq!(
+            get(&app, "/readyz", None).await,
+            (503, "waiting for the controller to start".into())
+        );
         assert_eq!(
             get(&app, "/metrics", None).await,
             (401, "Unauthorized\n".into())
@@ -280,7 +286,7 @@ mod tests {
         let authorizer = Authorizer::new(ctx.client.clone());
         let app = router(
             Arc::new(Metrics::default()),
-            Arc::new(Health::default()),
+            Health::default(),
             Some(authorizer),
         );
         assert_eq!(get(&app, "/metrics", Some("prometheus")).await.0, 503);

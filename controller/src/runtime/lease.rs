@@ -9,16 +9,17 @@ use std::time::Duration;
 use ::http::{Method, Request, Response};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::client::{Body, ClientBuilder};
-use kube::{Api, Config};
+use kube::{Api, Client, Config};
 use kube_lease_manager::LeaseManagerBuilder;
+use kubesteer_api::runtime::Health;
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
+use super::metrics::Metrics;
+use super::{stopped, STARTING};
 use crate::args::Args;
-use crate::http::Health;
-use crate::run::{controllers, stopped};
-use crate::{Context, Result};
+use crate::Result;
 
 /// A holder that stops renewing loses the Lease after this long, so a standby takes over within it.
 pub const LEASE_DURATION_SECONDS: u64 = 10;
@@ -206,20 +207,28 @@ enum Stop {
     Overdue,
 }
 
-/// Waits for the Lease, runs the controllers while holding it, and releases it on shutdown.
-pub async fn run_while_leading(
+/// Waits for the Lease, runs `while_leading` while holding it (until the stop channel it is given turns
+/// true, or dropping its future when the Lease is lost), and releases the Lease on shutdown.
+/// `health` is ready once the Lease is contested, as a standby runs no watches.
+pub async fn run_while_leading<F, Fut>(
     config: Config,
     args: &Args,
     identity: String,
-    ctx: Arc<Context>,
-    health: Arc<Health>,
+    metrics: Arc<Metrics>,
+    health: &Health,
     mut shutdown: watch::Receiver<bool>,
-) -> Result<()> {
+    while_leading: F,
+) -> Result<()>
+where
+    F: Fn(watch::Receiver<bool>) -> Fut,
+    Fut: Future<Output = ()>,
+{
     let renewals = Renewals::default();
-    let lease: Api<Lease> = Api::namespaced(ctx.client.clone(), &args.lease_namespace);
-    let client = ClientBuilder::try_from(config)?
+    // Only PATCHes of the Lease count as renewals, so the holder check may GET through it too.
+    let client: Client = ClientBuilder::try_from(config)?
         .with_layer(&renewals.layer(&args.lease_namespace, &args.lease_name))
         .build();
+    let lease: Api<Lease> = Api::namespaced(client.clone(), &args.lease_namespace);
     let manager = LeaseManagerBuilder::new(client, &args.lease_name)
         .with_namespace(&args.lease_namespace)
         .with_identity(&identity)
@@ -227,7 +236,7 @@ pub async fn run_while_leading(
         .with_grace(LEASE_GRACE_SECONDS)
         .build()
         .await?;
-    health.set_ready(true);
+    health.release(STARTING);
     let (mut leading, task) = manager.watch().await;
     info!(lease = %args.lease_name, namespace = %args.lease_namespace, %identity, "waiting for the leader lease");
     loop {
@@ -236,9 +245,9 @@ pub async fn run_while_leading(
             _ = shutdown.wait_for(|&s| s) => break,
         }
         info!(%identity, "leading");
-        ctx.metrics.set_leading(true);
+        metrics.set_leading(true);
         let (stop_tx, stop_rx) = watch::channel(false);
-        let running = controllers(ctx.clone(), args, stop_rx);
+        let running = while_leading(stop_rx);
         tokio::pin!(running);
         let stop = tokio::select! {
             _ = &mut running => Stop::Shutdown,
@@ -246,7 +255,7 @@ pub async fn run_while_leading(
             _ = renewals.overdue() => Stop::Overdue,
             _ = stopped(shutdown.clone()) => Stop::Shutdown,
         };
-        ctx.metrics.set_leading(false);
+        metrics.set_leading(false);
         match stop {
             Stop::Shutdown => {
                 let _ = stop_tx.send(true);

@@ -1,14 +1,37 @@
-//! Watches that survive one bad object (feature `watch`, used by the webhook and the controller).
+//! Watches that survive one bad object, for the webhook and the controller.
 //!
 //! A typed watch decodes a whole list at once, so a single stored object that does not decode
 //! (an integer out of range written under an older schema, say) fails every list and stalls every
 //! object of the kind. These watches decode each object on its own: one that does not decode is
 //! reported to a callback, with the path of the field at fault, and left out; the rest flow on.
+use std::time::Duration;
+
 use futures::{future, Stream, StreamExt};
 use kube::api::{Api, ApiResource, DynamicObject};
-use kube::runtime::watcher::{self, Event};
+use kube::runtime::utils::{Backoff, ResetTimerBackoff};
+use kube::runtime::watcher::{self, Event, ExponentialBackoff};
 use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
+
+/// The longest wait between two attempts of a failing watch, before jitter of up to as much
+/// again. kube's default is 30 s, so a watch came back up to a minute after the apiserver did;
+/// a process has a handful of watches, which may retry more eagerly.
+pub const BACKOFF_MAX: Duration = Duration::from_secs(5);
+
+/// The backoff of every watch (`.backoff(backoff())`): 0.5 s doubling to [`BACKOFF_MAX`], with
+/// jitter, and back to 0.5 s once the watch ran a minute without an error.
+pub fn backoff() -> impl Backoff {
+    let exponential = backon::ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(500))
+        .with_max_delay(BACKOFF_MAX)
+        .with_factor(2.0)
+        .with_jitter()
+        .without_max_times();
+    ResetTimerBackoff::new(
+        ExponentialBackoff::from(exponential),
+        Duration::from_secs(60),
+    )
+}
 
 /// A watched object that could not be read as its kind, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,22 +71,28 @@ pub fn decode_event<K: DeserializeOwned>(
     }
 }
 
-/// `kube::runtime::watcher` over the `K`s in `namespace` (all namespaces when `None`), decoding
-/// each object on its own and leaving out, after telling `skipped`, those that do not decode.
+/// The `K`s in `namespace` (all namespaces when `None`), as dynamic objects, for [`watcher`].
+pub fn api<K>(client: Client, namespace: Option<&str>) -> Api<DynamicObject>
+where
+    K: Resource<DynamicType = ()>,
+{
+    let resource = ApiResource::erase::<K>(&());
+    match namespace {
+        Some(ns) => Api::namespaced_with(client, ns, &resource),
+        None => Api::all_with(client, &resource),
+    }
+}
+
+/// `kube::runtime::watcher` over `api` (from [`api`]), decoding each object as a `K` on its
+/// own and leaving out, after telling `skipped`, those that do not decode.
 pub fn watcher<K>(
-    client: Client,
-    namespace: Option<&str>,
+    api: Api<DynamicObject>,
     config: watcher::Config,
     skipped: impl Fn(Undecodable) + Send + 'static,
 ) -> impl Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static
 where
     K: Resource<DynamicType = ()> + DeserializeOwned + Send + 'static,
 {
-    let resource = ApiResource::erase::<K>(&());
-    let api: Api<DynamicObject> = match namespace {
-        Some(ns) => Api::namespaced_with(client, ns, &resource),
-        None => Api::all_with(client, &resource),
-    };
     watcher::watcher(api, config).filter_map(move |event| {
         future::ready(match event {
             Ok(event) => decode_event(event, &skipped).map(Ok),
@@ -88,6 +117,16 @@ mod tests {
             "spec": {"size": size}
         }))
         .unwrap()
+    }
+
+    #[test]
+    fn the_backoff_doubles_to_its_cap_with_jitter_and_never_gives_up() {
+        let delays: Vec<Duration> = backoff().take(20).collect();
+        assert_eq!(delays.len(), 20);
+        assert!(delays[0] >= Duration::from_millis(500) && delays[0] < Duration::from_secs(1));
+        for d in &delays[5..] {
+            assert!(*d >= BACKOFF_MAX && *d <= 2 * BACKOFF_MAX, "{d:?}");
+        }
     }
 
     #[test]

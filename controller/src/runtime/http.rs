@@ -1,7 +1,6 @@
 //! The small HTTP server for /metrics, /healthz and /readyz; HTTPS under `--metrics-auth`.
 use std::future::Future;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,12 +11,13 @@ use axum::routing::get;
 use axum::{middleware, Router};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
+use kubesteer_api::runtime::{health, Health};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tracing::debug;
 
-use crate::metrics::Metrics;
-use crate::metrics_auth::{self, Authorizer};
+use super::metrics::Metrics;
+use super::metrics_auth::{self, Authorizer};
 use crate::Result;
 
 /// Time a client has for the TLS handshake, and then for each request head: a scraper needs
@@ -27,34 +27,9 @@ const CLIENT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Time open connections get to finish on shutdown, inside the pod's grace period.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Whether the process is ready: set once it reaches the apiserver, leader or standby alike,
-/// so a standby replica does not block a rollout.
-#[derive(Debug, Default)]
-pub struct Health {
-    ready: AtomicBool,
-}
-
-impl Health {
-    pub fn set_ready(&self, ready: bool) {
-        self.ready.store(ready, Ordering::Relaxed);
-    }
-    pub fn is_ready(&self) -> bool {
-        self.ready.load(Ordering::Relaxed)
-    }
-}
-
-#[derive(Clone)]
-struct AppState {
-    metrics: Arc<Metrics>,
-    health: Arc<Health>,
-}
-
-/// /metrics, behind `authorizer` when given, and the probes, always open to the kubelet.
-pub fn router(
-    metrics: Arc<Metrics>,
-    health: Arc<Health>,
-    authorizer: Option<Authorizer>,
-) -> Router {
+/// /metrics, behind `authorizer` when given, and the probes (see `runtime` for readiness),
+/// always open to the kubelet.
+pub fn router(metrics: Arc<Metrics>, health: Health, authorizer: Option<Authorizer>) -> Router {
     let router = Router::new().route("/metrics", get(metrics_text));
     let router = match authorizer {
         Some(authorizer) => router.route_layer(middleware::from_fn_with_state(
@@ -63,14 +38,11 @@ pub fn router(
         )),
         None => router,
     };
-    router
-        .route("/healthz", get(|| async { "ok" }))
-        .route("/readyz", get(readyz))
-        .with_state(AppState { metrics, health })
+    router.with_state(metrics).merge(health::routes(health))
 }
 
-async fn metrics_text(State(state): State<AppState>) -> impl IntoResponse {
-    match state.metrics.encode() {
+async fn metrics_text(State(metrics): State<Arc<Metrics>>) -> impl IntoResponse {
+    match metrics.encode() {
         Ok(text) => (
             StatusCode::OK,
             [(
@@ -81,14 +53,6 @@ async fn metrics_text(State(state): State<AppState>) -> impl IntoResponse {
         )
             .into_response(),
         Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
-    }
-}
-
-async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
-    if state.health.is_ready() {
-        (StatusCode::OK, "ok")
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "not ready")
     }
 }
 
@@ -213,7 +177,8 @@ mod tests {
     async fn health_readiness_and_metrics_are_served() {
         let metrics = Arc::new(Metrics::default());
         drop(metrics.reconcile("Welcome"));
-        let health = Arc::new(Health::default());
+        let health = Health::default();
+        health.hold(crate::runtime::STARTING);
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let (addr, task) = serve(
             "127.0.0.1:0".parse().unwrap(),
@@ -226,7 +191,7 @@ mod tests {
         .unwrap();
         assert_eq!(get(addr, "/healthz").await.0, 200);
         assert_eq!(get(addr, "/readyz").await.0, 503);
-        health.set_ready(true);
+        health.release(crate::runtime::STARTING);
         assert_eq!(get(addr, "/readyz").await.0, 200);
         let (code, body) = get(addr, "/metrics").await;
         assert_eq!(code, 200);

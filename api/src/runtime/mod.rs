@@ -1,0 +1,67 @@
+//! What the webhook and the controller share at run time (feature `runtime`): one way to log,
+//! to hear the shutdown signal, to tell readiness, and to watch.
+//!
+//! - [`RuntimeArgs`]: the flags both binaries take (`--log-json`, `--watch-stale-after`).
+//! - [`logging::init`]: `tracing` to stderr, as text or JSON lines, `RUST_LOG` to filter.
+//! - [`signal::shutdown`]: resolves on SIGTERM or SIGINT.
+//! - [`health::Health`]: readiness from every watch's state, and the `/healthz` and `/readyz`
+//!   handlers ([`health::routes`]).
+//! - [`watch`]: watches that skip an object they cannot decode.
+pub mod health;
+pub mod logging;
+pub mod signal;
+pub mod watch;
+
+use std::time::Duration;
+
+pub use health::Health;
+
+/// The flags both binaries take; `#[command(flatten)]` them into a binary's own.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RuntimeArgs {
+    /// Write logs as JSON lines instead of text.
+    #[arg(long, env = "KUBESTEER_LOG_JSON", default_value_t = false)]
+    pub log_json: bool,
+
+    /// How long a watch may fail before /readyz fails, as its cache then answers from a stale
+    /// state, e.g. "30s" or "2m". See `Health` for how a watch counts as down.
+    #[arg(
+        long,
+        env = "KUBESTEER_WATCH_STALE_AFTER",
+        default_value = "30s",
+        value_parser = humantime::parse_duration
+    )]
+    pub watch_stale_after: Duration,
+}
+
+impl RuntimeArgs {
+    /// The readiness state these flags describe.
+    pub fn health(&self) -> Health {
+        Health::new(self.watch_stale_after)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Debug, Parser)]
+    struct Binary {
+        #[command(flatten)]
+        runtime: RuntimeArgs,
+    }
+
+    #[test]
+    fn flags_take_human_durations_and_name_the_flag_when_wrong() {
+        let b = Binary::try_parse_from(["b"]).unwrap();
+        assert!(!b.runtime.log_json);
+        assert_eq!(b.runtime.watch_stale_after, Duration::from_secs(30));
+        let b = Binary::try_parse_from(["b", "--log-json", "--watch-stale-after=1m 30s"]).unwrap();
+        assert!(b.runtime.log_json);
+        assert_eq!(b.runtime.watch_stale_after, Duration::from_secs(90));
+        let e = Binary::try_parse_from(["b", "--watch-stale-after=soon"]).unwrap_err();
+        assert!(e.to_string().contains("--watch-stale-after"), "{e}");
+    }
+}

@@ -1,0 +1,91 @@
+//! Certificates and keys as PEM text, and reading them back.
+use std::fmt;
+use std::time::Duration;
+
+use rcgen::KeyPair;
+use rustls_pki_types::pem::PemObject as _;
+use rustls_pki_types::CertificateDer;
+use time::OffsetDateTime;
+use x509_parser::certificate::X509Certificate;
+
+use crate::{Error, Result};
+
+// Backdating tolerates nodes and apiservers whose clocks run a little behind ours.
+pub(crate) const CLOCK_SKEW: Duration = Duration::from_secs(5 * 60);
+
+/// A certificate and its private key, as PEM text.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Pem {
+    pub cert: String,
+    pub key: String,
+}
+
+// Keeps private keys out of logs and panic messages.
+impl fmt::Debug for Pem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Pem")
+            .field("cert", &self.cert)
+            .field("key", &"<redacted>")
+            .finish()
+    }
+}
+
+/// The CA and the serving certificate it signed.
+#[derive(Clone, Debug)]
+pub struct Bundle {
+    pub ca: Pem,
+    pub serving: Pem,
+}
+
+pub(crate) fn invalid(what: &'static str, reason: impl fmt::Display) -> Error {
+    Error::Invalid {
+        what,
+        reason: reason.to_string(),
+    }
+}
+
+/// `now` less the clock skew allowance, which is at most a tenth of `validity`: a backdate as
+/// long as a short lifetime would make the third-left renewal rule fire at once, forever.
+pub(crate) fn backdate(now: OffsetDateTime, validity: Duration) -> Result<OffsetDateTime> {
+    before(now, CLOCK_SKEW.min(validity / 10))
+}
+
+pub(crate) fn before(now: OffsetDateTime, by: Duration) -> Result<OffsetDateTime> {
+    time::Duration::try_from(by)
+        .ok()
+        .and_then(|by| now.checked_sub(by))
+        .ok_or(Error::Validity { what: "clock skew" })
+}
+
+pub(crate) fn after(
+    now: OffsetDateTime,
+    by: Duration,
+    what: &'static str,
+) -> Result<OffsetDateTime> {
+    time::Duration::try_from(by)
+        .ok()
+        .and_then(|by| now.checked_add(by))
+        .ok_or(Error::Validity { what })
+}
+
+/// DER of the first CERTIFICATE block in `pem`.
+pub(crate) fn cert_der(pem: &str) -> Result<CertificateDer<'static>, String> {
+    CertificateDer::from_pem_slice(pem.as_bytes()).map_err(|e| format!("bad PEM: {e}"))
+}
+
+pub(crate) fn parse_cert<'a>(der: &'a CertificateDer<'_>) -> Result<X509Certificate<'a>, String> {
+    let (rest, cert) =
+        x509_parser::parse_x509_certificate(der).map_err(|e| format!("bad X.509: {e}"))?;
+    if !rest.is_empty() {
+        return Err("trailing bytes after the certificate".to_string());
+    }
+    Ok(cert)
+}
+
+pub(crate) fn key_matches(cert: &X509Certificate<'_>, key_pem: &str) -> Result<(), String> {
+    let key = KeyPair::from_pem(key_pem).map_err(|e| format!("bad private key: {e}"))?;
+    if key.public_key_raw() != cert.public_key().subject_public_key.data.as_ref() {
+        return Err("private key does not match the certificate".to_string());
+    }
+    Ok(())
+}
