@@ -8,8 +8,8 @@
 //! Deployment, its Service, its status), `pub mod cache;` here, and one line of registration in
 //! the list of owner kinds in `run::controllers`:
 //!
-//! ```ignore
-//! owned::<Cache>(&ctx, ns, owner_config.clone(), stop.clone()).boxed(),
+//! ```text
+//! owned::<Cache>(health, &ctx, ns, owner_config.clone(), stop.clone()).boxed(),
 //! ```
 //!
 //! which watches its objects and their children, fills the caches [`Owner::APP`] names, and runs
