@@ -2,7 +2,7 @@
 use std::fmt;
 
 use crate::field::FieldError;
-use crate::{ScalerSpec, WelcomeSpec};
+use crate::{ApplicationSpec, ScalerSpec, WelcomeSpec};
 
 /// One permission, as the resource attributes of a SubjectAccessReview.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -32,10 +32,27 @@ impl Access {
 
     /// `get` on one Secret: what the controller does with a referenced password.
     pub fn get_secret(namespace: &str, name: &str) -> Self {
+        Self::get_core("secrets", namespace, name)
+    }
+
+    /// `get` on one ConfigMap: what an owned pod does with an environment variable from it.
+    pub fn get_config_map(namespace: &str, name: &str) -> Self {
+        Self::get_core("configmaps", namespace, name)
+    }
+
+    /// `get` on one Ingress: what a warning naming it tells.
+    pub fn get_ingress(namespace: &str, name: &str) -> Self {
+        Self {
+            group: "networking.k8s.io",
+            ..Self::get_core("ingresses", namespace, name)
+        }
+    }
+
+    fn get_core(resource: &'static str, namespace: &str, name: &str) -> Self {
         Self {
             verb: "get",
             group: "",
-            resource: "secrets",
+            resource,
             subresource: "",
             namespace: namespace.into(),
             name: name.into(),
@@ -134,6 +151,47 @@ impl WelcomeSpec {
     }
 }
 
+impl ApplicationSpec {
+    /// The Secrets and ConfigMaps the pods would read through `env`, each with its field path:
+    /// on CREATE all of them, on UPDATE those the old spec did not read already (so others can
+    /// still edit the rest).
+    pub fn required_access(
+        &self,
+        own_namespace: &str,
+        old: Option<&ApplicationSpec>,
+    ) -> Vec<(String, Access)> {
+        let reads = |spec: &ApplicationSpec| -> Vec<(String, Access)> {
+            let mut reads = Vec::new();
+            for (i, var) in spec.env().iter().enumerate() {
+                let Some(from) = &var.value_from else {
+                    continue;
+                };
+                if let Some(r) = &from.secret_key_ref {
+                    reads.push((
+                        format!("spec.env[{i}].valueFrom.secretKeyRef.name"),
+                        Access::get_secret(own_namespace, &r.name),
+                    ));
+                }
+                if let Some(r) = &from.config_map_key_ref {
+                    reads.push((
+                        format!("spec.env[{i}].valueFrom.configMapKeyRef.name"),
+                        Access::get_config_map(own_namespace, &r.name),
+                    ));
+                }
+            }
+            reads
+        };
+        let before: Vec<Access> = old
+            .map(|o| reads(o).into_iter().map(|(_, a)| a).collect())
+            .unwrap_or_default();
+        let mut seen = std::collections::BTreeSet::new();
+        reads(self)
+            .into_iter()
+            .filter(|(_, access)| !before.contains(access) && seen.insert(access.clone()))
+            .collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -229,6 +287,45 @@ mod tests {
         assert_eq!(
             Access::get_secret("team", "creds").to_string(),
             "get secrets \"creds\" in namespace \"team\""
+        );
+    }
+
+    #[test]
+    fn an_application_needs_get_on_every_new_secret_and_config_map_its_env_reads() {
+        use crate::ApplicationSpec;
+        let app = |env: serde_json::Value| -> ApplicationSpec {
+            serde_json::from_value(serde_json::json!({"image": "nginx", "env": env})).unwrap()
+        };
+        let both = app(serde_json::json!([
+            {"name": "PLAIN", "value": "x"},
+            {"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+            {"name": "PW", "valueFrom": {"secretKeyRef": {"name": "db", "key": "pw"}}},
+            {"name": "PW2", "valueFrom": {"secretKeyRef": {"name": "db", "key": "pw2"}}},
+            {"name": "CFG", "valueFrom": {"configMapKeyRef": {"name": "cfg", "key": "k"}}},
+        ]));
+        assert_eq!(
+            both.required_access("team", None),
+            vec![
+                (
+                    "spec.env[2].valueFrom.secretKeyRef.name".to_string(),
+                    Access::get_secret("team", "db")
+                ),
+                (
+                    "spec.env[4].valueFrom.configMapKeyRef.name".to_string(),
+                    Access::get_config_map("team", "cfg")
+                ),
+            ]
+        );
+        let only_secret = app(serde_json::json!([
+            {"name": "PW", "valueFrom": {"secretKeyRef": {"name": "db", "key": "pw"}}},
+        ]));
+        let new = both.required_access("team", Some(&only_secret));
+        assert_eq!(new.len(), 1, "{new:?}");
+        assert_eq!(new[0].1, Access::get_config_map("team", "cfg"));
+        assert!(both.required_access("team", Some(&both)).is_empty());
+        assert_eq!(
+            Access::get_ingress("web", "site").to_string(),
+            "get ingresses (networking.k8s.io) \"site\" in namespace \"web\""
         );
     }
 }

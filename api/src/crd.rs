@@ -2,19 +2,24 @@
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
 
-use crate::{Memcached, Scaler, Welcome};
+use crate::{Application, Memcached, Scaler, Welcome};
 
 /// Every CRD with the file name it is committed under in `charts/kubesteer/crds/`.
 pub fn all() -> Vec<(String, CustomResourceDefinition)> {
-    [Scaler::crd(), Welcome::crd(), Memcached::crd()]
-        .into_iter()
-        .map(|crd| {
-            (
-                format!("{}.yaml", crd.metadata.name.clone().unwrap_or_default()),
-                crd,
-            )
-        })
-        .collect()
+    [
+        Scaler::crd(),
+        Welcome::crd(),
+        Memcached::crd(),
+        Application::crd(),
+    ]
+    .into_iter()
+    .map(|crd| {
+        (
+            format!("{}.yaml", crd.metadata.name.clone().unwrap_or_default()),
+            crd,
+        )
+    })
+    .collect()
 }
 
 /// The YAML text of a CRD, as committed.
@@ -55,7 +60,7 @@ mod tests {
             .iter()
             .map(|n| n.short_names.clone().unwrap_or_default().join(","))
             .collect();
-        assert_eq!(shorts, ["scl", "wel", "mc"]);
+        assert_eq!(shorts, ["scl", "wel", "mc", "app"]);
     }
 
     #[test]

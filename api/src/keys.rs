@@ -60,6 +60,8 @@ pub mod reason {
     pub const ROLLING_OUT: &str = "RollingOut";
     pub const DEPLOYMENT_FAILING: &str = "DeploymentFailing";
     pub const AS_EXPECTED: &str = "AsExpected";
+    pub const MINIMUM_PODS_AVAILABLE: &str = "MinimumPodsAvailable";
+    pub const MINIMUM_PODS_UNAVAILABLE: &str = "MinimumPodsUnavailable";
     // Scaler.
     pub const WINDOW_OPEN: &str = "WindowOpen";
     pub const WINDOW_CLOSED: &str = "WindowClosed";

@@ -3,7 +3,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::field::{FieldError, FieldErrors};
-use crate::{MemcachedSpec, ScalerSpec, WelcomeSpec};
+use crate::{ApplicationSpec, MemcachedSpec, ScalerSpec, WelcomeSpec};
 
 /// A kubesteer kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -11,10 +11,16 @@ pub enum Kind {
     Scaler,
     Welcome,
     Memcached,
+    Application,
 }
 
 /// Every kind, in a stable order.
-pub const ALL: [Kind; 3] = [Kind::Scaler, Kind::Welcome, Kind::Memcached];
+pub const ALL: [Kind; 4] = [
+    Kind::Scaler,
+    Kind::Welcome,
+    Kind::Memcached,
+    Kind::Application,
+];
 
 impl Kind {
     /// The kind, as in `kind:` and the CRD's names.
@@ -23,6 +29,7 @@ impl Kind {
             Kind::Scaler => "Scaler",
             Kind::Welcome => "Welcome",
             Kind::Memcached => "Memcached",
+            Kind::Application => "Application",
         }
     }
 
@@ -32,6 +39,7 @@ impl Kind {
             Kind::Scaler => "scalers",
             Kind::Welcome => "welcomes",
             Kind::Memcached => "memcacheds",
+            Kind::Application => "applications",
         }
     }
 
@@ -46,6 +54,7 @@ impl Kind {
             Kind::Scaler => to_value(parse::<ScalerSpec>(spec)?.defaulted(namespace)),
             Kind::Welcome => to_value(parse::<WelcomeSpec>(spec)?.defaulted()),
             Kind::Memcached => to_value(parse::<MemcachedSpec>(spec)?.defaulted()),
+            Kind::Application => to_value(parse::<ApplicationSpec>(spec)?.defaulted()),
         };
         Ok(crate::defaults::patch_for(
             object,
@@ -70,6 +79,7 @@ impl Kind {
             Kind::Scaler => None,
             Kind::Welcome => Some(parse::<WelcomeSpec>(spec).ok()?.image().to_string()),
             Kind::Memcached => Some(parse::<MemcachedSpec>(spec).ok()?.image().to_string()),
+            Kind::Application => Some(parse::<ApplicationSpec>(spec).ok()?.image),
         }
     }
 
@@ -83,6 +93,10 @@ impl Kind {
                 (s.validate(), s.warnings())
             }
             Kind::Memcached => (parse::<MemcachedSpec>(spec)?.validate(), Vec::new()),
+            Kind::Application => {
+                let s = parse::<ApplicationSpec>(spec)?;
+                (s.validate(), s.warnings())
+            }
         };
         if errors.is_empty() {
             Ok(warnings)
@@ -113,10 +127,18 @@ fn parse<T: DeserializeOwned>(spec: &Value) -> Result<T, FieldErrors> {
         } else {
             format!("spec.{path}")
         };
+        let message = e.into_inner().to_string();
+        // "missing field `image`": the missing field's own path, as the apiserver names it.
+        if let Some(field) = message
+            .strip_prefix("missing field `")
+            .and_then(|m| m.split('`').next())
+        {
+            return vec![FieldError::required(format!("{path}.{field}"), "")];
+        }
         vec![FieldError::invalid(
             path,
             "(value omitted)",
-            expectation(&e.into_inner().to_string()),
+            expectation(&message),
         )]
     })
 }
@@ -175,6 +197,13 @@ mod tests {
                 crate::Memcached::group(&()),
                 crate::Memcached::version(&()),
             ),
+            (
+                Kind::Application,
+                crate::Application::kind(&()),
+                crate::Application::plural(&()),
+                crate::Application::group(&()),
+                crate::Application::version(&()),
+            ),
         ];
         for (kind, name, plural, group, version) in crds {
             assert_eq!(kind.name(), name);
@@ -215,6 +244,14 @@ mod tests {
             .validate(&json!({"metadata": {}}))
             .unwrap_err();
         assert_eq!(err[0].to_string(), "spec: Required value");
+        let err = Kind::Application
+            .validate(&json!({"spec": {"ingress": {"host": "a.io"}}}))
+            .unwrap_err();
+        assert_eq!(err[0].to_string(), "spec.image: Required value");
+        let err = Kind::Application
+            .validate(&json!({"spec": {"image": "nginx", "ingress": {"path": "/"}}}))
+            .unwrap_err();
+        assert_eq!(err[0].to_string(), "spec.ingress.host: Required value");
     }
 
     #[test]
@@ -226,6 +263,10 @@ mod tests {
             ),
             (Kind::Welcome, json!({"spec": {"name": "x"}})),
             (Kind::Memcached, json!({"spec": {}})),
+            (
+                Kind::Application,
+                json!({"spec": {"image": "nginx", "ingress": {"host": "a.io"}}}),
+            ),
         ];
         for (kind, mut object) in objects {
             let patch = kind.defaulting_patch(&object, "ns").unwrap();

@@ -10,6 +10,7 @@
 #![warn(rust_2018_idioms)]
 
 pub mod access;
+pub mod application;
 pub mod common;
 pub mod crd;
 pub mod defaults;
@@ -24,6 +25,7 @@ pub mod scaler;
 pub mod schedule;
 pub mod welcome;
 
+pub use application::{Application, ApplicationSpec, ApplicationStatus};
 pub use memcached::{Memcached, MemcachedSpec, MemcachedStatus};
 pub use scaler::{Scaler, ScalerSpec, ScalerStatus};
 pub use welcome::{Welcome, WelcomeSpec, WelcomeStatus};

@@ -208,7 +208,7 @@ mod tests {
                 "spec.size: Invalid value: 101: must be between 0 and 100, inclusive",
                 "spec.port: Invalid value: 0: must be between 1 and 65535, inclusive",
                 "spec.memoryMB: Invalid value: 0: must be between 1 and 65536, inclusive",
-                "spec.image: Invalid value: \"a b\": must be a container image reference without whitespace",
+                "spec.image: Invalid value: \"a b\": must be a container image reference such as registry.example.com/team/app:1.0 (lowercase repository, optional tag and digest)",
             ]
         );
         assert!(spec(json!({"size": 100, "port": 65535}))

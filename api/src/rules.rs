@@ -67,9 +67,11 @@ pub static SECRET_KEY: Pattern = Pattern::new(
     r"^[-._a-zA-Z0-9]+$",
     "a valid config key must consist of alphanumeric characters, '-', '_' or '.'",
 );
+/// A container image reference in the distribution grammar (docker/distribution `reference`):
+/// `[host[:port]/]path[:tag][@digest]`, the path lowercase.
 pub static IMAGE: Pattern = Pattern::new(
-    r"^[^[:space:][:cntrl:]]+$",
-    "must be a container image reference without whitespace",
+    r"^(([a-zA-Z0-9]|[a-zA-Z0-9][-a-zA-Z0-9]*[a-zA-Z0-9])(\.([a-zA-Z0-9]|[a-zA-Z0-9][-a-zA-Z0-9]*[a-zA-Z0-9]))*(:[0-9]+)?/)?[a-z0-9]+(([._]|__|-+)[a-z0-9]+)*(/[a-z0-9]+(([._]|__|-+)[a-z0-9]+)*)*(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@[A-Za-z][A-Za-z0-9]*([-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?$",
+    "must be a container image reference such as registry.example.com/team/app:1.0 (lowercase repository, optional tag and digest)",
 );
 
 /// A resource quantity (`250m`, `64Mi`, `1e3`), as the apiserver parses one; controller-gen puts
@@ -151,6 +153,33 @@ pub mod welcome {
     pub const MIN_PASSWORD: usize = 1;
     pub const MAX_PASSWORD: usize = 1024;
     pub const MAX_REPLICAS: i32 = 100;
+}
+
+/// Application rules.
+pub mod application {
+    use super::Pattern;
+
+    pub const MAX_REPLICAS: i32 = 100;
+    /// Environment variables of the container.
+    pub const MAX_ENV: usize = 128;
+    pub const MAX_ENV_NAME: usize = 253;
+    /// An environment variable name: printable ASCII without '=', as Kubernetes allows since 1.32.
+    pub static ENV_NAME: Pattern = Pattern::new(
+        r"^[!-<>-~]([ -<>-~]*[!-<>-~])?$",
+        "must consist of printable ASCII characters other than '=', and must not start or end with a space",
+    );
+    /// A host as an Ingress rule takes it: a lowercase DNS-1123 subdomain, optionally behind one
+    /// leading `*.` wildcard label; never an IP address.
+    pub static HOST: Pattern = Pattern::new(
+        r"^(\*\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$",
+        "must be a lowercase DNS-1123 subdomain, optionally starting with a \"*.\" wildcard label",
+    );
+    pub const MAX_PATH: usize = 1024;
+    /// An HTTP path of an Ingress rule: absolute, no whitespace or controls.
+    pub static PATH: Pattern = Pattern::new(
+        r"^/[^[:space:][:cntrl:]]*$",
+        "must be an absolute path: start with '/', without whitespace",
+    );
 }
 
 /// Memcached rules.
@@ -239,6 +268,9 @@ mod tests {
             &QUANTITY,
             &scaler::CLOCK,
             &welcome::EMAIL,
+            &application::ENV_NAME,
+            &application::HOST,
+            &application::PATH,
         ] {
             assert!(Regex::new(p.regex).is_ok(), "{}", p.regex);
             assert!(
@@ -297,8 +329,35 @@ mod tests {
 
     #[test]
     fn images_and_clocks() {
-        assert!(IMAGE.is_match("registry.example.com/a/b:1@sha256:00"));
-        for bad in ["", "a b", "a\tb", " a", "a\u{0}"] {
+        let digest = format!("sha256:{}", "0a".repeat(32));
+        for ok in [
+            "nginx".to_string(),
+            "memcached:1.6.38-alpine".into(),
+            "hashicorp/http-echo:1.0.0".into(),
+            "localhost:5000/team/app_1:v1.2".into(),
+            "Registry.Example.com/a/b:1".into(),
+            format!("registry.example.com/a/b:1@{digest}"),
+            format!("a/b@{digest}"),
+        ] {
+            assert!(IMAGE.is_match(&ok), "{ok:?}");
+        }
+        for bad in [
+            "",
+            "a b",
+            "a\tb",
+            " a",
+            "a\u{0}",
+            "Nginx",
+            "a/B",
+            "a:",
+            "a:tag:x",
+            "a/",
+            "/a",
+            "a//b",
+            "a@sha256:00",
+            "-a",
+            "a:-x",
+        ] {
             assert!(!IMAGE.is_match(bad), "{bad:?}");
         }
         assert!(scaler::CLOCK.is_match("23:59"));

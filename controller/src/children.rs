@@ -12,6 +12,7 @@ use k8s_openapi::api::core::v1::{
     Capabilities, Container, Pod, PodSpec, PodTemplateSpec, SeccompProfile, SecurityContext,
     Service, ServicePort, ServiceSpec,
 };
+use k8s_openapi::api::networking::v1::Ingress;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{Patch, PatchParams, PostParams};
@@ -453,6 +454,8 @@ impl CheckedTemplates {
 pub struct Children {
     pub deployments: Store<Packed<Deployment>>,
     pub services: Store<Packed<Service>>,
+    /// The app's Ingresses, for kinds that own one; empty otherwise.
+    pub ingresses: Store<Packed<Ingress>>,
     /// The metadata of the app's pods, for kinds whose status names them; empty otherwise.
     pub pods: Store<PartialObjectMeta<Pod>>,
     pub templates: Arc<CheckedTemplates>,
@@ -464,6 +467,7 @@ impl Children {
         Self {
             deployments: reflector::store().0,
             services: reflector::store().0,
+            ingresses: reflector::store().0,
             pods: reflector::store().0,
             templates: Arc::default(),
         }
@@ -474,6 +478,7 @@ impl Children {
 pub struct Writers {
     pub deployments: Writer<Packed<Deployment>>,
     pub services: Writer<Packed<Service>>,
+    pub ingresses: Writer<Packed<Ingress>>,
     pub pods: Writer<PartialObjectMeta<Pod>>,
     pub templates: Arc<CheckedTemplates>,
 }
@@ -493,6 +498,7 @@ impl Caches {
     pub fn register(&self, app: &'static str) -> Writers {
         let (deployments, dw) = reflector::store();
         let (services, sw) = reflector::store();
+        let (ingresses, iw) = reflector::store();
         let (pods, pw) = reflector::store();
         let templates = Arc::new(CheckedTemplates::default());
         lock(&self.0).insert(
@@ -500,6 +506,7 @@ impl Caches {
             Children {
                 deployments,
                 services,
+                ingresses,
                 pods,
                 templates: templates.clone(),
             },
@@ -507,6 +514,7 @@ impl Caches {
         Writers {
             deployments: dw,
             services: sw,
+            ingresses: iw,
             pods: pw,
             templates,
         }

@@ -7,6 +7,7 @@ use std::fmt::Debug;
 use futures::{FutureExt, Stream, StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::networking::v1::Ingress;
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{self, Controller};
 use kube::runtime::reflector::{self, store::Writer, ObjectRef};
@@ -15,7 +16,7 @@ use kube::runtime::WatchStreamExt;
 use kube::{Api, Client, Resource, ResourceExt};
 use kubesteer_api::runtime::watch::{self as tolerant, Undecodable};
 use kubesteer_api::runtime::{health, logging, signal, Health};
-use kubesteer_api::{Memcached, Scaler, Welcome};
+use kubesteer_api::{Application, Memcached, Scaler, Welcome};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio::sync::watch;
@@ -192,10 +193,10 @@ where
         .touched_objects()
 }
 
-/// The controller of an owner kind `K` (Memcached, Welcome): its objects cached without
-/// managedFields (and forgotten by `ctx` when deleted), and reconciled on changes to them and to
-/// their Deployments and Services, which fill the caches of `K::APP`, and to their pods if `K`
-/// names them. Every watch is registered with `health`.
+/// The controller of an owner kind `K` (Memcached, Welcome, Application): its objects cached
+/// without managedFields (and forgotten by `ctx` when deleted), and reconciled on changes to them
+/// and to their Deployments and Services (and Ingresses if `K` owns some), which fill the caches
+/// of `K::APP`, and to their pods if `K` names them. Every watch is registered with `health`.
 fn owner_controller<K: Owner>(
     health: &Health,
     ctx: &Arc<Context>,
@@ -233,6 +234,16 @@ fn owner_controller<K: Owner>(
             children_of(K::APP),
             writers.services,
         ));
+    let controller = match K::OWNS_INGRESS {
+        true => controller.owns_stream(packed(
+            health,
+            format!("{kind} Ingress"),
+            api::<Ingress>(client, ns),
+            children_of(K::APP),
+            writers.ingresses,
+        )),
+        false => controller,
+    };
     if !K::NAMES_PODS {
         return controller;
     }
@@ -293,6 +304,7 @@ pub async fn controllers(
     let owners = futures::future::join_all([
         owned::<Memcached>(health, &ctx, ns, owner_config.clone(), stop.clone()).boxed(),
         owned::<Welcome>(health, &ctx, ns, owner_config.clone(), stop.clone()).boxed(),
+        owned::<Application>(health, &ctx, ns, owner_config.clone(), stop.clone()).boxed(),
     ]);
 
     // No debounce for Scalers: it would delay the requeue at a window's boundary.

@@ -432,10 +432,27 @@ fn welcome_cases() -> Vec<Case> {
 
 fn image_cases(c: &mut Cases) {
     c.length("/image", 1, MAX_IMAGE, image);
-    c.strings("/image", &["a b", "a\tb", " a", "a\u{7}"], Refuse);
     c.strings(
         "/image",
-        &["registry.example.com:5000/team/app:1.2@sha256:00ff"],
+        &[
+            "a b",
+            "a\tb",
+            " a",
+            "a\u{7}",
+            "Nginx",
+            "a:tag:x",
+            "a//b",
+            "a@sha256:00ff",
+        ],
+        Refuse,
+    );
+    let digest = format!("sha256:{}", "00ff".repeat(16));
+    c.strings(
+        "/image",
+        &[
+            &format!("registry.example.com:5000/team/app:1.2@{digest}"),
+            "localhost/app_x:v1",
+        ],
         Accept,
     );
 }

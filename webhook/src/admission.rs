@@ -14,7 +14,7 @@ use kubesteer_api::access::{Access, ImagePolicy};
 use kubesteer_api::field::{summarize, FieldError, FieldErrors};
 use kubesteer_api::kind::{Kind, ALL};
 use kubesteer_api::runtime::{health, Health};
-use kubesteer_api::{ScalerSpec, WelcomeSpec};
+use kubesteer_api::{ApplicationSpec, ScalerSpec, WelcomeSpec};
 use serde_json::Value;
 
 use crate::cluster::Cluster;
@@ -271,6 +271,17 @@ async fn decide<C: Cluster>(
             if kind == Kind::Welcome && errors.is_empty() {
                 welcome_rules(state, request, &value, &namespace, &mut errors).await;
             }
+            if kind == Kind::Application && errors.is_empty() {
+                application_rules(
+                    state,
+                    request,
+                    &value,
+                    (&namespace, &name),
+                    &mut errors,
+                    &mut warnings,
+                )
+                .await;
+            }
             if errors.is_empty() {
                 let mut response = allowed;
                 if !warnings.is_empty() {
@@ -376,6 +387,60 @@ async fn welcome_rules<C: Cluster>(
             .check(&state.cluster, &request.user_info, &access)
             .await;
         permitted(request, &path, &access, answer, errors);
+    }
+}
+
+/// The Application rules that need the cluster: its author may read every Secret and ConfigMap
+/// its environment takes values from; advice about its IngressClass and about another Ingress
+/// that serves the same host and path, named only to an author who may get it.
+async fn application_rules<C: Cluster>(
+    state: &AppState<C>,
+    request: &AdmissionRequest<DynamicObject>,
+    object: &Value,
+    me: (&str, &str),
+    errors: &mut FieldErrors,
+    warnings: &mut Vec<String>,
+) {
+    let Some(spec) = read_spec::<ApplicationSpec>(object) else {
+        return;
+    };
+    let old = request
+        .old_object
+        .as_ref()
+        .and_then(|o| serde_json::to_value(o).ok())
+        .and_then(|o| read_spec::<ApplicationSpec>(&o));
+    let required = spec.required_access(me.0, old.as_ref());
+    let cluster = &state.cluster;
+    let user = &request.user_info;
+    let answers = futures::future::join_all(
+        required
+            .iter()
+            .map(|(_, access)| state.permissions.check(cluster, user, access)),
+    )
+    .await;
+    for ((path, access), answer) in required.iter().zip(answers) {
+        permitted(request, path, access, answer, errors);
+    }
+    let Some(ingress) = spec.ingress.as_ref().filter(|_| errors.is_empty()) else {
+        return;
+    };
+    if let Some(class) = &ingress.class_name {
+        if cluster.ingress_class_exists(class) == Some(false) {
+            warnings.push(format!(
+                "spec.ingress.className: no IngressClass {class:?} exists in this cluster; no Ingress controller serves the Ingress until one does"
+            ));
+        }
+    }
+    let path = ingress.path();
+    for (ns, name) in cluster.ingresses_serving(&ingress.host, path, me) {
+        let access = Access::get_ingress(&ns, &name);
+        // An Ingress the author may not read is not named, nor is it said that it exists.
+        if state.permissions.check(cluster, user, &access).await == Ok(true) {
+            warnings.push(format!(
+                "spec.ingress.host: Ingress {ns}/{name} already serves host {:?} path {path:?}; the Ingress controller picks one of them",
+                ingress.host
+            ));
+        }
     }
 }
 

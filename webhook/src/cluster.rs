@@ -8,6 +8,7 @@ use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
 };
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use kube::api::{Api, PostParams};
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{self, reflector, store::Writer, Store};
@@ -32,6 +33,10 @@ pub trait Cluster: Send + Sync + 'static {
     fn deployment_exists(&self, namespace: &str, name: &str) -> Option<bool>;
     /// The HorizontalPodAutoscaler that also scales this Deployment, if any.
     fn hpa_for(&self, namespace: &str, name: &str) -> Option<String>;
+    /// Whether an IngressClass of this name exists; None while the cache is not yet filled.
+    fn ingress_class_exists(&self, name: &str) -> Option<bool>;
+    /// The Ingresses (namespace, name), other than `me`, with a rule for `host` and `path`.
+    fn ingresses_serving(&self, host: &str, path: &str, me: (&str, &str)) -> Vec<(String, String)>;
 }
 
 /// The real cluster: watch-backed caches, so a review never LISTs.
@@ -41,6 +46,8 @@ pub struct KubeCluster {
     scalers: Store<Scaler>,
     deployments: Store<PartialObjectMeta<Deployment>>,
     hpas: Store<HorizontalPodAutoscaler>,
+    ingresses: Store<Ingress>,
+    ingress_classes: Store<PartialObjectMeta<IngressClass>>,
 }
 
 impl KubeCluster {
@@ -71,15 +78,53 @@ impl KubeCluster {
         spawn_cache(w2, health.track("Deployment", key, deployment_watch));
         let hpas_api = Api::<HorizontalPodAutoscaler>::all(client.clone());
         let key = health::key(&hpas_api, &cfg);
-        let hpa_watch = watcher(hpas_api, cfg);
+        let hpa_watch = watcher(hpas_api, cfg.clone());
         spawn_cache(w3, health.track("HorizontalPodAutoscaler", key, hpa_watch));
+        // Hosts and paths are what the Application warnings read of an Ingress.
+        let (ingresses, w4) = reflector::store();
+        let ingresses_api = Api::<Ingress>::all(client.clone());
+        let key = health::key(&ingresses_api, &cfg);
+        let ingress_watch = watcher(ingresses_api, cfg.clone()).modify(trim_ingress);
+        spawn_cache(w4, health.track("Ingress", key, ingress_watch));
+        let (ingress_classes, w5) = reflector::store();
+        let classes_api = Api::<PartialObjectMeta<IngressClass>>::all(client.clone());
+        let key = health::key(&classes_api, &cfg);
+        let class_watch = watcher(classes_api, cfg);
+        spawn_cache(w5, health.track("IngressClass", key, class_watch));
         Self {
             client,
             scalers,
             deployments,
             hpas,
+            ingresses,
+            ingress_classes,
         }
     }
+}
+
+/// What the cache keeps of an Ingress: its name and its rules' hosts and paths.
+fn trim_ingress(ingress: &mut Ingress) {
+    ingress.metadata = kube::api::ObjectMeta {
+        name: ingress.metadata.name.take(),
+        namespace: ingress.metadata.namespace.take(),
+        ..Default::default()
+    };
+    ingress.status = None;
+    if let Some(spec) = ingress.spec.as_mut() {
+        spec.tls = None;
+        spec.default_backend = None;
+    }
+}
+
+/// Whether `ingress` has a rule for exactly `host` and `path`.
+pub fn serves(ingress: &Ingress, host: &str, path: &str) -> bool {
+    ingress
+        .spec
+        .iter()
+        .flat_map(|s| s.rules.iter().flatten())
+        .filter(|r| r.host.as_deref() == Some(host))
+        .flat_map(|r| r.http.iter().flat_map(|h| &h.paths))
+        .any(|p| p.path.as_deref().unwrap_or("/") == path)
 }
 
 /// Keeps `writer`'s cache filled from `events` in a task of its own.
@@ -142,6 +187,31 @@ impl Cluster for KubeCluster {
         self.deployments.wait_until_ready().now_or_never()?.ok()?;
         let key = reflector::ObjectRef::new(name).within(namespace);
         Some(self.deployments.get(&key).is_some())
+    }
+
+    fn ingress_class_exists(&self, name: &str) -> Option<bool> {
+        self.ingress_classes
+            .wait_until_ready()
+            .now_or_never()?
+            .ok()?;
+        Some(
+            self.ingress_classes
+                .get(&reflector::ObjectRef::new(name))
+                .is_some(),
+        )
+    }
+
+    fn ingresses_serving(&self, host: &str, path: &str, me: (&str, &str)) -> Vec<(String, String)> {
+        let mut found: Vec<(String, String)> = self
+            .ingresses
+            .state()
+            .iter()
+            .filter(|i| serves(i, host, path))
+            .map(|i| (i.namespace().unwrap_or_default(), i.name_any()))
+            .filter(|(ns, name)| (ns.as_str(), name.as_str()) != me)
+            .collect();
+        found.sort();
+        found
     }
 
     fn hpa_for(&self, namespace: &str, name: &str) -> Option<String> {

@@ -62,17 +62,18 @@ fn runtime() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
-const KINDS: [(&str, &str); 3] = [
+const KINDS: [(&str, &str); 4] = [
     ("scaler-create.json", "scalers"),
     ("welcome-create.json", "welcomes"),
     ("memcached-create.json", "memcacheds"),
+    ("application-create.json", "applications"),
 ];
 
 proptest! {
     #![proptest_config(ProptestConfig { failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
-    fn arbitrary_specs_get_an_answer_never_a_panic(spec in arb_json(), which in 0usize..3, mutate in any::<bool>()) {
+    fn arbitrary_specs_get_an_answer_never_a_panic(spec in arb_json(), which in 0usize..KINDS.len(), mutate in any::<bool>()) {
         let (file, plural) = KINDS[which];
         let review = with_spec(file, spec);
         let path = format!("/{}/{plural}", if mutate { "mutate" } else { "validate" });
@@ -89,7 +90,7 @@ proptest! {
     }
 
     #[test]
-    fn arbitrary_bodies_get_a_review_or_a_400(body in arb_json(), which in 0usize..3) {
+    fn arbitrary_bodies_get_a_review_or_a_400(body in arb_json(), which in 0usize..KINDS.len()) {
         let (_, plural) = KINDS[which];
         let reply = runtime().block_on(send(cluster(), &format!("/validate/{plural}"), &json!({"request": body})));
         prop_assert!(matches!(reply.status.as_u16(), 200 | 400), "{} {}", reply.status, reply.body);

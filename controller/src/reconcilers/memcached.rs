@@ -9,15 +9,10 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{Resource, ResourceExt};
-use kubesteer_api::common::condition;
-use kubesteer_api::keys::condition::{DEGRADED, PROGRESSING};
-use kubesteer_api::keys::reason;
 use kubesteer_api::{Memcached, MemcachedStatus};
 
 use crate::children::{self, child_meta};
-use crate::reconcilers::{
-    deployment_condition, previous_conditions, time, Observed, Owner, OwnerStatus, Rollout,
-};
+use crate::reconcilers::{previous_conditions, time, Observed, Owner, OwnerStatus, Rollout};
 use crate::Result;
 
 pub const KIND: &str = "Memcached";
@@ -126,70 +121,9 @@ pub fn status(
     let previous = previous_conditions(mc);
     let size = mc.spec.size();
     let rollout = Rollout::of(deployment, size);
-    let (ready, rolled_out) = (rollout.ready, rollout.done);
+    let ready = rollout.ready;
 
-    let deadline_exceeded =
-        deployment_condition(deployment, "Progressing").is_some_and(|c| c.status == "False");
-    let replica_failure = deployment_condition(deployment, "ReplicaFailure");
-    let degraded = deadline_exceeded || replica_failure.is_some_and(|c| c.status == "True");
-    let degraded_message = replica_failure
-        .filter(|c| c.status == "True")
-        .or_else(|| deployment_condition(deployment, "Progressing").filter(|_| deadline_exceeded))
-        .and_then(|c| c.message.clone())
-        .unwrap_or_default();
-    let available = deployment_condition(deployment, "Available");
-
-    let c = |type_: &str, ok: bool, reason: &str, message: String| {
-        condition(
-            type_,
-            ok,
-            reason,
-            message,
-            generation,
-            now.clone(),
-            previous,
-        )
-    };
-    let ready_message = rollout.message();
-    let conditions = vec![
-        rollout.ready_condition(generation, now.clone(), previous),
-        match available {
-            Some(a) if a.status == "True" => c(
-                "Available",
-                true,
-                "MinimumPodsAvailable",
-                ready_message.clone(),
-            ),
-            _ => c(
-                "Available",
-                false,
-                "MinimumPodsUnavailable",
-                ready_message.clone(),
-            ),
-        },
-        if degraded {
-            c(
-                "Progressing",
-                false,
-                reason::ROLLOUT_STALLED,
-                degraded_message.clone(),
-            )
-        } else if rolled_out {
-            c(
-                "Progressing",
-                false,
-                reason::ROLLOUT_COMPLETE,
-                format!("{size} pods up to date"),
-            )
-        } else {
-            c(PROGRESSING, true, reason::ROLLING_OUT, ready_message)
-        },
-        if degraded {
-            c(DEGRADED, true, reason::DEPLOYMENT_FAILING, degraded_message)
-        } else {
-            c(DEGRADED, false, reason::AS_EXPECTED, String::new())
-        },
-    ];
+    let conditions = rollout.conditions(deployment, generation, now, previous);
 
     nodes.sort();
     MemcachedStatus {

@@ -22,9 +22,10 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentCondition};
 use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::networking::v1::Ingress;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, Patch};
+use kube::api::{Api, DeleteParams, Patch, Preconditions};
 use kube::core::object::HasStatus;
 use kube::core::NamespaceResourceScope;
 use kube::runtime::controller::Action;
@@ -34,11 +35,14 @@ use kubesteer_api::common::condition;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::children::{self, apply_params, namespace_and_name, Ensured, NameConflict};
+use crate::children::{
+    self, apply_params, namespace_and_name, Children, Ensured, NameConflict, Packed,
+};
 use crate::{Context, Error, Result};
-use kubesteer_api::keys::condition::{DEGRADED, READY};
+use kubesteer_api::keys::condition::{AVAILABLE, DEGRADED, PROGRESSING, READY};
 use kubesteer_api::keys::reason;
 
+pub mod application;
 pub mod memcached;
 pub mod scaler;
 pub mod welcome;
@@ -62,6 +66,8 @@ pub trait Owner:
     const STATUS_GRACE: Duration = Duration::ZERO;
     /// Whether its status names its pods, so that their metadata is watched and cached.
     const NAMES_PODS: bool = false;
+    /// Whether it may own an Ingress, so that its Ingresses are watched and cached.
+    const OWNS_INGRESS: bool = false;
 
     /// What [`Owner::prepare`] learns for the Deployment, e.g. the uid of a Secret.
     type Prepared: Default + Send + Sync;
@@ -83,6 +89,12 @@ pub trait Owner:
 
     /// The Service it wants.
     fn service(&self) -> Result<Service>;
+
+    /// The Ingress it wants, if any (only read when it [owns Ingresses](Owner::OWNS_INGRESS)):
+    /// with none, the one it owned is deleted.
+    fn ingress(&self) -> Result<Option<Ingress>> {
+        Ok(None)
+    }
 
     /// Its status, from its children as the caches (or the apiserver's answers) show them.
     fn status_from(&self, children: &Observed<'_>, now: DateTime<Utc>) -> Self::Status;
@@ -120,6 +132,8 @@ pub struct Observed<'a> {
     pub namespace: &'a str,
     pub deployment: &'a Deployment,
     pub service: &'a Service,
+    /// Its Ingress, when it wants one.
+    pub ingress: Option<&'a Ingress>,
     /// Sorted names of its live pods, if it [names them](Owner::NAMES_PODS).
     pub pods: Vec<String>,
 }
@@ -163,10 +177,17 @@ async fn reconcile_owner<K: Owner>(owner: &K, ctx: &Context) -> Result<Action> {
         }
     };
     let service = children::ensure(ctx, &children.services, &children.templates, &want_service);
-    let (deployment, service) = tokio::try_join!(deployment, service)?;
+    let ingress = async {
+        match K::OWNS_INGRESS {
+            true => ensure_ingress(ctx, owner, &children, &ns, &name).await,
+            false => Ok(None),
+        }
+    };
+    let (deployment, service, ingress) = tokio::try_join!(deployment, service, ingress)?;
     let before = created.len();
     let deployment = deployment.and_then(|d| ours(d, &name, &mut created, &mut conflicts));
     let service = ours(service, &name, &mut created, &mut conflicts);
+    let ingress = ingress.and_then(|i| ours(i, &name, &mut created, &mut conflicts));
     let watched_created = created.len() > before;
     if let Some(note) = created_note(&created) {
         ctx.publish(owner, EventType::Normal, reason::CREATED, note)
@@ -189,6 +210,7 @@ async fn reconcile_owner<K: Owner>(owner: &K, ctx: &Context) -> Result<Action> {
         namespace: &ns,
         deployment: &deployment,
         service: &service,
+        ingress: ingress.as_deref(),
         pods,
     };
     let status = owner.status_from(&observed, ctx.clock.now());
@@ -206,6 +228,48 @@ async fn reconcile_owner<K: Owner>(owner: &K, ctx: &Context) -> Result<Action> {
         ctx.status_written(K::KIND, owner);
     }
     Ok(owner.settled(&prepared))
+}
+
+/// Makes the Ingress `owner` wants so, or deletes the one it controls when it wants none. An
+/// Ingress not cached yet is left to its watch event, which brings another reconcile.
+async fn ensure_ingress<K: Owner>(
+    ctx: &Context,
+    owner: &K,
+    children: &Children,
+    ns: &str,
+    name: &str,
+) -> Result<Option<Ensured<Ingress>>> {
+    if let Some(want) = owner.ingress()? {
+        let ensured = children::ensure(ctx, &children.ingresses, &children.templates, &want);
+        return Ok(Some(ensured.await?));
+    }
+    let Some(cached) = children.ingresses.get(&Packed::key(name, ns)) else {
+        return Ok(None);
+    };
+    let live = cached.object()?;
+    let owner_uid = owner.meta().uid.clone().unwrap_or_default();
+    if owner_uid.is_empty() || !children::controlled_by(live.meta(), &owner_uid) {
+        return Ok(None);
+    }
+    let api: Api<Ingress> = Api::namespaced(ctx.client.clone(), ns);
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: live.meta().uid.clone(),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    match api.delete(name, &params).await {
+        Ok(_) => {
+            let note = format!("Deleted Ingress {name}: spec.ingress was removed");
+            ctx.publish(owner, EventType::Normal, reason::DELETED, note)
+                .await;
+        }
+        // Gone already, or replaced by an object of another uid, which is not ours to delete.
+        Err(e) if crate::is_status(&e, 404) || crate::is_status(&e, 409) => {}
+        Err(e) => return Err(e.into()),
+    }
+    Ok(None)
 }
 
 /// The child if it is ours, noting its creation; else its name conflict.
@@ -278,6 +342,74 @@ impl Rollout {
     /// "2/3 pods ready".
     pub fn message(&self) -> String {
         format!("{}/{} pods ready", self.ready, self.wanted)
+    }
+
+    /// The four conditions of an owner whose state is its Deployment's: Ready, Available,
+    /// Progressing and Degraded (the rollout stalled past its deadline, or pods cannot be made).
+    pub fn conditions(
+        &self,
+        deployment: &Deployment,
+        generation: Option<i64>,
+        now: Time,
+        previous: &[Condition],
+    ) -> Vec<Condition> {
+        let progressing = deployment_condition(deployment, "Progressing");
+        let deadline_exceeded = progressing.is_some_and(|c| c.status == "False");
+        let replica_failure =
+            deployment_condition(deployment, "ReplicaFailure").filter(|c| c.status == "True");
+        let degraded = deadline_exceeded || replica_failure.is_some();
+        let degraded_message = replica_failure
+            .or(progressing.filter(|_| deadline_exceeded))
+            .and_then(|c| c.message.clone())
+            .unwrap_or_default();
+        let available =
+            deployment_condition(deployment, "Available").is_some_and(|a| a.status == "True");
+        let c = |type_: &str, ok: bool, reason: &str, message: String| {
+            condition(
+                type_,
+                ok,
+                reason,
+                message,
+                generation,
+                now.clone(),
+                previous,
+            )
+        };
+        let message = self.message();
+        vec![
+            self.ready_condition(generation, now.clone(), previous),
+            match available {
+                true => c(
+                    AVAILABLE,
+                    true,
+                    reason::MINIMUM_PODS_AVAILABLE,
+                    message.clone(),
+                ),
+                false => c(
+                    AVAILABLE,
+                    false,
+                    reason::MINIMUM_PODS_UNAVAILABLE,
+                    message.clone(),
+                ),
+            },
+            if degraded {
+                c(
+                    PROGRESSING,
+                    false,
+                    reason::ROLLOUT_STALLED,
+                    degraded_message.clone(),
+                )
+            } else if self.done {
+                let note = format!("{} pods up to date", self.wanted);
+                c(PROGRESSING, false, reason::ROLLOUT_COMPLETE, note)
+            } else {
+                c(PROGRESSING, true, reason::ROLLING_OUT, message)
+            },
+            match degraded {
+                true => c(DEGRADED, true, reason::DEPLOYMENT_FAILING, degraded_message),
+                false => c(DEGRADED, false, reason::AS_EXPECTED, String::new()),
+            },
+        ]
     }
 
     /// The owner's Ready condition.

@@ -36,6 +36,14 @@ pub struct FakeCluster {
     pub deployments: Vec<(String, String)>,
     /// (namespace, deployment) -> HPA name.
     pub hpas: BTreeMap<(String, String), String>,
+    /// ConfigMaps the requesting user may get, as (namespace, name).
+    pub may_get_config_maps: Vec<(String, String)>,
+    /// Ingresses the requesting user may get, as (namespace, name).
+    pub may_get_ingresses: Vec<(String, String)>,
+    /// IngressClasses that exist.
+    pub ingress_classes: Vec<String>,
+    /// Ingresses, as (namespace, name, host, path).
+    pub ingresses: Vec<(String, String, String, String)>,
 }
 
 impl FakeCluster {
@@ -65,8 +73,27 @@ impl Cluster for FakeCluster {
                         .may_get_secrets
                         .contains(&(ns.clone(), access.name.clone()))
             }
+            ("get", "configmaps", "") => self
+                .may_get_config_maps
+                .contains(&(ns.clone(), access.name.clone())),
+            ("get", "ingresses", "") => {
+                access.group == "networking.k8s.io"
+                    && self
+                        .may_get_ingresses
+                        .contains(&(ns.clone(), access.name.clone()))
+            }
             _ => false,
         })
+    }
+    fn ingress_class_exists(&self, name: &str) -> Option<bool> {
+        Some(self.ingress_classes.iter().any(|c| c == name))
+    }
+    fn ingresses_serving(&self, host: &str, path: &str, me: (&str, &str)) -> Vec<(String, String)> {
+        self.ingresses
+            .iter()
+            .filter(|(ns, name, h, p)| h == host && p == path && (ns.as_str(), name.as_str()) != me)
+            .map(|(ns, name, _, _)| (ns.clone(), name.clone()))
+            .collect()
     }
     fn claimant(&self, target: (&str, &str), me: (&str, &str)) -> Option<String> {
         let other = self

@@ -13,14 +13,16 @@ use kubesteer_webhook::error::ApiError;
 use kubesteer_webhook::AppState;
 use serde_json::Value;
 
-/// The six endpoints; an input's first byte picks one.
-pub const ENDPOINTS: [(Endpoint, Kind); 6] = [
+/// The eight endpoints; an input's first byte picks one.
+pub const ENDPOINTS: [(Endpoint, Kind); 8] = [
     (Endpoint::Mutate, Kind::Scaler),
     (Endpoint::Validate, Kind::Scaler),
     (Endpoint::Mutate, Kind::Memcached),
     (Endpoint::Validate, Kind::Memcached),
     (Endpoint::Mutate, Kind::Welcome),
     (Endpoint::Validate, Kind::Welcome),
+    (Endpoint::Mutate, Kind::Application),
+    (Endpoint::Validate, Kind::Application),
 ];
 
 /// A cluster with one fact of each sort, so every cluster rule has a branch to take.
@@ -44,6 +46,16 @@ impl Cluster for FuzzCluster {
     }
     fn hpa_for(&self, namespace: &str, name: &str) -> Option<String> {
         ((namespace, name) == ("team", "autoscaled")).then(|| "web-hpa".into())
+    }
+    fn ingress_class_exists(&self, name: &str) -> Option<bool> {
+        Some(name == "nginx")
+    }
+    fn ingresses_serving(&self, host: &str, path: &str, me: (&str, &str)) -> Vec<(String, String)> {
+        let taken = host == "taken.example.com" && path == "/" && me != ("team", "site");
+        taken
+            .then(|| ("team".into(), "site".into()))
+            .into_iter()
+            .collect()
     }
 }
 
