@@ -81,7 +81,7 @@ Try, in another shell:
 
   export KUBECONFIG=$kc
   alias kubectl=$cache/bin/kubectl
-  kubectl get kubesteer                        # all three kinds, with their columns
+  kubectl get kubesteer                        # all four kinds, with their columns
   kubectl get memcached cache -o yaml          # the defaults, the status, the conditions
   kubectl wait --for=condition=Ready memcached/cache
   kubectl apply -f - <<'EOF'                   # denied: every bad field is named
@@ -102,7 +102,8 @@ samples() {
   # Removed on Ctrl-C only when none of them was there before.
   [ -n "$("${kubectl[@]}" get -f config/samples/ --ignore-not-found -o name 2>/dev/null)" ] || applied_samples=1
   "${kubectl[@]}" apply -f config/samples/
-  "${kubectl[@]}" wait --for=condition=Ready --timeout=120s memcached/cache welcome/hello
+  "${kubectl[@]}" wait --for=condition=Ready --timeout=120s memcached/cache welcome/hello \
+    application/application-sample
   "${kubectl[@]}" wait --for=jsonpath='{.status.observedGeneration}'=1 --timeout=60s scaler/office-hours
   "${kubectl[@]}" get kubesteer
 }

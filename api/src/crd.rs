@@ -64,6 +64,25 @@ mod tests {
     }
 
     #[test]
+    fn no_print_column_is_headed_like_another_or_like_name() {
+        for (_, crd) in all() {
+            for version in &crd.spec.versions {
+                // kubectl prints NAME first, then each column's name in upper case.
+                let mut headers = vec!["NAME".to_string()];
+                for column in version.additional_printer_columns.iter().flatten() {
+                    let header = column.name.to_uppercase();
+                    assert!(
+                        !headers.contains(&header),
+                        "{}: two columns headed {header}",
+                        crd.spec.names.kind
+                    );
+                    headers.push(header);
+                }
+            }
+        }
+    }
+
+    #[test]
     fn every_integer_has_schema_bounds() {
         // Without a maximum an out-of-range int32 can be stored while the webhook is down, and then no list decodes.
         fn walk(path: &str, schema: &serde_json::Value, unbounded: &mut Vec<String>) {

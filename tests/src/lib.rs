@@ -599,6 +599,43 @@ pub fn parse_rfc3339(time: &str) -> Result<f64> {
     Ok(seconds(at.with_timezone(&Utc)))
 }
 
+/// A Role in `ns` with `verbs` on `resource`, bound to `user`.
+pub fn grant(ns: &str, role: &str, verbs: &str, resource: &str, user: &str) -> Result<()> {
+    kubectl_ok(
+        &[
+            "create",
+            "role",
+            role,
+            "-n",
+            ns,
+            &format!("--verb={verbs}"),
+            &format!("--resource={resource}"),
+        ],
+        None,
+    )?;
+    kubectl_ok(
+        &[
+            "create",
+            "rolebinding",
+            role,
+            "-n",
+            ns,
+            &format!("--role={role}"),
+            &format!("--user={user}"),
+        ],
+        None,
+    )?;
+    Ok(())
+}
+
+/// `kubectl apply` of `yaml` in `ns` as `user`.
+pub fn apply_as(user: &str, ns: &str, yaml: &str) -> Result<Run> {
+    kubectl(
+        &["apply", &format!("--as={user}"), "-n", ns, "-f", "-"],
+        Some(yaml),
+    )
+}
+
 /// A random-enough suffix for names that must not collide between runs.
 pub fn unique(prefix: &str) -> String {
     let nanos = Utc::now().timestamp_subsec_nanos();

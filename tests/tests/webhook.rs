@@ -1,7 +1,7 @@
 //! The webhook through a real apiserver with real kubectl: denials that name fields, defaults the
 //! apiserver really applies (proving the patch encoding), warnings, dry-run and permissions.
 use anyhow::Result;
-use kubesteer_tests::{jsonpath, kubectl, kubectl_ok, Webhook};
+use kubesteer_tests::{apply_as, grant, jsonpath, kubectl, kubectl_ok, Webhook};
 use serde_json::Value;
 
 const MC: &str = "apiVersion: kubesteer.io/v1alpha1\nkind: Memcached\n";
@@ -322,43 +322,6 @@ fn cross_namespace_targets_need_permission_and_targets_are_not_shared() -> Resul
     let want = format!("is already scaled by Scaler {}/remote", ns.name());
     assert!(claimed.stderr.contains(&want), "{}", claimed.stderr);
     Ok(())
-}
-
-/// A Role in `ns` with `verbs` on `resource`, bound to `user`.
-fn grant(ns: &str, role: &str, verbs: &str, resource: &str, user: &str) -> Result<()> {
-    kubectl_ok(
-        &[
-            "create",
-            "role",
-            role,
-            "-n",
-            ns,
-            &format!("--verb={verbs}"),
-            &format!("--resource={resource}"),
-        ],
-        None,
-    )?;
-    kubectl_ok(
-        &[
-            "create",
-            "rolebinding",
-            role,
-            "-n",
-            ns,
-            &format!("--role={role}"),
-            &format!("--user={user}"),
-        ],
-        None,
-    )?;
-    Ok(())
-}
-
-/// `kubectl apply` of `yaml` in `ns` as `user`.
-fn apply_as(user: &str, ns: &str, yaml: &str) -> Result<kubesteer_tests::Run> {
-    kubectl(
-        &["apply", &format!("--as={user}"), "-n", ns, "-f", "-"],
-        Some(yaml),
-    )
 }
 
 #[test]
