@@ -10,7 +10,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::field::{FieldError, FieldErrors};
 use crate::rules::application::{
-    ENV_NAME, HOST, MAX_ENV, MAX_ENV_NAME, MAX_PATH, MAX_REPLICAS, PATH,
+    not_an_ip_rule, DOTTED_NUMBERS, ENV_NAME, HOST, MAX_ENV, MAX_ENV_NAME, MAX_PATH, MAX_REPLICAS,
+    PATH,
 };
 use crate::rules::{
     check_image, check_length, check_name, check_pattern, check_range, MAX_GENERATION, MAX_IMAGE,
@@ -82,11 +83,12 @@ pub struct ApplicationSpec {
 }
 
 /// How the Application is reached from outside the cluster.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct IngressSpec {
     /// Host name, e.g. example.foo.com: a lowercase DNS-1123 subdomain, optionally with one leading "*." wildcard label. Not an IP address.
     #[schemars(length(min = 1, max = MAX_SUBDOMAIN), regex(pattern = HOST.regex))]
+    #[x_kube(validation = Rule::new(not_an_ip_rule()).message(DOTTED_NUMBERS.message))]
     pub host: String,
 
     /// HTTP path, starting with "/". Defaults to "/".
@@ -160,10 +162,46 @@ pub struct ApplicationStatus {
     pub conditions: Vec<Condition>,
 }
 
+/// Why an env var with both a value and a valueFrom is refused.
+const VALUE_AND_VALUE_FROM: &str = "may not be specified when `value` is not empty";
+/// Why a valueFrom without exactly one source is refused.
+const ONE_SOURCE: &str =
+    "must specify exactly one of secretKeyRef, configMapKeyRef, fieldRef, resourceFieldRef and fileKeyRef";
+/// Why a valueFrom.fileKeyRef is refused.
+const NO_FILE_KEY_REF: &str = "the Application's pod has no volumes to read a file from";
+
 /// `env`: the core EnvVar list, at most [`MAX_ENV`], keyed by name so that server-side apply
 /// merges it entry by entry.
 fn env_schema(generator: &mut SchemaGenerator) -> Schema {
-    let item = generator.subschema_for::<EnvVar>();
+    let mut item = generator.subschema_for::<EnvVar>();
+    if let Some(name) = item
+        .get_mut("properties")
+        .and_then(|p| p.get_mut("name"))
+        .and_then(|n| n.as_object_mut())
+    {
+        name.insert("maxLength".into(), MAX_ENV_NAME.into());
+        name.insert("pattern".into(), ENV_NAME.regex.into());
+    }
+    item.insert(
+        "x-kubernetes-validations".into(),
+        serde_json::json!([
+            {
+                "rule": "!has(self.valueFrom) || !has(self.value) || self.value == ''",
+                "message": VALUE_AND_VALUE_FROM,
+                "fieldPath": ".valueFrom",
+            },
+            {
+                "rule": "!has(self.valueFrom) || [has(self.valueFrom.secretKeyRef), has(self.valueFrom.configMapKeyRef), has(self.valueFrom.fieldRef), has(self.valueFrom.resourceFieldRef), has(self.valueFrom.fileKeyRef)].filter(x, x).size() == 1",
+                "message": ONE_SOURCE,
+                "fieldPath": ".valueFrom",
+            },
+            {
+                "rule": "!has(self.valueFrom) || !has(self.valueFrom.fileKeyRef)",
+                "message": NO_FILE_KEY_REF,
+                "fieldPath": ".valueFrom.fileKeyRef",
+            },
+        ]),
+    );
     schemars::json_schema!({
         "type": "array",
         "nullable": true,
@@ -296,10 +334,7 @@ impl ApplicationSpec {
             };
             let path = format!("spec.env[{i}].valueFrom");
             if var.value.as_deref().is_some_and(|v| !v.is_empty()) {
-                errors.push(FieldError::forbidden(
-                    path.clone(),
-                    "may not be specified when `value` is not empty",
-                ));
+                errors.push(FieldError::forbidden(path.clone(), VALUE_AND_VALUE_FROM));
             }
             let sources = [
                 from.secret_key_ref.is_some(),
@@ -312,13 +347,13 @@ impl ApplicationSpec {
                 errors.push(FieldError::invalid(
                     path.clone(),
                     "(value omitted)",
-                    "must specify exactly one of secretKeyRef, configMapKeyRef, fieldRef, resourceFieldRef and fileKeyRef",
+                    ONE_SOURCE,
                 ));
             }
             if from.file_key_ref.is_some() {
                 errors.push(FieldError::forbidden(
                     format!("{path}.fileKeyRef"),
-                    "the Application's pod has no volumes to read a file from",
+                    NO_FILE_KEY_REF,
                 ));
             }
             if let Some(r) = &from.secret_key_ref {
@@ -348,12 +383,9 @@ impl IngressSpec {
             errors.push(FieldError::required(host, ""));
         } else if self.host.len() > MAX_SUBDOMAIN {
             check_length(errors, host, &self.host, 1, MAX_SUBDOMAIN);
-        } else if self.host.parse::<std::net::IpAddr>().is_ok() {
-            errors.push(FieldError::invalid(
-                host,
-                self.host.as_str(),
-                "must be a DNS name, not an IP address",
-            ));
+        } else if DOTTED_NUMBERS.is_match(&self.host) {
+            let message = DOTTED_NUMBERS.message;
+            errors.push(FieldError::invalid(host, self.host.as_str(), message));
         } else {
             check_pattern(errors, host, &self.host, &HOST);
         }

@@ -174,6 +174,18 @@ pub mod application {
         r"^(\*\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$",
         "must be a lowercase DNS-1123 subdomain, optionally starting with a \"*.\" wildcard label",
     );
+    /// Dotted numbers, which an Ingress host may not be: an IPv4 address, or what reads as one.
+    pub static DOTTED_NUMBERS: Pattern = Pattern::new(
+        r"^[0-9]+([.][0-9]+){3}$",
+        "must be a DNS name, not an IP address",
+    );
+
+    /// The CEL rule of `ingress.host`: not [`DOTTED_NUMBERS`] (IPv6 fails the host pattern). The
+    /// expression has no backslash, which a CEL string would need doubled.
+    pub fn not_an_ip_rule() -> String {
+        format!("!self.matches('{}')", DOTTED_NUMBERS.regex)
+    }
+
     pub const MAX_PATH: usize = 1024;
     /// An HTTP path of an Ingress rule: absolute, no whitespace or controls.
     pub static PATH: Pattern = Pattern::new(
@@ -271,6 +283,7 @@ mod tests {
             &application::ENV_NAME,
             &application::HOST,
             &application::PATH,
+            &application::DOTTED_NUMBERS,
         ] {
             assert!(Regex::new(p.regex).is_ok(), "{}", p.regex);
             assert!(

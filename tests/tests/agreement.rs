@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use kubesteer_api::kind::{Kind, ALL};
 use kubesteer_api::rules::{
-    memcached as mc, scaler as sc, welcome as wl, MAX_IMAGE, MAX_INT32, MAX_LABEL, MAX_PORT,
-    MAX_SUBDOMAIN, MIN_PORT, MIN_REPLICAS,
+    application as app, memcached as mc, scaler as sc, welcome as wl, MAX_IMAGE, MAX_INT32,
+    MAX_LABEL, MAX_PORT, MAX_SUBDOMAIN, MIN_PORT, MIN_REPLICAS,
 };
 use kubesteer_tests::{kubectl, kubectl_ok, repo_root, Namespace};
 use serde_json::{json, Map, Value};
@@ -222,6 +222,25 @@ fn email(n: usize) -> String {
     let address = format!("{}@{}", "a".repeat(64), labels.join("."));
     assert_eq!(address.len(), n, "{address}");
     address
+}
+
+/// A valid DNS-1123 subdomain of `n` characters: labels of at most 63, joined by dots.
+fn subdomain(n: usize) -> String {
+    let mut s = String::new();
+    while s.len() < n {
+        if !s.is_empty() {
+            s.push('.');
+        }
+        let left = n - s.len();
+        // Never leave a single character, which could only be a dot.
+        let take = match left {
+            0..=63 => left,
+            64 => 61,
+            _ => 63,
+        };
+        s.push_str(&"h".repeat(take));
+    }
+    s
 }
 
 fn image(n: usize) -> String {
@@ -486,11 +505,95 @@ fn memcached_cases() -> Vec<Case> {
     c.all
 }
 
+fn application_cases() -> Vec<Case> {
+    let base = json!({"image": "nginx", "ingress": {"host": "example.foo.com"}, "env": [{"name": "A", "value": "1"}]});
+    let mut c = Cases::new(Kind::Application, base.clone());
+    c.spec("the tutorial's spec", base, Accept);
+    c.spec("no image", json!({"replicas": 1}), Refuse);
+    c.int("/replicas", MIN_REPLICAS.into(), app::MAX_REPLICAS.into());
+    c.int("/port", MIN_PORT.into(), MAX_PORT.into());
+    c.int("/servicePort", MIN_PORT.into(), MAX_PORT.into());
+    image_cases(&mut c);
+    c.length("/ingress/host", 1, MAX_SUBDOMAIN, subdomain);
+    c.strings(
+        "/ingress/host",
+        &["*.foo.com", "a", "xn--bcher-kva.example"],
+        Accept,
+    );
+    c.strings(
+        "/ingress/host",
+        &[
+            "Example.com",
+            "*",
+            "a.*.com",
+            "a_b.com",
+            "-a.com",
+            "a..b",
+            "10.0.0.1",
+        ],
+        Refuse,
+    );
+    c.strings("/ingress/path", &["/", "/shop/cart", "/a%20b"], Accept);
+    c.strings("/ingress/path", &["shop", "/a b", ""], Refuse);
+    let path = |n: usize| json!(format!("/{}", "p".repeat(n - 1)));
+    c.set("/ingress/path", path(app::MAX_PATH), Accept);
+    c.set("/ingress/path", path(app::MAX_PATH + 1), Refuse);
+    c.strings(
+        "/ingress/pathType",
+        &["Prefix", "Exact", "ImplementationSpecific"],
+        Accept,
+    );
+    c.strings("/ingress/pathType", &["prefix", "Regex"], Refuse);
+    c.strings("/ingress/className", &["nginx", "a.b-c"], Accept);
+    c.strings("/ingress/className", &["Nginx", "a_b", ""], Refuse);
+    c.set("/ingress/tls", json!({"secretName": "site-tls"}), Accept);
+    c.set("/ingress/tls", json!({}), Refuse);
+    c.strings("/ingress/tls/secretName", &["Bad_Name", ""], Refuse);
+    c.items(
+        "/env",
+        0,
+        app::MAX_ENV,
+        |i| json!({"name": format!("V{i}"), "value": "x"}),
+    );
+    c.strings("/env/0/name", &["with space", "a.b-c_d", "$HOME"], Accept);
+    c.strings("/env/0/name", &["A=B", "", "ünïcode", " lead"], Refuse);
+    c.set(
+        "/env/0/valueFrom",
+        json!({"fieldRef": {"fieldPath": "metadata.name"}}),
+        Refuse,
+    );
+    for (what, from, want) in [
+        (
+            "a Secret",
+            json!({"secretKeyRef": {"name": "db", "key": "pw"}}),
+            Accept,
+        ),
+        ("no source", json!({}), Refuse),
+        (
+            "two sources",
+            json!({"fieldRef": {"fieldPath": "metadata.name"}, "configMapKeyRef": {"name": "c", "key": "k"}}),
+            Refuse,
+        ),
+        (
+            "a file",
+            json!({"fileKeyRef": {"path": "a", "key": "k", "volumeName": "v"}}),
+            Refuse,
+        ),
+    ] {
+        let spec = json!({"image": "nginx", "env": [{"name": "A", "valueFrom": from}]});
+        c.spec(&format!("an env var from {what}"), spec, want);
+    }
+    c.set("/resources/requests/cpu", json!("250m"), Accept);
+    c.set("/resources/requests/cpu", json!("lots"), Refuse);
+    c.all
+}
+
 /// Every case, each kind also without a spec and with a spec that is no object.
 fn cases() -> Vec<Case> {
     let mut all = scaler_cases();
     all.extend(welcome_cases());
     all.extend(memcached_cases());
+    all.extend(application_cases());
     for kind in ALL {
         let mut c = Cases::new(kind, Value::Null);
         c.push("spec missing".into(), None, Refuse);
