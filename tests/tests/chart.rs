@@ -10,7 +10,6 @@ use serde_yaml::Value;
 const NS: &str = "kubesteer-system";
 const RELEASE: &str = "ks";
 const FULLNAME: &str = "ks-kubesteer";
-const PLURALS: [&str; 3] = ["scalers", "welcomes", "memcacheds"];
 const CA_PEM: &str =
     "-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIUKubesteer\n-----END CERTIFICATE-----\n";
 
@@ -249,7 +248,7 @@ fn every_webhook_fails_closed_quickly_and_skips_system_namespaces() -> Result<()
     ] {
         let docs = render(extra)?;
         let hooks = webhooks(&docs);
-        assert_eq!(hooks.len(), 6);
+        assert_eq!(hooks.len(), 2 * kubesteer_api::kind::ALL.len());
         for (kind, hook) in hooks {
             let name = str_of(&hook["name"]);
             assert_eq!(hook["failurePolicy"], "Fail", "{name}");
@@ -262,7 +261,10 @@ fn every_webhook_fails_closed_quickly_and_skips_system_namespaces() -> Result<()
                 ("validate", "validate")
             };
             let plural = strings(&hook["rules"][0]["resources"]).remove(0);
-            assert!(PLURALS.contains(&plural.as_str()), "{plural}");
+            let known = kubesteer_api::kind::ALL
+                .iter()
+                .any(|k| k.plural() == plural);
+            assert!(known, "{plural}");
             assert_eq!(name, format!("{prefix}.{plural}.kubesteer.io"));
             let service = &hook["clientConfig"]["service"];
             assert_eq!(service["name"], format!("{FULLNAME}-webhook").as_str());
@@ -466,6 +468,12 @@ fn rbac_grants_exactly_what_each_binary_uses() -> Result<()> {
         &["list", "watch"],
         None,
     ));
+    webhook.extend(expand(
+        &["networking.k8s.io"],
+        &["ingresses", "ingressclasses"],
+        &["list", "watch"],
+        None,
+    ));
     let configs = expand(
         &["admissionregistration.k8s.io"],
         &[
@@ -496,7 +504,7 @@ fn rbac_grants_exactly_what_each_binary_uses() -> Result<()> {
     ));
     assert_eq!(grants(secrets), expected);
 
-    let kinds = ["scalers", "welcomes", "memcacheds"];
+    let kinds = kubesteer_api::kind::ALL.map(|k| k.plural());
     let status: Vec<String> = kinds.iter().map(|k| format!("{k}/status")).collect();
     let finalizers: Vec<String> = kinds.iter().map(|k| format!("{k}/finalizers")).collect();
     let status: Vec<&str> = status.iter().map(String::as_str).collect();
@@ -526,6 +534,13 @@ fn rbac_grants_exactly_what_each_binary_uses() -> Result<()> {
         None,
     ));
     controller.extend(expand(&[""], &["services"], &write, None));
+    // An Application's Ingress: applied, and deleted when spec.ingress goes; never updated.
+    controller.extend(expand(
+        &["networking.k8s.io"],
+        &["ingresses"],
+        &["get", "list", "watch", "create", "patch", "delete"],
+        None,
+    ));
     // Welcome credentials are written, never read.
     controller.extend(expand(
         &[""],
@@ -770,7 +785,7 @@ fn url_mode_renders_only_the_configurations_for_a_local_webhook() -> Result<()> 
     assert_eq!(docs.len(), 2);
     let encoded = kubesteer_tests::base64(CA_PEM.as_bytes());
     let hooks = webhooks(&docs);
-    assert_eq!(hooks.len(), 6);
+    assert_eq!(hooks.len(), 2 * kubesteer_api::kind::ALL.len());
     for (kind, hook) in hooks {
         let plural = strings(&hook["rules"][0]["resources"]).remove(0);
         let path = if kind.starts_with("Mutating") {
@@ -1194,7 +1209,7 @@ fn helm_upgrade_keeps_the_self_managed_ca_bundle() -> Result<()> {
         "mutatingwebhookconfiguration",
         "validatingwebhookconfiguration",
     ] {
-        let patch: Vec<String> = (0..3)
+        let patch: Vec<String> = (0..kubesteer_api::kind::ALL.len())
             .map(|i| {
                 format!(
                     r#"{{"op":"add","path":"/webhooks/{i}/clientConfig/caBundle","value":"{injected}"}}"#
@@ -1218,7 +1233,7 @@ fn helm_upgrade_keeps_the_self_managed_ca_bundle() -> Result<()> {
     let lines = webhook_fields(&config, "{.timeoutSeconds} {.clientConfig.caBundle}")?;
     assert_eq!(
         lines,
-        vec![format!("7 {injected}"); 6],
+        vec![format!("7 {injected}"); 2 * kubesteer_api::kind::ALL.len()],
         "both configurations"
     );
     drop(release);

@@ -6,17 +6,14 @@ use anyhow::Result;
 use kubesteer_tests::{eventually, jsonpath, kubectl, kubectl_ok, repo_root, Namespace};
 
 #[test]
-fn the_three_crds_are_established() -> Result<()> {
-    for crd in [
-        "scalers.kubesteer.io",
-        "welcomes.kubesteer.io",
-        "memcacheds.kubesteer.io",
-    ] {
+fn the_crds_are_established() -> Result<()> {
+    for kind in kubesteer_api::kind::ALL {
+        let crd = format!("{}.kubesteer.io", kind.plural());
         let status = kubectl_ok(
             &[
                 "get",
                 "crd",
-                crd,
+                &crd,
                 "-o",
                 "jsonpath={.status.conditions[?(@.type==\"Established\")].status}",
             ],
@@ -35,7 +32,7 @@ fn kubectl_get_shows_the_columns_of_each_kind() -> Result<()> {
         &["apply", "-n", ns.name(), "-f", &samples.to_string_lossy()],
         None,
     )?;
-    let out = kubectl_ok(&["get", "-n", ns.name(), "scl,mc,wel"], None)?;
+    let out = kubectl_ok(&["get", "-n", ns.name(), "scl,mc,wel,app"], None)?;
     let headers: Vec<Vec<&str>> = out
         .lines()
         .filter(|l| l.starts_with("NAME"))
@@ -52,14 +49,24 @@ fn kubectl_get_shows_the_columns_of_each_kind() -> Result<()> {
         "{out}"
     );
     assert!(
-        headers.contains(&vec!["NAME", "NAME", "READYREPLICAS", "SERVICEURL", "AGE"]),
+        headers.contains(&vec![
+            "NAME",
+            "GREETS",
+            "READYREPLICAS",
+            "SERVICEURL",
+            "AGE"
+        ]),
+        "{out}"
+    );
+    assert!(
+        headers.contains(&vec!["NAME", "IMAGE", "READY", "URL", "AGE"]),
         "{out}"
     );
     let all = kubectl_ok(&["get", "-n", ns.name(), "kubesteer", "-o", "name"], None)?;
     assert_eq!(
         all.lines().count(),
-        3,
-        "category kubesteer lists all three kinds: {all}"
+        kubesteer_api::kind::ALL.len(),
+        "category kubesteer lists every kind: {all}"
     );
     Ok(())
 }
@@ -72,6 +79,10 @@ fn kubectl_explain_shows_descriptions() -> Result<()> {
     assert!(out.contains("Number of memcached pods"), "{out}");
     let out = kubectl_ok(&["explain", "welcome.status.serviceURL"], None)?;
     assert!(out.contains("In-cluster URL"), "{out}");
+    let out = kubectl_ok(&["explain", "application.spec.ingress.host"], None)?;
+    assert!(out.contains("DNS-1123 subdomain"), "{out}");
+    let out = kubectl_ok(&["explain", "app.status.url"], None)?;
+    assert!(out.contains("https://host/path"), "{out}");
     Ok(())
 }
 
@@ -104,7 +115,11 @@ fn every_sample_applies() -> Result<()> {
     let dir = repo_root().join("config/samples");
     let mut files: Vec<_> = std::fs::read_dir(&dir)?.collect::<Result<Vec<_>, _>>()?;
     files.sort_by_key(|f| f.file_name());
-    assert_eq!(files.len(), 3, "one sample per kind");
+    assert_eq!(
+        files.len(),
+        kubesteer_api::kind::ALL.len(),
+        "one sample per kind"
+    );
     for f in files {
         let path = f.path();
         let out = kubectl_ok(

@@ -257,30 +257,15 @@ async fn decide<C: Cluster>(
             if let Some(error) = image_refused(state, kind, request, &value) {
                 errors.push(error);
             }
-            if kind == Kind::Scaler && errors.is_empty() {
-                scaler_rules(
-                    state,
-                    request,
-                    &value,
-                    (&namespace, &name),
-                    &mut errors,
-                    &mut warnings,
-                )
-                .await;
-            }
-            if kind == Kind::Welcome && errors.is_empty() {
-                welcome_rules(state, request, &value, &namespace, &mut errors).await;
-            }
-            if kind == Kind::Application && errors.is_empty() {
-                application_rules(
-                    state,
-                    request,
-                    &value,
-                    (&namespace, &name),
-                    &mut errors,
-                    &mut warnings,
-                )
-                .await;
+            if errors.is_empty() {
+                let me = (namespace.as_str(), name.as_str());
+                let (e, w) = (&mut errors, &mut warnings);
+                match kind {
+                    Kind::Scaler => scaler_rules(state, request, &value, me, e, w).await,
+                    Kind::Welcome => welcome_rules(state, request, &value, me.0, e).await,
+                    Kind::Application => application_rules(state, request, &value, me, e, w).await,
+                    Kind::Memcached => {}
+                }
             }
             if errors.is_empty() {
                 let mut response = allowed;
@@ -333,13 +318,8 @@ async fn scaler_rules<C: Cluster>(
     };
     let cluster = &state.cluster;
     let required = spec.required_access(me.0);
-    // Targets are unique (checked above), so each SubjectAccessReview is asked once, all at once.
-    let answers = futures::future::join_all(
-        required
-            .iter()
-            .map(|(_, access)| state.permissions.check(cluster, &request.user_info, access)),
-    )
-    .await;
+    // Targets are unique (checked above), so each SubjectAccessReview is asked once.
+    let answers = ask_all(state, request, &required).await;
     for ((path, access), answer) in required.iter().zip(answers) {
         // Anything about a target the author may not scale would tell them whether it exists.
         if !permitted(request, path, access, answer, errors) {
@@ -410,14 +390,8 @@ async fn application_rules<C: Cluster>(
         .and_then(|o| serde_json::to_value(o).ok())
         .and_then(|o| read_spec::<ApplicationSpec>(&o));
     let required = spec.required_access(me.0, old.as_ref());
-    let cluster = &state.cluster;
-    let user = &request.user_info;
-    let answers = futures::future::join_all(
-        required
-            .iter()
-            .map(|(_, access)| state.permissions.check(cluster, user, access)),
-    )
-    .await;
+    let (cluster, user) = (&state.cluster, &request.user_info);
+    let answers = ask_all(state, request, &required).await;
     for ((path, access), answer) in required.iter().zip(answers) {
         permitted(request, path, access, answer, errors);
     }
@@ -442,6 +416,21 @@ async fn application_rules<C: Cluster>(
             ));
         }
     }
+}
+
+/// Asks whether the author holds each permission of `required`, all at once.
+async fn ask_all<C: Cluster>(
+    state: &AppState<C>,
+    request: &AdmissionRequest<DynamicObject>,
+    required: &[(String, Access)],
+) -> Vec<Result<bool, String>> {
+    let user = &request.user_info;
+    futures::future::join_all(
+        required
+            .iter()
+            .map(|(_, access)| state.permissions.check(&state.cluster, user, access)),
+    )
+    .await
 }
 
 /// The object's spec as `T`, if it reads as one.

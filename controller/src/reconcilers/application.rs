@@ -12,13 +12,12 @@ use k8s_openapi::api::networking::v1::{
     HTTPIngressPath, HTTPIngressRuleValue, Ingress, IngressBackend, IngressRule,
     IngressServiceBackend, IngressSpec, IngressTLS, ServiceBackendPort,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{Resource, ResourceExt};
 use kubesteer_api::{Application, ApplicationStatus};
 
 use crate::children::{self, child_meta};
-use crate::reconcilers::{previous_conditions, time, Observed, Owner, OwnerStatus, Rollout};
+use crate::reconcilers::{previous_conditions, time, Observed, Owner, Rollout};
 use crate::Result;
 
 pub const KIND: &str = "Application";
@@ -61,16 +60,6 @@ impl Owner for Application {
             children.ingress,
             now,
         )
-    }
-}
-
-impl OwnerStatus for ApplicationStatus {
-    fn conditions(&self) -> &[Condition] {
-        &self.conditions
-    }
-    fn observe(&mut self, generation: Option<i64>, conditions: Vec<Condition>) {
-        self.observed_generation = generation;
-        self.conditions = conditions;
     }
 }
 

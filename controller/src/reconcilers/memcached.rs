@@ -6,13 +6,12 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{
     Container, ContainerPort, Probe, Service, ServiceSpec, TCPSocketAction,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{Resource, ResourceExt};
 use kubesteer_api::{Memcached, MemcachedStatus};
 
 use crate::children::{self, child_meta};
-use crate::reconcilers::{previous_conditions, time, Observed, Owner, OwnerStatus, Rollout};
+use crate::reconcilers::{previous_conditions, time, Observed, Owner, Rollout};
 use crate::Result;
 
 pub const KIND: &str = "Memcached";
@@ -41,16 +40,6 @@ impl Owner for Memcached {
 
     fn status_from(&self, children: &Observed<'_>, now: DateTime<Utc>) -> MemcachedStatus {
         status(self, children.deployment, children.pods.clone(), now)
-    }
-}
-
-impl OwnerStatus for MemcachedStatus {
-    fn conditions(&self) -> &[Condition] {
-        &self.conditions
-    }
-    fn observe(&mut self, generation: Option<i64>, conditions: Vec<Condition>) {
-        self.observed_generation = generation;
-        self.conditions = conditions;
     }
 }
 

@@ -506,6 +506,26 @@ pub trait OwnerStatus: Default + Clone + PartialEq + Serialize + Send + Sync {
     fn observe(&mut self, generation: Option<i64>, conditions: Vec<Condition>);
 }
 
+/// The statuses of the owner kinds: each has `conditions` and `observed_generation`.
+macro_rules! owner_status {
+    ($($status:ty),+) => {$(
+        impl OwnerStatus for $status {
+            fn conditions(&self) -> &[Condition] {
+                &self.conditions
+            }
+            fn observe(&mut self, generation: Option<i64>, conditions: Vec<Condition>) {
+                self.observed_generation = generation;
+                self.conditions = conditions;
+            }
+        }
+    )+};
+}
+owner_status!(
+    kubesteer_api::MemcachedStatus,
+    kubesteer_api::WelcomeStatus,
+    kubesteer_api::ApplicationStatus
+);
+
 /// Reports taken child names of `owner` as Ready=False NameConflict, with a Warning event when
 /// that is news, and looks again after `NAME_CONFLICT_REQUEUE`.
 pub async fn report_conflicts<K>(

@@ -8,7 +8,6 @@ use k8s_openapi::api::core::v1::{
     Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction, Probe, Secret,
     SecretKeySelector, Service, ServiceSpec, TCPSocketAction,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::ByteString;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
@@ -20,9 +19,7 @@ use kubesteer_api::welcome::{ServiceType, PASSWORD_KEY};
 use kubesteer_api::{Welcome, WelcomeStatus};
 
 use crate::children::{self, child_meta, NameConflict, Packed};
-use crate::reconcilers::{
-    previous_conditions, time, Observed, Owner, OwnerStatus, Prepared, Rollout,
-};
+use crate::reconcilers::{previous_conditions, time, Observed, Owner, Prepared, Rollout};
 use crate::{is_status, Context, Error, Result};
 
 pub const KIND: &str = "Welcome";
@@ -99,16 +96,6 @@ impl Owner for Welcome {
 
     fn redact(&self, result: Result<Action>) -> Result<Action> {
         redact(result, self.spec.password.as_deref())
-    }
-}
-
-impl OwnerStatus for WelcomeStatus {
-    fn conditions(&self) -> &[Condition] {
-        &self.conditions
-    }
-    fn observe(&mut self, generation: Option<i64>, conditions: Vec<Condition>) {
-        self.observed_generation = generation;
-        self.conditions = conditions;
     }
 }
 
