@@ -636,6 +636,9 @@ pub fn apply_as(user: &str, ns: &str, yaml: &str) -> Result<Run> {
     )
 }
 
+/// The webhooks the chart registers: a mutating and a validating one per kind.
+pub const WEBHOOKS: usize = 2 * kubesteer_api::kind::ALL.len();
+
 /// A random-enough suffix for names that must not collide between runs.
 pub fn unique(prefix: &str) -> String {
     let nanos = Utc::now().timestamp_subsec_nanos();

@@ -248,7 +248,7 @@ fn every_webhook_fails_closed_quickly_and_skips_system_namespaces() -> Result<()
     ] {
         let docs = render(extra)?;
         let hooks = webhooks(&docs);
-        assert_eq!(hooks.len(), 2 * kubesteer_api::kind::ALL.len());
+        assert_eq!(hooks.len(), kubesteer_tests::WEBHOOKS);
         for (kind, hook) in hooks {
             let name = str_of(&hook["name"]);
             assert_eq!(hook["failurePolicy"], "Fail", "{name}");
@@ -785,7 +785,7 @@ fn url_mode_renders_only_the_configurations_for_a_local_webhook() -> Result<()> 
     assert_eq!(docs.len(), 2);
     let encoded = kubesteer_tests::base64(CA_PEM.as_bytes());
     let hooks = webhooks(&docs);
-    assert_eq!(hooks.len(), 2 * kubesteer_api::kind::ALL.len());
+    assert_eq!(hooks.len(), kubesteer_tests::WEBHOOKS);
     for (kind, hook) in hooks {
         let plural = strings(&hook["rules"][0]["resources"]).remove(0);
         let path = if kind.starts_with("Mutating") {
@@ -1233,7 +1233,7 @@ fn helm_upgrade_keeps_the_self_managed_ca_bundle() -> Result<()> {
     let lines = webhook_fields(&config, "{.timeoutSeconds} {.clientConfig.caBundle}")?;
     assert_eq!(
         lines,
-        vec![format!("7 {injected}"); 2 * kubesteer_api::kind::ALL.len()],
+        vec![format!("7 {injected}"); kubesteer_tests::WEBHOOKS],
         "both configurations"
     );
     drop(release);

@@ -6,7 +6,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use kubesteer_tests::{
     eventually, free_port, helm, impersonating_kubeconfig, jsonpath, kubectl, kubectl_ok,
-    repo_root, unique, webhook_fields, Daemon, Namespace,
+    repo_root, unique, webhook_fields, Daemon, Namespace, WEBHOOKS,
 };
 
 const MC: &str = "apiVersion: kubesteer.io/v1alpha1\nkind: Memcached\n";
@@ -178,9 +178,13 @@ fn install_upgrade_and_uninstall_with_self_managed_certificates() -> Result<()> 
     }
     let bundles = eventually(Duration::from_secs(10), "caBundles", || {
         let b = release.ca_bundles()?;
-        Ok((b.len() == 6 && b.iter().all(|x| *x == ca)).then_some(b))
+        Ok((b.len() == WEBHOOKS && b.iter().all(|x| *x == ca)).then_some(b))
     })?;
-    assert_eq!(bundles.len(), 6, "both configurations, three webhooks each");
+    assert_eq!(
+        bundles.len(),
+        WEBHOOKS,
+        "both configurations, one webhook per kind each"
+    );
 
     let ns = release.user_namespace()?;
     let stored = eventually(Duration::from_secs(20), "defaulted Memcached", || {

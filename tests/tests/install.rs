@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
 use kubesteer_tests::{
-    eventually, helm, jsonpath, kubectl, kubectl_ok, repo_root, unique, webhook_fields,
+    eventually, helm, jsonpath, kubectl, kubectl_ok, repo_root, unique, webhook_fields, WEBHOOKS,
 };
 
 /// The node `hack/node.sh` registers; hack/real-node-values.yaml places the chart on it.
@@ -254,7 +254,7 @@ fn helm_install_runs_the_image_on_the_real_node() -> Result<()> {
     assert!(!ca.is_empty(), "the Secret holds the CA");
     eventually(Duration::from_secs(30), "both caBundles", || {
         let b = release.ca_bundles()?;
-        Ok((b.len() == 6 && b.iter().all(|x| *x == ca)).then_some(()))
+        Ok((b.len() == WEBHOOKS && b.iter().all(|x| *x == ca)).then_some(()))
     })?;
     let service = kubectl_ok(
         &[

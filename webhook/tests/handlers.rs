@@ -754,3 +754,77 @@ async fn the_image_policy_refuses_other_images_on_create_and_on_change_only() {
     changed["request"]["oldObject"] = ours["request"]["object"].clone();
     assert!(!send(changed).await.allowed());
 }
+
+#[tokio::test]
+async fn an_application_gets_its_defaults_outside_its_env_list() {
+    let review = fixture("application-create.json");
+    let reply = send(cluster(), "/mutate/applications", &review).await;
+    let object = applied(&review, &reply.patch().expect("a patch"));
+    let spec = &object["spec"];
+    assert_eq!(spec["replicas"], 1);
+    assert_eq!(spec["port"], 8080);
+    assert_eq!(spec["servicePort"], 80);
+    assert_eq!(spec["ingress"]["path"], "/");
+    assert_eq!(spec["ingress"]["pathType"], "Prefix");
+    assert_eq!(spec["env"], review["request"]["object"]["spec"]["env"]);
+}
+
+#[tokio::test]
+async fn an_application_reads_only_what_its_author_may_and_hears_of_ingresses_it_may_read() {
+    let review = fixture("application-create.json");
+    let base = FakeCluster {
+        may_get_secrets: vec![("team".into(), "pw".into())],
+        ingress_classes: vec!["nginx".into()],
+        ingresses: vec![(
+            "web".into(),
+            "legacy".into(),
+            "example.foo.com".into(),
+            "/".into(),
+        )],
+        ..cluster()
+    };
+    let validate = |c: FakeCluster| {
+        let review = review.clone();
+        async move { send(c, "/validate/applications", &review).await }
+    };
+
+    // The Ingress on the same host is not the author's to read: not a word about it.
+    let reply = validate(base.clone()).await;
+    assert!(reply.allowed(), "{}", reply.body);
+    assert!(reply.warnings().is_empty(), "{:?}", reply.warnings());
+
+    let may_read = FakeCluster {
+        may_get_ingresses: vec![("web".into(), "legacy".into())],
+        ..base.clone()
+    };
+    let reply = validate(may_read).await;
+    assert!(reply.allowed(), "{}", reply.body);
+    assert_eq!(
+        reply.warnings(),
+        vec!["spec.ingress.host: Ingress web/legacy already serves host \"example.foo.com\" path \"/\"; the Ingress controller picks one of them"]
+    );
+
+    let no_class = FakeCluster {
+        ingress_classes: Vec::new(),
+        ..base.clone()
+    };
+    let reply = validate(no_class).await;
+    assert!(reply.allowed(), "{}", reply.body);
+    assert!(
+        reply.warnings()[0].starts_with("spec.ingress.className: no IngressClass \"nginx\""),
+        "{:?}",
+        reply.warnings()
+    );
+
+    let no_secret = FakeCluster {
+        may_get_secrets: Vec::new(),
+        ..base
+    };
+    let reply = validate(no_secret).await;
+    assert!(!reply.allowed());
+    assert!(
+        reply.message().contains("spec.env[0].valueFrom.secretKeyRef.name: Forbidden: user \"alice\" may not get secrets \"pw\" in namespace \"team\""),
+        "{}",
+        reply.message()
+    );
+}
