@@ -343,6 +343,8 @@ func main() {
 		log.Error(err, "manager")
 		os.Exit(1)
 	}
+	// The manager runs its webhook server only once asked for it.
+	server = mgr.GetWebhookServer()
 	perms := &permissions{granted: map[string]time.Time{}}
 	for _, k := range kinds {
 		for _, mutate := range []bool{true, false} {
