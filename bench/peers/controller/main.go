@@ -13,6 +13,7 @@ import (
 	"os"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -26,6 +27,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -169,7 +171,8 @@ func labels(name string) map[string]string {
 
 type MemcachedReconciler struct {
 	client.Client
-	Scheme *runtime.Scheme
+	Scheme   *runtime.Scheme
+	Recorder record.EventRecorder
 }
 
 func (r *MemcachedReconciler) deployment(mc *Memcached) (*appsv1.Deployment, error) {
@@ -245,6 +248,16 @@ func (r *MemcachedReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	if !mc.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, nil
 	}
+	// Which children this reconcile creates, for the Created event (kubesteer records one too).
+	var created []string
+	for _, c := range []struct {
+		kind string
+		obj  client.Object
+	}{{"Deployment", &appsv1.Deployment{}}, {"Service", &corev1.Service{}}} {
+		if err := r.Get(ctx, req.NamespacedName, c.obj); apierrors.IsNotFound(err) {
+			created = append(created, c.kind+" "+mc.Name)
+		}
+	}
 	want, err := r.deployment(mc)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -258,6 +271,9 @@ func (r *MemcachedReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	}
 	if err := r.Patch(ctx, svc, client.Apply, client.ForceOwnership, client.FieldOwner(fieldOwner)); err != nil {
 		return ctrl.Result{}, fmt.Errorf("applying Service: %w", err)
+	}
+	if len(created) > 0 {
+		r.Recorder.Event(mc, corev1.EventTypeNormal, "Created", "created "+strings.Join(created, " and "))
 	}
 	// want now holds the Deployment as the apiserver returned it, status included.
 	d := want
@@ -381,7 +397,7 @@ func main() {
 		log.Error(err, "manager")
 		os.Exit(1)
 	}
-	r := &MemcachedReconciler{Client: mgr.GetClient(), Scheme: mgr.GetScheme()}
+	r := &MemcachedReconciler{Client: mgr.GetClient(), Scheme: mgr.GetScheme(), Recorder: mgr.GetEventRecorderFor("memcached-peer")}
 	if err := ctrl.NewControllerManagedBy(mgr).
 		For(&Memcached{}).
 		Owns(&appsv1.Deployment{}).
