@@ -129,7 +129,12 @@ func denied(kindName, name string, errs field.ErrorList) admission.Response {
 	for _, e := range errs {
 		msgs = append(msgs, e.Error())
 	}
-	r := admission.Denied(fmt.Sprintf("%s %q is invalid: %s", kindName, name, strings.Join(msgs, "; ")))
+	body := msgs[0]
+	if len(msgs) > 1 {
+		body = "[" + strings.Join(msgs, ", ") + "]"
+	}
+	// The apiserver's format, as kubesteer's api/src/field.rs summarize() writes it.
+	r := admission.Denied(fmt.Sprintf("%s.%s %q is invalid: %s", kindName, group, name, body))
 	r.Result.Code = http.StatusUnprocessableEntity
 	r.Result.Reason = metav1.StatusReasonInvalid
 	return r
