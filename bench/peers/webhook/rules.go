@@ -133,7 +133,7 @@ func checkResources(errs field.ErrorList, path *field.Path, r *Resources) field.
 		m    map[string]json.RawMessage
 	}{{"limits", r.Limits}, {"requests", r.Requests}} {
 		for k, raw := range part.m {
-			p := path.Child(part.name).Key(k)
+			p := path.Child(part.name).Child(k)
 			var s string
 			if err := json.Unmarshal(raw, &s); err != nil {
 				var n int64
@@ -346,8 +346,11 @@ func timeOfDay(errs field.ErrorList, path *field.Path, raw *json.RawMessage) (in
 		return int(hour) * 60, errs
 	}
 	var s string
-	if err := json.Unmarshal(*raw, &s); err != nil || !clock.re.MatchString(s) {
+	if err := json.Unmarshal(*raw, &s); err != nil {
 		return -1, append(errs, field.Invalid(path, string(*raw), clock.message))
+	}
+	if !clock.re.MatchString(s) {
+		return -1, append(errs, field.Invalid(path, s, clock.message))
 	}
 	t, err := time.Parse("15:04", s)
 	if err != nil {
@@ -461,7 +464,9 @@ func (s *ScalerSpec) Validate() (warnings []string, errs field.ErrorList) {
 		start, errs = timeOfDay(errs, spec.Child("start"), s.Start)
 		end, errs = timeOfDay(errs, spec.Child("end"), s.End)
 		if start >= 0 && start == end {
-			errs = append(errs, field.Invalid(spec.Child("end"), string(*s.End), "must differ from spec.start"))
+			var v any
+			_ = json.Unmarshal(*s.End, &v)
+			errs = append(errs, field.Invalid(spec.Child("end"), v, "must differ from spec.start"))
 		}
 	}
 	return nil, errs
