@@ -74,11 +74,15 @@ e2e: control-plane
 	hack/e2e.sh
 
 ## bench-webhook: load benchmark of the webhook; writes bench/results/webhook.json.
+## BENCH_SUBJECT=peers: kubesteer and the controller-runtime peer (bench/peers, needs Go) alternately,
+## BENCH_REPEATS runs each (3); medians and ratios in bench/results/webhook-peers.json.
 bench-webhook: control-plane
 	hack/bench-webhook.sh
 
 ## bench-controller: controller benchmark on a cluster of its own (KUBESTEER_CLUSTER=bench);
 ## writes bench/results/controller.json.
+## BENCH_SUBJECT=peers: convergence only; ceiling, kubesteer and the Go peer with kubebuilder's defaults
+## and tuned, each on a fresh cluster, BENCH_REPEATS runs (3); bench/results/controller-peers.json.
 bench-controller: control-plane
 	hack/bench-controller.sh
 

@@ -10,6 +10,14 @@
 #   lateness     Scaler windows opening and closing at minute boundaries, seen by a watch.
 # Each phase merges its section into bench/results/controller.json as soon as it is done.
 # A benchmark, not a test: numbers vary with the machine and whatever else runs on it.
+#
+# BENCH_SUBJECT=peers runs the convergence phase only, side by side: per run (BENCH_REPEATS,
+# default 3) the ceiling, kubesteer's controller, and the operator-sdk-style Go peer
+# (bench/peers/controller, controller-runtime v0.22) with kubebuilder's defaults (1 worker,
+# client QPS 20, burst 30) and tuned (BENCH_PEER_TUNED, default 32 workers, QPS 1000, burst 2000),
+# each on a fresh cluster, pinned to the same cores (BENCH_CONTROLLER_CPUS, default 0), with the
+# same client certificate and the same load client; the order rotates from run to run. Writes
+# the medians and ratios to bench/results/controller-peers.json (controller.json is left alone).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -22,7 +30,14 @@ memory_total=${BENCH_MEMORY_COUNT:-5000}
 idle_scalers=${BENCH_IDLE_SCALERS:-100}
 idle_seconds=${BENCH_IDLE_SECONDS:-180}
 late_scalers=${BENCH_LATENESS_SCALERS:-30}
-repeats=${BENCH_REPEATS:-1}
+subject=${BENCH_SUBJECT:-kubesteer}
+case $subject in
+  kubesteer) repeats=${BENCH_REPEATS:-1} ;;
+  peers) repeats=${BENCH_REPEATS:-3} && phases=" convergence " ;;
+  *) echo "bench-controller: BENCH_SUBJECT must be kubesteer or peers, not $subject" >&2 && exit 2 ;;
+esac
+profile=${BENCH_CARGO_PROFILE:-release}
+case $profile in dev) bin=target/debug ;; *) bin=target/$profile ;; esac
 concurrency=${BENCH_CONCURRENCY:-32}
 port=${BENCH_METRICS_PORT:-19680}
 user=kubesteer-bench-controller
@@ -46,12 +61,17 @@ logs=$KUBESTEER_STATE/kwok/clusters/$KUBESTEER_CLUSTER/logs
 work=$root/bench/tmp/controller
 rm -rf "$work"
 mkdir -p "$work" bench/results
-bench=(nice -n 5 env KUBECONFIG="$kubeconfig" target/release/kubesteer-bench)
+bench=(nice -n 5 env KUBECONFIG="$kubeconfig" "$bin/kubesteer-bench")
 log() { printf '[bench-controller %s] %s\n' "$(date +%T)" "$*" >&2; }
 now() { date -u +%Y-%m-%dT%H:%M:%S.%3NZ; }
 has() { [[ $phases == *" $1 "* ]]; }
 
-cargo build --release -p kubesteer-controller -p kubesteer-bench
+cargo build --profile "$profile" -p kubesteer-controller -p kubesteer-bench
+if [ "$subject" = peers ]; then
+  # shellcheck source=bench-peers.sh
+  . "$root/hack/bench-peers.sh"
+  peer=$(peer_bin controller)
+fi
 
 controller_pid=
 stop_controller() {
@@ -74,7 +94,11 @@ fresh_cluster() {
 
 # The controller gets a client certificate of its own (group system:masters), so that the
 # audit policy logs its requests, and only its.
-start_controller() { # log-file
+start_controller() { # log-file [controller command...] (default: kubesteer's)
+  local logfile=$1
+  shift
+  local cmd=("$@")
+  [ ${#cmd[@]} -gt 0 ] || cmd=("$bin/kubesteer-controller")
   openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout "$work/controller.key" \
     -subj "/O=system:masters/CN=$user" -out "$work/controller.csr" 2>/dev/null
   openssl x509 -req -in "$work/controller.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" -CAcreateserial \
@@ -87,8 +111,11 @@ start_controller() { # log-file
   "${k[@]}" config set-credentials controller --client-certificate "$work/controller.crt" --client-key "$work/controller.key" >/dev/null
   "${k[@]}" config set-context bench --cluster bench --user controller >/dev/null
   "${k[@]}" config use-context bench >/dev/null
-  KUBECONFIG="$work/controller.kubeconfig" target/release/kubesteer-controller \
-    --metrics-addr "127.0.0.1:$port" >"$1" 2>&1 &
+  # Peers mode pins every controller to the same cores; otherwise it runs where it likes, as before.
+  local pin=()
+  [ "$subject" = peers ] && pin=(taskset -c "${BENCH_CONTROLLER_CPUS:-0}")
+  KUBECONFIG="$work/controller.kubeconfig" "${pin[@]}" "${cmd[@]}" \
+    --metrics-addr "127.0.0.1:$port" >"$logfile" 2>&1 &
   controller_pid=$!
   local up=0
   for _ in $(seq 1 100); do
@@ -98,7 +125,7 @@ start_controller() { # log-file
   done
   if [ "$up" = 0 ]; then
     log "the controller did not start; its log:"
-    tail -20 "$1" >&2
+    tail -20 "$logfile" >&2
     exit 1
   fi
   # Ready is set before the watches' first lists; give them time to be established.
@@ -136,6 +163,104 @@ process() { # out
 report() { # phase [flags]
   "${bench[@]}" report "$@" --work "$work" --out bench/results/controller.json --k8s "$K8S_VERSION"
 }
+
+# One convergence run of a controller on a fresh cluster: converge, CPU and memory, requests.
+converge_with() { # name run controller-command...
+  local name=$1 r=$2
+  shift 2
+  stop_controller
+  log "run $r/$repeats: $name ($count Memcacheds)"
+  fresh_cluster
+  start_controller "$work/$name-$r.log" "$@"
+  "${bench[@]}" converge --mode controller --namespace memcached --count "$count" --size 1 \
+    --concurrency "$concurrency" >"$work/$name-$r.json"
+  process "$work/$name-$r-process.json"
+  sleep 5 # the last requests reach the audit log
+  audit "$work/$name-$r.json" "$work/$name-$r-requests.json"
+  stop_controller
+}
+
+if [ "$subject" = peers ]; then
+  read -r -a tuned <<<"${BENCH_PEER_TUNED:---workers 32 --qps 1000 --burst 2000}"
+  subjects=(ceiling kubesteer go-default go-tuned)
+  for r in $(seq 1 "$repeats"); do
+    # Rotate the order, so no subject always runs first (or last) on the machine.
+    for i in 0 1 2 3; do
+      name=${subjects[$(((i + r - 1) % 4))]}
+      case $name in
+        ceiling)
+          stop_controller
+          log "run $r/$repeats: ceiling ($count Deployments + Services, plain client)"
+          fresh_cluster
+          "${bench[@]}" converge --mode ceiling --namespace ceiling --count "$count" --size 1 \
+            --concurrency "$concurrency" >"$work/ceiling-$r.json"
+          ;;
+        kubesteer) converge_with kubesteer "$r" ;;
+        go-default) converge_with go-default "$r" "$peer" --workers 1 --qps 20 --burst 30 ;;
+        go-tuned) converge_with go-tuned "$r" "$peer" "${tuned[@]}" ;;
+      esac
+    done
+  done
+  python3 - "$work" "$repeats" "$count" "$(git rev-parse --short HEAD)" "$(peer_go_version)" "$K8S_VERSION" \
+    "${BENCH_PEER_TUNED:---workers 32 --qps 1000 --burst 2000}" "${BENCH_CONTROLLER_CPUS:-0}" <<'PY'
+import json, os, platform, statistics, sys, datetime
+work, repeats, count, commit, go, k8s, tuned, cpus = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), *sys.argv[4:]
+def load(name):
+    return json.load(open(os.path.join(work, name + ".json")))
+def med(values):
+    values = [v for v in values if v is not None]
+    return round(statistics.median(values), 3) if values else None
+def subject(name):
+    runs = [load(f"{name}-{r}") for r in range(1, repeats + 1)]
+    section = {"converged_s": med([x["converged_s"] for x in runs]), "runs_converged_s": [x["converged_s"] for x in runs]}
+    if name != "ceiling":
+        procs = [load(f"{name}-{r}-process") for r in range(1, repeats + 1)]
+        reqs = [load(f"{name}-{r}-requests") for r in range(1, repeats + 1)]
+        section.update({
+            "cpu_s": med([p["cpu_s"] for p in procs]),
+            "rss_mib": med([p["rss_kib"] / 1024 for p in procs]),
+            "peak_rss_mib": med([p["hwm_kib"] / 1024 for p in procs]),
+            "requests_per_memcached": med([q["non_watch_requests"] / count for q in reqs]),
+            "requests_by_verb_resource": reqs[0].get("by_verb_resource"),
+        })
+    return section
+s = {n: subject(n) for n in ("ceiling", "kubesteer", "go-default", "go-tuned")}
+ks = s["kubesteer"]
+def ratio(a, b):
+    return round(a / b, 2) if a and b else None
+out = {
+    "benchmark": "controller convergence, kubesteer vs controller-runtime",
+    "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    "commit": commit,
+    "machine": {"cpus": os.cpu_count(), "kernel": platform.release(), "cpu": next(
+        (l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")},
+    "count": count, "size": 1, "repeats": repeats,
+    "setup": f"kwok binary runtime, Kubernetes {k8s}; a fresh cluster for every run of every subject; each "
+             f"controller pinned to cpus {cpus} (taskset) with the same client certificate; the same niced "
+             "kubesteer-bench client creates the Memcacheds and watches for Ready=True; medians of the runs; "
+             "the order of the subjects rotates from run to run",
+    "peer": f"bench/peers/controller: controller-runtime v0.22, {go}; go-default: --workers 1 --qps 20 --burst 30 "
+            f"(kubebuilder's defaults); go-tuned: {tuned}",
+    "subjects": s,
+    "ratios": {
+        "go_default_to_kubesteer_time": ratio(s["go-default"]["converged_s"], ks["converged_s"]),
+        "go_tuned_to_kubesteer_time": ratio(s["go-tuned"]["converged_s"], ks["converged_s"]),
+        "kubesteer_to_ceiling_time": ratio(ks["converged_s"], s["ceiling"]["converged_s"]),
+        "go_tuned_to_ceiling_time": ratio(s["go-tuned"]["converged_s"], s["ceiling"]["converged_s"]),
+        "go_tuned_to_kubesteer_cpu": ratio(s["go-tuned"]["cpu_s"], ks["cpu_s"]),
+        "go_tuned_to_kubesteer_peak_rss": ratio(s["go-tuned"]["peak_rss_mib"], ks["peak_rss_mib"]),
+        "go_tuned_to_kubesteer_requests": ratio(s["go-tuned"]["requests_per_memcached"], ks["requests_per_memcached"]),
+    },
+    "definition": "converged_s: from the first Memcached create until every Memcached has Ready=True (ceiling: "
+                  "until every directly created Deployment has rolled out); ratios above 1 favour kubesteer, "
+                  "except kubesteer_to_ceiling_time and go_tuned_to_ceiling_time (1 is the ceiling)",
+}
+json.dump(out, open("bench/results/controller-peers.json", "w"), indent=2)
+print(json.dumps({"ratios": out["ratios"], **{k: {kk: v[kk] for kk in ("converged_s",)} for k, v in s.items()}}, indent=2))
+PY
+  log "results in bench/results/controller-peers.json"
+  exit 0
+fi
 
 if has convergence; then
   for r in $(seq 1 "$repeats"); do

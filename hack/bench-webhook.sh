@@ -2,6 +2,11 @@
 # Webhook load benchmark: the release webhook pinned to one core, oha (a load tool from crates.io)
 # on the other, over TLS with keep-alive, with a representative AdmissionReview per kind.
 # Writes bench/results/webhook.json. A benchmark, not a test: numbers vary with the machine.
+#
+# BENCH_SUBJECT=peers runs kubesteer's webhook and the controller-runtime peer (bench/peers/webhook)
+# alternately, BENCH_REPEATS times each (default 3), under identical conditions (same core, same
+# certificates, same oha runs), and writes the medians and the kubesteer/peer ratios to
+# bench/results/webhook-peers.json instead.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -10,44 +15,164 @@ oha="$cache/tools/bin/oha"
 duration=${BENCH_DURATION:-10s}
 rates=${BENCH_RATES:-"500 2000"}
 port=${BENCH_PORT:-19643}
+subject=${BENCH_SUBJECT:-kubesteer}
+kinds=${BENCH_KINDS:-"scaler welcome memcached"}
+profile=${BENCH_CARGO_PROFILE:-release}
+case $profile in dev) bin=target/debug ;; *) bin=target/$profile ;; esac
+case $subject in
+  kubesteer | peers) ;;
+  *) echo "bench-webhook: BENCH_SUBJECT must be kubesteer or peers, not $subject" >&2 && exit 2 ;;
+esac
+# The cluster the webhook watches (Scalers, Deployments, HPAs) and asks SubjectAccessReviews of.
+export KUBESTEER_CLUSTER=${BENCH_CLUSTER:-${KUBESTEER_CLUSTER:-kubesteer}}
+export KUBESTEER_STATE=${BENCH_STATE:-${KUBESTEER_STATE:-$root/.kubesteer}}
 work="$root/bench/tmp"
 mkdir -p "$work" bench/results
 [ -x "$oha" ] || cargo install oha --locked --root "$cache/tools"
-cargo build --release -p kubesteer-webhook -p kubesteer-certs
+cargo build --profile "$profile" -p kubesteer-webhook -p kubesteer-certs
+if [ "$subject" = peers ]; then
+  # shellcheck source=bench-peers.sh
+  . "$root/hack/bench-peers.sh"
+  peer=$(peer_bin webhook)
+fi
 hack/cluster.sh up
-target/release/kubesteer-certs generate --service bench --namespace bench --ip 127.0.0.1 --out-dir "$work/certs" >/dev/null
-KUBECONFIG="${KUBESTEER_STATE:-$root/.kubesteer}/kubeconfig" taskset -c 0 target/release/kubesteer-webhook \
-  --addr "127.0.0.1:$port" --tls-cert-file "$work/certs/tls.crt" --tls-key-file "$work/certs/tls.key" \
-  >"$work/webhook.log" 2>&1 &
-pid=$!
-trap 'kill $pid 2>/dev/null || true' EXIT
-for _ in $(seq 1 100); do
-  curl -sf --cacert "$work/certs/ca.crt" "https://127.0.0.1:$port/readyz" >/dev/null && break
-  sleep 0.2
-done
-rss_kib() { awk '/VmRSS/ {print $2}' "/proc/$pid/status"; }
-idle_rss=$(rss_kib)
+"$bin/kubesteer-certs" generate --service bench --namespace bench --ip 127.0.0.1 --out-dir "$work/certs" >/dev/null
 
-run() { # name endpoint body extra-args...
-  local name=$1 path=$2 body=$3
-  shift 3
+pid=
+stop_server() {
+  if [ -n "$pid" ]; then
+    kill "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+    pid=
+  fi
+}
+trap stop_server EXIT
+# Starts a webhook binary (same flags for both) on core 0 and waits for its /readyz.
+start_server() { # log binary
+  local log=$1 server=$2
+  KUBECONFIG="$KUBESTEER_STATE/kubeconfig" taskset -c 0 "$server" \
+    --addr "127.0.0.1:$port" --tls-cert-file "$work/certs/tls.crt" --tls-key-file "$work/certs/tls.key" \
+    >"$log" 2>&1 &
+  pid=$!
+  for _ in $(seq 1 150); do
+    curl -sf --cacert "$work/certs/ca.crt" "https://127.0.0.1:$port/readyz" >/dev/null && return 0
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.2
+  done
+  echo "bench-webhook: $server did not become ready; its log:" >&2
+  tail -20 "$log" >&2
+  exit 1
+}
+rss_kib() { awk '/VmRSS/ {print $2}' "/proc/$pid/status"; }
+
+run() { # out-dir name endpoint body extra-args...
+  local out=$1 name=$2 path=$3 body=$4
+  shift 4
   taskset -c 1 "$oha" --no-tui --output-format json -z "$duration" -m POST \
     -H 'Content-Type: application/json' -D "$body" --cacert "$work/certs/ca.crt" "$@" \
-    "https://127.0.0.1:$port$path" >"$work/$name.json"
+    "https://127.0.0.1:$port$path" >"$out/$name.json"
   echo "[bench] $name done" >&2
 }
-for kind in scaler welcome memcached; do
-  plural=${kind}s
-  run "$kind-validate-saturation" "/validate/$plural" "bench/bodies/$kind.json" -c 32
-  run "$kind-mutate-saturation" "/mutate/$plural" "bench/bodies/$kind.json" -c 32
-  for q in $rates; do
-    run "$kind-validate-rate$q" "/validate/$plural" "bench/bodies/$kind.json" -c 16 -q "$q"
+# Every load against the running server, into out-dir; then its idle and peak RSS.
+measure() { # out-dir
+  local out=$1 idle
+  mkdir -p "$out"
+  idle=$(rss_kib)
+  for kind in $kinds; do
+    plural=${kind}s
+    run "$out" "$kind-validate-saturation" "/validate/$plural" "bench/bodies/$kind.json" -c 32
+    run "$out" "$kind-mutate-saturation" "/mutate/$plural" "bench/bodies/$kind.json" -c 32
+    for q in $rates; do
+      run "$out" "$kind-validate-rate$q" "/validate/$plural" "bench/bodies/$kind.json" -c 16 -q "$q"
+    done
   done
-done
-peak_rss=$(awk '/VmHWM/ {print $2}' "/proc/$pid/status")
-python3 - "$work" "$idle_rss" "$peak_rss" "$duration" "$rates" <<'PY'
+  printf '%s %s\n' "$idle" "$(awk '/VmHWM/ {print $2}' "/proc/$pid/status")" >"$out/rss"
+}
+
+if [ "$subject" = peers ]; then
+  repeats=${BENCH_REPEATS:-3}
+  rm -rf "$work/peers"
+  for r in $(seq 1 "$repeats"); do
+    # Alternate who goes first, so neither always runs on a warmer (or busier) machine.
+    order="kubesteer peer"
+    [ $((r % 2)) = 0 ] && order="peer kubesteer"
+    for s in $order; do
+      server=$bin/kubesteer-webhook
+      [ "$s" = peer ] && server=$peer
+      echo "[bench] run $r/$repeats: $s" >&2
+      start_server "$work/webhook-$s-$r.log" "$server"
+      measure "$work/peers/$s-$r"
+      stop_server
+    done
+  done
+  python3 - "$work/peers" "$repeats" "$duration" "$rates" "$kinds" "$(git rev-parse --short HEAD)" "$(peer_go_version)" <<'PY'
+import json, os, platform, statistics, sys, datetime
+work, repeats, duration, rates, kinds, commit, go = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4].split(), sys.argv[5].split(), sys.argv[6], sys.argv[7]
+subjects = ("kubesteer", "peer")
+def load(subject, r, name):
+    d = json.load(open(os.path.join(work, f"{subject}-{r}", name + ".json")))
+    s, p = d["summary"], d["latencyPercentiles"]
+    ok = s.get("successRate") or 0
+    return {"rps": s["requestsPerSec"] * ok, "success_rate": ok,
+            **{k: p[k] * 1000 for k in ("p50", "p99", "p99.9") if p.get(k) is not None}}
+def med(values):
+    values = [v for v in values if v is not None]
+    return round(statistics.median(values), 3) if values else None
+runs = ["validate_saturation", "mutate_saturation"] + [f"validate_at_{q}_rps" for q in rates]
+files = {"validate_saturation": "validate-saturation", "mutate_saturation": "mutate-saturation",
+         **{f"validate_at_{q}_rps": f"validate-rate{q}" for q in rates}}
+out = {
+    "benchmark": "webhook, kubesteer vs controller-runtime",
+    "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    "commit": commit,
+    "machine": {"cpus": os.cpu_count(), "kernel": platform.release(), "cpu": next(
+        (l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")},
+    "setup": "each webhook pinned to core 0 (taskset), oha on core 1; the same certificates, bodies and oha "
+             f"runs; TLS 1.3, HTTP/1.1 keep-alive; {duration} per run; saturation with 32 connections; fixed "
+             f"rates with 16 connections; {repeats} runs of each, alternating which goes first; medians",
+    "peer": f"bench/peers/webhook: controller-runtime v0.22 webhook server, {go}",
+    "definition": "requests_per_second counts successful reviews only (oha's rate times its success rate); "
+                  "ratio_rps is kubesteer/peer (above 1: kubesteer answers more), ratio_latency is "
+                  "peer/kubesteer (above 1: kubesteer is faster)",
+    "rss_kib": {}, "kinds": {},
+}
+for s in subjects:
+    rss = [tuple(map(int, open(os.path.join(work, f"{s}-{r}", "rss")).read().split())) for r in range(1, repeats + 1)]
+    out["rss_kib"][s] = {"idle": med([i for i, _ in rss]), "peak": med([p for _, p in rss])}
+out["rss_kib"]["ratio_peak_peer_to_kubesteer"] = round(out["rss_kib"]["peer"]["peak"] / out["rss_kib"]["kubesteer"]["peak"], 2)
+summary = {}
+for kind in kinds:
+    k = {}
+    for run in runs:
+        per = {}
+        for s in subjects:
+            samples = [load(s, r, f"{kind}-{files[run]}") for r in range(1, repeats + 1)]
+            per[s] = {"requests_per_second": med([x["rps"] for x in samples]),
+                      "success_rate": med([x["success_rate"] for x in samples]),
+                      "latency_ms": {q: med([x.get(q) for x in samples]) for q in ("p50", "p99", "p99.9")}}
+        ks, pe = per["kubesteer"], per["peer"]
+        per["ratio_rps"] = round(ks["requests_per_second"] / pe["requests_per_second"], 2) if pe["requests_per_second"] else None
+        per["ratio_latency"] = {q: round(pe["latency_ms"][q] / ks["latency_ms"][q], 2)
+                                if ks["latency_ms"][q] and pe["latency_ms"][q] else None for q in ("p50", "p99", "p99.9")}
+        k[run] = per
+        if run.endswith("saturation"):
+            summary[f"{kind}_{run.split('_')[0]}_ratio_rps"] = per["ratio_rps"]
+        else:
+            summary[f"{kind}_{run}_ratio_p99"] = per["ratio_latency"]["p99"]
+    out["kinds"][kind] = k
+out["summary"] = summary
+json.dump(out, open("bench/results/webhook-peers.json", "w"), indent=2)
+print(json.dumps({"summary": summary, "rss_kib": out["rss_kib"]}, indent=2))
+PY
+  exit 0
+fi
+
+start_server "$work/webhook.log" "$bin/kubesteer-webhook"
+measure "$work"
+read -r idle_rss peak_rss <"$work/rss"
+python3 - "$work" "$idle_rss" "$peak_rss" "$duration" "$rates" "$kinds" <<'PY'
 import json, os, platform, sys, datetime
-work, idle, peak, duration, rates = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5].split()
+work, idle, peak, duration, rates, kinds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5].split(), sys.argv[6].split()
 def load(name):
     d = json.load(open(os.path.join(work, name + ".json")))
     s, p = d["summary"], d["latencyPercentiles"]
@@ -67,7 +192,7 @@ out = {
     "rss_kib": {"idle": idle, "peak": peak},
     "kinds": {},
 }
-for kind in ("scaler", "welcome", "memcached"):
+for kind in kinds:
     k = {"validate_saturation": load(f"{kind}-validate-saturation"), "mutate_saturation": load(f"{kind}-mutate-saturation")}
     for q in rates:
         k[f"validate_at_{q}_rps"] = load(f"{kind}-validate-rate{q}")
