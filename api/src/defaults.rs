@@ -7,18 +7,15 @@ use serde_json::Value;
 /// re-apply a change (kubectl replaces a CRD's lists wholesale), so GitOps tools would see
 /// drift for ever; such defaults are resolved when read instead.
 pub fn fill_missing(object: &mut Value, defaulted: &Value) {
-    match (object, defaulted) {
-        (Value::Object(have), Value::Object(want)) => {
-            for (key, value) in want {
-                match have.get_mut(key) {
-                    Some(Value::Null) | None => {
-                        have.insert(key.clone(), value.clone());
-                    }
-                    Some(existing) => fill_missing(existing, value),
+    if let (Value::Object(have), Value::Object(want)) = (object, defaulted) {
+        for (key, value) in want {
+            match have.get_mut(key) {
+                Some(Value::Null) | None => {
+                    have.insert(key.clone(), value.clone());
                 }
+                Some(existing) => fill_missing(existing, value),
             }
         }
-        _ => {}
     }
 }
 

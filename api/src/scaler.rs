@@ -213,7 +213,7 @@ pub struct ScalerStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = MAX_GENERATION))]
     pub observed_generation: Option<i64>,
-    /// Standard conditions; Ready is False with reason TargetNotFound when a target is missing.
+    /// Standard conditions; Ready is False with reason TargetNotFound when a target is missing, or Conflict when an older Scaler claims one of the targets (the Scaler leaves that one alone).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "crate::common::conditions_schema")]
     pub conditions: Vec<Condition>,
