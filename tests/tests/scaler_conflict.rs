@@ -139,13 +139,16 @@ fn the_older_scaler_owns_a_shared_target_and_the_younger_takes_over_when_it_is_d
     assert!(ns.apply(&open_window("first", "{name: web}", 3))?.ok);
     wait_owned(&ns, "first", "3", "1")?;
 
-    // Through the webhook, a second claim is denied (its claims index names the owner).
+    // Through the webhook, a second claim is denied (its claims index names the owner). A dry
+    // run stores nothing, so it is asked until the apiserver sees the namespace's new label.
     let second = open_window("second", "{name: web}", 5);
-    let denied = kubectl(
-        &["create", "--dry-run=server", "-n", ns.name(), "-f", "-"],
-        Some(&second),
-    )?;
-    assert!(!denied.ok, "{denied:?}");
+    let denied = eventually(WAIT, "the webhook's claim denial", || {
+        let run = kubectl(
+            &["create", "--dry-run=server", "-n", ns.name(), "-f", "-"],
+            Some(&second),
+        )?;
+        Ok((!run.ok).then_some(run))
+    })?;
     let want = format!(
         "spec.deployments[0]: Forbidden: Deployment {0}/web is already scaled by Scaler {0}/first",
         ns.name()
