@@ -367,6 +367,37 @@ mod tests {
         assert!(index.is_empty() && index.targets.is_empty(), "{index:?}");
     }
 
+    #[cfg(feature = "runtime")]
+    #[test]
+    fn the_watch_keeps_the_index_and_a_relist_replaces_it_when_done() {
+        use kube::runtime::watcher::Event;
+        let claims = Claims::default();
+        let mut follow = claims.follow();
+        let a = scaler("a", "2026-01-01T00:00:00Z", "u1", json!([{"name": "web"}]));
+        let b = scaler("b", "2026-01-02T00:00:00Z", "u2", json!([{"name": "web"}]));
+        assert!(follow(&Event::Apply(a.clone())).is_empty());
+        assert_eq!(names(&follow(&Event::Apply(b.clone()))), vec!["team/a"]);
+        // A relist in which only b is left: the old picture holds until it is done.
+        follow(&Event::Init);
+        follow(&Event::InitApply(b.clone()));
+        assert_eq!(claims.read().len(), 2);
+        follow(&Event::InitDone);
+        assert_eq!(
+            names(claims.read().claimants(("team", "web"))),
+            vec!["team/b"]
+        );
+        follow(&Event::Apply(a.clone()));
+        assert_eq!(names(&follow(&Event::Delete(a))), vec!["team/b"]);
+        assert_eq!(
+            claims
+                .read()
+                .owner(("team", "web"))
+                .map(Claimant::id)
+                .as_deref(),
+            Some("team/b")
+        );
+    }
+
     #[test]
     fn a_target_still_in_the_status_stays_claimed_until_given_back() {
         let mut index = ClaimIndex::default();
