@@ -72,5 +72,8 @@ pub mod reason {
     pub const INVALID_SCHEDULE: &str = "InvalidSchedule";
     pub const TARGET_NOT_FOUND: &str = "TargetNotFound";
     pub const TARGET_CLAIMED: &str = "TargetClaimed";
+    /// Another Scaler claims the same target and is older, so it owns the target; this one
+    /// leaves the target alone until the owner lets go.
+    pub const CONFLICT: &str = "Conflict";
     pub const SUSPENDED: &str = "Suspended";
 }

@@ -43,15 +43,12 @@ impl Kind {
         }
     }
 
-    /// The defaulting patch for a whole object; `namespace` is the object's namespace.
-    pub fn defaulting_patch(
-        self,
-        object: &Value,
-        namespace: &str,
-    ) -> Result<json_patch::Patch, FieldErrors> {
+    /// The defaulting patch for a whole object. It never reaches into a list item
+    /// ([`crate::defaults::fill_missing`]), so re-applying the same file changes nothing.
+    pub fn defaulting_patch(self, object: &Value) -> Result<json_patch::Patch, FieldErrors> {
         let spec = spec_of(object)?;
         let defaulted = match self {
-            Kind::Scaler => to_value(parse::<ScalerSpec>(spec)?.defaulted(namespace)),
+            Kind::Scaler => to_value(parse::<ScalerSpec>(spec)?.defaulted()),
             Kind::Welcome => to_value(parse::<WelcomeSpec>(spec)?.defaulted()),
             Kind::Memcached => to_value(parse::<MemcachedSpec>(spec)?.defaulted()),
             Kind::Application => to_value(parse::<ApplicationSpec>(spec)?.defaulted()),
@@ -63,8 +60,8 @@ impl Kind {
     }
 
     /// The whole object with its defaults filled in, as the mutating webhook leaves it.
-    pub fn defaulted(self, object: &Value, namespace: &str) -> Result<Value, FieldErrors> {
-        let patch = self.defaulting_patch(object, namespace)?;
+    pub fn defaulted(self, object: &Value) -> Result<Value, FieldErrors> {
+        let patch = self.defaulting_patch(object)?;
         let mut defaulted = object.clone();
         json_patch::patch(&mut defaulted, &patch)
             .map_err(|e| vec![FieldError::invalid("spec", Value::Null, e.to_string())])?;
@@ -259,23 +256,38 @@ mod tests {
         let objects = [
             (
                 Kind::Scaler,
-                json!({"spec": {"deployments": [{"name": "web"}], "start": 9, "end": 17}}),
+                json!({"spec": {"deployments": [{"name": "web"}], "start": 9, "end": 17, "days": ["Mon"]}}),
             ),
-            (Kind::Welcome, json!({"spec": {"name": "x"}})),
+            (
+                Kind::Scaler,
+                json!({"spec": {"deployments": [{"name": "web"}], "jobs": [{"name": "a", "schedule": "@daily", "replicas": 1}]}}),
+            ),
+            (
+                Kind::Welcome,
+                json!({"spec": {"name": "x", "groups": ["a"]}}),
+            ),
             (Kind::Memcached, json!({"spec": {}})),
             (
                 Kind::Application,
-                json!({"spec": {"image": "nginx", "ingress": {"host": "a.io"}}}),
+                json!({"spec": {"image": "nginx", "env": [{"name": "A", "value": "1"}], "ingress": {"host": "a.io"}}}),
             ),
         ];
         for (kind, mut object) in objects {
-            let patch = kind.defaulting_patch(&object, "ns").unwrap();
+            let patch = kind.defaulting_patch(&object).unwrap();
             assert!(!patch.0.is_empty(), "{kind:?}");
-            let defaulted = kind.defaulted(&object, "ns").unwrap();
+            // A default inside a list item would make every client-side re-apply a change.
+            for op in serde_json::to_value(&patch).unwrap().as_array().unwrap() {
+                let path = op["path"].as_str().unwrap();
+                assert!(
+                    !path.split('/').any(|t| t.parse::<usize>().is_ok()),
+                    "{kind:?} writes into a list item: {path}"
+                );
+            }
+            let defaulted = kind.defaulted(&object).unwrap();
             json_patch::patch(&mut object, &patch).unwrap();
             assert_eq!(defaulted, object, "{kind:?}");
             assert!(
-                kind.defaulting_patch(&object, "ns").unwrap().0.is_empty(),
+                kind.defaulting_patch(&object).unwrap().0.is_empty(),
                 "{kind:?}"
             );
             assert!(

@@ -11,6 +11,7 @@
 
 pub mod access;
 pub mod application;
+pub mod claims;
 pub mod common;
 pub mod crd;
 pub mod defaults;

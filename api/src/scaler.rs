@@ -48,7 +48,7 @@ use crate::keys::annotation::{ORIGINAL_REPLICAS, ORIGINAL_REPLICAS_OWNER};
 #[x_kube(validation = Rule::new(crate::rules::scaler::start_differs_from_end_rule()).message(crate::rules::scaler::SAME_START_AND_END).field_path(".end"))]
 #[serde(rename_all = "camelCase")]
 pub struct ScalerSpec {
-    /// The Deployments to scale: 1-50 entries, no duplicates. A missing namespace means the Scaler's own.
+    /// The Deployments to scale: 1-50 entries, no duplicates. A missing namespace means the Scaler's own; it is resolved when read and shown in status.targets, never written into the entry.
     #[schemars(length(min = MIN_TARGETS, max = MAX_TARGETS))]
     #[x_kube(validation = Rule::new("self.all(a, self.exists_one(b, a.name == b.name && (has(a.__namespace__) ? a.__namespace__ : '') == (has(b.__namespace__) ? b.__namespace__ : '')))").message("must not contain duplicates"))]
     pub deployments: Vec<ScaleTarget>,
@@ -101,7 +101,7 @@ pub struct ScaleTarget {
     /// Name of the Deployment.
     #[schemars(length(min = 1, max = MAX_SUBDOMAIN), regex(pattern = crate::rules::DNS1123_SUBDOMAIN.regex))]
     pub name: String,
-    /// Namespace of the Deployment. Defaults to the Scaler's namespace; another namespace needs permission to scale Deployments there.
+    /// Namespace of the Deployment. When absent, the Scaler's own namespace (resolved when read, not stored; status.targets shows it); another namespace needs permission to scale Deployments there.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = MAX_LABEL), regex(pattern = crate::rules::DNS1123_LABEL.regex))]
     pub namespace: Option<String>,
@@ -213,7 +213,7 @@ pub struct ScalerStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = MAX_GENERATION))]
     pub observed_generation: Option<i64>,
-    /// Standard conditions; Ready is False with reason TargetNotFound when a target is missing.
+    /// Standard conditions; Ready is False with reason TargetNotFound when a target is missing, or Conflict when an older Scaler claims one of the targets (the Scaler leaves that one alone).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "crate::common::conditions_schema")]
     pub conditions: Vec<Condition>,
@@ -324,7 +324,9 @@ impl ScalerSpec {
         self.suspend.unwrap_or(false)
     }
 
-    /// Each target with its namespace filled in, as `(namespace, name)`.
+    /// Each target as `(namespace, name)`, its namespace resolved: a missing one is the
+    /// Scaler's own, `own_namespace`. The one place that resolves it, for the webhook (claims,
+    /// permissions) and the controller alike; it is never stored (see [`Self::defaulted`]).
     pub fn targets<'a>(
         &'a self,
         own_namespace: &'a str,
@@ -337,15 +339,33 @@ impl ScalerSpec {
         })
     }
 
-    /// The spec with every default filled in; `own_namespace` is the Scaler's namespace.
-    pub fn defaulted(&self, own_namespace: &str) -> Self {
-        let mut spec = self.clone();
-        // No namespace known (a review without one) writes nothing: "" is no valid namespace.
-        if !own_namespace.is_empty() {
-            for t in &mut spec.deployments {
-                t.namespace.get_or_insert_with(|| own_namespace.to_string());
+    /// Targets that name a Deployment an earlier entry names too once namespaces are resolved
+    /// (`{name: web}` and `{name: web, namespace: <own>}`), which [`Self::validate`] and the
+    /// schema cannot see, as neither knows the Scaler's namespace.
+    pub fn duplicate_targets(&self, own_namespace: &str) -> FieldErrors {
+        let mut seen = BTreeSet::new();
+        let mut errors = FieldErrors::new();
+        for (i, (t, target)) in self
+            .deployments
+            .iter()
+            .zip(self.targets(own_namespace))
+            .enumerate()
+        {
+            if !seen.insert(target) {
+                errors.push(FieldError::duplicate(
+                    format!("spec.deployments[{i}]"),
+                    serde_json::to_value(t).unwrap_or_default(),
+                ));
             }
         }
+        errors
+    }
+
+    /// The spec with every default filled in. Only top-level fields get defaults: a target's
+    /// namespace is resolved when read ([`Self::targets`]), never stored in the list item,
+    /// where it would make every client-side re-apply of the same file a change.
+    pub fn defaulted(&self) -> Self {
+        let mut spec = self.clone();
         if !spec.is_cron() {
             spec.replicas.get_or_insert(DEFAULT_REPLICAS);
         }
@@ -780,30 +800,56 @@ mod tests {
         let s = spec(
             json!({"deployments": [{"name": "web"}, {"name": "api", "namespace": "other"}], "start": 9, "end": 17}),
         );
-        let d = s.defaulted("team");
-        assert_eq!(d.deployments[0].namespace.as_deref(), Some("team"));
-        assert_eq!(d.deployments[1].namespace.as_deref(), Some("other"));
+        let d = s.defaulted();
+        assert_eq!(d.deployments, s.deployments, "targets are never defaulted");
         assert_eq!(d.replicas, Some(1));
         assert_eq!(d.time_zone.as_deref(), Some("UTC"));
         assert_eq!(d.suspend, Some(false));
-        assert_eq!(d.defaulted("team"), d);
+        assert_eq!(d.defaulted(), d);
         let cron = spec(
             json!({"deployments": [{"name": "web"}], "jobs": [{"name": "a", "schedule": "@daily", "replicas": 1}]}),
         );
         assert_eq!(
-            cron.defaulted("team").replicas,
+            cron.defaulted().replicas,
             None,
             "cron mode must not get a window default"
         );
     }
 
     #[test]
-    fn defaults_never_write_an_empty_namespace() {
-        // Found by the fuzz target: a review without a namespace made a valid Scaler invalid.
-        let s = spec(json!({"deployments": [{"name": "web"}], "start": 9, "end": 17}));
-        let d = s.defaulted("");
+    fn a_target_namespace_is_resolved_when_read_not_stored() {
+        // The fuzz target once found a review without a namespace storing `namespace: ""`; no
+        // default goes into a target any more, so neither that nor GitOps drift can happen.
+        let s = spec(
+            json!({"deployments": [{"name": "web"}, {"name": "api", "namespace": "other"}], "start": 9, "end": 17}),
+        );
+        let d = s.defaulted();
         assert_eq!(d.deployments[0].namespace, None);
         assert!(d.validate().is_empty(), "{:?}", d.validate());
+        assert_eq!(
+            d.targets("team").collect::<Vec<_>>(),
+            vec![("team", "web"), ("other", "api")]
+        );
+        assert_eq!(d.targets("").next(), Some(("", "web")));
+    }
+
+    #[test]
+    fn targets_that_resolve_to_one_deployment_are_duplicates() {
+        let s = spec(json!({"deployments": [
+            {"name": "web"}, {"name": "web", "namespace": "team"}, {"name": "web", "namespace": "prod"}
+        ], "start": 9, "end": 17}));
+        assert!(s.validate().is_empty(), "the schema cannot tell");
+        let m: Vec<String> = s
+            .duplicate_targets("team")
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            m,
+            vec!["spec.deployments[1]: Duplicate value: {\"name\":\"web\",\"namespace\":\"team\"}"]
+        );
+        assert!(s.duplicate_targets("prod").len() == 1);
+        assert!(s.duplicate_targets("elsewhere").is_empty());
     }
 
     #[test]

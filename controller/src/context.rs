@@ -8,6 +8,7 @@ use chrono::{DateTime, Utc};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Client, Resource, ResourceExt};
+use kubesteer_api::claims::Claims;
 use kubesteer_api::keys::{reason, CONTROLLER_FIELD_MANAGER};
 use tracing::{debug, warn};
 
@@ -46,6 +47,8 @@ pub struct Context {
     pub clock: Arc<dyn Clock>,
     /// Watch caches of the owned objects.
     pub caches: Caches,
+    /// Which Scalers claim each target, kept from the Scaler watch; the oldest owns it.
+    pub claims: Claims,
     /// Failed reconciles in a row of each object, for its backoff.
     failures: PerObject<u32>,
     /// Since when the status write of each object has been held back.
@@ -136,12 +139,13 @@ impl Context {
             metrics,
             clock,
             caches,
+            claims: Claims::default(),
             failures: PerObject::default(),
             held: PerObject::default(),
         }
     }
 
-    /// The same context with other caches, for a new run of the controllers.
+    /// The same context with other caches (and claims), for a new run of the controllers.
     pub fn with_caches(&self, caches: Caches) -> Self {
         Self::new(
             self.client.clone(),

@@ -309,13 +309,26 @@ pub async fn controllers(
 
     // No debounce for Scalers: it would delay the requeue at a window's boundary.
     let (store, writer) = reflector::store();
+    // The claims index follows the same watch. When a Scaler's claims change (created,
+    // deleted, a target added or dropped or given back), the others that claim one of those
+    // targets are reconciled at once, so a younger one takes over when the owner lets go.
+    let (claims_changed, reconcile_claimants) = futures::channel::mpsc::unbounded();
+    let mut follow = ctx.claims.follow();
     let scaler_objects = tolerant_watch::<Scaler>(health, &client, ns)
         .backoff(tolerant::backoff())
         .reflect(writer)
+        .inspect_ok(move |event| {
+            for other in follow(event) {
+                let _ = claims_changed
+                    .unbounded_send(ObjectRef::new(&other.name).within(&other.namespace));
+            }
+        })
         .applied_objects();
-    let scaler_controller = Controller::for_stream(scaler_objects, store).with_config(config);
-    let store = scaler_controller.store();
-    // Any Deployment may be a target, so all are watched and mapped through the Scalers' store.
+    let scaler_controller = Controller::for_stream(scaler_objects, store)
+        .with_config(config)
+        .reconcile_on(reconcile_claimants);
+    let claims = ctx.claims.clone();
+    // Any Deployment may be a target, so all are watched and mapped through the claims index.
     let scalers = scaler_controller
         // Their metadata is enough to name them; the reconcile reads a target when it acts.
         .watches_stream(
@@ -327,7 +340,7 @@ pub async fn controllers(
             )
             .backoff(tolerant::backoff())
             .touched_objects(),
-            move |d| scaler::scalers_targeting(&store, &d),
+            move |d| scaler::scalers_targeting(&claims.read(), &d),
         )
         .graceful_shutdown_on(stopped(stop))
         .run(scaler::reconcile, scaler::error_policy, ctx.clone())

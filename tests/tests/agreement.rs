@@ -617,9 +617,9 @@ fn names(message: &str, field: &str) -> bool {
 }
 
 /// What api/ decides, as the webhook runs it: defaults, then validation.
-fn api_verdict(kind: Kind, object: &Value, namespace: &str) -> (Verdict, String) {
+fn api_verdict(kind: Kind, object: &Value) -> (Verdict, String) {
     let checked = kind
-        .defaulted(object, namespace)
+        .defaulted(object)
         .and_then(|defaulted| kind.validate(&defaulted));
     match checked {
         Ok(_) => (Accept, String::new()),
@@ -802,9 +802,8 @@ fn disagreements(cases: &[Case], namespace: &str) -> Result<Vec<String>> {
                                 .into_iter()
                                 .find(|k| object["kind"] == k.name())
                                 .context("kind")?;
-                            let defaulted = kind
-                                .defaulted(object, namespace)
-                                .unwrap_or_else(|_| object.clone());
+                            let defaulted =
+                                kind.defaulted(object).unwrap_or_else(|_| object.clone());
                             server_verdict(&defaulted)
                         })
                         .collect::<Vec<_>>()
@@ -822,7 +821,7 @@ fn disagreements(cases: &[Case], namespace: &str) -> Result<Vec<String>> {
     let mut failures = Vec::new();
     for ((case, object), server) in cases.iter().zip(&objects).zip(verdicts) {
         let (server, server_says) = server?;
-        let (api, api_says) = api_verdict(case.kind, object, namespace);
+        let (api, api_says) = api_verdict(case.kind, object);
         let name = object["metadata"]["name"].as_str().unwrap_or_default();
         let on_purpose = ON_PURPOSE.iter().find(|(what, _)| *what == case.what);
         let describe = |v: Verdict, says: &str| match v {

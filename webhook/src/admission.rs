@@ -11,6 +11,7 @@ use axum::{Json, Router};
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
 use kube::core::DynamicObject;
 use kubesteer_api::access::{Access, ImagePolicy};
+use kubesteer_api::claims::Claimant;
 use kubesteer_api::field::{summarize, FieldError, FieldErrors};
 use kubesteer_api::kind::{Kind, ALL};
 use kubesteer_api::runtime::{health, Health};
@@ -232,7 +233,7 @@ async fn decide<C: Cluster>(
         request.name.clone()
     };
     match endpoint {
-        Endpoint::Mutate => match kind.defaulting_patch(&value, &namespace) {
+        Endpoint::Mutate => match kind.defaulting_patch(&value) {
             Ok(patch) if patch.0.is_empty() => (allowed, "allowed"),
             Ok(patch) => match allowed.with_patch(patch) {
                 Ok(patched) => (patched, "patched"),
@@ -261,7 +262,15 @@ async fn decide<C: Cluster>(
                 let me = (namespace.as_str(), name.as_str());
                 let (e, w) = (&mut errors, &mut warnings);
                 match kind {
-                    Kind::Scaler => scaler_rules(state, request, &value, me, e, w).await,
+                    Kind::Scaler => {
+                        // Who claims a shared target first: its age and uid decide.
+                        let me = Claimant {
+                            namespace: namespace.clone(),
+                            name: name.clone(),
+                            ..Claimant::of(&object.metadata)
+                        };
+                        scaler_rules(state, request, &value, &me, e, w).await
+                    }
                     Kind::Welcome => welcome_rules(state, request, &value, me.0, e).await,
                     Kind::Application => application_rules(state, request, &value, me, e, w).await,
                     Kind::Memcached => {}
@@ -304,20 +313,26 @@ fn image_refused<C>(
     state.images.check(&image)
 }
 
-/// The Scaler rules that need the cluster: permission on every target, claims, and advice.
+/// The Scaler rules that need the cluster or the Scaler's namespace: targets that are one
+/// once resolved, permission on every target, claims, and advice.
 async fn scaler_rules<C: Cluster>(
     state: &AppState<C>,
     request: &AdmissionRequest<DynamicObject>,
     object: &Value,
-    me: (&str, &str),
+    me: &Claimant,
     errors: &mut FieldErrors,
     warnings: &mut Vec<String>,
 ) {
     let Some(spec) = read_spec::<ScalerSpec>(object) else {
         return;
     };
+    let duplicates = spec.duplicate_targets(&me.namespace);
+    if !duplicates.is_empty() {
+        errors.extend(duplicates);
+        return;
+    }
     let cluster = &state.cluster;
-    let required = spec.required_access(me.0);
+    let required = spec.required_access(&me.namespace);
     // Targets are unique (checked above), so each SubjectAccessReview is asked once.
     let answers = ask_all(state, request, &required).await;
     for ((path, access), answer) in required.iter().zip(answers) {

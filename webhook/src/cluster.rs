@@ -15,6 +15,7 @@ use kube::runtime::reflector::{self, reflector, store::Writer, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Client, Resource, ResourceExt};
 use kubesteer_api::access::Access;
+use kubesteer_api::claims::{Claimant, Claims};
 use kubesteer_api::runtime::watch::{self as tolerant, Undecodable};
 use kubesteer_api::runtime::{health, Health};
 use kubesteer_api::Scaler;
@@ -27,8 +28,9 @@ pub trait Cluster: Send + Sync + 'static {
         user: &UserInfo,
         access: &Access,
     ) -> impl Future<Output = Result<bool, String>> + Send;
-    /// The other Scaler (`namespace/name`) that already targets this Deployment, if any.
-    fn claimant(&self, target: (&str, &str), me: (&str, &str)) -> Option<String>;
+    /// The other Scaler (`namespace/name`) that claims this Deployment and is older than `me`,
+    /// so owns it, if any (`kubesteer_api::claims`: a Scaler under CREATE is the youngest).
+    fn claimant(&self, target: (&str, &str), me: &Claimant) -> Option<String>;
     /// Whether the Deployment exists; None while the cache is not yet filled.
     fn deployment_exists(&self, namespace: &str, name: &str) -> Option<bool>;
     /// The HorizontalPodAutoscaler that also scales this Deployment, if any.
@@ -43,7 +45,8 @@ pub trait Cluster: Send + Sync + 'static {
 #[derive(Clone)]
 pub struct KubeCluster {
     client: Client,
-    scalers: Store<Scaler>,
+    /// Which Scalers claim each target, kept from a watch: one lookup per target.
+    claims: Claims,
     deployments: Store<PartialObjectMeta<Deployment>>,
     hpas: Store<HorizontalPodAutoscaler>,
     ingresses: Store<Ingress>,
@@ -54,7 +57,7 @@ impl KubeCluster {
     /// Starts the watches, each registered with `health` so that the webhook is not ready
     /// until all have listed, nor while one is down; their tasks run until the process ends.
     pub fn start(client: Client, health: &Health) -> Self {
-        let (scalers, w1) = reflector::store();
+        let claims = Claims::default();
         let (deployments, w2) = reflector::store();
         let (hpas, w3) = reflector::store();
         let cfg = watcher::Config::default().any_semantic();
@@ -70,7 +73,18 @@ impl KubeCluster {
         let scalers_api = tolerant::api::<Scaler>(client.clone(), None);
         let key = health::key(&scalers_api, &cfg);
         let scaler_watch = tolerant::watcher::<Scaler>(scalers_api, cfg.clone(), skipped);
-        spawn_cache(w1, health.track("Scaler", key, scaler_watch));
+        let mut follow = claims.follow();
+        tokio::spawn(
+            health
+                .track("Scaler", key, scaler_watch)
+                .backoff(tolerant::backoff())
+                .for_each(move |event| {
+                    if let Ok(event) = &event {
+                        follow(event);
+                    }
+                    futures::future::ready(())
+                }),
+        );
         // Names are all the rules read of a Deployment: metadata-only requests.
         let deployments_api = Api::<PartialObjectMeta<Deployment>>::all(client.clone());
         let key = health::key(&deployments_api, &cfg);
@@ -93,7 +107,7 @@ impl KubeCluster {
         spawn_cache(w5, health.track("IngressClass", key, class_watch));
         Self {
             client,
-            scalers,
+            claims,
             deployments,
             hpas,
             ingresses,
@@ -171,15 +185,11 @@ impl Cluster for KubeCluster {
         Ok(answer.status.map(|s| s.allowed).unwrap_or(false))
     }
 
-    fn claimant(&self, target: (&str, &str), me: (&str, &str)) -> Option<String> {
-        self.scalers.state().iter().find_map(|s| {
-            let ns = s.namespace().unwrap_or_default();
-            if (ns.as_str(), s.name_any().as_str()) == me {
-                return None;
-            }
-            let claims = s.spec.targets(&ns).any(|t| t == target);
-            claims.then(|| format!("{ns}/{}", s.name_any()))
-        })
+    fn claimant(&self, target: (&str, &str), me: &Claimant) -> Option<String> {
+        self.claims
+            .read()
+            .older_claimant(target, me)
+            .map(Claimant::id)
     }
 
     fn deployment_exists(&self, namespace: &str, name: &str) -> Option<bool> {

@@ -52,15 +52,16 @@ async fn memcached_gets_every_default_and_a_second_pass_is_empty() {
 }
 
 #[tokio::test]
-async fn scaler_defaults_fill_namespace_replicas_and_time_zone() {
+async fn scaler_defaults_fill_replicas_and_time_zone_but_never_a_target() {
+    let targets = json!([{"name": "web"}, {"name": "api", "namespace": "other"}]);
     let review = with_spec(
         "scaler-create.json",
-        json!({"deployments": [{"name": "web"}, {"name": "api", "namespace": "other"}], "start": 9, "end": 17}),
+        json!({"deployments": targets, "start": 9, "end": 17}),
     );
     let reply = send(cluster(), "/mutate/scalers", &review).await;
     let object = applied(&review, &reply.patch().unwrap());
-    assert_eq!(object["spec"]["deployments"][0]["namespace"], "team");
-    assert_eq!(object["spec"]["deployments"][1]["namespace"], "other");
+    // A default inside a list item would make every client-side re-apply a change.
+    assert_eq!(object["spec"]["deployments"], targets);
     assert_eq!(object["spec"]["replicas"], 1);
     assert_eq!(object["spec"]["timeZone"], "UTC");
     assert_eq!(object["spec"]["suspend"], false);
@@ -124,6 +125,23 @@ async fn scaler_field_rules_deny_with_paths() {
     ] {
         assert!(m.contains(&want), "{want} missing in {m}");
     }
+}
+
+#[tokio::test]
+async fn targets_that_resolve_to_one_deployment_are_denied_as_duplicates() {
+    let review = with_spec(
+        "scaler-create.json",
+        json!({"deployments": [{"name": "web"}, {"name": "web", "namespace": "team"}], "start": 9, "end": 17}),
+    );
+    let reply = send(cluster(), "/validate/scalers", &review).await;
+    assert!(!reply.allowed());
+    let m = reply.message();
+    assert!(
+        m.contains(
+            "spec.deployments[1]: Duplicate value: {\"name\":\"web\",\"namespace\":\"team\"}"
+        ),
+        "{m}"
+    );
 }
 
 #[tokio::test]

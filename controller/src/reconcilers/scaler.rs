@@ -9,8 +9,9 @@ use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::finalizer::{finalizer, Event as Finalizer};
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
+use kubesteer_api::claims::{ClaimIndex, Claimant};
 use kubesteer_api::common::condition;
 use kubesteer_api::keys::condition::READY;
 use kubesteer_api::keys::{
@@ -109,29 +110,19 @@ async fn with_finalizer(scaler: Arc<Scaler>, ctx: &Context) -> Result<Action> {
     }
 }
 
-/// The Scalers among `scalers` that target the Deployment `namespace/name`, now or as last seen.
+/// The Scalers that claim the Deployment `deployment` (in their spec, or in their status until
+/// given back), looked up in the claims index.
 pub fn scalers_targeting(
-    scalers: &Store<Scaler>,
+    claims: &ClaimIndex,
     deployment: &impl ResourceExt,
 ) -> Vec<ObjectRef<Scaler>> {
     let Some(ns) = deployment.namespace() else {
         return Vec::new();
     };
     let name = deployment.name_any();
-    scalers
-        .state()
-        .iter()
-        .filter(|s| {
-            let own = s.namespace().unwrap_or_default();
-            let in_spec = s.spec.targets(&own).any(|(n, d)| n == ns && d == name);
-            let in_status = s
-                .status
-                .iter()
-                .flat_map(|st| &st.targets)
-                .any(|t| t.namespace == ns && t.name == name);
-            in_spec || in_status
-        })
-        .map(|s| ObjectRef::from_obj(s.as_ref()))
+    claims
+        .claimants((&ns, &name))
+        .map(|c| ObjectRef::new(&c.name).within(&c.namespace))
         .collect()
 }
 
@@ -308,10 +299,12 @@ struct Seen {
 }
 
 /// The record on `d` as the Scaler `me` sees it. A record of another Scaler counts only while
-/// that Scaler exists and targets `d`; a stale one (its Scaler gone, or `d` dropped from it) is
-/// as good as none, so it is replaced rather than trusted.
-async fn record_of(ctx: &Context, d: &Deployment, me: &str) -> Result<Record> {
-    let record = Record::of(d.annotations(), me);
+/// that Scaler exists and claims `d` ([`Scaler::claimed_targets`]); a stale one (its Scaler
+/// gone, or `d` given back by it) is as good as none, so it is replaced rather than trusted.
+/// When both claim `d`, the older owns it ([`Claimant`]): the record of a younger one (written
+/// before `me` claimed `d`) is taken over with the replicas it recorded, to restore them later.
+async fn record_of(ctx: &Context, d: &Deployment, me: &Claimant) -> Result<Record> {
+    let record = Record::of(d.annotations(), &me.id());
     let Record::Other(owner) = &record else {
         return Ok(record);
     };
@@ -319,16 +312,17 @@ async fn record_of(ctx: &Context, d: &Deployment, me: &str) -> Result<Record> {
         return Ok(Record::Absent);
     };
     let api: Api<Scaler> = Api::namespaced(ctx.client.clone(), owner_ns);
-    let target_ns = d.namespace().unwrap_or_default();
-    let target_name = d.name_any();
+    let target = (d.namespace().unwrap_or_default(), d.name_any());
     match api.get(owner_name).await {
-        Ok(other) => {
-            let targets = other
-                .spec
-                .targets(owner_ns)
-                .any(|(n, t)| n == target_ns && t == target_name);
-            Ok(if targets { record } else { Record::Absent })
-        }
+        Ok(other) if !other.claimed_targets().contains(&target) => Ok(Record::Absent),
+        Ok(other) if Claimant::of(&other.metadata) > *me => Ok(Record::Mine {
+            replicas: d
+                .annotations()
+                .get(annotation::ORIGINAL_REPLICAS)
+                .and_then(|v| v.trim().parse().ok()),
+            owner_recorded: false,
+        }),
+        Ok(_) => Ok(record),
         Err(e) if is_status(&e, 404) => Ok(Record::Absent),
         // Whether it still targets `d` cannot be told; leaving `d` alone is the safe side.
         Err(e) if is_status(&e, 403) => Ok(record),
@@ -347,6 +341,7 @@ async fn reconcile_target(
 ) -> Result<Seen> {
     let (own_ns, own_name) = namespace_and_name(KIND, owner)?;
     let me = scaler_id(&own_ns, &own_name);
+    let claimant = Claimant::of(owner.meta());
     let api: Api<Deployment> = Api::namespaced(ctx.client.clone(), namespace);
     let params = PatchParams {
         field_manager: Some(CONTROLLER_FIELD_MANAGER.into()),
@@ -359,7 +354,7 @@ async fn reconcile_target(
             Err(e) if is_status(&e, 404) => return Ok(Seen::default()),
             Err(e) => return Err(e.into()),
         };
-        let record = record_of(ctx, &deployment, &me).await?;
+        let record = record_of(ctx, &deployment, &claimant).await?;
         let claimed_by = match &record {
             Record::Other(other) => Some(other.clone()),
             _ => None,
@@ -447,23 +442,42 @@ async fn apply(scaler: &Scaler, ctx: &Context) -> Result<Action> {
     let plan = plan(&schedule, now);
     let outside = outside_replicas(Some(&schedule));
 
+    // Resolved, two entries may name one Deployment (stored while the webhook was down).
+    let mut resolved = BTreeSet::new();
     let wanted_targets: Vec<(String, String)> = scaler
         .spec
         .targets(&ns)
         .map(|(n, d)| (n.to_string(), d.to_string()))
+        .filter(|t| resolved.insert(t.clone()))
         .collect();
     let me = scaler_id(&ns, &name);
+    let claimant = Claimant::of(scaler.meta());
     let mut targets = Vec::new();
     let mut missing = Vec::new();
     let mut claimed = Vec::new();
+    let mut conflicts = Vec::new();
     for (t_ns, t_name) in &wanted_targets {
-        let seen = if suspended {
-            Seen {
+        // The oldest Scaler that claims a target owns it; the others leave it alone.
+        let owner = ctx
+            .claims
+            .read()
+            .older_claimant((t_ns, t_name), &claimant)
+            .map(Claimant::id);
+        let seen = match owner {
+            Some(owner) => {
+                conflicts.push(format!(
+                    "Deployment {t_ns}/{t_name} is owned by Scaler {owner}, which is older; it is left alone until that one lets go"
+                ));
+                Seen {
+                    deployment: read_target(ctx, t_ns, t_name).await?,
+                    claimed_by: None,
+                }
+            }
+            None if suspended => Seen {
                 deployment: read_target(ctx, t_ns, t_name).await?,
                 claimed_by: None,
-            }
-        } else {
-            reconcile_target(ctx, scaler, t_ns, t_name, plan.replicas, outside).await?
+            },
+            None => reconcile_target(ctx, scaler, t_ns, t_name, plan.replicas, outside).await?,
         };
         if seen.deployment.is_none() {
             missing.push(format!("{t_ns}/{t_name}"));
@@ -484,7 +498,9 @@ async fn apply(scaler: &Scaler, ctx: &Context) -> Result<Action> {
         }
     }
 
-    let condition = if !missing.is_empty() {
+    let condition = if !conflicts.is_empty() {
+        ready(false, reason::CONFLICT, conflicts.join("; "))
+    } else if !missing.is_empty() {
         ready(
             false,
             reason::TARGET_NOT_FOUND,
@@ -505,11 +521,17 @@ async fn apply(scaler: &Scaler, ctx: &Context) -> Result<Action> {
         observed_generation: generation,
         conditions: vec![condition.clone()],
     };
-    let reported = previous.conditions.iter().any(|c| {
-        c.type_ == READY && c.reason == condition.reason && c.message == condition.message
-    });
+    let was = previous.conditions.iter().find(|c| c.type_ == READY);
     let reason = condition.reason.as_str();
-    if matches!(reason, reason::TARGET_NOT_FOUND | reason::TARGET_CLAIMED) && !reported {
+    let announce = match reason {
+        // Once, on the way into the conflict, however often it is reconciled in it.
+        reason::CONFLICT => was.is_none_or(|c| c.reason != reason::CONFLICT),
+        reason::TARGET_NOT_FOUND | reason::TARGET_CLAIMED => {
+            was.is_none_or(|c| c.reason != condition.reason || c.message != condition.message)
+        }
+        _ => false,
+    };
+    if announce {
         ctx.publish(
             scaler,
             EventType::Warning,
@@ -1331,27 +1353,130 @@ mod tests {
 
     #[test]
     fn deployments_map_to_the_scalers_that_target_them() {
-        let (reader, mut writer) = kube::runtime::reflector::store::<Scaler>();
+        let mut claims = ClaimIndex::default();
         let mut other_ns = scaler(
             json!({"deployments": [{"name": "api", "namespace": "other"}], "start": 1, "end": 2}),
         );
         other_ns.metadata.name = Some("cross".into());
-        writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(nine_to_five()));
-        writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(other_ns));
+        claims.upsert(&nine_to_five());
+        claims.upsert(&other_ns);
         let d = |ns: &str, name: &str| -> Deployment {
             serde_json::from_value(target(ns, name, 1, None)).unwrap()
         };
         let names =
             |refs: Vec<ObjectRef<Scaler>>| refs.into_iter().map(|r| r.name).collect::<Vec<_>>();
         assert_eq!(
-            names(scalers_targeting(&reader, &d("team", "web"))),
+            names(scalers_targeting(&claims, &d("team", "web"))),
             vec!["nightly"]
         );
         assert_eq!(
-            names(scalers_targeting(&reader, &d("other", "api"))),
+            names(scalers_targeting(&claims, &d("other", "api"))),
             vec!["cross"]
         );
-        assert!(scalers_targeting(&reader, &d("other", "web")).is_empty());
+        assert!(scalers_targeting(&claims, &d("other", "web")).is_empty());
+    }
+
+    /// `s` named `name`, created at `created` with `uid`.
+    fn aged(mut s: Scaler, name: &str, created: &str, uid: &str) -> Scaler {
+        s.metadata.name = Some(name.into());
+        s.metadata.uid = Some(uid.into());
+        s.metadata.creation_timestamp = Some(time(at(created)));
+        s
+    }
+
+    #[tokio::test]
+    async fn a_younger_scaler_leaves_a_shared_target_to_the_older_and_says_so_once() {
+        let older = aged(nine_to_five(), "early", "2025-03-01T00:00:00Z", "uid-b");
+        let me = aged(nine_to_five(), "nightly", "2025-03-02T00:00:00Z", "uid-a");
+        let (ctx, verifier) = fixtures::context_at(at("2025-03-03T12:00:00Z"));
+        let mut follow = ctx.claims.follow();
+        follow(&kube::runtime::watcher::Event::Apply(older));
+        follow(&kube::runtime::watcher::Event::Apply(me.clone()));
+        let written = Arc::new(std::sync::Mutex::new(Value::Null));
+        let message = "Deployment team/web is owned by Scaler team/early, which is older; it is left alone until that one lets go";
+        let scenario = verifier.run(vec![
+            // Read for the status only: no patch of the target.
+            Call::get(WEB).respond(target("team", "web", 5, None)),
+            Call::event("team")
+                .body(move |b| {
+                    assert_eq!(b["type"], "Warning");
+                    assert_eq!(b["reason"], "Conflict");
+                    assert_eq!(b["note"], message);
+                })
+                .respond_with_body(),
+            Call::patch(STATUS)
+                .body({
+                    let written = written.clone();
+                    move |b| {
+                        let c = &b["status"]["conditions"][0];
+                        assert_eq!(
+                            (&c["type"], &c["status"], &c["reason"]),
+                            (&json!("Ready"), &json!("False"), &json!("Conflict"))
+                        );
+                        assert_eq!(c["message"], message);
+                        assert_eq!(
+                            b["status"]["targets"],
+                            json!([{"name": "web", "namespace": "team", "replicas": 5}])
+                        );
+                        *written.lock().unwrap() = b["status"].clone();
+                    }
+                })
+                .respond_status_of(&me),
+        ]);
+        reconcile(Arc::new(me.clone()), ctx.clone()).await.unwrap();
+        scenario.finish(ctx).await;
+
+        // Reconciled again in the same conflict: no event, no write, the target untouched.
+        let mut again = me;
+        again.status = Some(serde_json::from_value(written.lock().unwrap().clone()).unwrap());
+        let (ctx2, verifier) = fixtures::context_at(at("2025-03-03T12:00:05Z"));
+        let mut follow = ctx2.claims.follow();
+        for s in [
+            aged(nine_to_five(), "early", "2025-03-01T00:00:00Z", "uid-b"),
+            again.clone(),
+        ] {
+            follow(&kube::runtime::watcher::Event::Apply(s));
+        }
+        let scenario = verifier.run(vec![Call::get(WEB).respond(target("team", "web", 5, None))]);
+        reconcile(Arc::new(again), ctx2.clone()).await.unwrap();
+        scenario.finish(ctx2).await;
+    }
+
+    #[tokio::test]
+    async fn the_older_scaler_takes_a_shared_target_over_with_the_replicas_recorded() {
+        // The younger scaled it first (the older claimed it later, with the webhook down).
+        let me = aged(nine_to_five(), "nightly", "2025-03-01T00:00:00Z", "uid-z");
+        let younger = aged(nine_to_five(), "late", "2025-03-02T00:00:00Z", "uid-a");
+        let mut theirs = target("team", "web", 4, Some(2));
+        theirs["metadata"]["annotations"][annotation::ORIGINAL_REPLICAS_OWNER] = json!("team/late");
+        let (ctx, verifier) = fixtures::context_at(at("2025-03-03T12:00:00Z"));
+        let expected = json!({
+            "metadata": {"resourceVersion": "41", "annotations": {annotation::ORIGINAL_REPLICAS_OWNER: ME}},
+            "spec": {"replicas": 5},
+        });
+        let scenario = verifier.run(vec![
+            Call::get(WEB).respond(theirs.clone()),
+            Call::get("/apis/kubesteer.io/v1alpha1/namespaces/team/scalers/late")
+                .respond(serde_json::to_value(&younger).unwrap()),
+            Call::patch(WEB_PATCH)
+                .body({
+                    let p = expected.clone();
+                    move |b| assert_eq!(b, &p)
+                })
+                .respond(patched(theirs, &expected)),
+            Call::event("team").respond_with_body(),
+            Call::patch(STATUS)
+                .body(|b| {
+                    assert_eq!(
+                        b["status"]["targets"],
+                        json!([{"name": "web", "namespace": "team", "replicas": 5, "originalReplicas": 2}])
+                    );
+                    assert_eq!(b["status"]["conditions"][0]["reason"], "WindowOpen");
+                })
+                .respond_status_of(&me),
+        ]);
+        reconcile(Arc::new(me), ctx.clone()).await.unwrap();
+        scenario.finish(ctx).await;
     }
 
     #[tokio::test]

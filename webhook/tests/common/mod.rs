@@ -11,6 +11,7 @@ use axum::http::{Request, StatusCode};
 use http_body_util::BodyExt;
 use k8s_openapi::api::authentication::v1::UserInfo;
 use kubesteer_api::access::Access;
+use kubesteer_api::claims::Claimant;
 use kubesteer_webhook::cluster::Cluster;
 use kubesteer_webhook::{router, AppState};
 use serde_json::Value;
@@ -95,11 +96,11 @@ impl Cluster for FakeCluster {
             .map(|(ns, name, _, _)| (ns.clone(), name.clone()))
             .collect()
     }
-    fn claimant(&self, target: (&str, &str), me: (&str, &str)) -> Option<String> {
+    fn claimant(&self, target: (&str, &str), me: &Claimant) -> Option<String> {
         let other = self
             .claims
             .get(&(target.0.to_string(), target.1.to_string()))?;
-        (other != &format!("{}/{}", me.0, me.1)).then(|| other.clone())
+        (other != &me.id()).then(|| other.clone())
     }
     fn deployment_exists(&self, namespace: &str, name: &str) -> Option<bool> {
         Some(

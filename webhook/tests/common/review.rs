@@ -6,6 +6,7 @@ use k8s_openapi::api::authentication::v1::UserInfo;
 use kube::core::admission::{AdmissionRequest, AdmissionReview, Operation};
 use kube::core::DynamicObject;
 use kubesteer_api::access::Access;
+use kubesteer_api::claims::Claimant;
 use kubesteer_api::kind::Kind;
 use kubesteer_webhook::admission::{answer, Endpoint};
 use kubesteer_webhook::cluster::Cluster;
@@ -38,8 +39,8 @@ impl Cluster for FuzzCluster {
         }
         Ok(access.namespace == "team" && (access.resource == "deployments" || access.name == "pw"))
     }
-    fn claimant(&self, target: (&str, &str), me: (&str, &str)) -> Option<String> {
-        (target == ("team", "claimed") && me != ("team", "owner")).then(|| "team/owner".into())
+    fn claimant(&self, target: (&str, &str), me: &Claimant) -> Option<String> {
+        (target == ("team", "claimed") && me.id() != "team/owner").then(|| "team/owner".into())
     }
     fn deployment_exists(&self, namespace: &str, name: &str) -> Option<bool> {
         Some((namespace, name) == ("team", "web"))
@@ -141,6 +142,15 @@ pub fn check(input: &[u8]) {
             before,
             "defaulting fills only what is missing or null: {path}"
         );
+        // A default stored in a list item makes every client-side re-apply a change.
+        let mut prefix = String::new();
+        for token in path.split('/').skip(1) {
+            assert!(
+                !object.pointer(&prefix).is_some_and(Value::is_array),
+                "defaulting never writes into a list item: {path}"
+            );
+            prefix = format!("{prefix}/{token}");
+        }
     }
     let mut patched = object.clone();
     json_patch::patch(&mut patched, &patch)

@@ -1,0 +1,422 @@
+//! Which Scaler owns a target that several claim, decided in one place: the oldest claimant
+//! (creationTimestamp, then uid) owns it. Admission denies a second claim, but two creates that
+//! race, or one made while the webhook is down, let both in; the controller then scales the
+//! target for the owner only, and the webhook looks claims up in the same index.
+use std::cmp::Ordering;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, RwLock, RwLockReadGuard};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::jiff::Timestamp;
+
+use crate::scaler::scaler_id;
+use crate::Scaler;
+
+/// A target as `(namespace, name)`, its namespace resolved.
+pub type Target = (String, String);
+
+/// A Scaler as a claimant of targets. Ordered oldest first: by creationTimestamp, an object
+/// not created yet (one under review) last; then by uid, so two created within the same
+/// second are still told apart the same way everywhere.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub struct Claimant {
+    pub created: Option<Timestamp>,
+    pub uid: String,
+    pub namespace: String,
+    pub name: String,
+}
+
+impl Claimant {
+    /// The claimant an object with `meta` is.
+    pub fn of(meta: &ObjectMeta) -> Self {
+        Self {
+            created: meta.creation_timestamp.as_ref().map(|t| t.0),
+            uid: meta.uid.clone().unwrap_or_default(),
+            namespace: meta.namespace.clone().unwrap_or_default(),
+            name: meta.name.clone().unwrap_or_default(),
+        }
+    }
+
+    /// How it is named to users: `namespace/name`, as in the target's record.
+    pub fn id(&self) -> String {
+        scaler_id(&self.namespace, &self.name)
+    }
+
+    fn is(&self, namespace: &str, name: &str) -> bool {
+        self.namespace == namespace && self.name == name
+    }
+}
+
+impl Ord for Claimant {
+    fn cmp(&self, other: &Self) -> Ordering {
+        let created = match (&self.created, &other.created) {
+            (Some(a), Some(b)) => a.cmp(b),
+            (Some(_), None) => Ordering::Less,
+            (None, Some(_)) => Ordering::Greater,
+            (None, None) => Ordering::Equal,
+        };
+        created
+            .then_with(|| self.uid.cmp(&other.uid))
+            .then_with(|| (&self.namespace, &self.name).cmp(&(&other.namespace, &other.name)))
+    }
+}
+
+impl PartialOrd for Claimant {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Scaler {
+    /// Every target this Scaler claims: those its spec names and those its status still lists,
+    /// which it holds until it has given them back.
+    pub fn claimed_targets(&self) -> BTreeSet<Target> {
+        let own = self.metadata.namespace.as_deref().unwrap_or_default();
+        let in_spec = self
+            .spec
+            .targets(own)
+            .map(|(ns, name)| (ns.to_string(), name.to_string()));
+        let in_status = self
+            .status
+            .iter()
+            .flat_map(|s| &s.targets)
+            .map(|t| (t.namespace.clone(), t.name.clone()));
+        in_spec.chain(in_status).collect()
+    }
+}
+
+/// From each target to the Scalers that claim it, for lookups in O(1) per target.
+#[derive(Debug, Clone, Default)]
+pub struct ClaimIndex {
+    /// namespace → name → claimants, oldest first.
+    targets: HashMap<String, HashMap<String, BTreeSet<Claimant>>>,
+    /// (namespace, name) of each Scaler → what it claims.
+    scalers: HashMap<Target, (Claimant, BTreeSet<Target>)>,
+}
+
+impl ClaimIndex {
+    /// The Scalers that claim `target`, oldest first.
+    pub fn claimants(&self, (namespace, name): (&str, &str)) -> impl Iterator<Item = &Claimant> {
+        self.targets
+            .get(namespace)
+            .and_then(|names| names.get(name))
+            .into_iter()
+            .flatten()
+    }
+
+    /// The owner of `target`: its oldest claimant.
+    pub fn owner(&self, target: (&str, &str)) -> Option<&Claimant> {
+        self.claimants(target).next()
+    }
+
+    /// The oldest other Scaler that claims `target` and is older than `me`, which therefore
+    /// owns it; None when `me` is (or would be) the owner. `me` need not be in the index.
+    pub fn older_claimant(&self, target: (&str, &str), me: &Claimant) -> Option<&Claimant> {
+        self.claimants(target)
+            .find(|c| !c.is(&me.namespace, &me.name))
+            .filter(|c| *c < me)
+    }
+
+    /// Records what `scaler` claims now. Returns the other Scalers that claim a target it
+    /// claimed before or claims now, when its claims changed: whose ownership may have changed.
+    pub fn upsert(&mut self, scaler: &Scaler) -> BTreeSet<Claimant> {
+        let claimant = Claimant::of(&scaler.metadata);
+        let targets = scaler.claimed_targets();
+        let key = (claimant.namespace.clone(), claimant.name.clone());
+        let unchanged = self
+            .scalers
+            .get(&key)
+            .is_some_and(|(c, t)| *c == claimant && *t == targets);
+        if unchanged {
+            return BTreeSet::new();
+        }
+        let mut touched = self.forget(&key);
+        for (ns, name) in &targets {
+            self.targets
+                .entry(ns.clone())
+                .or_default()
+                .entry(name.clone())
+                .or_default()
+                .insert(claimant.clone());
+        }
+        touched.extend(targets.iter().cloned());
+        self.scalers.insert(key.clone(), (claimant, targets));
+        self.others_on(&touched, &key)
+    }
+
+    /// Forgets the Scaler `namespace/name`. Returns the other Scalers that claim a target it
+    /// claimed: whose ownership may have changed.
+    pub fn remove(&mut self, namespace: &str, name: &str) -> BTreeSet<Claimant> {
+        let key = (namespace.to_string(), name.to_string());
+        let touched = self.forget(&key);
+        self.others_on(&touched, &key)
+    }
+
+    /// How many Scalers the index holds.
+    pub fn len(&self) -> usize {
+        self.scalers.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.scalers.is_empty()
+    }
+
+    /// Removes a Scaler's claims; returns the targets it claimed.
+    fn forget(&mut self, key: &Target) -> BTreeSet<Target> {
+        let Some((claimant, targets)) = self.scalers.remove(key) else {
+            return BTreeSet::new();
+        };
+        for (ns, name) in &targets {
+            let Some(names) = self.targets.get_mut(ns) else {
+                continue;
+            };
+            if let Some(claimants) = names.get_mut(name) {
+                claimants.remove(&claimant);
+                if claimants.is_empty() {
+                    names.remove(name);
+                }
+            }
+            if names.is_empty() {
+                self.targets.remove(ns);
+            }
+        }
+        targets
+    }
+
+    fn others_on(&self, targets: &BTreeSet<Target>, me: &Target) -> BTreeSet<Claimant> {
+        targets
+            .iter()
+            .flat_map(|(ns, name)| self.claimants((ns, name)))
+            .filter(|c| !c.is(&me.0, &me.1))
+            .cloned()
+            .collect()
+    }
+}
+
+/// A [`ClaimIndex`] shared between the watch that keeps it and the readers.
+#[derive(Debug, Clone, Default)]
+pub struct Claims(Arc<RwLock<ClaimIndex>>);
+
+impl Claims {
+    /// The index to read; hold it only briefly (never across an await).
+    pub fn read(&self) -> RwLockReadGuard<'_, ClaimIndex> {
+        self.0
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    #[cfg(feature = "runtime")]
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, ClaimIndex> {
+        self.0
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// A function that keeps the index in step with a watch of Scalers, event by event, and
+    /// returns the Scalers whose ownership of a target may have changed with the event. A
+    /// relist replaces the index whole when it is done, as a reflector's store is.
+    #[cfg(feature = "runtime")]
+    pub fn follow(
+        &self,
+    ) -> impl FnMut(&kube::runtime::watcher::Event<Scaler>) -> BTreeSet<Claimant> {
+        use kube::runtime::watcher::Event;
+        let claims = self.clone();
+        let mut relisted: Option<ClaimIndex> = None;
+        move |event| match event {
+            Event::Apply(s) => claims.write().upsert(s),
+            Event::Delete(s) => claims.write().remove(
+                s.metadata.namespace.as_deref().unwrap_or_default(),
+                s.metadata.name.as_deref().unwrap_or_default(),
+            ),
+            Event::Init => {
+                relisted = Some(ClaimIndex::default());
+                BTreeSet::new()
+            }
+            Event::InitApply(s) => {
+                relisted.get_or_insert_with(ClaimIndex::default).upsert(s);
+                BTreeSet::new()
+            }
+            // Every Scaler is reconciled after a relist anyway, so none is named here.
+            Event::InitDone => {
+                if let Some(index) = relisted.take() {
+                    *claims.write() = index;
+                }
+                BTreeSet::new()
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn scaler(name: &str, created: &str, uid: &str, targets: serde_json::Value) -> Scaler {
+        let mut s: Scaler = serde_json::from_value(json!({
+            "apiVersion": "kubesteer.io/v1alpha1", "kind": "Scaler",
+            "metadata": {"name": name, "namespace": "team", "uid": uid},
+            "spec": {"deployments": targets, "start": 9, "end": 17},
+        }))
+        .unwrap();
+        if !created.is_empty() {
+            s.metadata.creation_timestamp = Some(
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(created.parse().unwrap()),
+            );
+        }
+        s
+    }
+
+    fn names<'a>(claimants: impl IntoIterator<Item = &'a Claimant>) -> Vec<String> {
+        claimants.into_iter().map(Claimant::id).collect()
+    }
+
+    #[test]
+    fn the_older_scaler_owns_then_the_lower_uid_then_one_not_yet_created_comes_last() {
+        let web = json!([{"name": "web"}]);
+        let old = Claimant::of(&scaler("old", "2026-01-01T00:00:00Z", "zzz", web.clone()).metadata);
+        let young =
+            Claimant::of(&scaler("young", "2026-01-01T00:00:01Z", "aaa", web.clone()).metadata);
+        let twin =
+            Claimant::of(&scaler("twin", "2026-01-01T00:00:01Z", "bbb", web.clone()).metadata);
+        let unborn = Claimant::of(&scaler("new", "", "", web).metadata);
+        assert!(old < young, "creationTimestamp first, whatever the uid");
+        assert!(young < twin, "the same second: the lower uid is older");
+        assert!(twin < unborn, "an object under review is the youngest");
+        let mut all = vec![unborn.clone(), twin.clone(), old.clone(), young.clone()];
+        all.sort();
+        assert_eq!(all, vec![old, young, twin, unborn]);
+    }
+
+    #[test]
+    fn the_index_names_the_owner_and_who_to_tell_when_claims_change() {
+        let mut index = ClaimIndex::default();
+        let a = scaler(
+            "a",
+            "2026-01-01T00:00:00Z",
+            "u1",
+            json!([{"name": "web"}, {"name": "api", "namespace": "prod"}]),
+        );
+        let b = scaler(
+            "b",
+            "2026-01-02T00:00:00Z",
+            "u2",
+            json!([{"name": "web", "namespace": "team"}]),
+        );
+        assert!(
+            index.upsert(&a).is_empty(),
+            "no one else claims its targets"
+        );
+        assert_eq!(names(&index.upsert(&b)), vec!["team/a"]);
+        assert_eq!(
+            index.owner(("team", "web")).map(Claimant::id).as_deref(),
+            Some("team/a")
+        );
+        assert_eq!(
+            names(index.claimants(("team", "web"))),
+            vec!["team/a", "team/b"]
+        );
+        assert_eq!(names(index.claimants(("prod", "api"))), vec!["team/a"]);
+
+        let me_b = Claimant::of(&b.metadata);
+        let me_a = Claimant::of(&a.metadata);
+        assert_eq!(
+            index
+                .older_claimant(("team", "web"), &me_b)
+                .map(Claimant::id)
+                .as_deref(),
+            Some("team/a")
+        );
+        assert_eq!(
+            index.older_claimant(("team", "web"), &me_a),
+            None,
+            "the owner has none"
+        );
+        assert_eq!(index.older_claimant(("team", "db"), &me_b), None);
+        let reviewed = Claimant {
+            namespace: "team".into(),
+            name: "c".into(),
+            ..Default::default()
+        };
+        assert_eq!(
+            index
+                .older_claimant(("team", "web"), &reviewed)
+                .map(Claimant::id)
+                .as_deref(),
+            Some("team/a"),
+            "a Scaler not yet created is younger than every stored one"
+        );
+
+        // The same claims again (a status write, say) tell no one.
+        assert!(index.upsert(&a).is_empty());
+        // The owner lets go of web: b owns it now and is told so.
+        let mut a2 = a.clone();
+        a2.spec.deployments.retain(|t| t.name != "web");
+        assert_eq!(names(&index.upsert(&a2)), vec!["team/b"]);
+        assert_eq!(
+            index.owner(("team", "web")).map(Claimant::id).as_deref(),
+            Some("team/b")
+        );
+        // Deleting a Scaler tells those that shared a target with it.
+        index.upsert(&a);
+        assert_eq!(names(&index.remove("team", "a")), vec!["team/b"]);
+        assert_eq!(names(index.claimants(("team", "web"))), vec!["team/b"]);
+        assert_eq!(index.claimants(("prod", "api")).count(), 0);
+        assert_eq!(index.len(), 1);
+        assert!(index.remove("team", "b").is_empty());
+        assert!(index.is_empty() && index.targets.is_empty(), "{index:?}");
+    }
+
+    #[cfg(feature = "runtime")]
+    #[test]
+    fn the_watch_keeps_the_index_and_a_relist_replaces_it_when_done() {
+        use kube::runtime::watcher::Event;
+        let claims = Claims::default();
+        let mut follow = claims.follow();
+        let a = scaler("a", "2026-01-01T00:00:00Z", "u1", json!([{"name": "web"}]));
+        let b = scaler("b", "2026-01-02T00:00:00Z", "u2", json!([{"name": "web"}]));
+        assert!(follow(&Event::Apply(a.clone())).is_empty());
+        assert_eq!(names(&follow(&Event::Apply(b.clone()))), vec!["team/a"]);
+        // A relist in which only b is left: the old picture holds until it is done.
+        follow(&Event::Init);
+        follow(&Event::InitApply(b.clone()));
+        assert_eq!(claims.read().len(), 2);
+        follow(&Event::InitDone);
+        assert_eq!(
+            names(claims.read().claimants(("team", "web"))),
+            vec!["team/b"]
+        );
+        follow(&Event::Apply(a.clone()));
+        assert_eq!(names(&follow(&Event::Delete(a))), vec!["team/b"]);
+        assert_eq!(
+            claims
+                .read()
+                .owner(("team", "web"))
+                .map(Claimant::id)
+                .as_deref(),
+            Some("team/b")
+        );
+    }
+
+    #[test]
+    fn a_target_still_in_the_status_stays_claimed_until_given_back() {
+        let mut index = ClaimIndex::default();
+        let mut a = scaler("a", "2026-01-01T00:00:00Z", "u1", json!([{"name": "api"}]));
+        a.status = Some(crate::ScalerStatus {
+            targets: vec![crate::scaler::TargetStatus {
+                name: "web".into(),
+                namespace: "team".into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        index.upsert(&a);
+        assert_eq!(
+            index.owner(("team", "web")).map(Claimant::id).as_deref(),
+            Some("team/a")
+        );
+        a.status = None;
+        index.upsert(&a);
+        assert_eq!(index.owner(("team", "web")), None);
+    }
+}
