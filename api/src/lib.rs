@@ -21,6 +21,7 @@ pub mod rules;
 #[cfg(feature = "runtime")]
 pub mod runtime;
 pub mod scaler;
+pub mod scaler_v1beta1;
 pub mod schedule;
 pub mod welcome;
 
