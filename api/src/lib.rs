@@ -11,6 +11,7 @@
 
 pub mod access;
 pub mod common;
+pub mod convert;
 pub mod crd;
 pub mod defaults;
 pub mod field;
