@@ -13,12 +13,53 @@
 //! used only while what v1alpha1 shows of them is unchanged.
 use std::collections::BTreeMap;
 
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+    CustomResourceConversion, CustomResourceDefinition, ServiceReference, WebhookClientConfig,
+    WebhookConversion,
+};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::keys::annotation::{V1ALPHA1_FIELDS, V1BETA1_FIELDS};
 use crate::scaler as alpha;
 use crate::scaler_v1beta1 as beta;
+
+/// The path of the webhook's conversion endpoint, as the CRD names it.
+pub const PATH: &str = "/convert";
+/// The warning `kubectl` prints for a request to v1alpha1.
+pub const V1ALPHA1_DEPRECATION: &str =
+    "kubesteer.io/v1alpha1 Scaler is deprecated; use kubesteer.io/v1beta1 (scaleTargetRefs and windows)";
+
+/// The Scaler CRD serving both versions, v1beta1 stored and v1alpha1 deprecated; with `webhook`,
+/// conversion goes through that Service's [`PATH`] (the caBundle is left to the certificate
+/// machinery), without it the strategy stays None.
+pub fn scaler_crd(
+    webhook: Option<ServiceReference>,
+) -> Result<CustomResourceDefinition, kube::core::crd::MergeError> {
+    use kube::CustomResourceExt;
+    let mut crd =
+        kube::core::crd::merge_crds(vec![alpha::Scaler::crd(), beta::Scaler::crd()], "v1beta1")?;
+    for v in &mut crd.spec.versions {
+        if v.name == "v1alpha1" {
+            v.deprecated = Some(true);
+            v.deprecation_warning = Some(V1ALPHA1_DEPRECATION.to_string());
+        }
+    }
+    crd.spec.conversion = webhook.map(|service| CustomResourceConversion {
+        strategy: "Webhook".to_string(),
+        webhook: Some(WebhookConversion {
+            client_config: Some(WebhookClientConfig {
+                service: Some(ServiceReference {
+                    path: Some(PATH.to_string()),
+                    ..service
+                }),
+                ..Default::default()
+            }),
+            conversion_review_versions: vec!["v1".to_string()],
+        }),
+    });
+    Ok(crd)
+}
 
 /// The `apiVersion`s this module converts between.
 pub const V1ALPHA1: &str = "kubesteer.io/v1alpha1";
@@ -780,6 +821,38 @@ mod tests {
                 "windows": [{"start": 8, "end": 17}]
             })
         );
+    }
+
+    #[test]
+    fn the_crd_stores_v1beta1_and_deprecates_v1alpha1() {
+        let crd = scaler_crd(Some(ServiceReference {
+            name: "kubesteer-webhook".into(),
+            namespace: "kubesteer-system".into(),
+            port: Some(443),
+            path: None,
+        }))
+        .unwrap();
+        let versions: Vec<_> = crd
+            .spec
+            .versions
+            .iter()
+            .map(|v| (v.name.as_str(), v.served, v.storage, v.deprecated))
+            .collect();
+        assert_eq!(
+            versions,
+            [
+                ("v1beta1", true, true, None),
+                ("v1alpha1", true, false, Some(true))
+            ]
+        );
+        let conversion = crd.spec.conversion.unwrap();
+        assert_eq!(conversion.strategy, "Webhook");
+        let webhook = conversion.webhook.unwrap();
+        assert_eq!(webhook.conversion_review_versions, ["v1"]);
+        let service = webhook.client_config.unwrap().service.unwrap();
+        assert_eq!(service.path.as_deref(), Some("/convert"));
+        assert_eq!(service.namespace, "kubesteer-system");
+        assert!(scaler_crd(None).unwrap().spec.conversion.is_none());
     }
 
     #[test]

@@ -12,7 +12,7 @@ use kubesteer_api::convert::convert as convert_object;
 use crate::error::ApiError;
 
 /// The path the CRD's `conversion.webhook.clientConfig.service.path` names.
-pub const PATH: &str = "/convert";
+pub use kubesteer_api::convert::PATH;
 
 /// The handler of [`PATH`].
 pub async fn convert(body: Bytes) -> Result<Json<ConversionReview>, ApiError> {
