@@ -132,7 +132,8 @@ impl ScaleTargetRef {
 }
 
 /// A recurring window `[start, end)` on some weekdays, read in the Scaler's timeZone.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema, Default)]
+#[x_kube(validation = Rule::new(crate::rules::scaler::start_differs_from_end_rule()).message(SAME_WINDOW_START_AND_END).field_path(".end"))]
 #[serde(rename_all = "camelCase")]
 pub struct ScaleWindow {
     /// The weekdays on which the window opens (Mon..Sun). A window that crosses midnight belongs to the day it opened. Every day when absent.
@@ -157,9 +158,16 @@ impl Default for TimeOfDay {
     }
 }
 
+/// Why a window whose end is its start is refused, by the apiserver.
+const SAME_WINDOW_START_AND_END: &str = "must differ from start";
+
+/// "HH:MM": the longest time of day; bounding it keeps the CEL cost of a list of windows in budget.
+const MAX_CLOCK: usize = 5;
+
 fn time_of_day_schema(_: &mut SchemaGenerator) -> Schema {
     json_schema!({
         "x-kubernetes-int-or-string": true,
+        "maxLength": MAX_CLOCK,
         "x-kubernetes-validations": [{
             "rule": time_of_day_rule(),
             "message": CLOCK.message,
