@@ -12,6 +12,12 @@ pub mod annotation {
     pub const APPLIED: &str = "kubesteer.io/applied";
     /// On a Welcome's Deployment: the uid of the credentials Secret the controller wrote.
     pub const CREDENTIALS_UID: &str = "kubesteer.io/credentials-uid";
+    /// On a Scaler read as v1alpha1: its v1beta1-only fields as JSON, so that converting back
+    /// to v1beta1 loses nothing.
+    pub const V1BETA1_FIELDS: &str = "kubesteer.io/v1beta1-fields";
+    /// On a Scaler read as v1beta1: the v1alpha1 fields v1beta1 has no place for (days or a lone
+    /// start, end or replicas without a window), as JSON, for the way back.
+    pub const V1ALPHA1_FIELDS: &str = "kubesteer.io/v1alpha1-fields";
     /// On the webhook's certificate Secret: until when the old CA stays in the bundles.
     pub const CA_OVERLAP_UNTIL: &str = "kubesteer.io/ca-overlap-until";
 }

@@ -13,6 +13,7 @@ pub mod access;
 pub mod application;
 pub mod claims;
 pub mod common;
+pub mod convert;
 pub mod crd;
 pub mod defaults;
 pub mod field;
@@ -23,6 +24,7 @@ pub mod rules;
 #[cfg(feature = "runtime")]
 pub mod runtime;
 pub mod scaler;
+pub mod scaler_v1beta1;
 pub mod schedule;
 pub mod welcome;
 

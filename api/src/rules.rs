@@ -122,6 +122,28 @@ pub mod scaler {
         )
     }
 
+    /// v1beta1: windows per Scaler.
+    pub const MIN_WINDOWS: usize = 1;
+    pub const MAX_WINDOWS: usize = 20;
+    /// v1beta1: entries of `excludeDates`, and the longest one (`YYYY-MM-DD..YYYY-MM-DD`).
+    pub const MAX_EXCLUDE_DATES: usize = 100;
+    pub const MAX_EXCLUDE_DATE: usize = 22;
+    /// v1beta1: a target's `apiVersion` (`group/version`) and `kind`.
+    pub const MAX_API_VERSION: usize = 317;
+    pub const MAX_KIND: usize = 63;
+    /// v1beta1: the status lists this many upcoming transitions.
+    pub const NEXT_TRANSITIONS: usize = 3;
+    /// A kind as the apiserver names one: UpperCamelCase ASCII.
+    pub static KIND: Pattern = Pattern::new(
+        r"^[A-Z][A-Za-z0-9]*$",
+        "must be a kind such as \"Deployment\": an ASCII letter A-Z followed by letters and digits",
+    );
+    /// `version` or `group/version`, the group a DNS-1123 subdomain.
+    pub static API_VERSION: Pattern = Pattern::new(
+        r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?v[0-9]+((alpha|beta)[0-9]+)?$",
+        "must be \"version\" or \"group/version\", such as \"apps/v1\"",
+    );
+
     /// The CEL rule of `start` and `end` (int-or-string): an hour or an "HH:MM" string.
     pub fn time_of_day_rule() -> String {
         format!(
@@ -279,6 +301,8 @@ mod tests {
             &IMAGE,
             &QUANTITY,
             &scaler::CLOCK,
+            &scaler::KIND,
+            &scaler::API_VERSION,
             &welcome::EMAIL,
             &application::ENV_NAME,
             &application::HOST,

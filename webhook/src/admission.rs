@@ -67,11 +67,12 @@ impl Endpoint {
     }
 }
 
-/// The webhook's routes: `/mutate/<plural>`, `/validate/<plural>`, health and metrics.
+/// The webhook's routes: `/mutate/<plural>`, `/validate/<plural>`, `/convert`, health and metrics.
 pub fn router<C: Cluster>(state: Arc<AppState<C>>) -> Router {
     Router::new()
         .route("/mutate/{plural}", post(mutate::<C>))
         .route("/validate/{plural}", post(validate::<C>))
+        .route(crate::conversion::PATH, post(crate::conversion::convert))
         .route("/metrics", get(metrics::<C>))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state.clone())

@@ -27,6 +27,8 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub enum ApiError {
     #[error("not an AdmissionReview: {0}")]
     BadReview(String),
+    #[error("not a ConversionReview: {0}")]
+    BadConversionReview(String),
     #[error("no such endpoint: {0}")]
     NotFound(String),
 }
@@ -34,7 +36,7 @@ pub enum ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = match self {
-            ApiError::BadReview(_) => StatusCode::BAD_REQUEST,
+            ApiError::BadReview(_) | ApiError::BadConversionReview(_) => StatusCode::BAD_REQUEST,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
         };
         (status, self.to_string()).into_response()

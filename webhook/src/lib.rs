@@ -5,6 +5,7 @@
 pub mod admission;
 pub mod args;
 pub mod cluster;
+pub mod conversion;
 pub mod error;
 pub mod metrics;
 pub mod permissions;
