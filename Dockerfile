@@ -1,7 +1,7 @@
 # syntax=docker/dockerfile:1
 #
-# kubesteer: one image with the three binaries on PATH; the Helm chart picks one per Deployment
-# with `command:`.
+# kubesteer: one image with the three programs on PATH (links to one multi-call binary); the Helm
+# chart picks one per Deployment with `command:`.
 #
 #   docker build --build-arg VERSION=$(awk -F'"' '/^version/{print $2; exit}' Cargo.toml) \
 #     --build-arg REVISION=$(git rev-parse HEAD) -t kubesteer:dev .
@@ -31,12 +31,13 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
       *) echo "unsupported TARGETARCH ${TARGETARCH}" >&2; exit 1 ;; \
     esac; \
     RUSTFLAGS='-C target-feature=+crt-static' cargo build --profile image --locked --target "$target" \
-      -p kubesteer-webhook -p kubesteer-controller -p kubesteer-certs --bins; \
-    mkdir -p /out; \
+      -p kubesteer-webhook --features kubesteer-webhook/multicall --bin kubesteer; \
+    mkdir -p /out/bin; \
+    strip --strip-all -o /out/bin/kubesteer "target/$target/image/kubesteer"; \
+    if ldd /out/bin/kubesteer 2>&1 | grep -q '=>'; then echo "kubesteer is dynamically linked" >&2; exit 1; fi; \
     for b in kubesteer-webhook kubesteer-controller kubesteer-certs; do \
-      strip --strip-all -o "/out/$b" "target/$target/image/$b"; \
-      if ldd "/out/$b" 2>&1 | grep -q '=>'; then echo "$b is dynamically linked" >&2; exit 1; fi; \
-      "/out/$b" --help >/dev/null; \
+      ln -s kubesteer "/out/bin/$b"; \
+      "/out/bin/$b" --help >/dev/null; \
     done
 
 # No shell, no libc, no CA bundle: the binaries are static and trust the apiserver through the
@@ -50,9 +51,9 @@ LABEL org.opencontainers.image.source="https://github.com/kubesteer/kubesteer" \
       org.opencontainers.image.revision="${REVISION}" \
       org.opencontainers.image.licenses="Apache-2.0" \
       org.opencontainers.image.title="kubesteer" \
-      org.opencontainers.image.description="kubesteer: admission webhook (kubesteer-webhook), controller (kubesteer-controller) and certificates tool (kubesteer-certs) for the Scaler, Memcached and Welcome resources"
-COPY --from=build --chown=0:0 --chmod=0755 \
-     /out/kubesteer-webhook /out/kubesteer-controller /out/kubesteer-certs /usr/local/bin/
+      org.opencontainers.image.description="kubesteer: admission webhook (kubesteer-webhook), controller (kubesteer-controller) and certificates tool (kubesteer-certs) for the Scaler, Memcached, Welcome and Application resources"
+# One multi-call binary and the three program names as links to it (webhook/src/bin/kubesteer.rs).
+COPY --from=build --chown=0:0 --chmod=0755 /out/bin/ /usr/local/bin/
 ENV PATH=/usr/local/bin
 USER 65532:65532
 WORKDIR /

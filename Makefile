@@ -62,10 +62,12 @@ fmt-check:
 	$(CARGO) fmt --all -- --check
 
 clippy:
-	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) clippy --workspace --all-targets --features kubesteer-webhook/multicall -- -D warnings
 
+## unit: every crate's tests but the e2e ones, and the image's multi-call binary (feature multicall).
 unit:
 	$(CARGO) test --workspace --exclude kubesteer-tests
+	$(CARGO) test -p kubesteer-webhook --features multicall --bin kubesteer
 
 ## e2e: end-to-end tests on a control plane of their own, "kubesteer-e2e" (.kubesteer/e2e/, with its
 ## own real node as root), started and torn down by hack/e2e.sh (KUBESTEER_KEEP_CLUSTER=1 keeps it);
@@ -99,7 +101,7 @@ fuzz:
 	$(CARGO) +nightly fuzz run --fuzz-dir webhook/fuzz review $(FUZZ_CORPUS) webhook/fuzz/corpus/review -- \
 		-runs=$(FUZZ_RUNS) -timeout=1 -rss_limit_mb=2048 -print_final_stats=1 $(FUZZ_ARGS)
 
-## image: the kubesteer image (three static binaries, FROM scratch) built offline with buildah as
+## image: the kubesteer image (one static multi-call binary, FROM scratch) built offline with buildah as
 ## $(IMG) in the local containers storage, exported to $(IMAGE_TAR) for `ctr images import`.
 ## pause-image: a pod sandbox image built from hack/pause/pause.c, exported to $(PAUSE_TAR).
 .PHONY: image pause-image

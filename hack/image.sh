@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds kubesteer's container images offline, with buildah, FROM scratch: nothing is pulled.
 #
-#   hack/image.sh image [IMG] [TAR]   static, stripped kubesteer-webhook, kubesteer-controller
-#                                     and kubesteer-certs in /usr/local/bin of one image
+#   hack/image.sh image [IMG] [TAR]   one static, stripped multi-call binary, kubesteer, with
+#                                     the links kubesteer-webhook, kubesteer-controller and
+#                                     kubesteer-certs, in /usr/local/bin of one image
 #                                     (IMG default kubesteer:dev, TAR default .kubesteer/image.tar)
 #   hack/image.sh pause [IMG] [TAR]   the pod sandbox image, hack/pause/pause.c
 #                                     (IMG default localhost/kubesteer-pause:3.10,
@@ -27,7 +28,7 @@ die() { printf '[image] error: %s\n' "$*" >&2; exit 1; }
 
 # usage [CODE]: the header above, on stderr; exits CODE (default 2).
 usage() {
-  sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit "${1:-2}"
 }
 
@@ -142,26 +143,27 @@ build_image() {
   local start=$SECONDS
   RUSTFLAGS="${RUSTFLAGS:+$RUSTFLAGS }-C target-feature=+crt-static" \
     "$CARGO" build --profile image --locked --target "$TARGET" \
-    -p kubesteer-webhook -p kubesteer-controller -p kubesteer-certs --bins
+    -p kubesteer-webhook --features kubesteer-webhook/multicall --bin kubesteer
   log "cargo build took $((SECONDS - start))s"
 
-  # Stripped copies: the profile keeps symbols (handy for the binaries in target/).
+  # One stripped multi-call binary (the profile keeps symbols, handy in target/), and the three
+  # program names as links to it: it runs as the name it is called by.
   stage=$(mktemp -d)
-  local b
+  local bin="target/$TARGET/image/kubesteer" b
+  [[ -x $bin ]] || die "$bin was not built"
+  if LC_ALL=C file "$bin" 2>/dev/null | grep -q 'dynamically linked'; then
+    die "$bin is dynamically linked; is RUSTFLAGS overriding crt-static?"
+  fi
+  mkdir "$stage/bin"
+  strip --strip-all -o "$stage/bin/kubesteer" "$bin"
   for b in "${BINARIES[@]}"; do
-    local bin="target/$TARGET/image/$b"
-    [[ -x $bin ]] || die "$bin was not built"
-    if LC_ALL=C file "$bin" 2>/dev/null | grep -q 'dynamically linked'; then
-      die "$bin is dynamically linked; is RUSTFLAGS overriding crt-static?"
-    fi
-    strip --strip-all -o "$stage/$b" "$bin"
+    ln -s kubesteer "$stage/bin/$b"
   done
 
   log "assembling $img FROM scratch"
-  oci_labels kubesteer "$version" "kubesteer: admission webhook (kubesteer-webhook), controller (kubesteer-controller) and certificates tool (kubesteer-certs) for the Scaler, Memcached and Welcome resources"
+  oci_labels kubesteer "$version" "kubesteer: admission webhook (kubesteer-webhook), controller (kubesteer-controller) and certificates tool (kubesteer-certs) for the Scaler, Memcached, Welcome and Application resources"
   new_scratch
-  buildah copy --quiet --chown 0:0 --chmod 0755 "$ctr_id" \
-    "${BINARIES[@]/#/$stage/}" /usr/local/bin/ >/dev/null
+  buildah copy --quiet --chown 0:0 --chmod 0755 "$ctr_id" "$stage/bin" /usr/local/bin/ >/dev/null
   buildah config \
     --os linux --arch "$ARCH" \
     --user 65532:65532 \

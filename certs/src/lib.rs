@@ -6,6 +6,7 @@
 #![deny(rust_2018_idioms)]
 
 pub mod ca;
+pub mod cli;
 mod error;
 mod options;
 mod pem;

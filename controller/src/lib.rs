@@ -6,6 +6,7 @@
 
 pub mod args;
 pub mod children;
+pub mod cli;
 pub mod context;
 pub mod reconcilers;
 pub mod run;

@@ -44,7 +44,7 @@ fn run_in_image(command: &[&str]) -> Result<String> {
 }
 
 #[test]
-fn every_binary_runs_from_the_image_read_only() -> Result<()> {
+fn every_program_runs_from_the_image_read_only() -> Result<()> {
     for binary in [
         "kubesteer-webhook",
         "kubesteer-controller",
@@ -58,6 +58,9 @@ fn every_binary_runs_from_the_image_read_only() -> Result<()> {
     }
     let out = run_in_image(&["kubesteer-certs", "generate", "--help"])?;
     assert!(out.contains("--out-dir"), "{out}");
+    // The multi-call binary itself, by subcommand.
+    let out = run_in_image(&["kubesteer", "controller", "--help"])?;
+    assert!(out.contains("Usage: kubesteer-controller"), "{out}");
     Ok(())
 }
 

@@ -4,6 +4,7 @@
 
 pub mod admission;
 pub mod args;
+pub mod cli;
 pub mod cluster;
 pub mod conversion;
 pub mod error;

@@ -1,0 +1,102 @@
+//! The `kubesteer-webhook` command line: [`run`] runs the server on the given arguments (the
+//! first is the program name), for the `kubesteer-webhook` binary and the image's multi-call
+//! `kubesteer`.
+
+use std::ffi::OsString;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use crate::args::{Args, CertMode};
+use crate::cluster::KubeCluster;
+use crate::selfmanaged::SelfManaged;
+use crate::server;
+use crate::tls::{self, CertFiles, CertStore};
+use crate::{router, AppState, Error};
+use clap::Parser;
+use kubesteer_api::runtime::{health, logging, signal};
+
+/// Runs `kubesteer-webhook` with `args` (program name first) until a termination signal.
+#[tokio::main]
+pub async fn run(args: impl IntoIterator<Item = OsString>) -> ExitCode {
+    let args = Args::parse_from(args);
+    if let Err(e) = logging::init(args.runtime.log_json) {
+        eprintln!("kubesteer-webhook: {e}");
+        return ExitCode::FAILURE;
+    }
+    match serve(args).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = %e, "kubesteer-webhook failed");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn serve(args: Args) -> Result<(), Error> {
+    // Only ring is linked; make it the process default for the kube client too.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let health = args.runtime.health();
+    // The client tells `health` when a watch reconnects.
+    let config = kube::Config::infer()
+        .await
+        .map_err(kube::Error::InferConfig)?;
+    let client = health::client(config, &health)?;
+    let store = match args.cert_mode {
+        CertMode::Files => {
+            let files = CertFiles {
+                cert: args.tls_cert_file.clone(),
+                key: args.tls_key_file.clone(),
+            };
+            let store = CertStore::new(files.load()?);
+            tokio::spawn(files.watch(store.clone(), args.cert_reload_interval));
+            store
+        }
+        CertMode::SelfManaged => {
+            let mut options = kubesteer_certs::Options::new(&args.service, &args.namespace);
+            options.dns = args.cert_dns.clone();
+            options.ips = args.cert_ip.clone();
+            options.serving_validity = args.cert_validity;
+            options.ca_validity = args.ca_validity;
+            let manager = SelfManaged {
+                client: client.clone(),
+                namespace: args.namespace.clone(),
+                secret: args.cert_secret.clone(),
+                configuration: args.webhook_configuration.clone(),
+                options,
+                interval: args.cert_check_interval,
+            };
+            let certs = manager.ensure().await?;
+            let store = CertStore::new(tls::certified_key(
+                certs.bundle.serving.cert.as_bytes(),
+                certs.bundle.serving.key.as_bytes(),
+                &args.cert_secret,
+            )?);
+            manager.inject_ca(&certs.trust).await?;
+            tokio::spawn(manager.run(store.clone(), certs.bundle, certs.trust));
+            store
+        }
+    };
+    let mut state = AppState::new(KubeCluster::start(client, &health));
+    state.health = health;
+    state.images = kubesteer_api::access::ImagePolicy::new(args.allowed_images.clone());
+    let state = Arc::new(state);
+    let listener = tokio::net::TcpListener::bind(args.addr)
+        .await
+        .map_err(|source| Error::Bind {
+            addr: args.addr.to_string(),
+            source,
+        })?;
+    tracing::info!(addr = %args.addr, mode = ?args.cert_mode, "serving admission reviews");
+    server::serve(
+        listener,
+        tls::server_config(store)?,
+        router(state.clone()),
+        args.limits(),
+        state.health.clone(),
+        state.metrics.connections_closed.clone(),
+        signal::shutdown(),
+    )
+    .await;
+    tracing::info!("stopped");
+    Ok(())
+}
