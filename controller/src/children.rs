@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, Pod, PodSpec, PodTemplateSpec, SeccompProfile, SecurityContext,
-    Service, ServicePort, ServiceSpec,
+    Capabilities, Container, Pod, PodSpec, PodTemplateSpec, Probe, SeccompProfile, SecurityContext,
+    Service, ServicePort, ServiceSpec, TCPSocketAction,
 };
 use k8s_openapi::api::networking::v1::Ingress;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
@@ -154,6 +154,18 @@ pub fn deployment_spec(
             }),
         },
         ..DeploymentSpec::default()
+    }
+}
+
+/// A probe that opens a TCP connection to the container port named `port`, every 10 s.
+pub fn tcp_probe(port: &str) -> Probe {
+    Probe {
+        tcp_socket: Some(TCPSocketAction {
+            port: IntOrString::String(port.into()),
+            ..TCPSocketAction::default()
+        }),
+        period_seconds: Some(10),
+        ..Probe::default()
     }
 }
 

@@ -5,14 +5,12 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, ContainerPort, Probe, SeccompProfile, SecurityContext, Service,
-    ServiceSpec, TCPSocketAction,
+    Capabilities, Container, ContainerPort, SeccompProfile, SecurityContext, Service, ServiceSpec,
 };
 use k8s_openapi::api::networking::v1::{
     HTTPIngressPath, HTTPIngressRuleValue, Ingress, IngressBackend, IngressRule,
     IngressServiceBackend, IngressSpec, IngressTLS, ServiceBackendPort,
 };
-use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{Resource, ResourceExt};
 use kubesteer_api::{Application, ApplicationStatus};
 
@@ -81,14 +79,7 @@ pub fn deployment(app: &Application) -> Result<Deployment> {
         }]),
         env: (!env.is_empty()).then(|| env.to_vec()),
         resources: spec.resources.clone(),
-        readiness_probe: Some(Probe {
-            tcp_socket: Some(TCPSocketAction {
-                port: IntOrString::String(PORT_NAME.into()),
-                ..TCPSocketAction::default()
-            }),
-            period_seconds: Some(10),
-            ..Probe::default()
-        }),
+        readiness_probe: Some(children::tcp_probe(PORT_NAME)),
         security_context: Some(SecurityContext {
             allow_privilege_escalation: Some(false),
             capabilities: Some(Capabilities {

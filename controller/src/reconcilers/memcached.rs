@@ -3,10 +3,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{
-    Container, ContainerPort, Probe, Service, ServiceSpec, TCPSocketAction,
-};
-use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use k8s_openapi::api::core::v1::{Container, ContainerPort, Service, ServiceSpec};
 use kube::{Resource, ResourceExt};
 use kubesteer_api::{Memcached, MemcachedStatus};
 
@@ -48,14 +45,7 @@ pub fn deployment(mc: &Memcached) -> Result<Deployment> {
     let name = mc.name_any();
     let spec = &mc.spec;
     let port = spec.port();
-    let probe = Probe {
-        tcp_socket: Some(TCPSocketAction {
-            port: IntOrString::String(PORT_NAME.into()),
-            ..TCPSocketAction::default()
-        }),
-        period_seconds: Some(10),
-        ..Probe::default()
-    };
+    let probe = children::tcp_probe(PORT_NAME);
     let container = Container {
         name: "memcached".into(),
         image: Some(spec.image().to_string()),

@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{
     Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction, Probe, Secret,
-    SecretKeySelector, Service, ServiceSpec, TCPSocketAction,
+    SecretKeySelector, Service, ServiceSpec,
 };
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::ByteString;
@@ -337,14 +337,7 @@ pub fn deployment(welcome: &Welcome, credentials_uid: Option<&str>) -> Result<De
             period_seconds: Some(10),
             ..Probe::default()
         }),
-        liveness_probe: Some(Probe {
-            tcp_socket: Some(TCPSocketAction {
-                port: IntOrString::String(PORT_NAME.into()),
-                ..TCPSocketAction::default()
-            }),
-            period_seconds: Some(10),
-            ..Probe::default()
-        }),
+        liveness_probe: Some(children::tcp_probe(PORT_NAME)),
         security_context: Some(children::restricted_security_context(APP_UID)),
         ..Container::default()
     };
