@@ -317,12 +317,23 @@ fn cross_namespace_targets_need_permission_and_targets_are_not_shared() -> Resul
     // The cluster admin may scale there, so the same object is admitted for them.
     assert!(ns.apply(&yaml)?.ok);
     let second = format!("{SCL}metadata: {{name: rival}}\nspec: {{deployments: [{{name: web, namespace: {}}}], start: 3, end: 4}}\n", other.name());
-    let claimed =
-        kubesteer_tests::eventually(std::time::Duration::from_secs(10), "claim denial", || {
-            let run = ns.apply(&second)?;
-            Ok((!run.ok).then_some(run))
-        })?;
+    // The webhook learns of `remote` through its watch: ask by server-side dry run (which stores
+    // nothing) until it denies, so a create that races the watch cannot slip `rival` in.
     let want = format!("is already scaled by Scaler {}/remote", ns.name());
+    let dry = kubesteer_tests::eventually(
+        std::time::Duration::from_secs(30),
+        "claim denial (dry run)",
+        || {
+            let run = kubectl(
+                &["create", "--dry-run=server", "-n", ns.name(), "-f", "-"],
+                Some(&second),
+            )?;
+            Ok((!run.ok).then_some(run))
+        },
+    )?;
+    assert!(dry.stderr.contains(&want), "{}", dry.stderr);
+    let claimed = ns.apply(&second)?;
+    assert!(!claimed.ok, "{claimed:?}");
     assert!(claimed.stderr.contains(&want), "{}", claimed.stderr);
     Ok(())
 }
