@@ -9,8 +9,8 @@ use crate::{ApplicationSpec, ScalerSpec, WelcomeSpec};
 pub struct Access {
     pub verb: &'static str,
     /// API group; empty for the core group.
-    pub group: &'static str,
-    pub resource: &'static str,
+    pub group: String,
+    pub resource: String,
     /// Empty when the permission is on the resource itself.
     pub subresource: &'static str,
     pub namespace: String,
@@ -20,13 +20,31 @@ pub struct Access {
 impl Access {
     /// `update` on `deployments/scale` of one Deployment: what the controller does to a target.
     pub fn scale_deployment(namespace: &str, name: &str) -> Self {
+        Self::scale("apps", "deployments", namespace, name)
+    }
+
+    /// `update` on `<resource>/scale` of one object: what the controller does to a target.
+    pub fn scale(group: &str, resource: &str, namespace: &str, name: &str) -> Self {
         Self {
             verb: "update",
-            group: "apps",
-            resource: "deployments",
+            group: group.into(),
+            resource: resource.into(),
             subresource: "scale",
             namespace: namespace.into(),
             name: name.into(),
+        }
+    }
+
+    /// `update` on the HorizontalPodAutoscalers of a namespace: what the controller does to the
+    /// HPA of a target when it cooperates with it (setting its minReplicas).
+    pub fn update_autoscalers(namespace: &str) -> Self {
+        Self {
+            verb: "update",
+            group: "autoscaling".into(),
+            resource: "horizontalpodautoscalers".into(),
+            subresource: "",
+            namespace: namespace.into(),
+            name: String::new(),
         }
     }
 
@@ -43,7 +61,7 @@ impl Access {
     /// `get` on one Ingress: what a warning naming it tells.
     pub fn get_ingress(namespace: &str, name: &str) -> Self {
         Self {
-            group: "networking.k8s.io",
+            group: "networking.k8s.io".into(),
             ..Self::get_core("ingresses", namespace, name)
         }
     }
@@ -51,8 +69,8 @@ impl Access {
     fn get_core(resource: &'static str, namespace: &str, name: &str) -> Self {
         Self {
             verb: "get",
-            group: "",
-            resource,
+            group: String::new(),
+            resource: resource.into(),
             subresource: "",
             namespace: namespace.into(),
             name: name.into(),
@@ -70,7 +88,11 @@ impl fmt::Display for Access {
         if !self.group.is_empty() {
             write!(f, " ({})", self.group)?;
         }
-        write!(f, " {:?} in namespace {:?}", self.name, self.namespace)
+        if self.name.is_empty() {
+            write!(f, " in namespace {:?}", self.namespace)
+        } else {
+            write!(f, " {:?} in namespace {:?}", self.name, self.namespace)
+        }
     }
 }
 
@@ -130,6 +152,36 @@ impl ScalerSpec {
                 )
             })
             .collect()
+    }
+}
+
+impl crate::scaler_v1beta1::ScalerSpec {
+    /// Every target's field path and the permissions its author needs, on every CREATE and
+    /// UPDATE: `update` on the target's scale subresource, and, while the Scaler cooperates with
+    /// HorizontalPodAutoscalers (the default), `update` on the HPAs of the target's namespace.
+    /// `resource_of` maps a target to its resource (plural) through the cluster's RESTMapper; a
+    /// target it cannot map is left to the caller, which denies it as unknown.
+    pub fn required_access(
+        &self,
+        own_namespace: &str,
+        resource_of: impl Fn(&crate::scaler_v1beta1::ScaleTargetRef) -> Option<String>,
+    ) -> Vec<(String, Access)> {
+        let cooperate = self.hpa_cooperation() == crate::scaler_v1beta1::HpaCooperation::Enabled;
+        let mut seen = std::collections::BTreeSet::new();
+        let mut access = Vec::new();
+        for (i, (target, ns)) in self.targets(own_namespace).enumerate() {
+            let path = format!("spec.scaleTargetRefs[{i}]");
+            if let Some(resource) = resource_of(target) {
+                access.push((
+                    path.clone(),
+                    Access::scale(target.group(), &resource, ns, &target.name),
+                ));
+            }
+            if cooperate && seen.insert(ns) {
+                access.push((path, Access::update_autoscalers(ns)));
+            }
+        }
+        access
     }
 }
 
@@ -236,6 +288,41 @@ mod tests {
             }),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn a_v1beta1_target_needs_its_scale_and_the_autoscalers_unless_cooperation_is_off() {
+        let mut spec: crate::scaler_v1beta1::ScalerSpec =
+            serde_json::from_value(serde_json::json!({
+                "scaleTargetRefs": [
+                    {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db"},
+                    {"apiVersion": "example.com/v1", "kind": "Unknown", "name": "x"},
+                    {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web", "namespace": "prod"}
+                ],
+                "windows": [{"start": 1, "end": 2}]
+            }))
+            .unwrap();
+        let resource_of = |t: &crate::scaler_v1beta1::ScaleTargetRef| match t.kind.as_str() {
+            "StatefulSet" => Some("statefulsets".to_string()),
+            "Deployment" => Some("deployments".to_string()),
+            _ => None,
+        };
+        let shown: Vec<String> = spec
+            .required_access("team", resource_of)
+            .iter()
+            .map(|(path, a)| format!("{path}: {a}"))
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                "spec.scaleTargetRefs[0]: update statefulsets/scale (apps) \"db\" in namespace \"team\"",
+                "spec.scaleTargetRefs[0]: update horizontalpodautoscalers (autoscaling) in namespace \"team\"",
+                "spec.scaleTargetRefs[2]: update deployments/scale (apps) \"web\" in namespace \"prod\"",
+                "spec.scaleTargetRefs[2]: update horizontalpodautoscalers (autoscaling) in namespace \"prod\"",
+            ]
+        );
+        spec.hpa_cooperation = Some(crate::scaler_v1beta1::HpaCooperation::Disabled);
+        assert_eq!(spec.required_access("team", resource_of).len(), 2);
     }
 
     #[test]

@@ -10,10 +10,61 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 
 use crate::scaler::scaler_id;
+use crate::scaler_v1beta1::ScaleTargetRef;
 use crate::Scaler;
 
-/// A target as `(namespace, name)`, its namespace resolved.
-pub type Target = (String, String);
+/// A target: its API group and kind (any version names the same object), its namespace
+/// resolved, and its name.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Target {
+    pub group: String,
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+}
+
+impl Target {
+    /// The target `api_version`/`kind` `namespace/name`.
+    pub fn new(api_version: &str, kind: &str, namespace: &str, name: &str) -> Self {
+        Self {
+            group: group_of(api_version).to_string(),
+            kind: kind.to_string(),
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        }
+    }
+
+    /// The apps/v1 Deployment `namespace/name`.
+    pub fn deployment(namespace: &str, name: &str) -> Self {
+        Self::new(DEPLOYMENT.0, DEPLOYMENT.1, namespace, name)
+    }
+
+    /// The target a reference names, given the namespace it resolves to.
+    pub fn of(target: &ScaleTargetRef, namespace: &str) -> Self {
+        Self::new(&target.api_version, &target.kind, namespace, &target.name)
+    }
+}
+
+impl std::fmt::Display for Target {
+    /// As users read it: `StatefulSet team/db`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}/{}", self.kind, self.namespace, self.name)
+    }
+}
+
+/// The API group of an `apiVersion`: "" for the core group ("v1").
+pub fn group_of(api_version: &str) -> &str {
+    api_version.split_once('/').map(|(g, _)| g).unwrap_or("")
+}
+
+/// The `apiVersion` and kind of every v1alpha1 target.
+const DEPLOYMENT: (&str, &str) = (
+    crate::scaler_v1beta1::DEPLOYMENT_API_VERSION,
+    crate::scaler_v1beta1::DEPLOYMENT_KIND,
+);
+
+/// A Scaler as `(namespace, name)`.
+type ScalerKey = (String, String);
 
 /// A Scaler as a claimant of targets. Ordered oldest first: by creationTimestamp, an object
 /// not created yet (one under review) last; then by uid, so two created within the same
@@ -69,18 +120,33 @@ impl PartialOrd for Claimant {
 
 impl Scaler {
     /// Every target this Scaler claims: those its spec names and those its status still lists,
-    /// which it holds until it has given them back.
+    /// which it holds until it has given them back. v1alpha1 targets are Deployments.
     pub fn claimed_targets(&self) -> BTreeSet<Target> {
         let own = self.metadata.namespace.as_deref().unwrap_or_default();
         let in_spec = self
             .spec
             .targets(own)
-            .map(|(ns, name)| (ns.to_string(), name.to_string()));
+            .map(|(ns, name)| Target::deployment(ns, name));
         let in_status = self
             .status
             .iter()
             .flat_map(|s| &s.targets)
-            .map(|t| (t.namespace.clone(), t.name.clone()));
+            .map(|t| Target::deployment(&t.namespace, &t.name));
+        in_spec.chain(in_status).collect()
+    }
+}
+
+impl crate::scaler_v1beta1::Scaler {
+    /// Every target this Scaler claims: those its spec names and those its status still lists,
+    /// which it holds until it has given them back.
+    pub fn claimed_targets(&self) -> BTreeSet<Target> {
+        let own = self.metadata.namespace.as_deref().unwrap_or_default();
+        let in_spec = self.spec.targets(own).map(|(t, ns)| Target::of(t, ns));
+        let in_status = self
+            .status
+            .iter()
+            .flat_map(|s| &s.targets)
+            .map(|t| Target::new(&t.api_version, &t.kind, &t.namespace, &t.name));
         in_spec.chain(in_status).collect()
     }
 }
@@ -88,30 +154,26 @@ impl Scaler {
 /// From each target to the Scalers that claim it, for lookups in O(1) per target.
 #[derive(Debug, Clone, Default)]
 pub struct ClaimIndex {
-    /// namespace → name → claimants, oldest first.
-    targets: HashMap<String, HashMap<String, BTreeSet<Claimant>>>,
+    /// target → claimants, oldest first.
+    targets: HashMap<Target, BTreeSet<Claimant>>,
     /// (namespace, name) of each Scaler → what it claims.
-    scalers: HashMap<Target, (Claimant, BTreeSet<Target>)>,
+    scalers: HashMap<ScalerKey, (Claimant, BTreeSet<Target>)>,
 }
 
 impl ClaimIndex {
     /// The Scalers that claim `target`, oldest first.
-    pub fn claimants(&self, (namespace, name): (&str, &str)) -> impl Iterator<Item = &Claimant> {
-        self.targets
-            .get(namespace)
-            .and_then(|names| names.get(name))
-            .into_iter()
-            .flatten()
+    pub fn claimants(&self, target: &Target) -> impl Iterator<Item = &Claimant> {
+        self.targets.get(target).into_iter().flatten()
     }
 
     /// The owner of `target`: its oldest claimant.
-    pub fn owner(&self, target: (&str, &str)) -> Option<&Claimant> {
+    pub fn owner(&self, target: &Target) -> Option<&Claimant> {
         self.claimants(target).next()
     }
 
     /// The oldest other Scaler that claims `target` and is older than `me`, which therefore
     /// owns it; None when `me` is (or would be) the owner. `me` need not be in the index.
-    pub fn older_claimant(&self, target: (&str, &str), me: &Claimant) -> Option<&Claimant> {
+    pub fn older_claimant(&self, target: &Target, me: &Claimant) -> Option<&Claimant> {
         self.claimants(target)
             .find(|c| !c.is(&me.namespace, &me.name))
             .filter(|c| *c < me)
@@ -131,11 +193,9 @@ impl ClaimIndex {
             return BTreeSet::new();
         }
         let mut touched = self.forget(&key);
-        for (ns, name) in &targets {
+        for target in &targets {
             self.targets
-                .entry(ns.clone())
-                .or_default()
-                .entry(name.clone())
+                .entry(target.clone())
                 .or_default()
                 .insert(claimant.clone());
         }
@@ -162,37 +222,30 @@ impl ClaimIndex {
     }
 
     /// Removes a Scaler's claims; returns the targets it claimed.
-    fn forget(&mut self, key: &Target) -> BTreeSet<Target> {
+    fn forget(&mut self, key: &ScalerKey) -> BTreeSet<Target> {
         let Some((claimant, targets)) = self.scalers.remove(key) else {
             return BTreeSet::new();
         };
-        for (ns, name) in &targets {
-            let Some(names) = self.targets.get_mut(ns) else {
-                continue;
-            };
-            if let Some(claimants) = names.get_mut(name) {
+        for target in &targets {
+            if let Some(claimants) = self.targets.get_mut(target) {
                 claimants.remove(&claimant);
                 if claimants.is_empty() {
-                    names.remove(name);
+                    self.targets.remove(target);
                 }
-            }
-            if names.is_empty() {
-                self.targets.remove(ns);
             }
         }
         targets
     }
 
-    fn others_on(&self, targets: &BTreeSet<Target>, me: &Target) -> BTreeSet<Claimant> {
+    fn others_on(&self, targets: &BTreeSet<Target>, me: &ScalerKey) -> BTreeSet<Claimant> {
         targets
             .iter()
-            .flat_map(|(ns, name)| self.claimants((ns, name)))
+            .flat_map(|t| self.claimants(t))
             .filter(|c| !c.is(&me.0, &me.1))
             .cloned()
             .collect()
     }
 }
-
 /// A [`ClaimIndex`] shared between the watch that keeps it and the readers.
 #[derive(Debug, Clone, Default)]
 pub struct Claims(Arc<RwLock<ClaimIndex>>);
@@ -267,6 +320,10 @@ mod tests {
         s
     }
 
+    fn web_in(namespace: &str, name: &str) -> Target {
+        Target::deployment(namespace, name)
+    }
+
     fn names<'a>(claimants: impl IntoIterator<Item = &'a Claimant>) -> Vec<String> {
         claimants.into_iter().map(Claimant::id).collect()
     }
@@ -309,30 +366,36 @@ mod tests {
         );
         assert_eq!(names(&index.upsert(&b)), vec!["team/a"]);
         assert_eq!(
-            index.owner(("team", "web")).map(Claimant::id).as_deref(),
-            Some("team/a")
-        );
-        assert_eq!(
-            names(index.claimants(("team", "web"))),
-            vec!["team/a", "team/b"]
-        );
-        assert_eq!(names(index.claimants(("prod", "api"))), vec!["team/a"]);
-
-        let me_b = Claimant::of(&b.metadata);
-        let me_a = Claimant::of(&a.metadata);
-        assert_eq!(
             index
-                .older_claimant(("team", "web"), &me_b)
+                .owner(&web_in("team", "web"))
                 .map(Claimant::id)
                 .as_deref(),
             Some("team/a")
         );
         assert_eq!(
-            index.older_claimant(("team", "web"), &me_a),
+            names(index.claimants(&web_in("team", "web"))),
+            vec!["team/a", "team/b"]
+        );
+        assert_eq!(
+            names(index.claimants(&web_in("prod", "api"))),
+            vec!["team/a"]
+        );
+
+        let me_b = Claimant::of(&b.metadata);
+        let me_a = Claimant::of(&a.metadata);
+        assert_eq!(
+            index
+                .older_claimant(&web_in("team", "web"), &me_b)
+                .map(Claimant::id)
+                .as_deref(),
+            Some("team/a")
+        );
+        assert_eq!(
+            index.older_claimant(&web_in("team", "web"), &me_a),
             None,
             "the owner has none"
         );
-        assert_eq!(index.older_claimant(("team", "db"), &me_b), None);
+        assert_eq!(index.older_claimant(&web_in("team", "db"), &me_b), None);
         let reviewed = Claimant {
             namespace: "team".into(),
             name: "c".into(),
@@ -340,7 +403,7 @@ mod tests {
         };
         assert_eq!(
             index
-                .older_claimant(("team", "web"), &reviewed)
+                .older_claimant(&web_in("team", "web"), &reviewed)
                 .map(Claimant::id)
                 .as_deref(),
             Some("team/a"),
@@ -354,14 +417,20 @@ mod tests {
         a2.spec.deployments.retain(|t| t.name != "web");
         assert_eq!(names(&index.upsert(&a2)), vec!["team/b"]);
         assert_eq!(
-            index.owner(("team", "web")).map(Claimant::id).as_deref(),
+            index
+                .owner(&web_in("team", "web"))
+                .map(Claimant::id)
+                .as_deref(),
             Some("team/b")
         );
         // Deleting a Scaler tells those that shared a target with it.
         index.upsert(&a);
         assert_eq!(names(&index.remove("team", "a")), vec!["team/b"]);
-        assert_eq!(names(index.claimants(("team", "web"))), vec!["team/b"]);
-        assert_eq!(index.claimants(("prod", "api")).count(), 0);
+        assert_eq!(
+            names(index.claimants(&web_in("team", "web"))),
+            vec!["team/b"]
+        );
+        assert_eq!(index.claimants(&web_in("prod", "api")).count(), 0);
         assert_eq!(index.len(), 1);
         assert!(index.remove("team", "b").is_empty());
         assert!(index.is_empty() && index.targets.is_empty(), "{index:?}");
@@ -383,7 +452,7 @@ mod tests {
         assert_eq!(claims.read().len(), 2);
         follow(&Event::InitDone);
         assert_eq!(
-            names(claims.read().claimants(("team", "web"))),
+            names(claims.read().claimants(&web_in("team", "web"))),
             vec!["team/b"]
         );
         follow(&Event::Apply(a.clone()));
@@ -391,11 +460,37 @@ mod tests {
         assert_eq!(
             claims
                 .read()
-                .owner(("team", "web"))
+                .owner(&web_in("team", "web"))
                 .map(Claimant::id)
                 .as_deref(),
             Some("team/b")
         );
+    }
+
+    #[test]
+    fn a_target_is_its_group_kind_namespace_and_name_in_any_version() {
+        let beta: crate::scaler_v1beta1::Scaler = serde_json::from_value(json!({
+            "apiVersion": "kubesteer.io/v1beta1", "kind": "Scaler",
+            "metadata": {"name": "b", "namespace": "team"},
+            "spec": {"scaleTargetRefs": [
+                {"apiVersion": "apps/v1beta2", "kind": "Deployment", "name": "web"},
+                {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "web", "namespace": "data"}
+            ], "windows": [{"start": 9, "end": 17}]},
+        }))
+        .unwrap();
+        let alpha = scaler("a", "2026-01-01T00:00:00Z", "u1", json!([{"name": "web"}]));
+        let db = Target::new("apps/v1", "StatefulSet", "data", "web");
+        assert_eq!(
+            beta.claimed_targets(),
+            BTreeSet::from([web_in("team", "web"), db.clone()]),
+            "the group and kind, whatever the version"
+        );
+        assert_eq!(
+            alpha.claimed_targets(),
+            BTreeSet::from([web_in("team", "web")])
+        );
+        assert_eq!(group_of("v1"), "");
+        assert_eq!(db.to_string(), "StatefulSet data/web");
     }
 
     #[test]
@@ -412,11 +507,14 @@ mod tests {
         });
         index.upsert(&a);
         assert_eq!(
-            index.owner(("team", "web")).map(Claimant::id).as_deref(),
+            index
+                .owner(&web_in("team", "web"))
+                .map(Claimant::id)
+                .as_deref(),
             Some("team/a")
         );
         a.status = None;
         index.upsert(&a);
-        assert_eq!(index.owner(("team", "web")), None);
+        assert_eq!(index.owner(&web_in("team", "web")), None);
     }
 }

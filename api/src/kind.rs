@@ -43,6 +43,13 @@ impl Kind {
         }
     }
 
+    /// The version the webhook and the controller work with (the stored one).
+    pub fn version(self) -> &'static str {
+        match self {
+            Kind::Scaler | Kind::Welcome | Kind::Memcached | Kind::Application => crate::VERSION,
+        }
+    }
+
     /// The defaulting patch for a whole object. It never reaches into a list item
     /// ([`crate::defaults::fill_missing`]), so re-applying the same file changes nothing.
     pub fn defaulting_patch(self, object: &Value) -> Result<json_patch::Patch, FieldErrors> {
@@ -81,10 +88,19 @@ impl Kind {
     }
 
     /// Checks a whole object: `Ok(warnings)` when it is admitted, every violation otherwise.
-    pub fn validate(self, object: &Value) -> Result<Vec<String>, FieldErrors> {
+    /// `now` is the admission time (a Scaler's `override.until` must lie after it).
+    pub fn validate(
+        self,
+        object: &Value,
+        now: crate::schedule::Instant,
+    ) -> Result<Vec<String>, FieldErrors> {
         let spec = spec_of(object)?;
         let (errors, warnings) = match self {
-            Kind::Scaler => (parse::<ScalerSpec>(spec)?.validate(), Vec::new()),
+            Kind::Scaler => {
+                // v1alpha1 has no field that depends on the time; v1beta1's override does.
+                let _ = now;
+                (parse::<ScalerSpec>(spec)?.validate(), Vec::new())
+            }
             Kind::Welcome => {
                 let s = parse::<WelcomeSpec>(spec)?;
                 (s.validate(), s.warnings())
@@ -206,47 +222,62 @@ mod tests {
             assert_eq!(kind.name(), name);
             assert_eq!(kind.plural(), plural);
             assert_eq!(crate::GROUP, group, "{name}");
-            assert_eq!(crate::VERSION, version, "{name}");
+            assert_eq!(kind.version(), version, "{name}");
         }
         assert_eq!(ALL.len(), crate::crd::all().len());
+    }
+
+    fn now() -> crate::schedule::Instant {
+        chrono::DateTime::UNIX_EPOCH
     }
 
     #[test]
     fn type_errors_name_the_field() {
         let err = Kind::Memcached
-            .validate(&json!({"spec": {"size": "three"}}))
+            .validate(&json!({"spec": {"size": "three"}}), now())
             .unwrap_err();
         assert_eq!(err[0].path, "spec.size", "{err:?}");
         let err = Kind::Scaler
-            .validate(&json!({"spec": {"deployments": [{"name": 7}], "start": 1, "end": 2}}))
+            .validate(
+                &json!({"spec": {"deployments": [{"name": 7}], "start": 1, "end": 2}}),
+                now(),
+            )
             .unwrap_err();
         assert_eq!(err[0].path, "spec.deployments[0].name", "{err:?}");
         let err = Kind::Welcome
-            .validate(&json!({"spec": {"name": "a", "password": 12345}}))
+            .validate(&json!({"spec": {"name": "a", "password": 12345}}), now())
             .unwrap_err();
         assert_eq!(
             err[0].to_string(),
             "spec.password: Invalid value: \"(value omitted)\": expected a string"
         );
         let err = Kind::Welcome
-            .validate(&json!({"spec": {"password": "hunter2", "name": ["hunter2"]}}))
+            .validate(
+                &json!({"spec": {"password": "hunter2", "name": ["hunter2"]}}),
+                now(),
+            )
             .unwrap_err();
         assert!(!err[0].to_string().contains("hunter2"), "{err:?}");
-        let err = Kind::Welcome.validate(&json!({"spec": "x"})).unwrap_err();
+        let err = Kind::Welcome
+            .validate(&json!({"spec": "x"}), now())
+            .unwrap_err();
         assert_eq!(
             err[0].to_string(),
             "spec: Invalid value: \"string\": must be an object"
         );
         let err = Kind::Welcome
-            .validate(&json!({"metadata": {}}))
+            .validate(&json!({"metadata": {}}), now())
             .unwrap_err();
         assert_eq!(err[0].to_string(), "spec: Required value");
         let err = Kind::Application
-            .validate(&json!({"spec": {"ingress": {"host": "a.io"}}}))
+            .validate(&json!({"spec": {"ingress": {"host": "a.io"}}}), now())
             .unwrap_err();
         assert_eq!(err[0].to_string(), "spec.image: Required value");
         let err = Kind::Application
-            .validate(&json!({"spec": {"image": "nginx", "ingress": {"path": "/"}}}))
+            .validate(
+                &json!({"spec": {"image": "nginx", "ingress": {"path": "/"}}}),
+                now(),
+            )
             .unwrap_err();
         assert_eq!(err[0].to_string(), "spec.ingress.host: Required value");
     }
@@ -291,7 +322,7 @@ mod tests {
                 "{kind:?}"
             );
             assert!(
-                kind.validate(&object).is_ok(),
+                kind.validate(&object, now()).is_ok(),
                 "{kind:?} defaulted must be valid"
             );
         }

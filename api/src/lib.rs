@@ -35,7 +35,7 @@ pub use welcome::{Welcome, WelcomeSpec, WelcomeStatus};
 
 /// The API group of every kubesteer kind.
 pub const GROUP: &str = "kubesteer.io";
-/// The served and stored version.
+/// The served and stored version of Welcome, Memcached and Application (Scaler: [`convert::V1BETA1`]).
 pub const VERSION: &str = "v1alpha1";
 /// `apiVersion` of every kubesteer object.
 pub const API_VERSION: &str = "kubesteer.io/v1alpha1";

@@ -222,7 +222,10 @@ mod tests {
                 .collect();
         assert_eq!(m, vec!["spec.resources.limits.memory: Invalid value: \"lots\": must match the regular expression of a quantity, such as 250m or 64Mi"]);
         let err = crate::kind::Kind::Memcached
-            .validate(&json!({"spec": {"resources": {"requests": {"cpu": 0.5}}}}))
+            .validate(
+                &json!({"spec": {"resources": {"requests": {"cpu": 0.5}}}}),
+                chrono::DateTime::UNIX_EPOCH,
+            )
             .unwrap_err();
         assert_eq!(
             err[0].to_string(),

@@ -25,6 +25,9 @@ use crate::rules::{
 pub use crate::scaler::{Day, ScaleJob, TimeOfDay, DEFAULT_REPLICAS, DEFAULT_TIME_ZONE};
 use crate::schedule::Instant;
 
+/// This version, the stored one.
+pub const VERSION: &str = "v1beta1";
+
 /// The `apiVersion` and `kind` of a v1alpha1 target: v1alpha1 scales Deployments only.
 pub const DEPLOYMENT_API_VERSION: &str = "apps/v1";
 pub const DEPLOYMENT_KIND: &str = "Deployment";
@@ -349,6 +352,17 @@ impl ScalerSpec {
         self.scale_target_refs
             .iter()
             .map(move |t| (t, t.namespace_or(own_namespace)))
+    }
+
+    /// The spec with its top-level defaults filled in (`timeZone`, `suspend`). Nothing inside a
+    /// list item is defaulted: a target's namespace is resolved when read ([`Self::targets`]),
+    /// so re-applying the same file changes nothing.
+    pub fn defaulted(&self) -> Self {
+        let mut spec = self.clone();
+        spec.time_zone
+            .get_or_insert_with(|| DEFAULT_TIME_ZONE.to_string());
+        spec.suspend.get_or_insert(false);
+        spec
     }
 
     /// The parsed `excludeDates`, skipping malformed entries (validation reports them).

@@ -620,7 +620,7 @@ fn names(message: &str, field: &str) -> bool {
 fn api_verdict(kind: Kind, object: &Value) -> (Verdict, String) {
     let checked = kind
         .defaulted(object)
-        .and_then(|defaulted| kind.validate(&defaulted));
+        .and_then(|defaulted| kind.validate(&defaulted, chrono::Utc::now()));
     match checked {
         Ok(_) => (Accept, String::new()),
         Err(errors) => (

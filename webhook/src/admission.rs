@@ -252,7 +252,7 @@ async fn decide<C: Cluster>(
             ),
         },
         Endpoint::Validate => {
-            let (mut errors, mut warnings) = match kind.validate(&value) {
+            let (mut errors, mut warnings) = match kind.validate(&value, chrono::Utc::now()) {
                 Ok(warnings) => (FieldErrors::new(), warnings),
                 Err(errors) => (errors, Vec::new()),
             };

@@ -15,7 +15,7 @@ use kube::runtime::reflector::{self, reflector, store::Writer, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Client, Resource, ResourceExt};
 use kubesteer_api::access::Access;
-use kubesteer_api::claims::{Claimant, Claims};
+use kubesteer_api::claims::{Claimant, Claims, Target};
 use kubesteer_api::runtime::watch::{self as tolerant, Undecodable};
 use kubesteer_api::runtime::{health, Health};
 use kubesteer_api::Scaler;
@@ -165,8 +165,8 @@ impl Cluster for KubeCluster {
                 uid: user.uid.clone(),
                 extra: user.extra.clone(),
                 resource_attributes: Some(ResourceAttributes {
-                    group: Some(access.group.into()),
-                    resource: Some(access.resource.into()),
+                    group: Some(access.group.clone()),
+                    resource: Some(access.resource.clone()),
                     subresource: optional(access.subresource),
                     verb: Some(access.verb.into()),
                     namespace: Some(access.namespace.clone()),
@@ -188,7 +188,7 @@ impl Cluster for KubeCluster {
     fn claimant(&self, target: (&str, &str), me: &Claimant) -> Option<String> {
         self.claims
             .read()
-            .older_claimant(target, me)
+            .older_claimant(&Target::deployment(target.0, target.1), me)
             .map(Claimant::id)
     }
 

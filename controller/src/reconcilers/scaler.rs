@@ -11,7 +11,7 @@ use kube::runtime::events::EventType;
 use kube::runtime::finalizer::{finalizer, Event as Finalizer};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
-use kubesteer_api::claims::{ClaimIndex, Claimant};
+use kubesteer_api::claims::{ClaimIndex, Claimant, Target};
 use kubesteer_api::common::condition;
 use kubesteer_api::keys::condition::READY;
 use kubesteer_api::keys::{
@@ -121,7 +121,7 @@ pub fn scalers_targeting(
     };
     let name = deployment.name_any();
     claims
-        .claimants((&ns, &name))
+        .claimants(&Target::deployment(&ns, &name))
         .map(|c| ObjectRef::new(&c.name).within(&c.namespace))
         .collect()
 }
@@ -314,7 +314,13 @@ async fn record_of(ctx: &Context, d: &Deployment, me: &Claimant) -> Result<Recor
     let api: Api<Scaler> = Api::namespaced(ctx.client.clone(), owner_ns);
     let target = (d.namespace().unwrap_or_default(), d.name_any());
     match api.get(owner_name).await {
-        Ok(other) if !other.claimed_targets().contains(&target) => Ok(Record::Absent),
+        Ok(other)
+            if !other
+                .claimed_targets()
+                .contains(&Target::deployment(&target.0, &target.1)) =>
+        {
+            Ok(Record::Absent)
+        }
         Ok(other) if Claimant::of(&other.metadata) > *me => Ok(Record::Mine {
             replicas: d
                 .annotations()
@@ -461,7 +467,7 @@ async fn apply(scaler: &Scaler, ctx: &Context) -> Result<Action> {
         let owner = ctx
             .claims
             .read()
-            .older_claimant((t_ns, t_name), &claimant)
+            .older_claimant(&Target::deployment(t_ns, t_name), &claimant)
             .map(Claimant::id);
         let seen = match owner {
             Some(owner) => {

@@ -64,27 +64,29 @@ impl Cluster for FakeCluster {
             return Err(e.clone());
         }
         let ns = &access.namespace;
-        Ok(match (access.verb, access.resource, access.subresource) {
-            ("update", "deployments", "scale") => {
-                access.group == "apps" && self.may_scale_in.contains(ns)
-            }
-            ("get", "secrets", "") => {
-                access.group.is_empty()
-                    && self
-                        .may_get_secrets
-                        .contains(&(ns.clone(), access.name.clone()))
-            }
-            ("get", "configmaps", "") => self
-                .may_get_config_maps
-                .contains(&(ns.clone(), access.name.clone())),
-            ("get", "ingresses", "") => {
-                access.group == "networking.k8s.io"
-                    && self
-                        .may_get_ingresses
-                        .contains(&(ns.clone(), access.name.clone()))
-            }
-            _ => false,
-        })
+        Ok(
+            match (access.verb, access.resource.as_str(), access.subresource) {
+                ("update", "deployments", "scale") => {
+                    access.group == "apps" && self.may_scale_in.contains(ns)
+                }
+                ("get", "secrets", "") => {
+                    access.group.is_empty()
+                        && self
+                            .may_get_secrets
+                            .contains(&(ns.clone(), access.name.clone()))
+                }
+                ("get", "configmaps", "") => self
+                    .may_get_config_maps
+                    .contains(&(ns.clone(), access.name.clone())),
+                ("get", "ingresses", "") => {
+                    access.group == "networking.k8s.io"
+                        && self
+                            .may_get_ingresses
+                            .contains(&(ns.clone(), access.name.clone()))
+                }
+                _ => false,
+            },
+        )
     }
     fn ingress_class_exists(&self, name: &str) -> Option<bool> {
         Some(self.ingress_classes.iter().any(|c| c == name))
