@@ -7,8 +7,10 @@
 //! - [`health::Health`]: readiness from every watch's state, and the `/healthz` and `/readyz`
 //!   handlers ([`health::routes`]).
 //! - [`watch`]: watches that skip an object they cannot decode.
+//! - [`scale`]: a RESTMapper for Scaler targets of any kind, and their `/scale` subresource.
 pub mod health;
 pub mod logging;
+pub mod scale;
 pub mod signal;
 pub mod watch;
 
