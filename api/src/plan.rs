@@ -526,3 +526,443 @@ fn next_edge(edges: &[Instant], t: Instant) -> Option<Instant> {
 fn before(t: Instant) -> Option<Instant> {
     t.checked_sub_signed(TimeDelta::nanoseconds(1))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::{TimeZone, Utc};
+    use proptest::prelude::*;
+    use serde_json::{json, Value};
+
+    fn utc(y: i32, mo: u32, d: u32, h: u32, mi: u32) -> Instant {
+        Utc.with_ymd_and_hms(y, mo, d, h, mi, 0).unwrap()
+    }
+
+    fn spec(mut v: Value) -> ScalerSpec {
+        v["scaleTargetRefs"] =
+            json!([{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}]);
+        serde_json::from_value(v).unwrap()
+    }
+
+    /// The plan at `now`, checked against the plan at each of its next transitions.
+    fn plan(s: &ScalerSpec, now: Instant) -> Plan {
+        let p = s.plan(now).unwrap();
+        let mut prev = now;
+        for t in &p.next {
+            assert!(t.at > prev, "{:?} not after {prev}", t.at);
+            assert_eq!(s.plan(t.at).unwrap().replicas, t.replicas, "at {}", t.at);
+            prev = t.at;
+        }
+        assert!(p.last.is_none_or(|l| l <= now));
+        p
+    }
+
+    fn next(p: &Plan) -> Vec<(Instant, Option<i32>)> {
+        p.next.iter().map(|t| (t.at, t.replicas)).collect()
+    }
+
+    fn errors(s: &ScalerSpec) -> Vec<String> {
+        s.schedule()
+            .err()
+            .unwrap_or_default()
+            .iter()
+            .map(ToString::to_string)
+            .collect()
+    }
+
+    #[test]
+    fn overlapping_windows_take_the_highest_replicas() {
+        let s = spec(json!({"windows": [
+            {"start": 9, "end": 17, "replicas": 3},
+            {"start": "12:00", "end": 20, "replicas": 5}
+        ]}));
+        let p = plan(&s, utc(2026, 6, 1, 10, 0));
+        assert_eq!((p.replicas, p.reason), (Some(3), reason::WINDOW_OPEN));
+        assert_eq!(
+            p.message,
+            "window 0 open until 2026-06-01 17:00:00 UTC; targets at 3 replicas"
+        );
+        assert_eq!(p.last, Some(utc(2026, 6, 1, 9, 0)));
+        assert_eq!(
+            next(&p),
+            [
+                (utc(2026, 6, 1, 12, 0), Some(5)),
+                (utc(2026, 6, 1, 20, 0), None),
+                (utc(2026, 6, 2, 9, 0), Some(3)),
+            ]
+        );
+        let p = plan(&s, utc(2026, 6, 1, 13, 0));
+        assert_eq!(
+            (p.replicas, p.last),
+            (Some(5), Some(utc(2026, 6, 1, 12, 0)))
+        );
+        assert!(p
+            .message
+            .starts_with("window 1 open until 2026-06-01 20:00:00 UTC"));
+        // Window 0 closing under window 1 changes nothing.
+        assert_eq!(next(&p)[0], (utc(2026, 6, 1, 20, 0), None));
+        let p = plan(&s, utc(2026, 6, 1, 21, 0));
+        assert_eq!((p.replicas, p.reason), (None, reason::WINDOW_CLOSED));
+        assert_eq!(
+            p.message,
+            "outside every window until 2026-06-02 09:00:00 UTC"
+        );
+    }
+
+    #[test]
+    fn an_excluded_day_closes_a_window_at_local_midnight_and_reopens_it_after() {
+        let s = spec(json!({
+            "timeZone": "Europe/Berlin",
+            "windows": [{"start": 22, "end": 6, "replicas": 2}],
+            "excludeDates": ["2026-12-24"]
+        }));
+        // 23:00 in Berlin on the 23rd.
+        let p = plan(&s, utc(2026, 12, 23, 22, 0));
+        assert_eq!(p.replicas, Some(2));
+        assert_eq!(
+            p.message,
+            "window 0 open until 2026-12-23 23:00:00 UTC; targets at 2 replicas"
+        );
+        assert_eq!(
+            next(&p),
+            [
+                (utc(2026, 12, 23, 23, 0), None),
+                // The window opened at 22:00 on the 24th still runs at midnight.
+                (utc(2026, 12, 24, 23, 0), Some(2)),
+                (utc(2026, 12, 25, 5, 0), None),
+            ]
+        );
+        let p = plan(&s, utc(2026, 12, 24, 12, 0));
+        assert_eq!((p.replicas, p.reason), (None, reason::EXCLUDED_DATE));
+        assert_eq!(
+            p.message,
+            "2026-12-24 is excluded (excludeDates[0]); outside every window until 2026-12-24 23:00:00 UTC"
+        );
+        assert_eq!(p.last, Some(utc(2026, 12, 23, 23, 0)));
+        // The window edges of the excluded day itself are not boundaries.
+        let p = plan(&s, utc(2026, 12, 24, 22, 30));
+        assert_eq!(p.last, Some(utc(2026, 12, 23, 23, 0)));
+        let p = plan(&s, utc(2026, 12, 24, 23, 30));
+        assert_eq!(
+            (p.replicas, p.last),
+            (Some(2), Some(utc(2026, 12, 24, 23, 0)))
+        );
+    }
+
+    #[test]
+    fn ranges_and_yearly_dates_are_excluded() {
+        let s = spec(json!({
+            "windows": [{"start": 9, "end": 17}],
+            "excludeDates": ["nonsense", "2026-12-24..2026-12-26", "--12-25"]
+        }));
+        let p = plan(&s, utc(2026, 12, 23, 10, 0));
+        assert_eq!(
+            next(&p),
+            [
+                (utc(2026, 12, 23, 17, 0), None),
+                (utc(2026, 12, 27, 9, 0), Some(1)),
+                (utc(2026, 12, 27, 17, 0), None),
+            ]
+        );
+        let p = plan(&s, utc(2026, 12, 25, 10, 0));
+        assert!(p
+            .message
+            .starts_with("2026-12-25 is excluded (excludeDates[1])"));
+        let p = plan(&s, utc(2026, 12, 26, 16, 0));
+        assert_eq!(p.reason, reason::EXCLUDED_DATE);
+        let p = plan(&s, utc(2027, 12, 25, 10, 0));
+        assert!(p
+            .message
+            .starts_with("2027-12-25 is excluded (excludeDates[2])"));
+        assert_eq!(plan(&s, utc(2027, 12, 24, 10, 0)).replicas, Some(1));
+    }
+
+    #[test]
+    fn an_override_holds_until_its_end() {
+        let mut v = json!({
+            "windows": [{"start": 9, "end": 17, "replicas": 3}],
+            "override": {"replicas": 5, "until": "2026-06-01T12:00:00Z"}
+        });
+        let s = spec(v.clone());
+        for now in [utc(2026, 6, 1, 8, 0), utc(2026, 6, 1, 10, 0)] {
+            let p = plan(&s, now);
+            assert_eq!((p.replicas, p.reason), (Some(5), reason::OVERRIDE));
+            assert_eq!(
+                p.message,
+                "override holds 5 replicas until 2026-06-01 12:00:00 UTC"
+            );
+            assert_eq!(
+                next(&p)[..2],
+                [
+                    (utc(2026, 6, 1, 12, 0), Some(3)),
+                    (utc(2026, 6, 1, 17, 0), None)
+                ]
+            );
+        }
+        let p = plan(&s, utc(2026, 6, 1, 12, 30));
+        assert_eq!(
+            (p.replicas, p.last),
+            (Some(3), Some(utc(2026, 6, 1, 12, 0)))
+        );
+        // Ending outside the window, the override hands over to outside.
+        v["override"]["until"] = json!("2026-06-01T20:00:00Z");
+        let p = plan(&spec(v), utc(2026, 6, 1, 10, 0));
+        assert_eq!(next(&p)[0], (utc(2026, 6, 1, 20, 0), None));
+    }
+
+    #[test]
+    fn an_override_applies_on_an_excluded_day() {
+        let s = spec(json!({
+            "windows": [{"start": 9, "end": 17, "replicas": 3}],
+            "excludeDates": ["2026-06-01"],
+            "override": {"replicas": 5, "until": "2026-06-01T12:00:00Z"}
+        }));
+        let p = plan(&s, utc(2026, 6, 1, 10, 0));
+        assert_eq!((p.replicas, p.reason), (Some(5), reason::OVERRIDE));
+        assert_eq!(
+            next(&p),
+            [
+                (utc(2026, 6, 1, 12, 0), None),
+                (utc(2026, 6, 2, 9, 0), Some(3)),
+                (utc(2026, 6, 2, 17, 0), None),
+            ]
+        );
+    }
+
+    fn cron_spec() -> ScalerSpec {
+        spec(json!({
+            "jobs": [
+                {"name": "up", "schedule": "0 8 * * *", "replicas": 4},
+                {"name": "down", "schedule": "0 20 * * *", "replicas": 1}
+            ],
+            "excludeDates": ["2026-12-24"]
+        }))
+    }
+
+    #[test]
+    fn no_job_fires_on_an_excluded_day() {
+        let s = cron_spec();
+        let p = plan(&s, utc(2026, 12, 23, 21, 0));
+        assert_eq!((p.replicas, p.reason), (Some(1), reason::JOB_FIRED));
+        assert_eq!(
+            next(&p),
+            [
+                (utc(2026, 12, 24, 0, 0), None),
+                (utc(2026, 12, 25, 0, 0), Some(1)),
+                (utc(2026, 12, 25, 8, 0), Some(4)),
+            ]
+        );
+        let p = plan(&s, utc(2026, 12, 24, 10, 0));
+        assert_eq!((p.replicas, p.reason), (None, reason::EXCLUDED_DATE));
+        assert_eq!(
+            p.message,
+            "2026-12-24 is excluded (excludeDates[0]); no job fires until 2026-12-25 00:00:00 UTC"
+        );
+        // The day after: the last firing before the excluded day, applied again at midnight.
+        let p = plan(&s, utc(2026, 12, 25, 7, 0));
+        assert_eq!((p.replicas, p.reason), (Some(1), reason::JOB_FIRED));
+        assert_eq!(
+            p.message,
+            "job \"down\" fired at 2026-12-23 20:00:00 UTC; targets at 1 replicas"
+        );
+        assert_eq!(p.last, Some(utc(2026, 12, 25, 0, 0)));
+    }
+
+    #[test]
+    fn every_firing_is_a_transition_even_at_the_same_replicas() {
+        let s = spec(json!({"jobs": [
+            {"name": "a", "schedule": "0 * * * *", "replicas": 2}
+        ]}));
+        let p = plan(&s, utc(2026, 6, 1, 10, 30));
+        assert_eq!(
+            next(&p),
+            [
+                (utc(2026, 6, 1, 11, 0), Some(2)),
+                (utc(2026, 6, 1, 12, 0), Some(2)),
+                (utc(2026, 6, 1, 13, 0), Some(2)),
+            ]
+        );
+        assert_eq!(p.last, Some(utc(2026, 6, 1, 10, 0)));
+    }
+
+    #[test]
+    fn a_job_that_only_fires_on_excluded_days_never_fires() {
+        let s = spec(json!({
+            "jobs": [{"name": "xmas", "schedule": "0 0 25 12 *", "replicas": 2}],
+            "excludeDates": ["--12-25"]
+        }));
+        let p = plan(&s, utc(2026, 6, 1, 0, 0));
+        assert_eq!(
+            (p.replicas, p.reason),
+            (None, reason::WAITING_FOR_FIRST_FIRING)
+        );
+        assert_eq!(p.message, "no job has fired yet");
+        assert_eq!(p.next, []);
+    }
+
+    #[test]
+    fn a_start_in_the_spring_forward_gap_opens_after_it() {
+        // 2026-03-29 02:00 CET jumps to 03:00 CEST in Berlin, at 01:00Z.
+        let s = spec(json!({
+            "timeZone": "Europe/Berlin",
+            "windows": [{"start": "02:30", "end": 5, "replicas": 2}]
+        }));
+        let p = plan(&s, utc(2026, 3, 29, 0, 30));
+        assert_eq!(p.replicas, None);
+        assert_eq!(
+            next(&p)[..2],
+            [
+                (utc(2026, 3, 29, 1, 0), Some(2)),
+                (utc(2026, 3, 29, 3, 0), None)
+            ]
+        );
+        assert_eq!(plan(&s, utc(2026, 3, 29, 1, 0)).replicas, Some(2));
+    }
+
+    #[test]
+    fn errors_name_their_fields() {
+        let s = spec(json!({
+            "timeZone": "Mars/Olympus",
+            "windows": [
+                {"start": 25, "end": "7:00"},
+                {"start": 9, "end": "09:00"},
+                {"start": 1, "end": 2, "days": []}
+            ]
+        }));
+        assert_eq!(
+            errors(&s),
+            [
+                "spec.timeZone: Invalid value: \"Mars/Olympus\": must be an IANA time zone name such as \"Europe/Berlin\"",
+                "spec.windows[0].start: Invalid value: 25: must be an hour 0-23 or \"HH:MM\"",
+                "spec.windows[0].end: Invalid value: \"7:00\": must be an hour 0-23 or \"HH:MM\"",
+                "spec.windows[1].end: Invalid value: \"09:00\": must differ from spec.windows[1].start",
+                "spec.windows[2].days: Invalid value: []: must name at least one day when given",
+            ]
+        );
+        let s = spec(json!({"jobs": [
+            {"name": "a", "schedule": "0 8 * * *", "replicas": 1},
+            {"name": "b", "schedule": "nope", "replicas": 1}
+        ]}));
+        let e = errors(&s);
+        assert_eq!(e.len(), 1);
+        assert!(
+            e[0].starts_with("spec.jobs[1].schedule: Invalid value: \"nope\""),
+            "{e:?}"
+        );
+        let s = spec(json!({
+            "windows": [{"start": 9, "end": 17}],
+            "jobs": [{"name": "a", "schedule": "0 8 * * *", "replicas": 1}]
+        }));
+        assert_eq!(
+            errors(&s),
+            ["spec.windows: Forbidden: may not be combined with spec.jobs"]
+        );
+    }
+
+    const ZONES: [&str; 4] = [
+        "UTC",
+        "Europe/Berlin",
+        "America/New_York",
+        "Australia/Lord_Howe",
+    ];
+    const SCHEDULES: [&str; 6] = [
+        "0 8 * * *",
+        "30 2 * * *",
+        "0 */6 * * *",
+        "15 1 * * 0",
+        "0 0 1 * *",
+        "0 12 * * 1-5",
+    ];
+    const DAYS: [&str; 7] = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"];
+
+    fn clock() -> impl Strategy<Value = Value> {
+        (0u32..24, prop::sample::select(vec![0u32, 30, 45]))
+            .prop_map(|(h, m)| json!(format!("{h:02}:{m:02}")))
+    }
+
+    fn window() -> impl Strategy<Value = Value> {
+        (
+            clock(),
+            clock(),
+            prop::option::of(prop::sample::subsequence(DAYS.to_vec(), 1..=7)),
+            prop::option::of(0i32..4),
+        )
+            .prop_map(|(start, end, days, replicas)| {
+                let mut w = json!({"start": start, "end": end});
+                if let Some(d) = days {
+                    w["days"] = json!(d);
+                }
+                if let Some(r) = replicas {
+                    w["replicas"] = json!(r);
+                }
+                w
+            })
+            .prop_filter("start differs from end", |w| w["start"] != w["end"])
+    }
+
+    fn exclude() -> impl Strategy<Value = String> {
+        let day = |n: u64| {
+            NaiveDate::from_ymd_opt(2026, 1, 1)
+                .and_then(|d| d.checked_add_days(Days::new(n)))
+                .unwrap()
+        };
+        prop_oneof![
+            (0u64..400).prop_map(move |n| day(n).to_string()),
+            (0u64..400, 0u64..5).prop_map(move |(n, len)| format!("{}..{}", day(n), day(n + len))),
+            (0u64..365).prop_map(move |n| day(n).format("--%m-%d").to_string()),
+        ]
+    }
+
+    fn any_spec() -> impl Strategy<Value = ScalerSpec> {
+        let mode = prop_oneof![
+            prop::collection::vec(window(), 1..4).prop_map(|w| json!({"windows": w})),
+            prop::collection::vec((prop::sample::select(SCHEDULES.to_vec()), 0i32..4), 1..4).prop_map(
+                |jobs| {
+                    let jobs: Vec<Value> = jobs
+                        .iter()
+                        .enumerate()
+                        .map(|(i, (s, r))| json!({"name": format!("j{i}"), "schedule": s, "replicas": r}))
+                        .collect();
+                    json!({"jobs": jobs})
+                }
+            ),
+        ];
+        (
+            mode,
+            prop::sample::select(ZONES.to_vec()),
+            prop::collection::vec(exclude(), 0..4),
+            prop::option::of((0i64..30 * 24, 0i32..4)),
+        )
+            .prop_map(|(mut v, tz, excludes, over)| {
+                v["timeZone"] = json!(tz);
+                v["excludeDates"] = json!(excludes);
+                if let Some((hours, replicas)) = over {
+                    let until = utc(2026, 3, 1, 0, 0) + TimeDelta::hours(hours);
+                    v["override"] = json!({"replicas": replicas, "until": until.to_rfc3339()});
+                }
+                spec(v)
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        #[test]
+        fn every_next_transition_changes_the_plan(s in any_spec(), secs in 0i64..365 * 86_400) {
+            let now = utc(2026, 1, 1, 0, 0) + TimeDelta::seconds(secs);
+            let schedule = s.schedule().unwrap();
+            let p = schedule.plan(now);
+            let mut prev = now;
+            for t in &p.next {
+                prop_assert!(t.at > prev, "{} not after {}", t.at, prev);
+                prop_assert_eq!(schedule.plan(t.at).replicas, t.replicas, "at {}", t.at);
+                let fired = matches!(schedule.state(t.at).cause, Cause::Fired(f) if f.at == t.at);
+                if !fired {
+                    let before = schedule.plan(t.at - TimeDelta::seconds(1)).replicas;
+                    prop_assert_ne!(before, t.replicas, "at {}", t.at);
+                }
+                prev = t.at;
+            }
+            prop_assert!(p.last.is_none_or(|l| l <= now));
+        }
+    }
+}
