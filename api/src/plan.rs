@@ -952,8 +952,15 @@ mod tests {
             let schedule = s.schedule().unwrap();
             let p = schedule.plan(now);
             let mut prev = now;
+            let mut held = p.replicas;
             for t in &p.next {
                 prop_assert!(t.at > prev, "{} not after {}", t.at, prev);
+                // No change is missed in between.
+                for k in 1..4 {
+                    let between = prev + (t.at - prev) * k / 4;
+                    prop_assert_eq!(schedule.plan(between).replicas, held, "at {}", between);
+                }
+                held = t.replicas;
                 prop_assert_eq!(schedule.plan(t.at).replicas, t.replicas, "at {}", t.at);
                 let fired = matches!(schedule.state(t.at).cause, Cause::Fired(f) if f.at == t.at);
                 if !fired {
