@@ -9,7 +9,7 @@ use crate::field::{FieldError, FieldErrors};
 use crate::keys::reason;
 use crate::rules::scaler::{CLOCK, SAME_START_AND_END};
 use crate::scaler::{job_error, parse_time_zone};
-use crate::scaler_v1beta1::{ExcludeDate, ScalerSpec, DEFAULT_REPLICAS};
+use crate::scaler_v1beta1::{ExcludeDate, ScaleWindow, ScalerSpec, DEFAULT_REPLICAS};
 use crate::schedule::{resolve_local, CronSchedule, Firing, Instant, Window, FIRING_HORIZON_YEARS};
 
 /// How many upcoming changes a plan lists (status.nextTransitions).
@@ -70,7 +70,9 @@ enum Mode {
 /// Why the replicas are what they are at an instant.
 #[derive(Debug, Clone, PartialEq)]
 enum Cause {
-    Override,
+    Override {
+        until: Instant,
+    },
     Excluded {
         day: NaiveDate,
         index: usize,
@@ -152,7 +154,7 @@ impl ScalerSpec {
 
 /// Each window with its replicas, or None after pushing the errors of the bad ones.
 fn windows_of(
-    windows: &[crate::scaler_v1beta1::ScaleWindow],
+    windows: &[ScaleWindow],
     tz: Tz,
     errors: &mut FieldErrors,
 ) -> Option<Vec<(Window, i32)>> {
@@ -226,19 +228,19 @@ impl BetaSchedule {
         let state = self.state(now);
         let next = self.transitions(now, &edges);
         let first = next.first().map(|t| t.at);
-        let until = |at: Option<Instant>| at.map(|a| format!(" until {a}")).unwrap_or_default();
+        let upto = |at: Option<Instant>| at.map(|a| format!(" until {a}")).unwrap_or_default();
         let (reason, message) = match &state.cause {
-            Cause::Override => {
-                let (r, end) = self.override_.unwrap_or_default();
-                (
-                    reason::OVERRIDE,
-                    format!("override holds {r} replicas until {end}"),
-                )
-            }
+            Cause::Override { until } => (
+                reason::OVERRIDE,
+                format!(
+                    "override holds {} replicas until {until}",
+                    state.replicas.unwrap_or_default()
+                ),
+            ),
             Cause::Excluded { day, index } => {
                 let rest = match self.mode {
-                    Mode::Windows(_) => format!("outside every window{}", until(first)),
-                    Mode::Cron(_) => format!("no job fires{}", until(first)),
+                    Mode::Windows(_) => format!("outside every window{}", upto(first)),
+                    Mode::Cron(_) => format!("no job fires{}", upto(first)),
                 };
                 (
                     reason::EXCLUDED_DATE,
@@ -255,12 +257,12 @@ impl BetaSchedule {
                 let r = state.replicas.unwrap_or_default();
                 (
                     reason::WINDOW_OPEN,
-                    format!("window {i} open{}; targets at {r} replicas", until(close)),
+                    format!("window {i} open{}; targets at {r} replicas", upto(close)),
                 )
             }
             Cause::Window(None) => (
                 reason::WINDOW_CLOSED,
-                format!("outside every window{}", until(first)),
+                format!("outside every window{}", upto(first)),
             ),
             Cause::Fired(f) => (
                 reason::JOB_FIRED,
@@ -292,7 +294,7 @@ impl BetaSchedule {
             if t < until {
                 return State {
                     replicas: Some(replicas),
-                    cause: Cause::Override,
+                    cause: Cause::Override { until },
                 };
             }
         }
@@ -798,6 +800,17 @@ mod tests {
         );
         assert_eq!(p.message, "no job has fired yet");
         assert_eq!(p.next, []);
+    }
+
+    #[test]
+    fn boundaries_that_change_nothing_end_the_search_at_the_horizon() {
+        // Two windows that together cover every day at the same replicas.
+        let s = spec(json!({"windows": [
+            {"start": 0, "end": 12, "replicas": 2},
+            {"start": 12, "end": 0, "replicas": 2}
+        ]}));
+        let p = plan(&s, utc(2026, 6, 1, 10, 0));
+        assert_eq!((p.replicas, p.next), (Some(2), vec![]));
     }
 
     #[test]
