@@ -73,6 +73,10 @@ pub mod reason {
     pub const WINDOW_CLOSED: &str = "WindowClosed";
     pub const JOB_FIRED: &str = "JobFired";
     pub const WAITING_FOR_FIRST_FIRING: &str = "WaitingForFirstFiring";
+    /// v1beta1: today is one of `excludeDates`, so the Scaler behaves as outside every window.
+    pub const EXCLUDED_DATE: &str = "ExcludedDate";
+    /// v1beta1: `override` holds the targets at its replicas.
+    pub const OVERRIDE: &str = "Override";
     pub const SCALED: &str = "Scaled";
     pub const RESTORED: &str = "Restored";
     pub const INVALID_SCHEDULE: &str = "InvalidSchedule";

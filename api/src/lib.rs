@@ -20,6 +20,7 @@ pub mod field;
 pub mod keys;
 pub mod kind;
 pub mod memcached;
+pub mod plan;
 pub mod rules;
 #[cfg(feature = "runtime")]
 pub mod runtime;

@@ -292,8 +292,27 @@ pub enum Schedule {
     },
 }
 
+/// The time zone named by `spec.timeZone`, or None with the error on that path.
+pub(crate) fn parse_time_zone(name: &str, errors: &mut FieldErrors) -> Option<Tz> {
+    if name.chars().count() > MAX_TIME_ZONE {
+        check_length(errors, "spec.timeZone", name, 1, MAX_TIME_ZONE);
+        return None;
+    }
+    match name.parse::<Tz>() {
+        Ok(tz) => Some(tz),
+        Err(_) => {
+            errors.push(FieldError::invalid(
+                "spec.timeZone",
+                name,
+                "must be an IANA time zone name such as \"Europe/Berlin\"",
+            ));
+            None
+        }
+    }
+}
+
 /// A cron error on the path of the job it names, as validation reports it.
-fn job_error(jobs: &[ScaleJob], e: ScheduleError) -> FieldError {
+pub(crate) fn job_error(jobs: &[ScaleJob], e: ScheduleError) -> FieldError {
     if let ScheduleError::InvalidCron { job, reason } = &e {
         if let Some((i, j)) = jobs.iter().enumerate().find(|(_, j)| &j.name == job) {
             return FieldError::invalid(
@@ -440,21 +459,7 @@ impl ScalerSpec {
     }
 
     fn parsed_time_zone(&self, errors: &mut FieldErrors) -> Option<Tz> {
-        if self.time_zone().chars().count() > MAX_TIME_ZONE {
-            check_length(errors, "spec.timeZone", self.time_zone(), 1, MAX_TIME_ZONE);
-            return None;
-        }
-        match self.time_zone().parse::<Tz>() {
-            Ok(tz) => Some(tz),
-            Err(_) => {
-                errors.push(FieldError::invalid(
-                    "spec.timeZone",
-                    self.time_zone(),
-                    "must be an IANA time zone name such as \"Europe/Berlin\"",
-                ));
-                None
-            }
-        }
+        parse_time_zone(self.time_zone(), errors)
     }
 
     fn time_of_day(
