@@ -141,21 +141,6 @@ impl ImagePolicy {
 }
 
 impl ScalerSpec {
-    /// Every target's field path and the permission its author needs, on every CREATE and UPDATE.
-    pub fn required_access(&self, own_namespace: &str) -> Vec<(String, Access)> {
-        self.targets(own_namespace)
-            .enumerate()
-            .map(|(i, (ns, name))| {
-                (
-                    format!("spec.deployments[{i}]"),
-                    Access::scale_deployment(ns, name),
-                )
-            })
-            .collect()
-    }
-}
-
-impl crate::scaler_v1beta1::ScalerSpec {
     /// Every target's field path and the permissions its author needs, on every CREATE and
     /// UPDATE: `update` on the target's scale subresource, and, while the Scaler cooperates with
     /// HorizontalPodAutoscalers (the default), `update` on the HPAs of the target's namespace.
@@ -323,32 +308,6 @@ mod tests {
         );
         spec.hpa_cooperation = Some(crate::scaler_v1beta1::HpaCooperation::Disabled);
         assert_eq!(spec.required_access("team", resource_of).len(), 2);
-    }
-
-    #[test]
-    fn every_scaler_target_needs_scale_with_its_resolved_namespace() {
-        let spec: ScalerSpec = serde_json::from_value(serde_json::json!({
-            "deployments": [{"name": "web"}, {"name": "api", "namespace": "prod"}], "start": 1, "end": 2
-        }))
-        .unwrap();
-        let access = spec.required_access("team");
-        assert_eq!(
-            access,
-            vec![
-                (
-                    "spec.deployments[0]".to_string(),
-                    Access::scale_deployment("team", "web")
-                ),
-                (
-                    "spec.deployments[1]".to_string(),
-                    Access::scale_deployment("prod", "api")
-                ),
-            ]
-        );
-        assert_eq!(
-            access[1].1.to_string(),
-            "update deployments/scale (apps) \"api\" in namespace \"prod\""
-        );
     }
 
     #[test]

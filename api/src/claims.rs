@@ -120,24 +120,6 @@ impl PartialOrd for Claimant {
 
 impl Scaler {
     /// Every target this Scaler claims: those its spec names and those its status still lists,
-    /// which it holds until it has given them back. v1alpha1 targets are Deployments.
-    pub fn claimed_targets(&self) -> BTreeSet<Target> {
-        let own = self.metadata.namespace.as_deref().unwrap_or_default();
-        let in_spec = self
-            .spec
-            .targets(own)
-            .map(|(ns, name)| Target::deployment(ns, name));
-        let in_status = self
-            .status
-            .iter()
-            .flat_map(|s| &s.targets)
-            .map(|t| Target::deployment(&t.namespace, &t.name));
-        in_spec.chain(in_status).collect()
-    }
-}
-
-impl crate::scaler_v1beta1::Scaler {
-    /// Every target this Scaler claims: those its spec names and those its status still lists,
     /// which it holds until it has given them back.
     pub fn claimed_targets(&self) -> BTreeSet<Target> {
         let own = self.metadata.namespace.as_deref().unwrap_or_default();
@@ -307,9 +289,9 @@ mod tests {
 
     fn scaler(name: &str, created: &str, uid: &str, targets: serde_json::Value) -> Scaler {
         let mut s: Scaler = serde_json::from_value(json!({
-            "apiVersion": "kubesteer.io/v1alpha1", "kind": "Scaler",
+            "apiVersion": "kubesteer.io/v1beta1", "kind": "Scaler",
             "metadata": {"name": name, "namespace": "team", "uid": uid},
-            "spec": {"deployments": targets, "start": 9, "end": 17},
+            "spec": {"scaleTargetRefs": targets, "windows": [{"start": 9, "end": 17}]},
         }))
         .unwrap();
         if !created.is_empty() {
@@ -330,7 +312,7 @@ mod tests {
 
     #[test]
     fn the_older_scaler_owns_then_the_lower_uid_then_one_not_yet_created_comes_last() {
-        let web = json!([{"name": "web"}]);
+        let web = json!([{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}]);
         let old = Claimant::of(&scaler("old", "2026-01-01T00:00:00Z", "zzz", web.clone()).metadata);
         let young =
             Claimant::of(&scaler("young", "2026-01-01T00:00:01Z", "aaa", web.clone()).metadata);
@@ -352,13 +334,13 @@ mod tests {
             "a",
             "2026-01-01T00:00:00Z",
             "u1",
-            json!([{"name": "web"}, {"name": "api", "namespace": "prod"}]),
+            json!([{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}, {"apiVersion": "apps/v1", "kind": "Deployment", "name": "api", "namespace": "prod"}]),
         );
         let b = scaler(
             "b",
             "2026-01-02T00:00:00Z",
             "u2",
-            json!([{"name": "web", "namespace": "team"}]),
+            json!([{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web", "namespace": "team"}]),
         );
         assert!(
             index.upsert(&a).is_empty(),
@@ -414,7 +396,7 @@ mod tests {
         assert!(index.upsert(&a).is_empty());
         // The owner lets go of web: b owns it now and is told so.
         let mut a2 = a.clone();
-        a2.spec.deployments.retain(|t| t.name != "web");
+        a2.spec.scale_target_refs.retain(|t| t.name != "web");
         assert_eq!(names(&index.upsert(&a2)), vec!["team/b"]);
         assert_eq!(
             index
@@ -442,8 +424,18 @@ mod tests {
         use kube::runtime::watcher::Event;
         let claims = Claims::default();
         let mut follow = claims.follow();
-        let a = scaler("a", "2026-01-01T00:00:00Z", "u1", json!([{"name": "web"}]));
-        let b = scaler("b", "2026-01-02T00:00:00Z", "u2", json!([{"name": "web"}]));
+        let a = scaler(
+            "a",
+            "2026-01-01T00:00:00Z",
+            "u1",
+            json!([{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}]),
+        );
+        let b = scaler(
+            "b",
+            "2026-01-02T00:00:00Z",
+            "u2",
+            json!([{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}]),
+        );
         assert!(follow(&Event::Apply(a.clone())).is_empty());
         assert_eq!(names(&follow(&Event::Apply(b.clone()))), vec!["team/a"]);
         // A relist in which only b is left: the old picture holds until it is done.
@@ -469,25 +461,21 @@ mod tests {
 
     #[test]
     fn a_target_is_its_group_kind_namespace_and_name_in_any_version() {
-        let beta: crate::scaler_v1beta1::Scaler = serde_json::from_value(json!({
+        let beta: Scaler = serde_json::from_value(json!({
             "apiVersion": "kubesteer.io/v1beta1", "kind": "Scaler",
-            "metadata": {"name": "b", "namespace": "team"},
+            "metadata": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "b", "namespace": "team"},
             "spec": {"scaleTargetRefs": [
                 {"apiVersion": "apps/v1beta2", "kind": "Deployment", "name": "web"},
                 {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "web", "namespace": "data"}
             ], "windows": [{"start": 9, "end": 17}]},
         }))
         .unwrap();
-        let alpha = scaler("a", "2026-01-01T00:00:00Z", "u1", json!([{"name": "web"}]));
+
         let db = Target::new("apps/v1", "StatefulSet", "data", "web");
         assert_eq!(
             beta.claimed_targets(),
             BTreeSet::from([web_in("team", "web"), db.clone()]),
             "the group and kind, whatever the version"
-        );
-        assert_eq!(
-            alpha.claimed_targets(),
-            BTreeSet::from([web_in("team", "web")])
         );
         assert_eq!(group_of("v1"), "");
         assert_eq!(db.to_string(), "StatefulSet data/web");
@@ -496,9 +484,16 @@ mod tests {
     #[test]
     fn a_target_still_in_the_status_stays_claimed_until_given_back() {
         let mut index = ClaimIndex::default();
-        let mut a = scaler("a", "2026-01-01T00:00:00Z", "u1", json!([{"name": "api"}]));
+        let mut a = scaler(
+            "a",
+            "2026-01-01T00:00:00Z",
+            "u1",
+            json!([{"apiVersion": "apps/v1", "kind": "Deployment", "name": "api"}]),
+        );
         a.status = Some(crate::ScalerStatus {
-            targets: vec![crate::scaler::TargetStatus {
+            targets: vec![crate::scaler_v1beta1::TargetStatus {
+                api_version: "apps/v1".into(),
+                kind: "Deployment".into(),
                 name: "web".into(),
                 namespace: "team".into(),
                 ..Default::default()

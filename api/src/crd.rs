@@ -1,13 +1,30 @@
 //! The CustomResourceDefinitions, generated from the types.
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+    CustomResourceDefinition, ServiceReference,
+};
 use kube::CustomResourceExt;
 
-use crate::{Application, Memcached, Scaler, Welcome};
+use crate::{Application, Memcached, Welcome};
+
+/// The Service the committed Scaler CRD sends conversions to until the webhook points it at
+/// itself (`kubesteer-webhook --conversion-crd`): the chart's defaults in `make run`.
+pub const CONVERSION_SERVICE: (&str, &str) = ("kubesteer-system", "kubesteer-webhook");
+
+/// The Scaler CRD as committed: v1beta1 stored, v1alpha1 served through the conversion webhook.
+pub fn scaler() -> Result<CustomResourceDefinition, kube::core::crd::MergeError> {
+    let (namespace, name) = CONVERSION_SERVICE;
+    crate::convert::scaler_crd(Some(ServiceReference {
+        namespace: namespace.to_string(),
+        name: name.to_string(),
+        port: Some(443),
+        path: None,
+    }))
+}
 
 /// Every CRD with the file name it is committed under in `charts/kubesteer/crds/`.
-pub fn all() -> Vec<(String, CustomResourceDefinition)> {
-    [
-        Scaler::crd(),
+pub fn all() -> Result<Vec<(String, CustomResourceDefinition)>, kube::core::crd::MergeError> {
+    Ok([
+        scaler()?,
         Welcome::crd(),
         Memcached::crd(),
         Application::crd(),
@@ -19,7 +36,7 @@ pub fn all() -> Vec<(String, CustomResourceDefinition)> {
             crd,
         )
     })
-    .collect()
+    .collect())
 }
 
 /// The YAML text of a CRD, as committed.
@@ -38,7 +55,7 @@ mod tests {
     #[test]
     fn committed_crds_match_the_types() {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/kubesteer/crds");
-        for (file, crd) in all() {
+        for (file, crd) in all().unwrap() {
             let committed = std::fs::read_to_string(dir.join(&file)).unwrap_or_default();
             assert!(
                 committed == to_yaml(&crd).unwrap(),
@@ -49,7 +66,11 @@ mod tests {
 
     #[test]
     fn every_kind_is_in_the_kubesteer_category_with_its_short_name() {
-        let names: Vec<_> = all().into_iter().map(|(_, c)| c.spec.names).collect();
+        let names: Vec<_> = all()
+            .unwrap()
+            .into_iter()
+            .map(|(_, c)| c.spec.names)
+            .collect();
         for n in &names {
             assert_eq!(
                 n.categories.as_deref(),
@@ -65,7 +86,7 @@ mod tests {
 
     #[test]
     fn no_print_column_is_headed_like_another_or_like_name() {
-        for (_, crd) in all() {
+        for (_, crd) in all().unwrap() {
             for version in &crd.spec.versions {
                 // kubectl prints NAME first, then each column's name in upper case.
                 let mut headers = vec!["NAME".to_string()];
@@ -114,7 +135,7 @@ mod tests {
             }
         }
         let mut integers = 0;
-        for (file, crd) in all() {
+        for (file, crd) in all().unwrap() {
             for version in &crd.spec.versions {
                 let schema = serde_json::to_value(&version.schema).unwrap();
                 let schema = &schema["openAPIV3Schema"];
@@ -153,7 +174,7 @@ mod tests {
             }
         }
         let mut checked = 0;
-        for (file, crd) in all() {
+        for (file, crd) in all().unwrap() {
             let schema = serde_json::to_value(&crd.spec.versions[0].schema).unwrap();
             let mut fields = Vec::new();
             walk("", &schema["openAPIV3Schema"], &mut fields);
@@ -225,7 +246,7 @@ mod tests {
                 walk(&format!("{path}[]"), items, missing);
             }
         }
-        for (file, crd) in all() {
+        for (file, crd) in all().unwrap() {
             let schema = serde_json::to_value(&crd.spec.versions[0].schema).unwrap();
             let mut missing = Vec::new();
             walk("", &schema["openAPIV3Schema"], &mut missing);

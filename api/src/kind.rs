@@ -46,7 +46,8 @@ impl Kind {
     /// The version the webhook and the controller work with (the stored one).
     pub fn version(self) -> &'static str {
         match self {
-            Kind::Scaler | Kind::Welcome | Kind::Memcached | Kind::Application => crate::VERSION,
+            Kind::Scaler => crate::scaler_v1beta1::VERSION,
+            Kind::Welcome | Kind::Memcached | Kind::Application => crate::VERSION,
         }
     }
 
@@ -96,11 +97,7 @@ impl Kind {
     ) -> Result<Vec<String>, FieldErrors> {
         let spec = spec_of(object)?;
         let (errors, warnings) = match self {
-            Kind::Scaler => {
-                // v1alpha1 has no field that depends on the time; v1beta1's override does.
-                let _ = now;
-                (parse::<ScalerSpec>(spec)?.validate(), Vec::new())
-            }
+            Kind::Scaler => (parse::<ScalerSpec>(spec)?.validate(now), Vec::new()),
             Kind::Welcome => {
                 let s = parse::<WelcomeSpec>(spec)?;
                 (s.validate(), s.warnings())
@@ -224,7 +221,7 @@ mod tests {
             assert_eq!(crate::GROUP, group, "{name}");
             assert_eq!(kind.version(), version, "{name}");
         }
-        assert_eq!(ALL.len(), crate::crd::all().len());
+        assert_eq!(ALL.len(), crate::crd::all().unwrap().len());
     }
 
     fn now() -> crate::schedule::Instant {
@@ -239,11 +236,11 @@ mod tests {
         assert_eq!(err[0].path, "spec.size", "{err:?}");
         let err = Kind::Scaler
             .validate(
-                &json!({"spec": {"deployments": [{"name": 7}], "start": 1, "end": 2}}),
+                &json!({"spec": {"scaleTargetRefs": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": 7}], "windows": [{"start": 1, "end": 2}]}}),
                 now(),
             )
             .unwrap_err();
-        assert_eq!(err[0].path, "spec.deployments[0].name", "{err:?}");
+        assert_eq!(err[0].path, "spec.scaleTargetRefs[0].name", "{err:?}");
         let err = Kind::Welcome
             .validate(&json!({"spec": {"name": "a", "password": 12345}}), now())
             .unwrap_err();
@@ -287,11 +284,11 @@ mod tests {
         let objects = [
             (
                 Kind::Scaler,
-                json!({"spec": {"deployments": [{"name": "web"}], "start": 9, "end": 17, "days": ["Mon"]}}),
+                json!({"spec": {"scaleTargetRefs": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}], "windows": [{"start": 9, "end": 17, "days": ["Mon"]}]}}),
             ),
             (
                 Kind::Scaler,
-                json!({"spec": {"deployments": [{"name": "web"}], "jobs": [{"name": "a", "schedule": "@daily", "replicas": 1}]}}),
+                json!({"spec": {"scaleTargetRefs": [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db"}], "jobs": [{"name": "a", "schedule": "@daily", "replicas": 1}]}}),
             ),
             (
                 Kind::Welcome,

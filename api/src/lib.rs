@@ -31,7 +31,9 @@ pub mod welcome;
 
 pub use application::{Application, ApplicationSpec, ApplicationStatus};
 pub use memcached::{Memcached, MemcachedSpec, MemcachedStatus};
-pub use scaler::{Scaler, ScalerSpec, ScalerStatus};
+/// Scaler as the webhook and the controller see it: v1beta1, the stored version. v1alpha1
+/// ([`scaler`]) exists only at the API edge, through [`convert`].
+pub use scaler_v1beta1::{Scaler, ScalerSpec, ScalerStatus};
 pub use welcome::{Welcome, WelcomeSpec, WelcomeStatus};
 
 /// The API group of every kubesteer kind.
