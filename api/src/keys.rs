@@ -8,6 +8,9 @@ pub mod annotation {
     /// Written with [`ORIGINAL_REPLICAS`]: the Scaler that recorded it, as `namespace/name`; only
     /// that Scaler trusts and restores the record.
     pub const ORIGINAL_REPLICAS_OWNER: &str = "kubesteer.io/original-replicas-owner";
+    /// On a HorizontalPodAutoscaler a Scaler cooperates with: its minReplicas from before the
+    /// Scaler raised it, with [`ORIGINAL_REPLICAS_OWNER`] naming that Scaler.
+    pub const ORIGINAL_MIN_REPLICAS: &str = "kubesteer.io/original-min-replicas";
     /// On an owned child: a digest of what the controller last applied, to see drift.
     pub const APPLIED: &str = "kubesteer.io/applied";
     /// On a Welcome's Deployment: the uid of the credentials Secret the controller wrote.
@@ -82,6 +85,8 @@ pub mod reason {
     pub const INVALID_SCHEDULE: &str = "InvalidSchedule";
     pub const TARGET_NOT_FOUND: &str = "TargetNotFound";
     pub const TARGET_CLAIMED: &str = "TargetClaimed";
+    /// A Scaler target whose kind is unknown, cluster-scoped or has no /scale subresource.
+    pub const TARGET_NOT_SCALABLE: &str = "TargetNotScalable";
     /// Another Scaler claims the same target and is older, so it owns the target; this one
     /// leaves the target alone until the owner lets go.
     pub const CONFLICT: &str = "Conflict";

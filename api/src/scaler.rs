@@ -260,7 +260,17 @@ pub enum Record {
 impl Record {
     /// The record in a target's `annotations`, as seen by the Scaler named `me` ([`scaler_id`]).
     pub fn of(annotations: &std::collections::BTreeMap<String, String>, me: &str) -> Self {
-        let replicas = annotations.get(ORIGINAL_REPLICAS);
+        Self::kept_in(annotations, ORIGINAL_REPLICAS, me)
+    }
+
+    /// The record kept under the annotation `key` (with [`ORIGINAL_REPLICAS_OWNER`]), e.g. an
+    /// HPA's original minReplicas.
+    pub fn kept_in(
+        annotations: &std::collections::BTreeMap<String, String>,
+        key: &str,
+        me: &str,
+    ) -> Self {
+        let replicas = annotations.get(key);
         match annotations.get(ORIGINAL_REPLICAS_OWNER) {
             Some(owner) if owner != me => Record::Other(owner.clone()),
             Some(_) => Record::Mine {

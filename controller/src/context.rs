@@ -10,6 +10,7 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Client, Resource, ResourceExt};
 use kubesteer_api::claims::Claims;
 use kubesteer_api::keys::{reason, CONTROLLER_FIELD_MANAGER};
+use kubesteer_api::runtime::scale::RestMapper;
 use tracing::{debug, warn};
 
 use crate::children::Caches;
@@ -49,6 +50,8 @@ pub struct Context {
     pub caches: Caches,
     /// Which Scalers claim each target, kept from the Scaler watch; the oldest owns it.
     pub claims: Claims,
+    /// Which resource a Scaler target's kind is, and whether it has `/scale`.
+    pub mapper: Arc<RestMapper>,
     /// Failed reconciles in a row of each object, for its backoff.
     failures: PerObject<u32>,
     /// Since when the status write of each object has been held back.
@@ -134,6 +137,7 @@ impl Context {
         };
         Self {
             recorder: Recorder::new(client.clone(), reporter.clone()),
+            mapper: Arc::new(RestMapper::new(client.clone())),
             reporter,
             client,
             metrics,

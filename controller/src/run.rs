@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::fmt::Debug;
 
 use futures::{FutureExt, Stream, StreamExt, TryStreamExt};
-use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::networking::v1::Ingress;
 use kube::core::PartialObjectMeta;
@@ -327,10 +327,12 @@ pub async fn controllers(
     let scaler_controller = Controller::for_stream(scaler_objects, store)
         .with_config(config)
         .reconcile_on(reconcile_claimants);
-    let claims = ctx.claims.clone();
-    // Any Deployment may be a target, so all are watched and mapped through the claims index.
+    // Any Deployment or StatefulSet may be a target, so all are watched (their metadata is
+    // enough to name them) and mapped through the claims index. Targets of other kinds are
+    // brought back at each transition.
+    let deployments = ctx.claims.clone();
+    let stateful_sets = ctx.claims.clone();
     let scalers = scaler_controller
-        // Their metadata is enough to name them; the reconcile reads a target when it acts.
         .watches_stream(
             tracked(
                 health,
@@ -340,7 +342,18 @@ pub async fn controllers(
             )
             .backoff(tolerant::backoff())
             .touched_objects(),
-            move |d| scaler::scalers_targeting(&claims.read(), &d),
+            move |d| scaler::scalers_targeting(&deployments.read(), "apps/v1", "Deployment", &d),
+        )
+        .watches_stream(
+            tracked(
+                health,
+                "Scaler target StatefulSet".to_string(),
+                api::<PartialObjectMeta<StatefulSet>>(&client, ns),
+                watcher::Config::default(),
+            )
+            .backoff(tolerant::backoff())
+            .touched_objects(),
+            move |s| scaler::scalers_targeting(&stateful_sets.read(), "apps/v1", "StatefulSet", &s),
         )
         .graceful_shutdown_on(stopped(stop))
         .run(scaler::reconcile, scaler::error_policy, ctx.clone())

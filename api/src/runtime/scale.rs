@@ -77,6 +77,13 @@ impl RestMapper {
         }
     }
 
+    /// Takes `mapping` as the answer for `api_version`/`kind` for the usual time, as if
+    /// discovery had given it (tests, and kinds known without asking).
+    pub fn remember(&self, api_version: &str, kind: &str, mapping: Mapping) {
+        let key = (api_version.to_string(), kind.to_string());
+        self.cache.put(key, Instant::now(), mapping);
+    }
+
     /// The resource of `api_version`/`kind`, or why it cannot be scaled; Err only when the
     /// apiserver could not be asked.
     pub async fn resolve(&self, api_version: &str, kind: &str) -> Result<Mapping, kube::Error> {

@@ -1,23 +1,27 @@
-//! Scaler: scales Deployments during a daily window or at cron firings, and restores them.
+//! Scaler (v1beta1): scales any workload with a `/scale` subresource inside windows or at cron
+//! firings, except on excluded dates and while an override holds, and restores it. A target
+//! scaled by a HorizontalPodAutoscaler is scaled through that HPA's minReplicas instead.
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use k8s_openapi::api::apps::v1::Deployment;
-use kube::api::{Patch, PatchParams};
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use kube::api::{ApiResource, DynamicObject, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::finalizer::{finalizer, Event as Finalizer};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
-use kubesteer_api::claims::{ClaimIndex, Claimant, Target};
+use kubesteer_api::claims::{group_of, ClaimIndex, Claimant, Target};
 use kubesteer_api::common::condition;
 use kubesteer_api::keys::condition::READY;
 use kubesteer_api::keys::{
     annotation, reason, CONTROLLER_FIELD_MANAGER, RESTORE_TARGETS_FINALIZER,
 };
-use kubesteer_api::scaler::{scaler_id, Record, Schedule, TargetStatus};
+use kubesteer_api::plan::Plan;
+use kubesteer_api::scaler::{scaler_id, Record};
+use kubesteer_api::scaler_v1beta1::{HpaCooperation, TargetStatus, Transition};
 use kubesteer_api::{Scaler, ScalerStatus};
 use serde_json::{json, Value};
 use tracing::info;
@@ -27,8 +31,6 @@ use crate::reconcilers::{status_patch, time};
 use crate::{is_status, Context, Error, Result};
 
 pub const KIND: &str = "Scaler";
-/// A Deployment's replicas when its spec leaves them out, as the apiserver defaults them.
-const DEPLOYMENT_DEFAULT_REPLICAS: i32 = 1;
 // Past the boundary, so the clock read at wake-up is never a hair before it.
 const BOUNDARY_SLACK: Duration = Duration::from_millis(50);
 // Enough to ride out a burst of concurrent writers; after that the reconcile is requeued.
@@ -36,8 +38,10 @@ const CONFLICT_RETRIES: usize = 3;
 /// How often a Scaler that owes a transition retries while the apiserver is unreachable: the
 /// transition lands within this of the apiserver coming back, for a few refused connections.
 pub const OUTAGE_RETRY: Duration = Duration::from_secs(2);
-// A cron schedule with no firing within the search horizon is looked at again as time brings one into reach.
-const NO_FIRING_RECHECK: Duration = Duration::from_secs(24 * 3600);
+// Without a transition in reach (a schedule that never changes again), look again this much later.
+const NO_TRANSITION_RECHECK: Duration = Duration::from_secs(24 * 3600);
+/// An HPA's minReplicas when its spec leaves it out, as the apiserver defaults it.
+const HPA_DEFAULT_MIN_REPLICAS: i32 = 1;
 
 /// The controller's reconcile function for Scaler.
 pub async fn reconcile(scaler: Arc<Scaler>, ctx: Arc<Context>) -> Result<Action> {
@@ -63,13 +67,12 @@ pub fn retry_delay(
     now: DateTime<Utc>,
     unavailable: bool,
 ) -> Duration {
-    let Ok(schedule) = scaler.spec.schedule() else {
+    let Ok(plan) = scaler.spec.plan(now) else {
         return backoff;
     };
     if scaler.spec.suspend() || scaler.meta().deletion_timestamp.is_some() {
         return backoff;
     }
-    let plan = plan(&schedule, now);
     let applied = scaler
         .status
         .as_ref()
@@ -79,8 +82,8 @@ pub fn retry_delay(
     if owed && unavailable {
         delay = delay.min(OUTAGE_RETRY);
     }
-    if let Some(next) = plan.next {
-        delay = delay.min(until(now, next));
+    if let Some(next) = plan.next.first() {
+        delay = delay.min(until(now, next.at));
     }
     delay
 }
@@ -110,201 +113,282 @@ async fn with_finalizer(scaler: Arc<Scaler>, ctx: &Context) -> Result<Action> {
     }
 }
 
-/// The Scalers that claim the Deployment `deployment` (in their spec, or in their status until
-/// given back), looked up in the claims index.
+/// The Scalers that claim the object `api_version`/`kind` (in their spec, or in their status
+/// until given back), looked up in the claims index.
 pub fn scalers_targeting(
     claims: &ClaimIndex,
-    deployment: &impl ResourceExt,
+    api_version: &str,
+    kind: &str,
+    object: &impl ResourceExt,
 ) -> Vec<ObjectRef<Scaler>> {
-    let Some(ns) = deployment.namespace() else {
+    let Some(ns) = object.namespace() else {
         return Vec::new();
     };
-    let name = deployment.name_any();
     claims
-        .claimants(&Target::deployment(&ns, &name))
+        .claimants(&Target::new(api_version, kind, &ns, &object.name_any()))
         .map(|c| ObjectRef::new(&c.name).within(&c.namespace))
         .collect()
 }
 
-/// What the schedule says at one instant.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Plan {
-    /// The replicas every target must have now; None leaves targets alone.
-    pub replicas: Option<i32>,
-    pub next: Option<DateTime<Utc>>,
-    pub last: Option<DateTime<Utc>>,
-    /// Reason of the Ready condition while every target is found.
-    pub reason: &'static str,
-    pub message: String,
+/// A target as named (its namespace resolved), with the address to reach it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Named {
+    pub api_version: String,
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
 }
 
-/// The plan of `schedule` at `now`.
-pub fn plan(schedule: &Schedule, now: DateTime<Utc>) -> Plan {
-    match schedule {
-        Schedule::Window {
-            window, replicas, ..
-        } => {
-            let state = window.state_at(now);
-            let (reason, message) = if state.active {
-                (
-                    reason::WINDOW_OPEN,
-                    format!(
-                        "window open until {}; targets at {replicas} replicas",
-                        state.next_transition
-                    ),
-                )
-            } else {
-                (
-                    reason::WINDOW_CLOSED,
-                    format!("window closed until {}", state.next_transition),
-                )
-            };
-            Plan {
-                replicas: state.active.then_some(*replicas),
-                next: Some(state.next_transition),
-                last: state.last_transition,
-                reason,
-                message,
-            }
-        }
-        Schedule::Cron { jobs, .. } => {
-            let last = jobs.last_firing(now);
-            let next = jobs.next_firing(now);
-            let (reason, message) = match &last {
-                Some(f) => (
-                    reason::JOB_FIRED,
-                    format!(
-                        "job {:?} fired at {}; targets at {} replicas",
-                        f.job, f.at, f.replicas
-                    ),
-                ),
-                None => (
-                    reason::WAITING_FOR_FIRST_FIRING,
-                    "no job has fired yet".to_string(),
-                ),
-            };
-            Plan {
-                replicas: last.as_ref().map(|f| f.replicas),
-                next: next.map(|f| f.at),
-                last: last.map(|f| f.at),
-                reason,
-                message,
-            }
+impl Named {
+    fn target(&self) -> Target {
+        Target::new(&self.api_version, &self.kind, &self.namespace, &self.name)
+    }
+
+    fn status(&self) -> TargetStatus {
+        TargetStatus {
+            api_version: self.api_version.clone(),
+            kind: self.kind.clone(),
+            name: self.name.clone(),
+            namespace: self.namespace.clone(),
+            ..Default::default()
         }
     }
 }
 
-fn outside_replicas(schedule: Option<&Schedule>) -> Option<i32> {
-    match schedule? {
-        Schedule::Window {
-            outside_replicas, ..
-        }
-        | Schedule::Cron {
-            outside_replicas, ..
-        } => *outside_replicas,
+impl std::fmt::Display for Named {
+    /// `StatefulSet team/db`, as events and conditions name it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}/{}", self.kind, self.namespace, self.name)
     }
 }
 
-fn replicas_of(d: &Deployment) -> i32 {
-    d.spec
-        .as_ref()
-        .and_then(|s| s.replicas)
-        .unwrap_or(DEPLOYMENT_DEFAULT_REPLICAS)
+/// Every target a Scaler names, resolved, without repeats (two entries may name one object when
+/// stored while the webhook was down).
+fn named_in_spec(scaler: &Scaler, own_ns: &str) -> Vec<Named> {
+    let mut seen = BTreeSet::new();
+    scaler
+        .spec
+        .targets(own_ns)
+        .map(|(t, ns)| Named {
+            api_version: t.api_version.clone(),
+            kind: t.kind.clone(),
+            namespace: ns.to_string(),
+            name: t.name.clone(),
+        })
+        .filter(|n| seen.insert(n.target()))
+        .collect()
 }
 
-/// A change to one target, as a merge patch, with what to tell the user about it.
+fn named_in_status(status: &TargetStatus) -> Named {
+    Named {
+        api_version: status.api_version.clone(),
+        kind: status.kind.clone(),
+        namespace: status.namespace.clone(),
+        name: status.name.clone(),
+    }
+}
+
+/// A change to one target's replicas and its record of the original replicas.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TargetChange {
-    pub patch: Value,
+    /// A merge patch of the target's metadata: the record written (before scaling) or removed
+    /// (after restoring), conditional on the resourceVersion read.
+    pub record: Option<Value>,
+    /// The replicas to set through `/scale`.
+    pub replicas: Option<i32>,
+    /// Whether the record goes after the replicas are set (a restore) rather than before.
+    pub restoring: bool,
     pub reason: &'static str,
     pub note: String,
 }
 
+/// One target as read: its metadata and its replicas from `/scale`.
+#[derive(Debug, Clone, Default)]
+pub struct Current {
+    pub annotations: std::collections::BTreeMap<String, String>,
+    pub resource_version: Option<String>,
+    pub replicas: i32,
+}
+
 /// What a target needs from the Scaler `me`, given `record`, whose record of the original
-/// replicas the target carries: `wanted` replicas inside the window (recording the original and
+/// replicas the target carries: `wanted` replicas in the schedule (recording the original and
 /// `me` once), or, outside it, going back to `outside` or the recorded replicas. None when it is
 /// as it should be, or when the record is another Scaler's.
 pub fn target_change(
-    d: &Deployment,
+    target: &Named,
+    current: &Current,
     me: &str,
     record: &Record,
     wanted: Option<i32>,
     outside: Option<i32>,
 ) -> Option<TargetChange> {
-    let current = replicas_of(d);
-    let target = format!("{}/{}", d.namespace().unwrap_or_default(), d.name_any());
-    // resourceVersion makes the write conditional on what was read: a concurrent change means a retry.
-    let rv = d.resource_version();
+    let now = current.replicas;
+    let rv = &current.resource_version;
     match (wanted, record) {
         (_, Record::Other(_)) => None,
         (Some(wanted), Record::Absent) => Some(TargetChange {
-            patch: json!({
-                "metadata": {"resourceVersion": rv, "annotations": {
-                    annotation::ORIGINAL_REPLICAS: current.to_string(),
-                    annotation::ORIGINAL_REPLICAS_OWNER: me,
-                }},
-                "spec": {"replicas": wanted},
-            }),
+            record: Some(json!({"metadata": {"resourceVersion": rv, "annotations": {
+                annotation::ORIGINAL_REPLICAS: now.to_string(),
+                annotation::ORIGINAL_REPLICAS_OWNER: me,
+            }}})),
+            replicas: (now != wanted).then_some(wanted),
+            restoring: false,
             reason: reason::SCALED,
-            note: format!("Scaled Deployment {target} from {current} to {wanted} replicas; recorded {current} to restore"),
+            note: format!(
+                "Scaled {target} from {now} to {wanted} replicas; recorded {now} to restore"
+            ),
         }),
-        (Some(wanted), Record::Mine { owner_recorded, .. }) if current != wanted || !owner_recorded => {
-            let mut patch = json!({"metadata": {"resourceVersion": rv}, "spec": {"replicas": wanted}});
-            if !owner_recorded {
-                patch["metadata"]["annotations"] = json!({annotation::ORIGINAL_REPLICAS_OWNER: me});
-            }
+        (Some(wanted), Record::Mine { owner_recorded, .. }) if now != wanted || !owner_recorded => {
             Some(TargetChange {
-                patch,
+                record: (!owner_recorded).then(|| {
+                    json!({"metadata": {"resourceVersion": rv, "annotations": {
+                        annotation::ORIGINAL_REPLICAS_OWNER: me,
+                    }}})
+                }),
+                replicas: (now != wanted).then_some(wanted),
+                restoring: false,
                 reason: reason::SCALED,
-                note: if current == wanted {
-                    format!("Recorded this Scaler as the one that scaled Deployment {target}")
+                note: if now == wanted {
+                    format!("Recorded this Scaler as the one that scaled {target}")
                 } else {
-                    format!("Scaled Deployment {target} from {current} back to {wanted} replicas")
+                    format!("Scaled {target} from {now} back to {wanted} replicas")
                 },
             })
         }
         (Some(_), Record::Mine { .. }) => None,
         (None, Record::Mine { replicas, .. }) => {
             let restore = outside.or(*replicas);
-            let mut patch = json!({
-                "metadata": {"resourceVersion": rv, "annotations": {
+            Some(TargetChange {
+                record: Some(json!({"metadata": {"annotations": {
                     annotation::ORIGINAL_REPLICAS: null,
                     annotation::ORIGINAL_REPLICAS_OWNER: null,
-                }},
-            });
-            let note = match restore {
-                Some(to) => {
-                    patch["spec"] = json!({"replicas": to});
-                    format!("Restored Deployment {target} from {current} to {to} replicas")
-                }
-                None => format!("Released Deployment {target}; its recorded replicas were unreadable"),
-            };
-            Some(TargetChange {
-                patch,
+                }}})),
+                replicas: restore.filter(|&to| to != now),
+                restoring: true,
                 reason: reason::RESTORED,
-                note,
+                note: match restore {
+                    Some(to) => format!("Restored {target} from {now} to {to} replicas"),
+                    None => format!("Released {target}; its recorded replicas were unreadable"),
+                },
             })
         }
         (None, Record::Absent) => None,
     }
 }
 
+/// What an HPA needs from the Scaler `me`: its minReplicas at `wanted` (at most its
+/// maxReplicas), the original recorded once; or, with `wanted` None, the recorded minReplicas
+/// back and the record gone. None when it is as it should be or another Scaler's record.
+pub fn hpa_change(
+    hpa: &HorizontalPodAutoscaler,
+    target: &Named,
+    me: &str,
+    wanted: Option<i32>,
+) -> Option<TargetChange> {
+    let name = format!(
+        "HorizontalPodAutoscaler {}/{}",
+        hpa.namespace().unwrap_or_default(),
+        hpa.name_any()
+    );
+    let spec = hpa.spec.as_ref()?;
+    let min = spec.min_replicas.unwrap_or(HPA_DEFAULT_MIN_REPLICAS);
+    let record = Record::kept_in(hpa.annotations(), annotation::ORIGINAL_MIN_REPLICAS, me);
+    let rv = hpa.resource_version();
+    let set_min = |to: i32, annotations: Value| {
+        json!({"metadata": {"resourceVersion": rv, "annotations": annotations},
+               "spec": {"minReplicas": to}})
+    };
+    match (wanted, &record) {
+        (_, Record::Other(_)) => None,
+        (Some(wanted), _) => {
+            let to = wanted.min(spec.max_replicas).max(HPA_DEFAULT_MIN_REPLICAS);
+            let recorded = matches!(
+                record,
+                Record::Mine {
+                    owner_recorded: true,
+                    ..
+                }
+            );
+            if to == min && recorded {
+                return None;
+            }
+            let annotations = match record {
+                Record::Absent => json!({
+                    annotation::ORIGINAL_MIN_REPLICAS: min.to_string(),
+                    annotation::ORIGINAL_REPLICAS_OWNER: me,
+                }),
+                _ => json!({annotation::ORIGINAL_REPLICAS_OWNER: me}),
+            };
+            Some(TargetChange {
+                record: Some(set_min(to, annotations)),
+                replicas: Some(to),
+                restoring: false,
+                reason: reason::SCALED,
+                note: format!(
+                    "Set {name} minReplicas from {min} to {to} for {target}; it scales the target"
+                ),
+            })
+        }
+        (None, Record::Mine { replicas, .. }) => {
+            let annotations = json!({
+                annotation::ORIGINAL_MIN_REPLICAS: null,
+                annotation::ORIGINAL_REPLICAS_OWNER: null,
+            });
+            let to = replicas.unwrap_or(min);
+            Some(TargetChange {
+                record: Some(set_min(to, annotations)),
+                replicas: Some(to),
+                restoring: true,
+                reason: reason::RESTORED,
+                note: format!("Restored {name} minReplicas from {min} to {to}"),
+            })
+        }
+        (None, Record::Absent) => None,
+    }
+}
+
+/// The HPA among `hpas` that scales `target` (same group, kind and name, any version).
+pub fn autoscaler_of<'a>(
+    hpas: &'a [HorizontalPodAutoscaler],
+    target: &Named,
+) -> Option<&'a HorizontalPodAutoscaler> {
+    hpas.iter().find(|h| {
+        h.spec.as_ref().is_some_and(|s| {
+            let r = &s.scale_target_ref;
+            let api_version = r.api_version.as_deref().unwrap_or_default();
+            r.name == target.name
+                && r.kind == target.kind
+                && group_of(api_version) == group_of(&target.api_version)
+        })
+    })
+}
+
 /// One target as a reconcile found it.
 #[derive(Debug, Default)]
 struct Seen {
     /// None when it does not exist.
-    deployment: Option<Deployment>,
+    current: Option<Current>,
     /// The Scaler (`namespace/name`) whose record it carries, when that is another live one.
     claimed_by: Option<String>,
+    /// Why it cannot be scaled at all.
+    unscalable: Option<String>,
+    /// The HPA the Scaler works through, by name.
+    autoscaler: Option<String>,
 }
 
-/// The record on `d` as the Scaler `me` sees it. A record of another Scaler counts only while
-/// that Scaler exists and claims `d` ([`Scaler::claimed_targets`]); a stale one (its Scaler
-/// gone, or `d` given back by it) is as good as none, so it is replaced rather than trusted.
-/// When both claim `d`, the older owns it ([`Claimant`]): the record of a younger one (written
-/// before `me` claimed `d`) is taken over with the replicas it recorded, to restore them later.
-async fn record_of(ctx: &Context, d: &Deployment, me: &Claimant) -> Result<Record> {
-    let record = Record::of(d.annotations(), &me.id());
+/// The record on a target as the Scaler `me` sees it. A record of another Scaler counts only
+/// while that Scaler exists and claims the target ([`Scaler::claimed_targets`]); a stale one
+/// (its Scaler gone, or the target given back by it) is as good as none, so it is replaced
+/// rather than trusted. When both claim it, the older owns it ([`Claimant`]): the record of a
+/// younger one (written before `me` claimed it) is taken over with the replicas it recorded.
+async fn record_of(
+    ctx: &Context,
+    target: &Named,
+    annotations: &std::collections::BTreeMap<String, String>,
+    key: &str,
+    me: &Claimant,
+) -> Result<Record> {
+    let record = Record::kept_in(annotations, key, &me.id());
     let Record::Other(owner) = &record else {
         return Ok(record);
     };
@@ -312,91 +396,245 @@ async fn record_of(ctx: &Context, d: &Deployment, me: &Claimant) -> Result<Recor
         return Ok(Record::Absent);
     };
     let api: Api<Scaler> = Api::namespaced(ctx.client.clone(), owner_ns);
-    let target = (d.namespace().unwrap_or_default(), d.name_any());
     match api.get(owner_name).await {
-        Ok(other)
-            if !other
-                .claimed_targets()
-                .contains(&Target::deployment(&target.0, &target.1)) =>
-        {
-            Ok(Record::Absent)
-        }
+        Ok(other) if !other.claimed_targets().contains(&target.target()) => Ok(Record::Absent),
         Ok(other) if Claimant::of(&other.metadata) > *me => Ok(Record::Mine {
-            replicas: d
-                .annotations()
-                .get(annotation::ORIGINAL_REPLICAS)
-                .and_then(|v| v.trim().parse().ok()),
+            replicas: annotations.get(key).and_then(|v| v.trim().parse().ok()),
             owner_recorded: false,
         }),
         Ok(_) => Ok(record),
         Err(e) if is_status(&e, 404) => Ok(Record::Absent),
-        // Whether it still targets `d` cannot be told; leaving `d` alone is the safe side.
+        // Whether it still targets it cannot be told; leaving it alone is the safe side.
         Err(e) if is_status(&e, 403) => Ok(record),
         Err(e) => Err(e.into()),
     }
 }
 
-/// Brings one target to the plan.
+fn params() -> PatchParams {
+    PatchParams {
+        field_manager: Some(CONTROLLER_FIELD_MANAGER.into()),
+        ..PatchParams::default()
+    }
+}
+
+/// The target's metadata and `/scale`, None when it does not exist.
+async fn read(ctx: &Context, resource: &ApiResource, target: &Named) -> Result<Option<Current>> {
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(ctx.client.clone(), &target.namespace, resource);
+    let meta = match api.get_metadata(&target.name).await {
+        Ok(m) => m,
+        Err(e) if is_status(&e, 404) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    let Some(scale) = ctx
+        .mapper
+        .get_scale(resource, &target.namespace, &target.name)
+        .await?
+    else {
+        return Ok(None);
+    };
+    Ok(Some(Current {
+        annotations: meta.annotations().clone(),
+        resource_version: meta.resource_version(),
+        replicas: scale.spec.and_then(|s| s.replicas).unwrap_or(0),
+    }))
+}
+
+/// The HPA that scales `target`, while the Scaler cooperates with HPAs.
+async fn autoscaler(
+    ctx: &Context,
+    scaler: &Scaler,
+    target: &Named,
+) -> Result<Option<HorizontalPodAutoscaler>> {
+    if scaler.spec.hpa_cooperation() != HpaCooperation::Enabled {
+        return Ok(None);
+    }
+    let api: Api<HorizontalPodAutoscaler> = Api::namespaced(ctx.client.clone(), &target.namespace);
+    let hpas = api.list(&ListParams::default()).await?;
+    Ok(autoscaler_of(&hpas.items, target).cloned())
+}
+
+/// Writes `change` to the target as read (`current`): the record before the replicas, or after
+/// them on a restore. Returns the target as written.
+async fn write_target(
+    ctx: &Context,
+    resource: &ApiResource,
+    target: &Named,
+    current: &Current,
+    change: &TargetChange,
+) -> std::result::Result<Current, kube::Error> {
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(ctx.client.clone(), &target.namespace, resource);
+    let mut written = current.clone();
+    let scale = |to: i32, rv: Option<String>| async move {
+        ctx.mapper
+            .set_replicas(
+                resource,
+                &target.namespace,
+                &target.name,
+                to,
+                rv.as_deref(),
+                &params(),
+            )
+            .await
+    };
+    let mut rv = current.resource_version.clone();
+    if !change.restoring {
+        if let Some(record) = &change.record {
+            let meta = api
+                .patch_metadata(&target.name, &params(), &Patch::Merge(record))
+                .await?;
+            written.annotations = meta.annotations().clone();
+            rv = meta.resource_version();
+        }
+    }
+    if let Some(to) = change.replicas {
+        let scaled = scale(to, rv).await?;
+        written.replicas = scaled.spec.and_then(|s| s.replicas).unwrap_or(to);
+    }
+    if change.restoring {
+        if let Some(record) = &change.record {
+            let meta = api
+                .patch_metadata(&target.name, &params(), &Patch::Merge(record))
+                .await?;
+            written.annotations = meta.annotations().clone();
+        }
+    }
+    Ok(written)
+}
+
+/// `release`: the Scaler lets go of the target (deleted, or the target left its spec), so an
+/// HPA gets its own minReplicas back whatever outsideReplicas says.
 async fn reconcile_target(
     ctx: &Context,
     owner: &Scaler,
-    namespace: &str,
-    name: &str,
+    target: &Named,
     wanted: Option<i32>,
     outside: Option<i32>,
+    release: bool,
 ) -> Result<Seen> {
+    let resource = match ctx
+        .mapper
+        .resolve(&target.api_version, &target.kind)
+        .await?
+    {
+        Ok(r) => r,
+        Err(why) => {
+            return Ok(Seen {
+                unscalable: Some(why.to_string()),
+                ..Seen::default()
+            })
+        }
+    };
     let (own_ns, own_name) = namespace_and_name(KIND, owner)?;
     let me = scaler_id(&own_ns, &own_name);
     let claimant = Claimant::of(owner.meta());
-    let api: Api<Deployment> = Api::namespaced(ctx.client.clone(), namespace);
-    let params = PatchParams {
-        field_manager: Some(CONTROLLER_FIELD_MANAGER.into()),
-        ..PatchParams::default()
-    };
+    // In the schedule (or held at outsideReplicas), the replicas every target should have.
+    let effective = wanted.or(outside);
     let mut attempt = 0;
     loop {
-        let deployment = match api.get(name).await {
-            Ok(d) => d,
-            Err(e) if is_status(&e, 404) => return Ok(Seen::default()),
-            Err(e) => return Err(e.into()),
+        let Some(current) = read(ctx, &resource, target).await? else {
+            return Ok(Seen::default());
         };
-        let record = record_of(ctx, &deployment, &claimant).await?;
+        let hpa = autoscaler(ctx, owner, target).await?;
+        let record = record_of(
+            ctx,
+            target,
+            &current.annotations,
+            annotation::ORIGINAL_REPLICAS,
+            &claimant,
+        )
+        .await?;
         let claimed_by = match &record {
             Record::Other(other) => Some(other.clone()),
             _ => None,
         };
-        let Some(change) = target_change(&deployment, &me, &record, wanted, outside) else {
-            return Ok(Seen {
-                deployment: Some(deployment),
-                claimed_by,
-            });
+        // With an HPA, replicas of 1 or more go to its minReplicas and the target is left to it
+        // (given back if the Scaler had scaled it to 0, where an HPA does not act); 0 and the
+        // way back outside go to the target itself, with the HPA's own minReplicas restored.
+        let (target_change_of, hpa_wanted) = match (&hpa, effective) {
+            (Some(_), Some(n)) if n >= 1 && !release => ((None, None), Some(n)),
+            _ => ((wanted, outside), None),
         };
-        match api.patch(name, &params, &Patch::Merge(&change.patch)).await {
-            Ok(patched) => {
-                info!(target = %format!("{namespace}/{name}"), reason = change.reason, "{}", change.note);
-                ctx.publish(owner, EventType::Normal, change.reason, change.note)
-                    .await;
-                return Ok(Seen {
-                    deployment: Some(patched),
-                    claimed_by,
-                });
+        let mut changes = Vec::new();
+        if let Some(hpa) = &hpa {
+            let hpa_record = record_of(
+                ctx,
+                target,
+                hpa.annotations(),
+                annotation::ORIGINAL_MIN_REPLICAS,
+                &claimant,
+            )
+            .await?;
+            if !matches!(hpa_record, Record::Other(_)) {
+                if let Some(change) = hpa_change(hpa, target, &me, hpa_wanted) {
+                    changes.push((Some(hpa.clone()), change));
+                }
             }
-            Err(e) if is_status(&e, 409) && attempt + 1 < CONFLICT_RETRIES => attempt += 1,
-            Err(e) => return Err(e.into()),
         }
+        let (w, o) = target_change_of;
+        if let Some(change) = target_change(target, &current, &me, &record, w, o) {
+            changes.push((None, change));
+        }
+        let seen = |current: Option<Current>| Seen {
+            current,
+            claimed_by: claimed_by.clone(),
+            unscalable: None,
+            autoscaler: hpa.as_ref().map(|h| h.name_any()),
+        };
+        if changes.is_empty() {
+            return Ok(seen(Some(current)));
+        }
+        let mut conflict = false;
+        let mut now = current.clone();
+        for (hpa, change) in &changes {
+            let written = match hpa {
+                Some(hpa) => {
+                    let api: Api<HorizontalPodAutoscaler> =
+                        Api::namespaced(ctx.client.clone(), &target.namespace);
+                    let patch = change.record.clone().unwrap_or_default();
+                    api.patch(&hpa.name_any(), &params(), &Patch::Merge(patch))
+                        .await
+                        .map(|_| now.clone())
+                }
+                None => write_target(ctx, &resource, target, &current, change).await,
+            };
+            match written {
+                Ok(written) => {
+                    now = written;
+                    info!(target = %target, reason = change.reason, "{}", change.note);
+                    ctx.publish(owner, EventType::Normal, change.reason, change.note.clone())
+                        .await;
+                }
+                Err(e) if is_status(&e, 409) && attempt + 1 < CONFLICT_RETRIES => {
+                    conflict = true;
+                    break;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        if conflict {
+            attempt += 1;
+            continue;
+        }
+        return Ok(seen(Some(now)));
     }
 }
 
-fn target_status(namespace: &str, name: &str, d: Option<&Deployment>, me: &str) -> TargetStatus {
-    let original_replicas = match d.map(|d| Record::of(d.annotations(), me)) {
+fn target_status(target: &Named, seen: &Seen, me: &str) -> TargetStatus {
+    let original_replicas = match seen
+        .current
+        .as_ref()
+        .map(|c| Record::of(&c.annotations, me))
+    {
         Some(Record::Mine { replicas, .. }) => replicas,
         _ => None,
     };
     TargetStatus {
-        name: name.to_string(),
-        namespace: namespace.to_string(),
-        replicas: d.map(replicas_of),
+        replicas: seen.current.as_ref().map(|c| c.replicas),
         original_replicas,
+        horizontal_pod_autoscaler: seen.autoscaler.clone(),
+        ..target.status()
     }
 }
 
@@ -417,8 +655,8 @@ async fn apply(scaler: &Scaler, ctx: &Context) -> Result<Action> {
         )
     };
 
-    let schedule = match scaler.spec.schedule() {
-        Ok(s) => s,
+    let plan: Plan = match scaler.spec.plan(now) {
+        Ok(p) => p,
         Err(errors) => {
             let message = errors
                 .iter()
@@ -445,72 +683,61 @@ async fn apply(scaler: &Scaler, ctx: &Context) -> Result<Action> {
         }
     };
     let suspended = scaler.spec.suspend();
-    let plan = plan(&schedule, now);
-    let outside = outside_replicas(Some(&schedule));
+    let outside = scaler.spec.outside_replicas;
 
-    // Resolved, two entries may name one Deployment (stored while the webhook was down).
-    let mut resolved = BTreeSet::new();
-    let wanted_targets: Vec<(String, String)> = scaler
-        .spec
-        .targets(&ns)
-        .map(|(n, d)| (n.to_string(), d.to_string()))
-        .filter(|t| resolved.insert(t.clone()))
-        .collect();
+    let wanted_targets = named_in_spec(scaler, &ns);
     let me = scaler_id(&ns, &name);
     let claimant = Claimant::of(scaler.meta());
     let mut targets = Vec::new();
     let mut missing = Vec::new();
+    let mut unscalable = Vec::new();
     let mut claimed = Vec::new();
     let mut conflicts = Vec::new();
-    for (t_ns, t_name) in &wanted_targets {
+    for target in &wanted_targets {
         // The oldest Scaler that claims a target owns it; the others leave it alone.
         let owner = ctx
             .claims
             .read()
-            .older_claimant(&Target::deployment(t_ns, t_name), &claimant)
+            .older_claimant(&target.target(), &claimant)
             .map(Claimant::id);
         let seen = match owner {
             Some(owner) => {
                 conflicts.push(format!(
-                    "Deployment {t_ns}/{t_name} is owned by Scaler {owner}, which is older; it is left alone until that one lets go"
+                    "{target} is owned by Scaler {owner}, which is older; it is left alone until that one lets go"
                 ));
-                Seen {
-                    deployment: read_target(ctx, t_ns, t_name).await?,
-                    claimed_by: None,
-                }
+                look(ctx, target).await?
             }
-            None if suspended => Seen {
-                deployment: read_target(ctx, t_ns, t_name).await?,
-                claimed_by: None,
-            },
-            None => reconcile_target(ctx, scaler, t_ns, t_name, plan.replicas, outside).await?,
+            None if suspended => look(ctx, target).await?,
+            None => reconcile_target(ctx, scaler, target, plan.replicas, outside, false).await?,
         };
-        if seen.deployment.is_none() {
-            missing.push(format!("{t_ns}/{t_name}"));
+        if let Some(why) = &seen.unscalable {
+            unscalable.push(format!("{target}: {why}"));
+        } else if seen.current.is_none() {
+            missing.push(target.to_string());
         }
-        if let Some(other) = seen.claimed_by {
-            claimed.push(format!(
-                "Deployment {t_ns}/{t_name} is scaled by Scaler {other}"
-            ));
+        if let Some(other) = &seen.claimed_by {
+            claimed.push(format!("{target} is scaled by Scaler {other}"));
         }
-        targets.push(target_status(t_ns, t_name, seen.deployment.as_ref(), &me));
+        targets.push(target_status(target, &seen, &me));
     }
     // A target that left the spec (dropped or renamed) is given back as if its window closed,
     // suspended or not: it is no longer this Scaler's to hold.
-    let wanted: BTreeSet<&(String, String)> = wanted_targets.iter().collect();
-    for old in &previous.targets {
-        if !wanted.contains(&(old.namespace.clone(), old.name.clone())) {
-            reconcile_target(ctx, scaler, &old.namespace, &old.name, None, outside).await?;
+    let wanted: BTreeSet<&Named> = wanted_targets.iter().collect();
+    for old in previous.targets.iter().map(named_in_status) {
+        if !wanted.contains(&old) {
+            reconcile_target(ctx, scaler, &old, None, outside, true).await?;
         }
     }
 
     let condition = if !conflicts.is_empty() {
         ready(false, reason::CONFLICT, conflicts.join("; "))
+    } else if !unscalable.is_empty() {
+        ready(false, reason::TARGET_NOT_SCALABLE, unscalable.join("; "))
     } else if !missing.is_empty() {
         ready(
             false,
             reason::TARGET_NOT_FOUND,
-            format!("Deployment {} not found", missing.join(", ")),
+            format!("{} not found", missing.join(", ")),
         )
     } else if !claimed.is_empty() {
         ready(false, reason::TARGET_CLAIMED, claimed.join("; "))
@@ -521,8 +748,23 @@ async fn apply(scaler: &Scaler, ctx: &Context) -> Result<Action> {
     };
     let status = ScalerStatus {
         active: Some(!suspended && plan.replicas.is_some()),
-        next_transition: plan.next.filter(|_| !suspended).map(time),
+        next_transitions: if suspended {
+            Vec::new()
+        } else {
+            plan.next
+                .iter()
+                .map(|t| Transition {
+                    time: time(t.at),
+                    replicas: t.replicas.or(outside),
+                })
+                .collect()
+        },
         last_transition: plan.last.map(time),
+        override_: scaler
+            .spec
+            .override_
+            .clone()
+            .filter(|o| o.until.0.as_second() > now.timestamp()),
         targets,
         observed_generation: generation,
         conditions: vec![condition.clone()],
@@ -532,7 +774,7 @@ async fn apply(scaler: &Scaler, ctx: &Context) -> Result<Action> {
     let announce = match reason {
         // Once, on the way into the conflict, however often it is reconciled in it.
         reason::CONFLICT => was.is_none_or(|c| c.reason != reason::CONFLICT),
-        reason::TARGET_NOT_FOUND | reason::TARGET_CLAIMED => {
+        reason::TARGET_NOT_FOUND | reason::TARGET_CLAIMED | reason::TARGET_NOT_SCALABLE => {
             was.is_none_or(|c| c.reason != condition.reason || c.message != condition.message)
         }
         _ => false,
@@ -549,7 +791,25 @@ async fn apply(scaler: &Scaler, ctx: &Context) -> Result<Action> {
     if status != previous {
         patch_status(ctx, &ns, &name, &status).await?;
     }
-    Ok(next_action(plan.next, suspended, now))
+    Ok(next_action(plan.next.first().map(|t| t.at), suspended, now))
+}
+
+/// A target as it is, without changing it.
+async fn look(ctx: &Context, target: &Named) -> Result<Seen> {
+    match ctx
+        .mapper
+        .resolve(&target.api_version, &target.kind)
+        .await?
+    {
+        Ok(resource) => Ok(Seen {
+            current: read(ctx, &resource, target).await?,
+            ..Seen::default()
+        }),
+        Err(why) => Ok(Seen {
+            unscalable: Some(why.to_string()),
+            ..Seen::default()
+        }),
+    }
 }
 
 /// When to look at a Scaler again after a reconcile.
@@ -557,7 +817,7 @@ fn next_action(next: Option<DateTime<Utc>>, suspended: bool, now: DateTime<Utc>)
     match next {
         _ if suspended => Action::await_change(),
         Some(next) => Action::requeue(until(now, next)),
-        None => Action::requeue(NO_FIRING_RECHECK),
+        None => Action::requeue(NO_TRANSITION_RECHECK),
     }
 }
 
@@ -566,32 +826,19 @@ pub fn until(now: DateTime<Utc>, next: DateTime<Utc>) -> Duration {
     (next - now).to_std().unwrap_or_default() + BOUNDARY_SLACK
 }
 
-async fn read_target(ctx: &Context, namespace: &str, name: &str) -> Result<Option<Deployment>> {
-    let api: Api<Deployment> = Api::namespaced(ctx.client.clone(), namespace);
-    match api.get(name).await {
-        Ok(d) => Ok(Some(d)),
-        Err(e) if is_status(&e, 404) => Ok(None),
-        Err(e) => Err(e.into()),
-    }
-}
-
 /// A deleted Scaler gives every target it scaled back, as when its window closes.
 async fn cleanup(scaler: &Scaler, ctx: &Context) -> Result<Action> {
     let (ns, _) = namespace_and_name(KIND, scaler)?;
-    let outside = outside_replicas(scaler.spec.schedule().ok().as_ref());
+    let outside = scaler.spec.outside_replicas;
     let mut seen = BTreeSet::new();
     let from_status = scaler
         .status
         .iter()
         .flat_map(|s| &s.targets)
-        .map(|t| (t.namespace.clone(), t.name.clone()));
-    let from_spec = scaler
-        .spec
-        .targets(&ns)
-        .map(|(n, d)| (n.to_string(), d.to_string()));
-    for (t_ns, t_name) in from_spec.chain(from_status) {
-        if seen.insert((t_ns.clone(), t_name.clone())) {
-            reconcile_target(ctx, scaler, &t_ns, &t_name, None, outside).await?;
+        .map(named_in_status);
+    for target in named_in_spec(scaler, &ns).into_iter().chain(from_status) {
+        if seen.insert(target.clone()) {
+            reconcile_target(ctx, scaler, &target, None, outside, true).await?;
         }
     }
     Ok(Action::await_change())
