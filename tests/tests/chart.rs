@@ -527,10 +527,23 @@ fn rbac_grants_exactly_what_each_binary_uses() -> Result<()> {
     ));
     controller.extend(expand(&["kubesteer.io"], &finalizers, &["update"], None));
     controller.extend(expand(&["apps"], &["deployments"], &write, None));
+    // Scaler targets of the built-in scalable kinds, through /scale, and the HPAs it cooperates with.
     controller.extend(expand(
         &["apps"],
-        &["deployments/scale"],
+        &["statefulsets", "replicasets"],
+        &["get", "list", "watch", "patch"],
+        None,
+    ));
+    controller.extend(expand(
+        &["apps"],
+        &["deployments/scale", "statefulsets/scale", "replicasets/scale"],
         &["get", "patch", "update"],
+        None,
+    ));
+    controller.extend(expand(
+        &["autoscaling"],
+        &["horizontalpodautoscalers"],
+        &["get", "list", "patch"],
         None,
     ));
     controller.extend(expand(&[""], &["services"], &write, None));
@@ -1446,5 +1459,33 @@ fn allowed_images_reach_the_webhook_and_none_means_any() -> Result<()> {
         env_value(container(&docs, &webhook), "KUBESTEER_ALLOWED_IMAGES").as_deref(),
         Some("registry.example.com/,hashicorp/http-echo:")
     );
+    Ok(())
+}
+
+#[test]
+fn extra_scale_targets_grant_the_controller_their_scale_and_nothing_else() -> Result<()> {
+    let base = grants(one(
+        &render(&[])?,
+        "ClusterRole",
+        &format!("{FULLNAME}-controller"),
+    ));
+    let docs = render(&[
+        "--set",
+        "controller.extraScaleTargets[0].group=example.com",
+        "--set",
+        "controller.extraScaleTargets[0].resource=widgets",
+    ])?;
+    let with = grants(one(&docs, "ClusterRole", &format!("{FULLNAME}-controller")));
+    let added: BTreeSet<String> = with.difference(&base).cloned().collect();
+    let want: BTreeSet<String> = expand(
+        &["example.com"],
+        &["widgets", "widgets/scale"],
+        &["get", "patch", "update"],
+        None,
+    )
+    .into_iter()
+    .collect();
+    assert_eq!(added, want);
+    assert!(base.is_subset(&with));
     Ok(())
 }

@@ -194,6 +194,21 @@ fn each_service_account_may_do_what_its_binary_does_and_nothing_more() -> Result
             &format!("update deployments.apps --subresource=scale -n {o}"),
         ),
         row(true, "watch deployments.apps --all-namespaces"),
+        // Scaler targets of other kinds, and the HPAs a Scaler cooperates with.
+        row(
+            true,
+            &format!("update statefulsets.apps --subresource=scale -n {o}"),
+        ),
+        row(true, "watch statefulsets.apps --all-namespaces"),
+        row(
+            true,
+            &format!("patch horizontalpodautoscalers.autoscaling -n {o}"),
+        ),
+        row(
+            false,
+            &format!("delete horizontalpodautoscalers.autoscaling -n {o}"),
+        ),
+        row(false, &format!("delete statefulsets.apps -n {o}")),
         row(true, &format!("patch services -n {o}")),
         row(true, "list pods --all-namespaces"),
         row(true, &format!("patch scalers.kubesteer.io -n {o}")),
