@@ -365,6 +365,22 @@ impl ScalerSpec {
         spec
     }
 
+    /// Two entries that name the same object once their namespaces are resolved (the schema
+    /// cannot know the Scaler's namespace), each reported at the later entry.
+    pub fn duplicate_targets(&self, own_namespace: &str) -> FieldErrors {
+        let mut seen = BTreeSet::new();
+        let mut errors = FieldErrors::new();
+        for (i, (t, ns)) in self.targets(own_namespace).enumerate() {
+            if !seen.insert(crate::claims::Target::of(t, ns)) {
+                errors.push(FieldError::duplicate(
+                    format!("spec.scaleTargetRefs[{i}]"),
+                    serde_json::to_value(t).unwrap_or_default(),
+                ));
+            }
+        }
+        errors
+    }
+
     /// The parsed `excludeDates`, skipping malformed entries (validation reports them).
     pub fn exclude_dates(&self) -> Vec<ExcludeDate> {
         self.exclude_dates

@@ -536,7 +536,11 @@ fn rbac_grants_exactly_what_each_binary_uses() -> Result<()> {
     ));
     controller.extend(expand(
         &["apps"],
-        &["deployments/scale", "statefulsets/scale", "replicasets/scale"],
+        &[
+            "deployments/scale",
+            "statefulsets/scale",
+            "replicasets/scale",
+        ],
         &["get", "patch", "update"],
         None,
     ));

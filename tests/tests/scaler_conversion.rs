@@ -33,7 +33,8 @@ fn both_versions_read_and_write_the_same_scalers() -> Result<()> {
     let run = ns.apply(alpha)?;
     assert!(run.ok, "{run:?}");
     assert!(
-        run.stderr.contains("kubesteer.io/v1alpha1 Scaler is deprecated"),
+        run.stderr
+            .contains("kubesteer.io/v1alpha1 Scaler is deprecated"),
         "{run:?}"
     );
     let beta = read(&ns, "v1beta1", "old")?;

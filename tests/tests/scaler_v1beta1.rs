@@ -81,7 +81,10 @@ fn a_stateful_set_is_scaled_through_its_scale_subresource_and_given_back() -> Re
         )?,
         "1"
     );
-    kubectl_ok(&["delete", "-n", ns.name(), "scaler/db", "--wait=true"], None)?;
+    kubectl_ok(
+        &["delete", "-n", ns.name(), "scaler/db", "--wait=true"],
+        None,
+    )?;
     wait_for(&ns, "statefulset/db", "{.spec.replicas}", "1")?;
     assert_eq!(
         get(&ns, "statefulset/db", "{.metadata.annotations}")?,
@@ -205,7 +208,11 @@ fn on_an_excluded_date_the_window_stays_closed_until_midnight() -> Result<()> {
         "next transition {next} should be the coming local midnight"
     );
     assert_eq!(
-        get(&ns, "scaler/holiday", "{.status.nextTransitions[0].replicas}")?,
+        get(
+            &ns,
+            "scaler/holiday",
+            "{.status.nextTransitions[0].replicas}"
+        )?,
         "3"
     );
 
@@ -276,8 +283,8 @@ fn an_override_holds_the_replicas_until_its_time_and_one_in_the_past_is_denied()
 }
 
 #[test]
-fn overlapping_windows_give_the_highest_replicas_and_the_next_column_shows_the_change(
-) -> Result<()> {
+fn overlapping_windows_give_the_highest_replicas_and_the_next_column_shows_the_change() -> Result<()>
+{
     let webhook = Webhook::start("b1-ovl")?;
     let ns = webhook.namespace("b1-ovl")?;
     let _controller = ControllerProcess::start(ns.name())?;

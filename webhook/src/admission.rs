@@ -11,10 +11,11 @@ use axum::{Json, Router};
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
 use kube::core::DynamicObject;
 use kubesteer_api::access::{Access, ImagePolicy};
-use kubesteer_api::claims::Claimant;
+use kubesteer_api::claims::{Claimant, Target};
 use kubesteer_api::field::{summarize, FieldError, FieldErrors};
 use kubesteer_api::kind::{Kind, ALL};
 use kubesteer_api::runtime::{health, Health};
+use kubesteer_api::scaler_v1beta1::HpaCooperation;
 use kubesteer_api::{ApplicationSpec, ScalerSpec, WelcomeSpec};
 use serde_json::Value;
 
@@ -333,30 +334,75 @@ async fn scaler_rules<C: Cluster>(
         return;
     }
     let cluster = &state.cluster;
-    let required = spec.required_access(&me.namespace);
+    // Each target's kind through the RESTMapper: one the cluster cannot scale is denied here.
+    let mut resources = Vec::new();
+    for (i, target) in spec.scale_target_refs.iter().enumerate() {
+        let path = format!("spec.scaleTargetRefs[{i}].kind");
+        match cluster.resolve(&target.api_version, &target.kind).await {
+            Ok(Ok(resource)) => resources.push(Some(resource.plural)),
+            Ok(Err(why)) => {
+                errors.push(FieldError::invalid(
+                    path,
+                    target.kind.as_str(),
+                    why.to_string(),
+                ));
+                resources.push(None);
+            }
+            Err(e) => {
+                errors.push(FieldError::forbidden(
+                    path,
+                    format!(
+                        "could not look the kind up in the cluster's discovery, try again: {e}"
+                    ),
+                ));
+                resources.push(None);
+            }
+        }
+    }
+    if !errors.is_empty() {
+        return;
+    }
+    let required = spec.required_access(&me.namespace, |t| {
+        let i = spec.scale_target_refs.iter().position(|r| r == t)?;
+        resources.get(i).cloned().flatten()
+    });
     // Targets are unique (checked above), so each SubjectAccessReview is asked once.
     let answers = ask_all(state, request, &required).await;
+    let mut refused = std::collections::BTreeSet::new();
     for ((path, access), answer) in required.iter().zip(answers) {
         // Anything about a target the author may not scale would tell them whether it exists.
         if !permitted(request, path, access, answer, errors) {
+            refused.insert(path.clone());
+        }
+    }
+    let cooperate = spec.hpa_cooperation() == HpaCooperation::Enabled;
+    for (i, (target, ns)) in spec.targets(&me.namespace).enumerate() {
+        let path = format!("spec.scaleTargetRefs[{i}]");
+        if refused.contains(&path) {
             continue;
         }
-        let (ns, name) = (access.namespace.as_str(), access.name.as_str());
-        if let Some(other) = cluster.claimant((ns, name), me) {
+        let target = Target::of(target, ns);
+        if let Some(other) = cluster.claimant(&target, me) {
             errors.push(FieldError::forbidden(
                 path.clone(),
-                format!("Deployment {ns}/{name} is already scaled by Scaler {other}"),
+                format!("{target} is already scaled by Scaler {other}"),
             ));
         }
-        if cluster.deployment_exists(ns, name) == Some(false) {
+        if cluster.target_exists(&target) == Some(false) {
             warnings.push(format!(
-                "{path}: Deployment {ns}/{name} does not exist yet; it is scaled once it appears"
+                "{path}: {target} does not exist yet; it is scaled once it appears"
             ));
         }
-        if let Some(hpa) = cluster.hpa_for(ns, name) {
-            warnings.push(format!(
-                "{path}: Deployment {ns}/{name} is also scaled by HorizontalPodAutoscaler {hpa}; they will fight over replicas"
-            ));
+        if let Some(hpa) = cluster.hpa_for(&target) {
+            warnings.push(if cooperate {
+                format!(
+                    "{path}: {target} is scaled by HorizontalPodAutoscaler {hpa}; the Scaler sets that HPA's minReplicas (recording and restoring the original) instead of the replicas"
+                )
+            } else {
+                format!(
+                    "{path}: {target} is also scaled by HorizontalPodAutoscaler {hpa}; with hpaCooperation Disabled they will fight over replicas"
+                )
+            });
         }
     }
 }

@@ -1,5 +1,6 @@
 //! What the admission rules need from the cluster, behind a trait so handlers can be tested alone.
 use std::future::Future;
+use std::sync::Arc;
 
 use futures::{FutureExt, Stream, StreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
@@ -16,6 +17,7 @@ use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Client, Resource, ResourceExt};
 use kubesteer_api::access::Access;
 use kubesteer_api::claims::{Claimant, Claims, Target};
+use kubesteer_api::runtime::scale::{Mapping, RestMapper};
 use kubesteer_api::runtime::watch::{self as tolerant, Undecodable};
 use kubesteer_api::runtime::{health, Health};
 use kubesteer_api::Scaler;
@@ -28,13 +30,21 @@ pub trait Cluster: Send + Sync + 'static {
         user: &UserInfo,
         access: &Access,
     ) -> impl Future<Output = Result<bool, String>> + Send;
-    /// The other Scaler (`namespace/name`) that claims this Deployment and is older than `me`,
+    /// The resource of a Scaler target's kind, or why it cannot be scaled (the RESTMapper); Err
+    /// when discovery could not be asked.
+    fn resolve(
+        &self,
+        api_version: &str,
+        kind: &str,
+    ) -> impl Future<Output = Result<Mapping, String>> + Send;
+    /// The other Scaler (`namespace/name`) that claims this target and is older than `me`,
     /// so owns it, if any (`kubesteer_api::claims`: a Scaler under CREATE is the youngest).
-    fn claimant(&self, target: (&str, &str), me: &Claimant) -> Option<String>;
-    /// Whether the Deployment exists; None while the cache is not yet filled.
-    fn deployment_exists(&self, namespace: &str, name: &str) -> Option<bool>;
-    /// The HorizontalPodAutoscaler that also scales this Deployment, if any.
-    fn hpa_for(&self, namespace: &str, name: &str) -> Option<String>;
+    fn claimant(&self, target: &Target, me: &Claimant) -> Option<String>;
+    /// Whether the target exists; None while the cache is not yet filled, or for a kind the
+    /// webhook keeps no cache of (only Deployments are cached).
+    fn target_exists(&self, target: &Target) -> Option<bool>;
+    /// The HorizontalPodAutoscaler that scales this target, if any.
+    fn hpa_for(&self, target: &Target) -> Option<String>;
     /// Whether an IngressClass of this name exists; None while the cache is not yet filled.
     fn ingress_class_exists(&self, name: &str) -> Option<bool>;
     /// The Ingresses (namespace, name), other than `me`, with a rule for `host` and `path`.
@@ -47,6 +57,8 @@ pub struct KubeCluster {
     client: Client,
     /// Which Scalers claim each target, kept from a watch: one lookup per target.
     claims: Claims,
+    /// Which resource a target's kind is (discovery, cached).
+    mapper: Arc<RestMapper>,
     deployments: Store<PartialObjectMeta<Deployment>>,
     hpas: Store<HorizontalPodAutoscaler>,
     ingresses: Store<Ingress>,
@@ -106,6 +118,7 @@ impl KubeCluster {
         let class_watch = watcher(classes_api, cfg);
         spawn_cache(w5, health.track("IngressClass", key, class_watch));
         Self {
+            mapper: Arc::new(RestMapper::new(client.clone())),
             client,
             claims,
             deployments,
@@ -185,17 +198,27 @@ impl Cluster for KubeCluster {
         Ok(answer.status.map(|s| s.allowed).unwrap_or(false))
     }
 
-    fn claimant(&self, target: (&str, &str), me: &Claimant) -> Option<String> {
+    async fn resolve(&self, api_version: &str, kind: &str) -> Result<Mapping, String> {
+        self.mapper
+            .resolve(api_version, kind)
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    fn claimant(&self, target: &Target, me: &Claimant) -> Option<String> {
         self.claims
             .read()
-            .older_claimant(&Target::deployment(target.0, target.1), me)
+            .older_claimant(target, me)
             .map(Claimant::id)
     }
 
-    fn deployment_exists(&self, namespace: &str, name: &str) -> Option<bool> {
+    fn target_exists(&self, target: &Target) -> Option<bool> {
+        if *target != Target::deployment(&target.namespace, &target.name) {
+            return None;
+        }
         // The store is ready once its watch has listed; the check does not wait.
         self.deployments.wait_until_ready().now_or_never()?.ok()?;
-        let key = reflector::ObjectRef::new(name).within(namespace);
+        let key = reflector::ObjectRef::new(&target.name).within(&target.namespace);
         Some(self.deployments.get(&key).is_some())
     }
 
@@ -224,13 +247,16 @@ impl Cluster for KubeCluster {
         found
     }
 
-    fn hpa_for(&self, namespace: &str, name: &str) -> Option<String> {
+    fn hpa_for(&self, target: &Target) -> Option<String> {
         self.hpas.state().iter().find_map(|h| {
             let t = &h.spec.as_ref()?.scale_target_ref;
-            (h.namespace().as_deref() == Some(namespace)
-                && t.kind == "Deployment"
-                && t.name == name)
-                .then(|| h.name_any())
+            let scales = Target::new(
+                t.api_version.as_deref().unwrap_or_default(),
+                &t.kind,
+                &h.namespace().unwrap_or_default(),
+                &t.name,
+            );
+            (scales == *target).then(|| h.name_any())
         })
     }
 }

@@ -52,17 +52,16 @@ async fn memcached_gets_every_default_and_a_second_pass_is_empty() {
 }
 
 #[tokio::test]
-async fn scaler_defaults_fill_replicas_and_time_zone_but_never_a_target() {
-    let targets = json!([{"name": "web"}, {"name": "api", "namespace": "other"}]);
+async fn scaler_defaults_fill_time_zone_and_suspend_but_never_a_target() {
+    let targets = json!([{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}, {"apiVersion": "apps/v1", "kind": "Deployment", "name": "api", "namespace": "other"}]);
     let review = with_spec(
         "scaler-create.json",
-        json!({"deployments": targets, "start": 9, "end": 17}),
+        json!({"scaleTargetRefs": targets, "windows": [{"start": 9, "end": 17}], "hpaCooperation": "Disabled"}),
     );
     let reply = send(cluster(), "/mutate/scalers", &review).await;
     let object = applied(&review, &reply.patch().unwrap());
     // A default inside a list item would make every client-side re-apply a change.
-    assert_eq!(object["spec"]["deployments"], targets);
-    assert_eq!(object["spec"]["replicas"], 1);
+    assert_eq!(object["spec"]["scaleTargetRefs"], targets);
     assert_eq!(object["spec"]["timeZone"], "UTC");
     assert_eq!(object["spec"]["suspend"], false);
 }
@@ -111,16 +110,16 @@ async fn a_denial_lists_every_violation_with_its_path() {
 async fn scaler_field_rules_deny_with_paths() {
     let review = with_spec(
         "scaler-create.json",
-        json!({"deployments": [{"name": "web"}, {"name": "web"}], "start": 25, "end": "25:00", "timeZone": "Nowhere/City"}),
+        json!({"scaleTargetRefs": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}, {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}], "windows": [{"start": 25, "end": "25:00"}], "hpaCooperation": "Disabled", "timeZone": "Nowhere/City"}),
     );
     let reply = send(cluster(), "/validate/scalers", &review).await;
     assert!(!reply.allowed());
     let m = reply.message();
     for want in [
-        "spec.start: Invalid value: 25: must be an hour 0-23 or \\\"HH:MM\\\""
+        "spec.windows[0].start: Invalid value: 25: must be an hour 0-23 or \\\"HH:MM\\\""
             .replace("\\\"", "\""),
-        "spec.end: Invalid value: \"25:00\"".to_string(),
-        "spec.deployments[1]: Duplicate value".to_string(),
+        "spec.windows[0].end: Invalid value: \"25:00\"".to_string(),
+        "spec.scaleTargetRefs[1]: Duplicate value".to_string(),
         "spec.timeZone: Invalid value: \"Nowhere/City\"".to_string(),
     ] {
         assert!(m.contains(&want), "{want} missing in {m}");
@@ -131,14 +130,14 @@ async fn scaler_field_rules_deny_with_paths() {
 async fn targets_that_resolve_to_one_deployment_are_denied_as_duplicates() {
     let review = with_spec(
         "scaler-create.json",
-        json!({"deployments": [{"name": "web"}, {"name": "web", "namespace": "team"}], "start": 9, "end": 17}),
+        json!({"scaleTargetRefs": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}, {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web", "namespace": "team"}], "windows": [{"start": 9, "end": 17}], "hpaCooperation": "Disabled"}),
     );
     let reply = send(cluster(), "/validate/scalers", &review).await;
     assert!(!reply.allowed());
     let m = reply.message();
     assert!(
         m.contains(
-            "spec.deployments[1]: Duplicate value: {\"name\":\"web\",\"namespace\":\"team\"}"
+            "spec.scaleTargetRefs[1]: Duplicate value: {\"apiVersion\":\"apps/v1\",\"kind\":\"Deployment\",\"name\":\"web\",\"namespace\":\"team\"}"
         ),
         "{m}"
     );
@@ -178,12 +177,12 @@ async fn a_plain_password_is_admitted_with_a_warning_that_does_not_echo_it() {
 async fn a_cross_namespace_target_needs_permission_to_scale_there() {
     let review = with_spec(
         "scaler-create.json",
-        json!({"deployments": [{"name": "web", "namespace": "prod"}], "start": 9, "end": 17}),
+        json!({"scaleTargetRefs": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web", "namespace": "prod"}], "windows": [{"start": 9, "end": 17}], "hpaCooperation": "Disabled"}),
     );
     let reply = send(cluster(), "/validate/scalers", &review).await;
     assert!(!reply.allowed());
     let m = reply.message();
-    assert!(m.contains("spec.deployments[0]: Forbidden: user \"alice\" may not update deployments/scale (apps) \"web\" in namespace \"prod\""), "{m}");
+    assert!(m.contains("spec.scaleTargetRefs[0]: Forbidden: user \"alice\" may not update deployments/scale (apps) \"web\" in namespace \"prod\""), "{m}");
     let allowed = FakeCluster {
         may_scale_in: vec!["team".into(), "prod".into()],
         deployments: vec![("prod".into(), "web".into())],
@@ -245,22 +244,68 @@ async fn missing_targets_and_hpas_are_warnings() {
 async fn cron_mode_is_accepted_and_mixed_modes_are_not() {
     let review = with_spec(
         "scaler-create.json",
-        json!({"deployments": [{"name": "web"}], "jobs": [{"name": "up", "schedule": "0 8 * * 1-5", "replicas": 5}]}),
+        json!({"scaleTargetRefs": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}], "jobs": [{"name": "up", "schedule": "0 8 * * 1-5", "replicas": 5}]}),
     );
     assert!(send(cluster(), "/validate/scalers", &review)
         .await
         .allowed());
     let review = with_spec(
         "scaler-create.json",
-        json!({"deployments": [{"name": "web"}], "start": 1, "jobs": [{"name": "up", "schedule": "@hourly", "replicas": 5}]}),
+        json!({"scaleTargetRefs": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}], "windows": [{"start": 1, "end": 2}], "jobs": [{"name": "up", "schedule": "@hourly", "replicas": 5}]}),
     );
     let reply = send(cluster(), "/validate/scalers", &review).await;
     assert!(
         reply
             .message()
-            .contains("spec.start: Forbidden: may not be combined with spec.jobs"),
+            .contains("spec.windows: Forbidden: may not be combined with spec.jobs"),
         "{}",
         reply.body
+    );
+}
+
+#[tokio::test]
+async fn hpa_cooperation_needs_update_on_the_namespace_hpas_and_any_scalable_kind_is_checked() {
+    let review = with_spec(
+        "scaler-create.json",
+        json!({"scaleTargetRefs": [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db", "namespace": "data"}], "windows": [{"start": 9, "end": 17}]}),
+    );
+    let c = FakeCluster {
+        may_scale_in: vec!["team".into()],
+        ..Default::default()
+    };
+    let reply = send(c.clone(), "/validate/scalers", &review).await;
+    assert!(!reply.allowed());
+    let m = reply.message();
+    assert!(m.contains("spec.scaleTargetRefs[0]: Forbidden: user \"alice\" may not update statefulsets/scale (apps) \"db\" in namespace \"data\""), "{m}");
+    assert!(m.contains("spec.scaleTargetRefs[0]: Forbidden: user \"alice\" may not update horizontalpodautoscalers (autoscaling) in namespace \"data\""), "{m}");
+    assert_eq!(c.sars(), 2, "the scale and the HPAs of the namespace");
+    let granted = FakeCluster {
+        may_scale_in: vec!["data".into()],
+        ..Default::default()
+    };
+    let reply = send(granted, "/validate/scalers", &review).await;
+    assert!(reply.allowed(), "{}", reply.body);
+}
+
+#[tokio::test]
+async fn a_kind_without_scale_or_unknown_is_denied_at_its_kind() {
+    let review = with_spec(
+        "scaler-create.json",
+        json!({"scaleTargetRefs": [
+            {"apiVersion": "v1", "kind": "ConfigMap", "name": "settings"},
+            {"apiVersion": "example.com/v1", "kind": "Widget", "name": "w"}
+        ], "windows": [{"start": 9, "end": 17}]}),
+    );
+    let c = cluster();
+    let reply = send(c.clone(), "/validate/scalers", &review).await;
+    assert!(!reply.allowed());
+    let m = reply.message();
+    assert!(m.contains("spec.scaleTargetRefs[0].kind: Invalid value: \"ConfigMap\": ConfigMap (v1) has no /scale subresource, so it cannot be scaled"), "{m}");
+    assert!(m.contains("spec.scaleTargetRefs[1].kind: Invalid value: \"Widget\": the cluster serves no kind \"Widget\" in \"example.com/v1\""), "{m}");
+    assert_eq!(
+        c.sars(),
+        0,
+        "nothing is asked about a kind that cannot be scaled"
     );
 }
 
@@ -444,7 +489,7 @@ async fn a_same_namespace_target_needs_permission_too() {
     assert!(!reply.allowed());
     let m = reply.message();
     assert!(
-        m.contains("spec.deployments[0]: Forbidden: user \"alice\" may not update deployments/scale (apps) \"web\" in namespace \"team\""),
+        m.contains("spec.scaleTargetRefs[0]: Forbidden: user \"alice\" may not update deployments/scale (apps) \"web\" in namespace \"team\""),
         "{m}"
     );
     let asked = denied.asked.lock().unwrap().clone();
@@ -470,15 +515,15 @@ async fn a_same_namespace_target_needs_permission_too() {
 async fn every_target_is_checked_and_the_denial_names_the_one_missing() {
     let review = with_spec(
         "scaler-create.json",
-        json!({"deployments": [{"name": "web"}, {"name": "api", "namespace": "prod"}, {"name": "db"}], "start": 9, "end": 17}),
+        json!({"scaleTargetRefs": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}, {"apiVersion": "apps/v1", "kind": "Deployment", "name": "api", "namespace": "prod"}, {"apiVersion": "apps/v1", "kind": "Deployment", "name": "db"}], "windows": [{"start": 9, "end": 17}], "hpaCooperation": "Disabled"}),
     );
     let c = cluster();
     let reply = send(c.clone(), "/validate/scalers", &review).await;
     assert!(!reply.allowed());
     let m = reply.message();
-    assert!(m.contains("spec.deployments[1]: Forbidden: user \"alice\" may not update deployments/scale (apps) \"api\" in namespace \"prod\""), "{m}");
+    assert!(m.contains("spec.scaleTargetRefs[1]: Forbidden: user \"alice\" may not update deployments/scale (apps) \"api\" in namespace \"prod\""), "{m}");
     assert!(
-        !m.contains("spec.deployments[0]") && !m.contains("spec.deployments[2]"),
+        !m.contains("spec.scaleTargetRefs[0]") && !m.contains("spec.scaleTargetRefs[2]"),
         "{m}"
     );
     assert_eq!(c.sars(), 3, "one review per target");
@@ -494,7 +539,7 @@ async fn a_failed_review_denies_and_says_why() {
     assert!(!reply.allowed());
     let m = reply.message();
     assert!(
-        m.contains("spec.deployments[0]: Forbidden: could not check whether user \"alice\" may update deployments/scale (apps) \"web\" in namespace \"team\": apiserver unreachable"),
+        m.contains("spec.scaleTargetRefs[0]: Forbidden: could not check whether user \"alice\" may update deployments/scale (apps) \"web\" in namespace \"team\": apiserver unreachable"),
         "{m}"
     );
 }
@@ -607,7 +652,7 @@ async fn nothing_about_a_target_the_user_may_not_scale_is_told() {
         .insert(("prod".into(), "api".into()), "api-hpa".into());
     let review = with_spec(
         "scaler-create.json",
-        json!({"deployments": [{"name": "web", "namespace": "prod"}, {"name": "api", "namespace": "prod"}, {"name": "gone", "namespace": "prod"}], "start": 9, "end": 17}),
+        json!({"scaleTargetRefs": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web", "namespace": "prod"}, {"apiVersion": "apps/v1", "kind": "Deployment", "name": "api", "namespace": "prod"}, {"apiVersion": "apps/v1", "kind": "Deployment", "name": "gone", "namespace": "prod"}], "windows": [{"start": 9, "end": 17}], "hpaCooperation": "Disabled"}),
     );
     let reply = send(c, "/validate/scalers", &review).await;
     assert!(!reply.allowed());

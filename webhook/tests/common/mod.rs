@@ -10,8 +10,10 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use http_body_util::BodyExt;
 use k8s_openapi::api::authentication::v1::UserInfo;
+use kube::discovery::ApiResource;
 use kubesteer_api::access::Access;
-use kubesteer_api::claims::Claimant;
+use kubesteer_api::claims::{Claimant, Target};
+use kubesteer_api::runtime::scale::{Mapping, Unscalable};
 use kubesteer_webhook::cluster::Cluster;
 use kubesteer_webhook::{router, AppState};
 use serde_json::Value;
@@ -66,8 +68,11 @@ impl Cluster for FakeCluster {
         let ns = &access.namespace;
         Ok(
             match (access.verb, access.resource.as_str(), access.subresource) {
-                ("update", "deployments", "scale") => {
+                ("update", "deployments" | "statefulsets" | "replicasets", "scale") => {
                     access.group == "apps" && self.may_scale_in.contains(ns)
+                }
+                ("update", "horizontalpodautoscalers", "") => {
+                    access.group == "autoscaling" && self.may_scale_in.contains(ns)
                 }
                 ("get", "secrets", "") => {
                     access.group.is_empty()
@@ -98,23 +103,49 @@ impl Cluster for FakeCluster {
             .map(|(ns, name, _, _)| (ns.clone(), name.clone()))
             .collect()
     }
-    fn claimant(&self, target: (&str, &str), me: &Claimant) -> Option<String> {
+    async fn resolve(&self, api_version: &str, kind: &str) -> Result<Mapping, String> {
+        Ok(mapping(api_version, kind))
+    }
+    fn claimant(&self, target: &Target, me: &Claimant) -> Option<String> {
         let other = self
             .claims
-            .get(&(target.0.to_string(), target.1.to_string()))?;
+            .get(&(target.namespace.clone(), target.name.clone()))?;
         (other != &me.id()).then(|| other.clone())
     }
-    fn deployment_exists(&self, namespace: &str, name: &str) -> Option<bool> {
-        Some(
+    fn target_exists(&self, target: &Target) -> Option<bool> {
+        (target.kind == "Deployment").then(|| {
             self.deployments
                 .iter()
-                .any(|(n, d)| n == namespace && d == name),
-        )
+                .any(|(n, d)| *n == target.namespace && *d == target.name)
+        })
     }
-    fn hpa_for(&self, namespace: &str, name: &str) -> Option<String> {
+    fn hpa_for(&self, target: &Target) -> Option<String> {
         self.hpas
-            .get(&(namespace.to_string(), name.to_string()))
+            .get(&(target.namespace.clone(), target.name.clone()))
             .cloned()
+    }
+}
+
+/// The RESTMapper of a plain cluster: apps/v1 Deployments, StatefulSets and ReplicaSets scale,
+/// a v1 ConfigMap has no /scale, anything else is unknown.
+pub fn mapping(api_version: &str, kind: &str) -> Mapping {
+    let refused = (api_version.to_string(), kind.to_string());
+    match (api_version, kind) {
+        ("apps/v1", "Deployment" | "StatefulSet" | "ReplicaSet") => Ok(ApiResource {
+            group: "apps".into(),
+            version: "v1".into(),
+            api_version: api_version.into(),
+            kind: kind.into(),
+            plural: format!("{}s", kind.to_lowercase()),
+        }),
+        ("v1", "ConfigMap") => Err(Unscalable::NoScaleSubresource {
+            api_version: refused.0,
+            kind: refused.1,
+        }),
+        _ => Err(Unscalable::UnknownKind {
+            api_version: refused.0,
+            kind: refused.1,
+        }),
     }
 }
 

@@ -6,8 +6,9 @@ use k8s_openapi::api::authentication::v1::UserInfo;
 use kube::core::admission::{AdmissionRequest, AdmissionReview, Operation};
 use kube::core::DynamicObject;
 use kubesteer_api::access::Access;
-use kubesteer_api::claims::Claimant;
+use kubesteer_api::claims::{Claimant, Target};
 use kubesteer_api::kind::Kind;
+use kubesteer_api::runtime::scale::Mapping;
 use kubesteer_webhook::admission::{answer, Endpoint};
 use kubesteer_webhook::cluster::Cluster;
 use kubesteer_webhook::error::ApiError;
@@ -37,16 +38,25 @@ impl Cluster for FuzzCluster {
         if user.username.as_deref() == Some("sar-error") {
             return Err("the apiserver did not answer".into());
         }
-        Ok(access.namespace == "team" && (access.resource == "deployments" || access.name == "pw"))
+        Ok(access.namespace == "team"
+            && (access.subresource == "scale"
+                || access.resource == "horizontalpodautoscalers"
+                || access.name == "pw"))
     }
-    fn claimant(&self, target: (&str, &str), me: &Claimant) -> Option<String> {
-        (target == ("team", "claimed") && me.id() != "team/owner").then(|| "team/owner".into())
+    async fn resolve(&self, api_version: &str, kind: &str) -> Result<Mapping, String> {
+        Ok(super::mapping(api_version, kind))
     }
-    fn deployment_exists(&self, namespace: &str, name: &str) -> Option<bool> {
-        Some((namespace, name) == ("team", "web"))
+    fn claimant(&self, target: &Target, me: &Claimant) -> Option<String> {
+        let claimed = (target.namespace.as_str(), target.name.as_str()) == ("team", "claimed");
+        (claimed && me.id() != "team/owner").then(|| "team/owner".into())
     }
-    fn hpa_for(&self, namespace: &str, name: &str) -> Option<String> {
-        ((namespace, name) == ("team", "autoscaled")).then(|| "web-hpa".into())
+    fn target_exists(&self, target: &Target) -> Option<bool> {
+        Some((target.namespace.as_str(), target.name.as_str()) == ("team", "web"))
+    }
+    fn hpa_for(&self, target: &Target) -> Option<String> {
+        let autoscaled =
+            (target.namespace.as_str(), target.name.as_str()) == ("team", "autoscaled");
+        autoscaled.then(|| "web-hpa".into())
     }
     fn ingress_class_exists(&self, name: &str) -> Option<bool> {
         Some(name == "nginx")
