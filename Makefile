@@ -35,9 +35,10 @@ cluster-down:
 manifests:
 	$(CARGO) run -q -p kubesteer-api --bin crdgen -- charts/kubesteer/crds
 
-## install: apply the CRDs to the cluster of $$KUBECONFIG (default: the local one).
+## install: apply the CRDs to the cluster of $$KUBECONFIG (default: the local one). A running
+## webhook points the Scaler CRD's conversion back at itself within a check round.
 install:
-	$(BIN)/kubectl $(if $(KUBECONFIG),,--kubeconfig $(KUBECONFIG_FILE)) apply --server-side -f charts/kubesteer/crds/
+	$(BIN)/kubectl $(if $(KUBECONFIG),,--kubeconfig $(KUBECONFIG_FILE)) apply --server-side --force-conflicts -f charts/kubesteer/crds/
 	$(BIN)/kubectl $(if $(KUBECONFIG),,--kubeconfig $(KUBECONFIG_FILE)) wait --for=condition=Established --timeout=60s -f charts/kubesteer/crds/
 
 ## run: the local control plane "kubesteer" (.kubesteer/) with its real node, the image built and

@@ -134,6 +134,8 @@ target/debug/kubesteer-certs generate --service kubesteer-webhook --namespace ku
 
 KUBECONFIG="$kc" target/debug/kubesteer-webhook --addr "127.0.0.1:$port" \
   --tls-cert-file "$state/certs/tls.crt" --tls-key-file "$state/certs/tls.key" \
+  --conversion-crd scalers.kubesteer.io --conversion-url "https://127.0.0.1:$port" \
+  --conversion-ca-file "$state/certs/ca.crt" \
   >"$state/webhook.log" 2>&1 &
 pids+=($!)
 deadline=$((SECONDS + ready_timeout))

@@ -7,6 +7,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use base64::Engine as _;
 use chrono::{DateTime, SecondsFormat, Utc};
 
 /// The repository root, for `config/samples` and the like.
@@ -273,6 +274,37 @@ pub struct Webhook {
 
 impl Webhook {
     pub fn start(id: &str) -> Result<Self> {
+        Self::start_with(id, false)
+    }
+
+    /// A webhook that also serves the Scaler CRD's conversion: it points the CRD at itself with
+    /// its CA and this returns once the apiserver has that caBundle. Conversion is cluster-wide,
+    /// so only one test binary (never two tests at once) may use it.
+    pub fn start_converting(id: &str) -> Result<Self> {
+        let webhook = Self::start_with(id, true)?;
+        let ca = std::fs::read(webhook.dir.join("ca.crt"))?;
+        let want = base64::engine::general_purpose::STANDARD.encode(ca);
+        eventually(
+            Duration::from_secs(60),
+            "the CRD's conversion caBundle",
+            || {
+                let got = kubectl_ok(
+                    &[
+                        "get",
+                        "crd",
+                        "scalers.kubesteer.io",
+                        "-o",
+                        "jsonpath={.spec.conversion.webhook.clientConfig.caBundle}",
+                    ],
+                    None,
+                )?;
+                Ok((got.trim() == want).then_some(()))
+            },
+        )?;
+        Ok(webhook)
+    }
+
+    fn start_with(id: &str, converting: bool) -> Result<Self> {
         let port = free_port()?;
         let dir = target_dir().join("e2e").join(format!("webhook-{id}"));
         let _ = std::fs::remove_dir_all(&dir);
@@ -301,6 +333,20 @@ impl Webhook {
                 "--tls-key-file",
                 &format!("{dir_s}/tls.key"),
             ])
+            .args(if converting {
+                vec![
+                    "--conversion-crd".to_string(),
+                    "scalers.kubesteer.io".to_string(),
+                    "--conversion-url".to_string(),
+                    format!("https://127.0.0.1:{port}"),
+                    "--conversion-ca-file".to_string(),
+                    format!("{dir_s}/ca.crt"),
+                    "--cert-check-interval".to_string(),
+                    "2s".to_string(),
+                ]
+            } else {
+                Vec::new()
+            })
             .env("KUBECONFIG", kubeconfig())
             .stdout(log.try_clone()?)
             .stderr(log)
@@ -1044,13 +1090,11 @@ pub fn helm(args: &[&str]) -> Result<String> {
 
 /// Standard base64, as Secret data and `caBundle`s are shown.
 pub fn base64(bytes: &[u8]) -> String {
-    use base64::Engine as _;
     base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
 /// Decodes standard base64, surrounding whitespace ignored.
 pub fn unbase64(text: &str) -> Result<Vec<u8>> {
-    use base64::Engine as _;
     Ok(base64::engine::general_purpose::STANDARD.decode(text.trim())?)
 }
 

@@ -483,6 +483,13 @@ fn rbac_grants_exactly_what_each_binary_uses() -> Result<()> {
         &["get", "patch"],
         Some(FULLNAME),
     );
+    // The Scaler CRD's conversion, pointed at itself.
+    webhook.extend(expand(
+        &["apiextensions.k8s.io"],
+        &["customresourcedefinitions"],
+        &["get", "patch"],
+        Some("scalers.kubesteer.io"),
+    ));
     let mut self_managed = webhook.clone();
     self_managed.extend(configs);
     assert_eq!(

@@ -138,6 +138,19 @@ fn each_service_account_may_do_what_its_binary_does_and_nothing_more() -> Result
         row(false, "list secrets --all-namespaces"),
         // Its checks: SubjectAccessReviews and cluster-wide caches.
         row(true, "create subjectaccessreviews.authorization.k8s.io"),
+        // The Scaler CRD's conversion, and no other CRD.
+        row(
+            true,
+            "patch customresourcedefinitions.apiextensions.k8s.io/scalers.kubesteer.io",
+        ),
+        row(
+            false,
+            "patch customresourcedefinitions.apiextensions.k8s.io/welcomes.kubesteer.io",
+        ),
+        row(
+            false,
+            "delete customresourcedefinitions.apiextensions.k8s.io/scalers.kubesteer.io",
+        ),
         row(true, "list scalers.kubesteer.io --all-namespaces"),
         row(true, "watch scalers.kubesteer.io --all-namespaces"),
         row(true, "list deployments.apps --all-namespaces"),
@@ -269,6 +282,19 @@ fn each_service_account_may_do_what_its_binary_does_and_nothing_more() -> Result
         // The reviews behind metrics auth (on by default); not the metrics themselves.
         row(true, "create tokenreviews.authentication.k8s.io"),
         row(true, "create subjectaccessreviews.authorization.k8s.io"),
+        // The Scaler CRD's conversion, and no other CRD.
+        row(
+            true,
+            "patch customresourcedefinitions.apiextensions.k8s.io/scalers.kubesteer.io",
+        ),
+        row(
+            false,
+            "patch customresourcedefinitions.apiextensions.k8s.io/welcomes.kubesteer.io",
+        ),
+        row(
+            false,
+            "delete customresourcedefinitions.apiextensions.k8s.io/scalers.kubesteer.io",
+        ),
         row(false, "get /metrics"),
         // Nothing of the webhook's, the cluster's or RBAC's.
         row(false, &format!("patch mutatingwebhookconfigurations/{f}")),

@@ -65,6 +65,30 @@ pub struct Args {
     )]
     pub webhook_configuration: String,
 
+    /// The CRD whose conversion this webhook serves (e.g. scalers.kubesteer.io): its
+    /// `spec.conversion` is pointed at this webhook (`--service` in `--namespace`, or
+    /// `--conversion-url`) with the CA, at start-up and every `--cert-check-interval`. Empty: off.
+    #[arg(long, env = "KUBESTEER_CONVERSION_CRD", default_value = "")]
+    pub conversion_crd: String,
+
+    /// The conversion webhook's base URL instead of the Service, e.g. https://127.0.0.1:9443
+    /// (runs outside the cluster).
+    #[arg(long, env = "KUBESTEER_CONVERSION_URL")]
+    pub conversion_url: Option<String>,
+
+    /// Files mode: the PEM of the CA that signed the serving certificate, for the CRD's
+    /// conversion caBundle (self-managed mode uses its own CA).
+    #[arg(
+        long,
+        env = "KUBESTEER_CONVERSION_CA_FILE",
+        default_value = "/tls/ca.crt"
+    )]
+    pub conversion_ca_file: PathBuf,
+
+    /// Files mode: the CA's PEM itself, instead of `--conversion-ca-file`.
+    #[arg(long, env = "KUBESTEER_CONVERSION_CA")]
+    pub conversion_ca: Option<String>,
+
     /// Self-managed: extra DNS names for the certificate (comma-separated in the variable).
     #[arg(long = "cert-dns", env = "KUBESTEER_CERT_DNS", value_delimiter = ',')]
     pub cert_dns: Vec<String>,
@@ -145,6 +169,21 @@ pub struct Args {
 
 impl Args {
     /// The server's timeouts and connection limits.
+    /// The CRD conversion this webhook keeps, if `--conversion-crd` is given.
+    pub fn conversion(&self) -> Option<crate::crd_conversion::Conversion> {
+        use crate::crd_conversion::{Conversion, Endpoint};
+        (!self.conversion_crd.is_empty()).then(|| Conversion {
+            crd: self.conversion_crd.clone(),
+            endpoint: match &self.conversion_url {
+                Some(url) => Endpoint::Url(url.clone()),
+                None => Endpoint::Service {
+                    namespace: self.namespace.clone(),
+                    name: self.service.clone(),
+                },
+            },
+        })
+    }
+
     pub fn limits(&self) -> Limits {
         Limits {
             handshake: self.handshake_timeout,

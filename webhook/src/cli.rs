@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use crate::args::{Args, CertMode};
 use crate::cluster::KubeCluster;
+use crate::crd_conversion::CaSource;
 use crate::selfmanaged::SelfManaged;
 use crate::server;
 use crate::tls::{self, CertFiles, CertStore};
@@ -49,6 +50,13 @@ async fn serve(args: Args) -> Result<(), Error> {
             };
             let store = CertStore::new(files.load()?);
             tokio::spawn(files.watch(store.clone(), args.cert_reload_interval));
+            if let Some(conversion) = args.conversion() {
+                let source = match &args.conversion_ca {
+                    Some(pem) => CaSource::Pem(pem.clone()),
+                    None => CaSource::File(args.conversion_ca_file.clone()),
+                };
+                tokio::spawn(conversion.keep(client.clone(), source, args.cert_check_interval));
+            }
             store
         }
         CertMode::SelfManaged => {
@@ -64,6 +72,7 @@ async fn serve(args: Args) -> Result<(), Error> {
                 configuration: args.webhook_configuration.clone(),
                 options,
                 interval: args.cert_check_interval,
+                conversion: args.conversion(),
             };
             let certs = manager.ensure().await?;
             let store = CertStore::new(tls::certified_key(

@@ -7,6 +7,7 @@ pub mod args;
 pub mod cli;
 pub mod cluster;
 pub mod conversion;
+pub mod crd_conversion;
 pub mod error;
 pub mod metrics;
 pub mod permissions;

@@ -38,6 +38,8 @@ pub struct SelfManaged {
     pub options: Options,
     /// How often the Secret is checked; the CA overlap is counted in these rounds.
     pub interval: Duration,
+    /// The CRD whose conversion goes to this webhook, given the same CA.
+    pub conversion: Option<crate::crd_conversion::Conversion>,
 }
 
 /// The certificates as stored: the bundle to serve and the CAs to trust.
@@ -183,7 +185,8 @@ impl SelfManaged {
         })
     }
 
-    /// Sets `caBundle` of every webhook in both configurations to `trust`, by server-side apply.
+    /// Sets `caBundle` of every webhook in both configurations to `trust`, by server-side apply,
+    /// and points the conversion CRD (if any) at this webhook with the same trust.
     pub async fn inject_ca(&self, trust: &Trust) -> Result<()> {
         let names = |hooks: Option<Vec<String>>| hooks.unwrap_or_default();
         let mutating: Api<MutatingWebhookConfiguration> = Api::all(self.client.clone());
@@ -205,6 +208,12 @@ impl SelfManaged {
             );
             self.apply_ca(&validating, "ValidatingWebhookConfiguration", &hooks, trust)
                 .await?;
+        }
+        // Only v1alpha1 reads and writes depend on it, so a failure here does not fail the round.
+        if let Some(conversion) = &self.conversion {
+            if let Err(e) = conversion.inject(&self.client, &trust.bundle()).await {
+                tracing::warn!(crd = %conversion.crd, error = %e, "could not set the CRD's conversion; will retry");
+            }
         }
         Ok(())
     }
