@@ -58,7 +58,7 @@ fn a_leader_cut_off_from_the_apiserver_stops_reconciling_before_its_lease_expire
     ns.create_deployment("web", 1)?;
     let now = unix_now();
     let run = ns.apply(&format!(
-        "apiVersion: kubesteer.io/v1alpha1\nkind: Scaler\nmetadata: {{name: sched}}\nspec: {{deployments: [{{name: web}}], start: \"{}\", end: \"{}\", replicas: 2}}\n",
+        "apiVersion: kubesteer.io/v1beta1\nkind: Scaler\nmetadata: {{name: sched}}\nspec: {{scaleTargetRefs: [{{apiVersion: apps/v1, kind: Deployment, name: web}}], windows: [{{start: \"{}\", end: \"{}\", replicas: 2}}]}}\n",
         hh_mm(now - 3600),
         hh_mm(now + 3600)
     ))?;
@@ -208,10 +208,10 @@ kind: Welcome
 metadata: {{name: hello}}
 spec: {{name: kubesteer, password: crash-test-password, serviceType: ClusterIP}}
 ---
-apiVersion: kubesteer.io/v1alpha1
+apiVersion: kubesteer.io/v1beta1
 kind: Scaler
 metadata: {{name: sched}}
-spec: {{deployments: [{{name: web}}], start: "{}", end: "{}", replicas: 3}}
+spec: {{scaleTargetRefs: [{{apiVersion: apps/v1, kind: Deployment, name: web}}], windows: [{{start: "{}", end: "{}", replicas: 3}}]}}
 "#,
         hh_mm(now - 3600),
         hh_mm(now + 3600)

@@ -50,7 +50,7 @@ fn a_window_that_opens_while_the_apiserver_is_down_opens_within_5_seconds_of_its
     // The boundary: a whole minute (windows are set in minutes) at least 25 s ahead.
     let opens = (unix_now() + 25).div_ceil(60) * 60;
     let run = ns.apply(&format!(
-        "apiVersion: kubesteer.io/v1alpha1\nkind: Scaler\nmetadata: {{name: sched}}\nspec: {{deployments: [{{name: web}}], start: \"{}\", end: \"{}\", replicas: 3}}\n",
+        "apiVersion: kubesteer.io/v1beta1\nkind: Scaler\nmetadata: {{name: sched}}\nspec: {{scaleTargetRefs: [{{apiVersion: apps/v1, kind: Deployment, name: web}}], windows: [{{start: \"{}\", end: \"{}\", replicas: 3}}]}}\n",
         hh_mm(opens),
         hh_mm(opens + 3600)
     ))?;

@@ -49,9 +49,19 @@ fn write_time(ns: &Namespace, name: &str) -> Result<String> {
     )
 }
 
+/// A Scaler `sched` of the Deployments `targets` (`{name: web}` entries) with one window;
+/// `extra` is `, replicas: 3` (the window's) and other spec fields (`, suspend: true`).
 fn window(targets: &str, start: &str, end: &str, extra: &str) -> String {
+    let targets = targets.replace("{name:", "{apiVersion: apps/v1, kind: Deployment, name:");
+    let (replicas, rest): (Vec<&str>, Vec<&str>) = extra
+        .split(',')
+        .map(str::trim)
+        .filter(|f| !f.is_empty())
+        .partition(|f| f.starts_with("replicas:"));
+    let fields = |f: Vec<&str>| f.iter().map(|f| format!(", {f}")).collect::<String>();
+    let (replicas, rest) = (fields(replicas), fields(rest));
     format!(
-        "apiVersion: kubesteer.io/v1alpha1\nkind: Scaler\nmetadata: {{name: sched}}\nspec: {{deployments: [{targets}], start: \"{start}\", end: \"{end}\"{extra}}}\n"
+        "apiVersion: kubesteer.io/v1beta1\nkind: Scaler\nmetadata: {{name: sched}}\nspec: {{scaleTargetRefs: [{targets}], windows: [{{start: \"{start}\", end: \"{end}\"{replicas}}}]{rest}}}\n"
     )
 }
 
@@ -139,7 +149,10 @@ fn a_short_window_closes_on_time_and_restores() -> Result<()> {
     assert!(run.ok, "{run:?}");
     wait_replicas(&ns, "web", "4")?;
     assert_eq!(jsonpath(ns.name(), "deployment/web", ORIGINAL)?, "2");
-    assert_eq!(scaler(&ns, "{.status.nextTransition}")?, rfc3339(end));
+    assert_eq!(
+        scaler(&ns, "{.status.nextTransitions[0].time}")?,
+        rfc3339(end)
+    );
 
     let wait = Duration::from_secs(end.saturating_sub(unix_now()) + 30);
     eventually(wait, "the window to close", || {
@@ -184,7 +197,7 @@ fn a_closed_window_leaves_the_target_alone_and_reports_the_next_opening() -> Res
     ))?;
     assert!(run.ok, "{run:?}");
     eventually(WAIT, "nextTransition", || {
-        let next = scaler(&ns, "{.status.nextTransition}")?;
+        let next = scaler(&ns, "{.status.nextTransitions[0].time}")?;
         Ok((next == rfc3339(start)).then_some(()))
     })?;
     assert_eq!(scaler(&ns, "{.status.active}")?, "false");
@@ -211,7 +224,7 @@ fn cron_jobs_scale_at_each_firing() -> Result<()> {
     let _controller = ControllerProcess::start(ns.name())?;
     deployment(&ns, "web", 1)?;
     let run = ns.apply(
-        "apiVersion: kubesteer.io/v1alpha1\nkind: Scaler\nmetadata: {name: sched}\nspec:\n  deployments: [{name: web}]\n  jobs:\n  - {name: even, schedule: \"*/2 * * * *\", replicas: 2}\n  - {name: odd, schedule: \"1-59/2 * * * *\", replicas: 3}\n",
+        "apiVersion: kubesteer.io/v1beta1\nkind: Scaler\nmetadata: {name: sched}\nspec:\n  scaleTargetRefs: [{apiVersion: apps/v1, kind: Deployment, name: web}]\n  jobs:\n  - {name: even, schedule: \"*/2 * * * *\", replicas: 2}\n  - {name: odd, schedule: \"1-59/2 * * * *\", replicas: 3}\n",
     )?;
     assert!(run.ok, "{run:?}");
     // Catch-up: the most recent firing applies at once.

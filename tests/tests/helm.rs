@@ -200,8 +200,8 @@ fn install_upgrade_and_uninstall_with_self_managed_certificates() -> Result<()> 
     // A rule that only the validating webhook knows (the schema refuses an image with a space
     // before the webhook is asked).
     let bad = ns.apply(
-        "apiVersion: kubesteer.io/v1alpha1\nkind: Scaler\nmetadata: {name: bad}\n\
-         spec: {deployments: [{name: web}], start: 9, end: 17, timeZone: Mars/Olympus}\n",
+        "apiVersion: kubesteer.io/v1beta1\nkind: Scaler\nmetadata: {name: bad}\n\
+         spec: {scaleTargetRefs: [{apiVersion: apps/v1, kind: Deployment, name: web}], windows: [{start: 9, end: 17}], timeZone: Mars/Olympus}\n",
     )?;
     assert!(
         !bad.ok

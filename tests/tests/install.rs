@@ -275,8 +275,8 @@ fn helm_install_runs_the_image_on_the_real_node() -> Result<()> {
     // Denied and defaulted through the in-cluster Service.
     // A bad time zone: only the webhook knows the IANA names, so the denial is its own.
     let bad = release.apply(
-        "apiVersion: kubesteer.io/v1alpha1\nkind: Scaler\nmetadata: {name: bad}\n\
-         spec: {deployments: [{name: web}], start: 9, end: 17, timeZone: Mars/Olympus}\n",
+        "apiVersion: kubesteer.io/v1beta1\nkind: Scaler\nmetadata: {name: bad}\n\
+         spec: {scaleTargetRefs: [{apiVersion: apps/v1, kind: Deployment, name: web}], windows: [{start: 9, end: 17}], timeZone: Mars/Olympus}\n",
     )?;
     assert!(!bad.ok, "a bad Scaler is denied");
     assert!(
@@ -490,9 +490,9 @@ impl Load {
                         seq += 1;
                         // A new annotation each round, so every apply is a write the webhooks see.
                         let yaml = format!(
-                            "apiVersion: kubesteer.io/v1alpha1\nkind: Scaler\n\
+                            "apiVersion: kubesteer.io/v1beta1\nkind: Scaler\n\
                              metadata: {{name: s{w}, annotations: {{seq: \"{seq}\"}}}}\n\
-                             spec: {{deployments: [{{name: web{w}}}], start: 9, end: 17}}\n---\n\
+                             spec: {{scaleTargetRefs: [{{apiVersion: apps/v1, kind: Deployment, name: web{w}}}], windows: [{{start: 9, end: 17}}]}}\n---\n\
                              apiVersion: kubesteer.io/v1alpha1\nkind: Memcached\n\
                              metadata: {{name: m{w}, annotations: {{seq: \"{seq}\"}}}}\n\
                              spec: {{size: 0}}\n---\n\

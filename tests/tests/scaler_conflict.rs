@@ -18,7 +18,7 @@ const ORIGINAL: &str = "{.metadata.annotations.kubesteer\\.io/original-replicas}
 fn open_window(name: &str, targets: &str, replicas: u32) -> String {
     let now = unix_now();
     format!(
-        "apiVersion: kubesteer.io/v1alpha1\nkind: Scaler\nmetadata: {{name: {name}}}\nspec: {{deployments: [{targets}], start: \"{}\", end: \"{}\", replicas: {replicas}}}\n",
+        "apiVersion: kubesteer.io/v1beta1\nkind: Scaler\nmetadata: {{name: {name}}}\nspec: {{scaleTargetRefs: [{targets}], windows: [{{start: \"{}\", end: \"{}\", replicas: {replicas}}}]}}\n",
         hh_mm(now - 3600),
         hh_mm(now + 3600)
     )
@@ -136,12 +136,23 @@ fn the_older_scaler_owns_a_shared_target_and_the_younger_takes_over_when_it_is_d
     let ns = webhook.namespace("scl-conflict")?;
     let _controller = ControllerProcess::start(ns.name())?;
     ns.create_deployment("web", 1)?;
-    assert!(ns.apply(&open_window("first", "{name: web}", 3))?.ok);
+    assert!(
+        ns.apply(&open_window(
+            "first",
+            "{apiVersion: apps/v1, kind: Deployment, name: web}",
+            3
+        ))?
+        .ok
+    );
     wait_owned(&ns, "first", "3", "1")?;
 
     // Through the webhook, a second claim is denied (its claims index names the owner). A dry
     // run stores nothing, so it is asked until the apiserver sees the namespace's new label.
-    let second = open_window("second", "{name: web}", 5);
+    let second = open_window(
+        "second",
+        "{apiVersion: apps/v1, kind: Deployment, name: web}",
+        5,
+    );
     let denied = eventually(WAIT, "the webhook's claim denial", || {
         let run = kubectl(
             &["create", "--dry-run=server", "-n", ns.name(), "-f", "-"],
@@ -150,7 +161,7 @@ fn the_older_scaler_owns_a_shared_target_and_the_younger_takes_over_when_it_is_d
         Ok((!run.ok).then_some(run))
     })?;
     let want = format!(
-        "spec.deployments[0]: Forbidden: Deployment {0}/web is already scaled by Scaler {0}/first",
+        "spec.scaleTargetRefs[0]: Forbidden: Deployment {0}/web is already scaled by Scaler {0}/first",
         ns.name()
     );
     assert!(denied.stderr.contains(&want), "{}", denied.stderr);
@@ -204,15 +215,30 @@ fn the_younger_scaler_takes_over_when_the_older_stops_claiming_the_target() -> R
     let _controller = ControllerProcess::start(ns.name())?;
     ns.create_deployment("web", 2)?;
     ns.create_deployment("api", 1)?;
-    assert!(ns.apply(&open_window("early", "{name: web}", 4))?.ok);
+    assert!(
+        ns.apply(&open_window(
+            "early",
+            "{apiVersion: apps/v1, kind: Deployment, name: web}",
+            4
+        ))?
+        .ok
+    );
     wait_owned(&ns, "early", "4", "2")?;
-    create_younger_than(&ns, "early", &open_window("late", "{name: web}", 7))?;
+    create_younger_than(
+        &ns,
+        "early",
+        &open_window(
+            "late",
+            "{apiVersion: apps/v1, kind: Deployment, name: web}",
+            7,
+        ),
+    )?;
     wait_conflict(&ns, "late", "early", "4")?;
 
     // The owner drops web for api: it restores web, and the younger takes web over.
     ns.merge_patch(
         "scaler/early",
-        r#"{"spec":{"deployments":[{"name":"api"}]}}"#,
+        r#"{"spec":{"scaleTargetRefs":[{"apiVersion":"apps/v1","kind":"Deployment","name":"api"}]}}"#,
     )?;
     wait_owned(&ns, "late", "7", "2")?;
     eventually(WAIT, "api scaled by early", || {

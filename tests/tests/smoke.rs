@@ -73,8 +73,18 @@ fn kubectl_get_shows_the_columns_of_each_kind() -> Result<()> {
 
 #[test]
 fn kubectl_explain_shows_descriptions() -> Result<()> {
-    let out = kubectl_ok(&["explain", "scaler.spec.start"], None)?;
+    let out = kubectl_ok(&["explain", "scaler.spec.windows.start"], None)?;
     assert!(out.contains("When the window opens"), "{out}");
+    // The overlap, DST and exclude rules are told on the fields they affect.
+    let out = kubectl_ok(&["explain", "scaler.spec.windows"], None)?;
+    assert!(
+        out.contains("the highest replicas of the open windows wins"),
+        "{out}"
+    );
+    let out = kubectl_ok(&["explain", "scaler.spec.timeZone"], None)?;
+    assert!(out.contains("spring-forward gap"), "{out}");
+    let out = kubectl_ok(&["explain", "scaler.spec.excludeDates"], None)?;
+    assert!(out.contains("behaves as outside every window"), "{out}");
     let out = kubectl_ok(&["explain", "memcached.spec.size"], None)?;
     assert!(out.contains("Number of memcached pods"), "{out}");
     let out = kubectl_ok(&["explain", "welcome.status.serviceURL"], None)?;
@@ -91,11 +101,11 @@ fn the_schema_alone_refuses_nonsense() -> Result<()> {
     let ns = Namespace::new("schema")?;
     let cases = [
         ("apiVersion: kubesteer.io/v1alpha1\nkind: Memcached\nmetadata: {name: bad}\nspec: {size: -1}\n", "spec.size"),
-        ("apiVersion: kubesteer.io/v1alpha1\nkind: Scaler\nmetadata: {name: bad}\nspec: {deployments: [{name: web}], start: 25, end: 3}\n", "spec.start"),
-        ("apiVersion: kubesteer.io/v1alpha1\nkind: Scaler\nmetadata: {name: bad2}\nspec: {deployments: [{name: web}], start: \"7:00\", end: 3}\n", "spec.start"),
+        ("apiVersion: kubesteer.io/v1beta1\nkind: Scaler\nmetadata: {name: bad}\nspec: {scaleTargetRefs: [{apiVersion: apps/v1, kind: Deployment, name: web}], windows: [{start: 25, end: 3}]}\n", "spec.windows[0].start"),
+        ("apiVersion: kubesteer.io/v1beta1\nkind: Scaler\nmetadata: {name: bad2}\nspec: {scaleTargetRefs: [{apiVersion: apps/v1, kind: Deployment, name: web}], windows: [{start: \"7:00\", end: 3}]}\n", "spec.windows[0].start"),
         ("apiVersion: kubesteer.io/v1alpha1\nkind: Welcome\nmetadata: {name: bad}\nspec: {name: x, serviceType: Foo}\n", "spec.serviceType"),
         ("apiVersion: kubesteer.io/v1alpha1\nkind: Welcome\nmetadata: {name: bad2}\nspec: {port: 8080}\n", "spec.name"),
-        ("apiVersion: kubesteer.io/v1alpha1\nkind: Scaler\nmetadata: {name: bad3}\nspec: {deployments: [{name: web}], start: 1, end: 2, jobs: [{name: a, schedule: '@hourly', replicas: 1}]}\n", "jobs cannot be combined"),
+        ("apiVersion: kubesteer.io/v1beta1\nkind: Scaler\nmetadata: {name: bad3}\nspec: {scaleTargetRefs: [{apiVersion: apps/v1, kind: Deployment, name: web}], windows: [{start: 1, end: 2}], jobs: [{name: a, schedule: '@hourly', replicas: 1}]}\n", "exactly one of windows and jobs is required"),
     ];
     for (yaml, want) in cases {
         let run = ns.apply(yaml)?;

@@ -6,7 +6,7 @@ use serde_json::Value;
 
 const MC: &str = "apiVersion: kubesteer.io/v1alpha1\nkind: Memcached\n";
 const WEL: &str = "apiVersion: kubesteer.io/v1alpha1\nkind: Welcome\n";
-const SCL: &str = "apiVersion: kubesteer.io/v1alpha1\nkind: Scaler\n";
+const SCL: &str = "apiVersion: kubesteer.io/v1beta1\nkind: Scaler\n";
 
 fn get_json(ns: &str, what: &str) -> Result<Value> {
     Ok(serde_json::from_str(&kubectl_ok(
@@ -47,14 +47,14 @@ fn defaults_are_stored_and_reapplying_is_unchanged() -> Result<()> {
     assert_eq!(spec["serviceType"], "NodePort");
 
     ns.create_deployment("web", 1)?;
-    let scl = format!("{SCL}metadata: {{name: hours}}\nspec: {{deployments: [{{name: web}}], start: 9, end: \"17:30\"}}\n");
+    let scl = format!("{SCL}metadata: {{name: hours}}\nspec: {{scaleTargetRefs: [{{apiVersion: apps/v1, kind: Deployment, name: web}}], windows: [{{start: 9, end: \"17:30\"}}]}}\n");
     assert!(ns.apply(&scl)?.ok);
     let spec = &get_json(ns.name(), "scaler/hours")?["spec"];
     // Nothing is stored inside a target (its namespace is resolved when read), so the
     // re-apply is `unchanged` (tests/tests/scaler_reapply.rs goes further).
     assert_eq!(
-        spec["deployments"],
-        serde_json::json!([{"name": "web"}]),
+        spec["scaleTargetRefs"],
+        serde_json::json!([{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}]),
         "{spec}"
     );
     assert_eq!(
@@ -131,13 +131,13 @@ fn invalid_objects_of_every_kind_are_denied_naming_each_field() -> Result<()> {
     }
     let scl = |name: &str, spec: &str| format!("{SCL}metadata: {{name: {name}}}\nspec: {spec}\n");
     for (yaml, fields) in [
-        (scl("s1", "{deployments: [{name: web}], start: 9, end: \"09:00\"}"), vec!["spec.end", "must differ from spec.start"]),
-        (scl("s2", "{deployments: [{name: web}], start: 9, end: 17, timeZone: Mars/Olympus}"), vec!["spec.timeZone", denied_by_webhook]),
-        (scl("s3", "{deployments: [{name: web}], jobs: [{name: a, schedule: \"not cron\", replicas: 1}]}"), vec!["spec.jobs[0].schedule", denied_by_webhook]),
-        (scl("s4", "{deployments: [{name: Web}], start: 1, end: 2}"), vec!["spec.deployments[0].name"]),
-        (scl("s5", "{deployments: [{name: web}], start: 25, end: 3}"), vec!["spec.start"]),
-        (scl("s7", "{deployments: [{name: web}], jobs: [{name: a, schedule: \"0 0 30 2 *\", replicas: 1}]}"), vec!["spec.jobs[0].schedule", "never fires", denied_by_webhook]),
-        (scl("s6", "{deployments: [{name: web}], start: 1, end: 2, jobs: [{name: a, schedule: \"@hourly\", replicas: 1}]}"), vec!["jobs cannot be combined with start, end or replicas"]),
+        (scl("s1", "{scaleTargetRefs: [{apiVersion: apps/v1, kind: Deployment, name: web}], windows: [{start: 9, end: \"09:00\"}]}"), vec!["spec.windows[0].end", "must differ from start"]),
+        (scl("s2", "{scaleTargetRefs: [{apiVersion: apps/v1, kind: Deployment, name: web}], windows: [{start: 9, end: 17}], timeZone: Mars/Olympus}"), vec!["spec.timeZone", denied_by_webhook]),
+        (scl("s3", "{scaleTargetRefs: [{apiVersion: apps/v1, kind: Deployment, name: web}], jobs: [{name: a, schedule: \"not cron\", replicas: 1}]}"), vec!["spec.jobs[0].schedule", denied_by_webhook]),
+        (scl("s4", "{scaleTargetRefs: [{apiVersion: apps/v1, kind: Deployment, name: Web}], windows: [{start: 1, end: 2}]}"), vec!["spec.scaleTargetRefs[0].name"]),
+        (scl("s5", "{scaleTargetRefs: [{apiVersion: apps/v1, kind: Deployment, name: web}], windows: [{start: 25, end: 3}]}"), vec!["spec.windows[0].start"]),
+        (scl("s7", "{scaleTargetRefs: [{apiVersion: apps/v1, kind: Deployment, name: web}], jobs: [{name: a, schedule: \"0 0 30 2 *\", replicas: 1}]}"), vec!["spec.jobs[0].schedule", "never fires", denied_by_webhook]),
+        (scl("s6", "{scaleTargetRefs: [{apiVersion: apps/v1, kind: Deployment, name: web}], windows: [{start: 1, end: 2}], jobs: [{name: a, schedule: \"@hourly\", replicas: 1}]}"), vec!["exactly one of windows and jobs is required"]),
     ] {
         expect_denied(&ns, &yaml, &fields)?;
     }
@@ -213,11 +213,11 @@ fn warnings_are_printed_by_kubectl() -> Result<()> {
         !webhook.log().contains("hunter2"),
         "the password must never be logged"
     );
-    let run = ns.apply(&format!("{SCL}metadata: {{name: later}}\nspec: {{deployments: [{{name: not-yet}}], start: 1, end: 2}}\n"))?;
+    let run = ns.apply(&format!("{SCL}metadata: {{name: later}}\nspec: {{scaleTargetRefs: [{{apiVersion: apps/v1, kind: Deployment, name: not-yet}}], windows: [{{start: 1, end: 2}}]}}\n"))?;
     assert!(run.ok, "{run:?}");
     assert!(
         run.stderr
-            .contains("Warning: spec.deployments[0]: Deployment")
+            .contains("Warning: spec.scaleTargetRefs[0]: Deployment")
             && run.stderr.contains("does not exist yet"),
         "{}",
         run.stderr
@@ -231,7 +231,7 @@ fn warnings_are_printed_by_kubectl() -> Result<()> {
         std::time::Duration::from_secs(10),
         "HPA warning",
         || {
-            let run = ns.apply(&format!("{SCL}metadata: {{name: office}}\nspec: {{deployments: [{{name: web}}], start: 1, end: 2}}\n"))?;
+            let run = ns.apply(&format!("{SCL}metadata: {{name: office}}\nspec: {{scaleTargetRefs: [{{apiVersion: apps/v1, kind: Deployment, name: web}}], windows: [{{start: 1, end: 2}}]}}\n"))?;
             Ok(run
                 .stderr
                 .contains("HorizontalPodAutoscaler web")
@@ -306,17 +306,19 @@ fn cross_namespace_targets_need_permission_and_targets_are_not_shared() -> Resul
         ],
         None,
     )?;
-    let yaml = format!("{SCL}metadata: {{name: remote}}\nspec: {{deployments: [{{name: web, namespace: {}}}], start: 1, end: 2}}\n", other.name());
+    // HPA cooperation off: it would also need `update` on that namespace's HPAs, and this test
+    // is about the scale permission alone (tests/tests/scaler_v1beta1.rs covers HPAs).
+    let yaml = format!("{SCL}metadata: {{name: remote}}\nspec: {{scaleTargetRefs: [{{apiVersion: apps/v1, kind: Deployment, name: web, namespace: {}}}], windows: [{{start: 1, end: 2}}], hpaCooperation: Disabled}}\n", other.name());
     let run = kubectl(
         &["apply", "--as=bob", "-n", ns.name(), "-f", "-"],
         Some(&yaml),
     )?;
     assert!(!run.ok, "{run:?}");
-    let want = format!("spec.deployments[0]: Forbidden: user \"bob\" may not update deployments/scale (apps) \"web\" in namespace \"{}\"", other.name());
+    let want = format!("spec.scaleTargetRefs[0]: Forbidden: user \"bob\" may not update deployments/scale (apps) \"web\" in namespace \"{}\"", other.name());
     assert!(run.stderr.contains(&want), "{}", run.stderr);
     // The cluster admin may scale there, so the same object is admitted for them.
     assert!(ns.apply(&yaml)?.ok);
-    let second = format!("{SCL}metadata: {{name: rival}}\nspec: {{deployments: [{{name: web, namespace: {}}}], start: 3, end: 4}}\n", other.name());
+    let second = format!("{SCL}metadata: {{name: rival}}\nspec: {{scaleTargetRefs: [{{apiVersion: apps/v1, kind: Deployment, name: web, namespace: {}}}], windows: [{{start: 3, end: 4}}], hpaCooperation: Disabled}}\n", other.name());
     // The webhook learns of `remote` through its watch: ask by server-side dry run (which stores
     // nothing) until it denies, so a create that races the watch cannot slip `rival` in.
     let want = format!("is already scaled by Scaler {}/remote", ns.name());
@@ -351,11 +353,12 @@ fn a_same_namespace_target_needs_permission_to_scale_it_and_tells_nothing_otherw
         "scalers.kubesteer.io",
         "carol",
     )?;
-    let yaml = format!("{SCL}metadata: {{name: own}}\nspec: {{deployments: [{{name: web}}, {{name: hidden}}], start: 1, end: 2}}\n");
+    // HPA cooperation off, as above: only the scale permission is asked for.
+    let yaml = format!("{SCL}metadata: {{name: own}}\nspec: {{scaleTargetRefs: [{{apiVersion: apps/v1, kind: Deployment, name: web}}, {{apiVersion: apps/v1, kind: Deployment, name: hidden}}], windows: [{{start: 1, end: 2}}], hpaCooperation: Disabled}}\n");
     let run = apply_as("carol", ns.name(), &yaml)?;
     assert!(!run.ok, "{run:?}");
     for (i, name) in ["web", "hidden"].iter().enumerate() {
-        let want = format!("spec.deployments[{i}]: Forbidden: user \"carol\" may not update deployments/scale (apps) \"{name}\" in namespace \"{}\"", ns.name());
+        let want = format!("spec.scaleTargetRefs[{i}]: Forbidden: user \"carol\" may not update deployments/scale (apps) \"{name}\" in namespace \"{}\"", ns.name());
         assert!(run.stderr.contains(&want), "{want} not in {}", run.stderr);
     }
     assert!(
@@ -379,7 +382,7 @@ fn a_same_namespace_target_needs_permission_to_scale_it_and_tells_nothing_otherw
     assert!(
         admitted
             .stderr
-            .contains("Warning: spec.deployments[1]: Deployment")
+            .contains("Warning: spec.scaleTargetRefs[1]: Deployment")
             && admitted.stderr.contains("does not exist yet"),
         "a permitted target gets the advice: {}",
         admitted.stderr
