@@ -26,7 +26,7 @@ use kube::api::PostParams;
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
 use kube::{Api, Client, Resource, ResourceExt};
-use kubesteer_api::scaler::{ScaleTarget, TimeOfDay};
+use kubesteer_api::scaler_v1beta1::{HpaCooperation, ScaleTargetRef, ScaleWindow, TimeOfDay};
 use kubesteer_api::{Memcached, MemcachedSpec, Scaler, ScalerSpec};
 use serde_json::{json, Value};
 use tokio::sync::oneshot;
@@ -534,13 +534,20 @@ fn window_scaler(
     let mut s = Scaler::new(
         name,
         ScalerSpec {
-            deployments: vec![ScaleTarget {
+            scale_target_refs: vec![ScaleTargetRef {
+                api_version: "apps/v1".into(),
+                kind: "Deployment".into(),
                 name: target.into(),
                 namespace: None,
             }],
-            start: Some(start),
-            end: Some(end),
-            replicas: Some(1),
+            windows: Some(vec![ScaleWindow {
+                start,
+                end,
+                replicas: Some(1),
+                days: None,
+            }]),
+            // The benchmark measures the controller's own writes, not HPA lookups.
+            hpa_cooperation: Some(HpaCooperation::Disabled),
             ..ScalerSpec::default()
         },
     );

@@ -75,7 +75,7 @@ fn both_versions_read_and_write_the_same_scalers() -> Result<()> {
 
     // v1beta1 with two windows, a holiday and a StatefulSet: v1alpha1 shows the first window and
     // carries the rest, and an edit made as v1alpha1 keeps it.
-    let rich = "apiVersion: kubesteer.io/v1beta1\nkind: Scaler\nmetadata: {name: new}\nspec:\n  scaleTargetRefs:\n  - {apiVersion: apps/v1, kind: Deployment, name: web}\n  - {apiVersion: apps/v1, kind: StatefulSet, name: db}\n  windows:\n  - {start: 8, end: 18, replicas: 3}\n  - {days: [Fri], start: 18, end: 23, replicas: 5}\n  excludeDates: [\"--12-25\"]\n  hpaCooperation: Disabled\n";
+    let rich = "apiVersion: kubesteer.io/v1beta1\nkind: Scaler\nmetadata: {name: new}\nspec:\n  scaleTargetRefs:\n  - {apiVersion: apps/v1, kind: Deployment, name: site}\n  - {apiVersion: apps/v1, kind: StatefulSet, name: db}\n  windows:\n  - {start: 8, end: 18, replicas: 3}\n  - {days: [Fri], start: 18, end: 23, replicas: 5}\n  excludeDates: [\"--12-25\"]\n  hpaCooperation: Disabled\n";
     let run = ns.apply(rich)?;
     assert!(run.ok, "{run:?}");
     let as_alpha = read(&ns, "v1alpha1", "new")?;

@@ -17,7 +17,7 @@ const WAIT: Duration = Duration::from_secs(60);
 fn open_window(name: &str, target: &str) -> String {
     let now = unix_now();
     format!(
-        "apiVersion: kubesteer.io/v1alpha1\nkind: Scaler\nmetadata: {{name: {name}}}\nspec: {{deployments: [{{name: {target}}}], start: \"{}\", end: \"{}\", replicas: 3}}\n",
+        "apiVersion: kubesteer.io/v1beta1\nkind: Scaler\nmetadata: {{name: {name}}}\nspec: {{scaleTargetRefs: [{{apiVersion: apps/v1, kind: Deployment, name: {target}}}], windows: [{{start: \"{}\", end: \"{}\", replicas: 3}}]}}\n",
         hh_mm(now - 3600),
         hh_mm(now + 3600)
     )
@@ -44,7 +44,7 @@ fn server_side_apply(ns: &Namespace, yaml: &str) -> Result<String> {
 /// are one once resolved pass the schema (which cannot know the namespace) but not the webhook.
 fn wait_for_the_webhook(ns: &Namespace) -> Result<()> {
     let probe = format!(
-        "apiVersion: kubesteer.io/v1alpha1\nkind: Scaler\nmetadata: {{name: probe}}\nspec: {{deployments: [{{name: web}}, {{name: web, namespace: {}}}], start: 1, end: 2}}\n",
+        "apiVersion: kubesteer.io/v1beta1\nkind: Scaler\nmetadata: {{name: probe}}\nspec: {{scaleTargetRefs: [{{apiVersion: apps/v1, kind: Deployment, name: web}}, {{apiVersion: apps/v1, kind: Deployment, name: web, namespace: {}}}], windows: [{{start: 1, end: 2}}]}}\n",
         ns.name()
     );
     eventually(WAIT, "the webhook to see the namespace", || {
@@ -52,7 +52,11 @@ fn wait_for_the_webhook(ns: &Namespace) -> Result<()> {
             &["create", "--dry-run=server", "-n", ns.name(), "-f", "-"],
             Some(&probe),
         )?;
-        Ok((!run.ok && run.stderr.contains("spec.deployments[1]: Duplicate value")).then_some(()))
+        Ok((!run.ok
+            && run
+                .stderr
+                .contains("spec.scaleTargetRefs[1]: Duplicate value"))
+        .then_some(()))
     })
 }
 
@@ -73,7 +77,10 @@ fn a_scaler_without_target_namespaces_reapplies_unchanged_and_scales_its_own_nam
         &["get", "-n", ns.name(), "scaler/csa", "-o", "json"],
         None,
     )?)?;
-    assert_eq!(object["spec"]["deployments"], json!([{"name": "web"}]));
+    assert_eq!(
+        object["spec"]["scaleTargetRefs"],
+        json!([{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}])
+    );
     assert_eq!(
         object["spec"]["timeZone"], "UTC",
         "top-level defaults are still stored"

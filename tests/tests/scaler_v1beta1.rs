@@ -87,7 +87,11 @@ fn a_stateful_set_is_scaled_through_its_scale_subresource_and_given_back() -> Re
     )?;
     wait_for(&ns, "statefulset/db", "{.spec.replicas}", "1")?;
     assert_eq!(
-        get(&ns, "statefulset/db", "{.metadata.annotations}")?,
+        get(
+            &ns,
+            "statefulset/db",
+            "{.metadata.annotations.kubesteer\\.io/original-replicas}{.metadata.annotations.kubesteer\\.io/original-replicas-owner}"
+        )?,
         "",
         "the record is gone with the Scaler"
     );

@@ -58,8 +58,8 @@ fn defaults_are_stored_and_reapplying_is_unchanged() -> Result<()> {
         "{spec}"
     );
     assert_eq!(
-        (spec["replicas"].as_i64(), spec["timeZone"].as_str()),
-        (Some(1), Some("UTC"))
+        (spec["suspend"].as_bool(), spec["timeZone"].as_str()),
+        (Some(false), Some("UTC"))
     );
     let again = ns.apply(&scl)?;
     assert!(

@@ -1,5 +1,7 @@
 //! Points a CRD's conversion at this webhook: `spec.conversion` with the webhook's Service (or
-//! URL) and the CA the apiserver must trust, by server-side apply under [`FIELD_MANAGER`].
+//! URL) and the CA the apiserver must trust, by a merge patch under [`FIELD_MANAGER`] (a merge
+//! patch, not an apply, so the other of `service` and `url`, written by whoever installed the
+//! CRD, is removed: the apiserver wants exactly one).
 //!
 //! Helm never templates a chart's `crds/`, so the committed Scaler CRD names a placeholder
 //! Service and no caBundle; the webhook writes the real ones at start-up and every check round
@@ -42,20 +44,21 @@ pub struct Conversion {
 }
 
 impl Conversion {
-    /// The server-side apply body that sets the CRD's conversion to this webhook and `ca_pem`.
+    /// The merge patch that sets the CRD's conversion to this webhook and `ca_pem`.
     pub fn patch(&self, ca_pem: &str) -> Value {
         let path = crate::conversion::PATH;
         let mut client_config = match &self.endpoint {
             Endpoint::Service { namespace, name } => json!({
-                "service": {"namespace": namespace, "name": name, "path": path, "port": 443}
+                "service": {"namespace": namespace, "name": name, "path": path, "port": 443},
+                "url": null,
             }),
-            Endpoint::Url(url) => json!({"url": format!("{}{path}", url.trim_end_matches('/'))}),
+            Endpoint::Url(url) => json!({
+                "url": format!("{}{path}", url.trim_end_matches('/')),
+                "service": null,
+            }),
         };
         client_config["caBundle"] = json!(ByteString(ca_pem.as_bytes().to_vec()));
         json!({
-            "apiVersion": "apiextensions.k8s.io/v1",
-            "kind": "CustomResourceDefinition",
-            "metadata": {"name": self.crd},
             "spec": {"conversion": {
                 "strategy": "Webhook",
                 "webhook": {"conversionReviewVersions": ["v1"], "clientConfig": client_config},
@@ -66,12 +69,12 @@ impl Conversion {
     /// Applies [`Self::patch`] to the cluster.
     pub async fn inject(&self, client: &Client, ca_pem: &str) -> Result<(), kube::Error> {
         let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-        api.patch(
-            &self.crd,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&self.patch(ca_pem)),
-        )
-        .await?;
+        let params = PatchParams {
+            field_manager: Some(FIELD_MANAGER.to_string()),
+            ..PatchParams::default()
+        };
+        api.patch(&self.crd, &params, &Patch::Merge(&self.patch(ca_pem)))
+            .await?;
         Ok(())
     }
 
@@ -122,13 +125,13 @@ mod tests {
             },
         };
         let patch = service.patch("PEM");
-        assert_eq!(patch["metadata"]["name"], "scalers.kubesteer.io");
         let conversion = &patch["spec"]["conversion"];
         assert_eq!(conversion["strategy"], "Webhook");
         assert_eq!(
             conversion["webhook"]["clientConfig"],
             json!({
                 "service": {"namespace": "ops", "name": "ks-webhook", "path": "/convert", "port": 443},
+                "url": null,
                 "caBundle": "UEVN",
             })
         );
@@ -142,7 +145,7 @@ mod tests {
         };
         assert_eq!(
             url.patch("PEM")["spec"]["conversion"]["webhook"]["clientConfig"],
-            json!({"url": "https://127.0.0.1:9443/convert", "caBundle": "UEVN"})
+            json!({"url": "https://127.0.0.1:9443/convert", "service": null, "caBundle": "UEVN"})
         );
     }
 }
