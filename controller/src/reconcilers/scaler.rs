@@ -855,19 +855,47 @@ async fn patch_status(ctx: &Context, ns: &str, name: &str, status: &ScalerStatus
 mod tests {
     use super::*;
     use crate::fixtures::{self, at, Call};
+    use kubesteer_api::runtime::scale::Unscalable;
     use serde_json::json;
 
-    const STATUS: &str = "/apis/kubesteer.io/v1alpha1/namespaces/team/scalers/nightly/status?&force=true&fieldManager=kubesteer-controller";
+    const STATUS: &str = "/apis/kubesteer.io/v1beta1/namespaces/team/scalers/nightly/status?&force=true&fieldManager=kubesteer-controller";
     const WEB: &str = "/apis/apps/v1/namespaces/team/deployments/web";
-    const WEB_PATCH: &str =
-        "/apis/apps/v1/namespaces/team/deployments/web?&fieldManager=kubesteer-controller";
     const API: &str = "/apis/apps/v1/namespaces/other/deployments/api";
-    const SCALER: &str = "/apis/kubesteer.io/v1alpha1/namespaces/team/scalers/nightly?";
+    const SCALER: &str = "/apis/kubesteer.io/v1beta1/namespaces/team/scalers/nightly?";
+    const HPAS: &str = "/apis/autoscaling/v2/namespaces/team/horizontalpodautoscalers?";
     const ME: &str = "team/nightly";
 
-    fn scaler(spec: serde_json::Value) -> Scaler {
+    /// The object at `base`, patched (metadata or /scale) by the controller.
+    fn patch_of(base: &str) -> String {
+        format!("{base}?&fieldManager=kubesteer-controller")
+    }
+
+    fn scale_of(base: &str) -> String {
+        format!("{base}/scale")
+    }
+
+    /// A context at `now` whose RESTMapper knows Deployments and StatefulSets.
+    fn ctx_at(now: &str) -> (Arc<Context>, fixtures::Verifier) {
+        let (ctx, verifier) = fixtures::context_at(at(now));
+        for (kind, plural) in [
+            ("Deployment", "deployments"),
+            ("StatefulSet", "statefulsets"),
+        ] {
+            let resource = ApiResource {
+                group: "apps".into(),
+                version: "v1".into(),
+                api_version: "apps/v1".into(),
+                kind: kind.into(),
+                plural: plural.into(),
+            };
+            ctx.mapper.remember("apps/v1", kind, Ok(resource));
+        }
+        (ctx, verifier)
+    }
+
+    fn scaler(spec: Value) -> Scaler {
         serde_json::from_value(json!({
-            "apiVersion": "kubesteer.io/v1alpha1", "kind": "Scaler",
+            "apiVersion": "kubesteer.io/v1beta1", "kind": "Scaler",
             "metadata": {"name": "nightly", "namespace": "team", "uid": "scl-uid", "generation": 3,
                          "finalizers": [RESTORE_TARGETS_FINALIZER]},
             "spec": spec,
@@ -875,36 +903,61 @@ mod tests {
         .unwrap()
     }
 
-    fn nine_to_five() -> Scaler {
-        scaler(json!({"deployments": [{"name": "web"}], "start": 9, "end": 17, "replicas": 5}))
+    fn deployment(name: &str) -> Value {
+        json!({"apiVersion": "apps/v1", "kind": "Deployment", "name": name})
     }
 
-    fn target(ns: &str, name: &str, replicas: i32, original: Option<i32>) -> serde_json::Value {
-        let mut d = json!({
-            "apiVersion": "apps/v1", "kind": "Deployment",
+    /// Deployment web, 09:00-17:00 UTC at 5 replicas, not cooperating with HPAs.
+    fn nine_to_five() -> Scaler {
+        scaler(json!({"scaleTargetRefs": [deployment("web")],
+                      "windows": [{"start": 9, "end": 17, "replicas": 5}],
+                      "hpaCooperation": "Disabled"}))
+    }
+
+    /// A target's metadata, with this Scaler's record of `original` replicas.
+    fn meta(ns: &str, name: &str, original: Option<i32>) -> Value {
+        let mut m = json!({
+            "apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
             "metadata": {"name": name, "namespace": ns, "resourceVersion": "41"},
-            "spec": {"replicas": replicas, "selector": {}, "template": {}},
         });
         if let Some(o) = original {
-            d["metadata"]["annotations"] = json!({
+            m["metadata"]["annotations"] = json!({
                 annotation::ORIGINAL_REPLICAS: o.to_string(),
-                annotation::ORIGINAL_REPLICAS_OWNER: "team/nightly",
+                annotation::ORIGINAL_REPLICAS_OWNER: ME,
             });
         }
-        d
+        m
     }
 
-    /// The target as the apiserver returns it after a merge patch.
-    fn patched(mut before: serde_json::Value, patch: &serde_json::Value) -> serde_json::Value {
-        if let Some(r) = patch["spec"]["replicas"].as_i64() {
-            before["spec"]["replicas"] = json!(r);
-        }
+    fn scale(ns: &str, name: &str, replicas: i32) -> Value {
+        json!({
+            "apiVersion": "autoscaling/v1", "kind": "Scale",
+            "metadata": {"name": name, "namespace": ns, "resourceVersion": "41"},
+            "spec": {"replicas": replicas}, "status": {"replicas": replicas},
+        })
+    }
+
+    /// The two reads of a target: its metadata, then its /scale.
+    fn reads(base: &str, metadata: Value, replicas: i32) -> Vec<Call> {
+        let ns = metadata["metadata"]["namespace"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let name = metadata["metadata"]["name"].as_str().unwrap().to_string();
+        vec![
+            Call::get(base).respond(metadata),
+            Call::get(&scale_of(base)).respond(scale(&ns, &name, replicas)),
+        ]
+    }
+
+    /// The metadata after a merge patch of its annotations.
+    fn annotated(mut before: Value, patch: &Value) -> Value {
         if let Some(a) = patch["metadata"]["annotations"].as_object() {
             for (k, v) in a {
                 if v.is_null() {
-                    before["metadata"]["annotations"]
-                        .as_object_mut()
-                        .map(|m| m.remove(k));
+                    if let Some(m) = before["metadata"]["annotations"].as_object_mut() {
+                        m.remove(k);
+                    }
                 } else {
                     before["metadata"]["annotations"][k] = v.clone();
                 }
@@ -913,52 +966,65 @@ mod tests {
         before
     }
 
+    fn calls(groups: Vec<Vec<Call>>) -> Vec<Call> {
+        groups.into_iter().flatten().collect()
+    }
+
     #[tokio::test]
     async fn opening_the_window_records_the_original_replicas_once_and_scales() {
-        let (ctx, verifier) = fixtures::context_at(at("2025-03-03T12:00:00Z"));
-        let before = target("team", "web", 2, None);
-        let expected_patch = json!({
-            "metadata": {"resourceVersion": "41", "annotations": {
-                annotation::ORIGINAL_REPLICAS: "2", annotation::ORIGINAL_REPLICAS_OWNER: "team/nightly",
-            }},
-            "spec": {"replicas": 5},
-        });
-        let scenario = verifier.run(vec![
-            Call::get(WEB).respond(before.clone()),
-            Call::patch(WEB_PATCH)
-                .body({
-                    let p = expected_patch.clone();
-                    move |b| assert_eq!(b, &p)
-                })
-                .respond(patched(before, &expected_patch)),
-            Call::event("team")
-                .body(|b| {
-                    assert_eq!(b["reason"], "Scaled");
-                    assert_eq!(b["type"], "Normal");
-                    assert_eq!(
-                        b["note"],
-                        "Scaled Deployment team/web from 2 to 5 replicas; recorded 2 to restore"
-                    );
-                    assert_eq!(b["regarding"]["kind"], "Scaler");
-                    assert_eq!(b["regarding"]["name"], "nightly");
-                })
-                .respond_with_body(),
-            Call::patch(STATUS)
-                .body(|b| {
-                    let s = &b["status"];
-                    assert_eq!(s["active"], true);
-                    assert_eq!(s["nextTransition"], "2025-03-03T17:00:00Z");
-                    assert_eq!(s["lastTransition"], "2025-03-03T09:00:00Z");
-                    assert_eq!(
-                        s["targets"],
-                        json!([{"name": "web", "namespace": "team", "replicas": 5, "originalReplicas": 2}])
-                    );
-                    assert_eq!(s["observedGeneration"], 3);
-                    assert_eq!(s["conditions"][0]["reason"], "WindowOpen");
-                    assert_eq!(s["conditions"][0]["status"], "True");
-                })
-                .respond_status_of(&nine_to_five()),
-        ]);
+        let (ctx, verifier) = ctx_at("2025-03-03T12:00:00Z");
+        let record = json!({"metadata": {"resourceVersion": "41", "annotations": {
+            annotation::ORIGINAL_REPLICAS: "2", annotation::ORIGINAL_REPLICAS_OWNER: ME,
+        }}});
+        let scenario = verifier.run(calls(vec![
+            reads(WEB, meta("team", "web", None), 2),
+            vec![
+                Call::patch(&patch_of(WEB))
+                    .body({
+                        let r = record.clone();
+                        move |b| assert_eq!(b, &r)
+                    })
+                    .respond(annotated(meta("team", "web", None), &record)),
+                Call::patch(&patch_of(&scale_of(WEB)))
+                    .body(|b| {
+                        assert_eq!(
+                            b,
+                            &json!({"metadata": {"resourceVersion": "41"}, "spec": {"replicas": 5}})
+                        )
+                    })
+                    .respond(scale("team", "web", 5)),
+                Call::event("team")
+                    .body(|b| {
+                        assert_eq!(b["reason"], "Scaled");
+                        assert_eq!(b["type"], "Normal");
+                        assert_eq!(
+                            b["note"],
+                            "Scaled Deployment team/web from 2 to 5 replicas; recorded 2 to restore"
+                        );
+                        assert_eq!(b["regarding"]["kind"], "Scaler");
+                    })
+                    .respond_with_body(),
+                Call::patch(STATUS)
+                    .body(|b| {
+                        let s = &b["status"];
+                        assert_eq!(s["active"], true);
+                        assert_eq!(
+                            s["nextTransitions"][0],
+                            json!({"time": "2025-03-03T17:00:00Z"})
+                        );
+                        assert_eq!(s["lastTransition"], "2025-03-03T09:00:00Z");
+                        assert_eq!(
+                            s["targets"],
+                            json!([{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web",
+                                    "namespace": "team", "replicas": 5, "originalReplicas": 2}])
+                        );
+                        assert_eq!(s["observedGeneration"], 3);
+                        assert_eq!(s["conditions"][0]["reason"], "WindowOpen");
+                        assert_eq!(s["conditions"][0]["status"], "True");
+                    })
+                    .respond_status_of(&nine_to_five()),
+            ],
+        ]));
         let action = reconcile(Arc::new(nine_to_five()), ctx.clone())
             .await
             .unwrap();
@@ -971,47 +1037,46 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn closing_the_window_restores_the_recorded_replicas_and_removes_the_annotation() {
-        let (ctx, verifier) = fixtures::context_at(at("2025-03-03T17:00:00Z"));
-        let before = target("team", "web", 5, Some(2));
-        let expected_patch = json!({
-            "metadata": {"resourceVersion": "41", "annotations": {
-                annotation::ORIGINAL_REPLICAS: null, annotation::ORIGINAL_REPLICAS_OWNER: null,
-            }},
-            "spec": {"replicas": 2},
-        });
-        let scenario = verifier.run(vec![
-            Call::get(WEB).respond(before.clone()),
-            Call::patch(WEB_PATCH)
-                .body({
-                    let p = expected_patch.clone();
-                    move |b| assert_eq!(b, &p)
-                })
-                .respond(patched(before, &expected_patch)),
-            Call::event("team")
-                .body(|b| {
-                    assert_eq!(b["type"], "Normal");
-                    assert_eq!(b["reason"], "Restored");
-                    assert_eq!(
-                        b["note"],
-                        "Restored Deployment team/web from 5 to 2 replicas"
-                    );
-                })
-                .respond_with_body(),
-            Call::patch(STATUS)
-                .body(|b| {
-                    let s = &b["status"];
-                    assert_eq!(s["active"], false);
-                    assert_eq!(s["nextTransition"], "2025-03-04T09:00:00Z");
-                    assert_eq!(s["lastTransition"], "2025-03-03T17:00:00Z");
-                    assert_eq!(
-                        s["targets"],
-                        json!([{"name": "web", "namespace": "team", "replicas": 2}])
-                    );
-                    assert_eq!(s["conditions"][0]["reason"], "WindowClosed");
-                })
-                .respond_status_of(&nine_to_five()),
-        ]);
+    async fn closing_the_window_restores_the_recorded_replicas_then_removes_the_record() {
+        let (ctx, verifier) = ctx_at("2025-03-03T17:00:00Z");
+        let scenario = verifier.run(calls(vec![
+            reads(WEB, meta("team", "web", Some(2)), 5),
+            vec![
+                Call::patch(&patch_of(&scale_of(WEB)))
+                    .body(|b| assert_eq!(b["spec"]["replicas"], 2))
+                    .respond(scale("team", "web", 2)),
+                Call::patch(&patch_of(WEB))
+                    .body(|b| {
+                        assert_eq!(
+                            b,
+                            &json!({"metadata": {"annotations": {
+                                annotation::ORIGINAL_REPLICAS: null, annotation::ORIGINAL_REPLICAS_OWNER: null,
+                            }}})
+                        )
+                    })
+                    .respond(meta("team", "web", None)),
+                Call::event("team")
+                    .body(|b| {
+                        assert_eq!(b["reason"], "Restored");
+                        assert_eq!(b["note"], "Restored Deployment team/web from 5 to 2 replicas");
+                    })
+                    .respond_with_body(),
+                Call::patch(STATUS)
+                    .body(|b| {
+                        let s = &b["status"];
+                        assert_eq!(s["active"], false);
+                        assert_eq!(
+                            s["nextTransitions"][0],
+                            json!({"time": "2025-03-04T09:00:00Z", "replicas": 5})
+                        );
+                        assert_eq!(s["lastTransition"], "2025-03-03T17:00:00Z");
+                        assert_eq!(s["targets"][0]["replicas"], 2);
+                        assert!(s["targets"][0].get("originalReplicas").is_none(), "{s}");
+                        assert_eq!(s["conditions"][0]["reason"], "WindowClosed");
+                    })
+                    .respond_status_of(&nine_to_five()),
+            ],
+        ]));
         let action = reconcile(Arc::new(nine_to_five()), ctx.clone())
             .await
             .unwrap();
@@ -1024,59 +1089,65 @@ mod tests {
 
     #[tokio::test]
     async fn closing_goes_to_outside_replicas_when_set() {
-        let s = scaler(
-            json!({"deployments": [{"name": "web"}], "start": 9, "end": 17, "replicas": 5, "outsideReplicas": 1}),
-        );
-        let (ctx, verifier) = fixtures::context_at(at("2025-03-03T18:00:00Z"));
-        let scenario = verifier.run(vec![
-            Call::get(WEB).respond(target("team", "web", 5, Some(2))),
-            Call::patch(WEB_PATCH)
-                .body(|b| {
-                    assert_eq!(b["spec"]["replicas"], 1);
-                    assert_eq!(
-                        b["metadata"]["annotations"][annotation::ORIGINAL_REPLICAS],
-                        json!(null)
-                    );
-                })
-                .respond(target("team", "web", 1, None)),
-            Call::event("team")
-                .body(|b| {
-                    assert_eq!(b["reason"], "Restored");
-                    assert_eq!(
-                        b["note"],
-                        "Restored Deployment team/web from 5 to 1 replicas"
-                    );
-                })
-                .respond_with_body(),
-            Call::patch(STATUS).respond_status_of(&s),
-        ]);
+        let s = scaler(json!({"scaleTargetRefs": [deployment("web")],
+            "windows": [{"start": 9, "end": 17, "replicas": 5}], "outsideReplicas": 1,
+            "hpaCooperation": "Disabled"}));
+        let (ctx, verifier) = ctx_at("2025-03-03T18:00:00Z");
+        let scenario = verifier.run(calls(vec![
+            reads(WEB, meta("team", "web", Some(2)), 5),
+            vec![
+                Call::patch(&patch_of(&scale_of(WEB)))
+                    .body(|b| assert_eq!(b["spec"]["replicas"], 1))
+                    .respond(scale("team", "web", 1)),
+                Call::patch(&patch_of(WEB)).respond(meta("team", "web", None)),
+                Call::event("team")
+                    .body(|b| {
+                        assert_eq!(
+                            b["note"],
+                            "Restored Deployment team/web from 5 to 1 replicas"
+                        )
+                    })
+                    .respond_with_body(),
+                Call::patch(STATUS)
+                    .body(|b| {
+                        assert_eq!(
+                            b["status"]["nextTransitions"][1],
+                            json!({"time": "2025-03-04T17:00:00Z", "replicas": 1}),
+                            "a closing shows the outside replicas"
+                        )
+                    })
+                    .respond_status_of(&s),
+            ],
+        ]));
         reconcile(Arc::new(s), ctx.clone()).await.unwrap();
         scenario.finish(ctx).await;
     }
 
     #[tokio::test]
     async fn a_manual_change_inside_the_window_is_reverted_and_the_original_kept() {
-        let (ctx, verifier) = fixtures::context_at(at("2025-03-03T10:30:00Z"));
-        let scenario = verifier.run(vec![
-            Call::get(WEB).respond(target("team", "web", 7, Some(2))),
-            Call::patch(WEB_PATCH)
-                .body(|b| {
-                    assert_eq!(
-                        b,
-                        &json!({"metadata": {"resourceVersion": "41"}, "spec": {"replicas": 5}})
-                    )
-                })
-                .respond(target("team", "web", 5, Some(2))),
-            Call::event("team")
-                .body(|b| assert!(b["note"].as_str().unwrap().contains("from 7 back to 5")))
-                .respond_with_body(),
-            Call::patch(STATUS)
-                .body(|b| {
-                    assert_eq!(b["status"]["targets"][0]["originalReplicas"], 2);
-                    assert_eq!(b["status"]["targets"][0]["replicas"], 5);
-                })
-                .respond_status_of(&nine_to_five()),
-        ]);
+        let (ctx, verifier) = ctx_at("2025-03-03T10:30:00Z");
+        let scenario = verifier.run(calls(vec![
+            reads(WEB, meta("team", "web", Some(2)), 7),
+            vec![
+                Call::patch(&patch_of(&scale_of(WEB)))
+                    .body(|b| {
+                        assert_eq!(
+                            b,
+                            &json!({"metadata": {"resourceVersion": "41"}, "spec": {"replicas": 5}})
+                        )
+                    })
+                    .respond(scale("team", "web", 5)),
+                Call::event("team")
+                    .body(|b| assert!(b["note"].as_str().unwrap().contains("from 7 back to 5")))
+                    .respond_with_body(),
+                Call::patch(STATUS)
+                    .body(|b| {
+                        assert_eq!(b["status"]["targets"][0]["originalReplicas"], 2);
+                        assert_eq!(b["status"]["targets"][0]["replicas"], 5);
+                    })
+                    .respond_status_of(&nine_to_five()),
+            ],
+        ]));
         reconcile(Arc::new(nine_to_five()), ctx.clone())
             .await
             .unwrap();
@@ -1085,98 +1156,110 @@ mod tests {
 
     #[tokio::test]
     async fn a_closed_window_makes_no_target_writes_and_requeues_at_the_next_boundary() {
-        let now = at("2025-03-03T06:15:30Z");
-        let (ctx, verifier) = fixtures::context_at(now);
-        let scenario = verifier.run(vec![
-            Call::get(WEB).respond(target("team", "web", 2, None)),
-            Call::patch(STATUS)
+        let now = "2025-03-03T06:15:30Z";
+        let (ctx, verifier) = ctx_at(now);
+        let scenario = verifier.run(calls(vec![
+            reads(WEB, meta("team", "web", None), 2),
+            vec![Call::patch(STATUS)
                 .body(|b| {
                     assert_eq!(b["status"]["active"], false);
-                    assert_eq!(b["status"]["nextTransition"], "2025-03-03T09:00:00Z");
+                    assert_eq!(
+                        b["status"]["nextTransitions"][0]["time"],
+                        "2025-03-03T09:00:00Z"
+                    );
                     assert_eq!(b["status"]["targets"][0]["replicas"], 2);
                 })
-                .respond_status_of(&nine_to_five()),
-        ]);
+                .respond_status_of(&nine_to_five())],
+        ]));
         let action = reconcile(Arc::new(nine_to_five()), ctx.clone())
             .await
             .unwrap();
         assert_eq!(
             action,
-            Action::requeue(until(now, at("2025-03-03T09:00:00Z")))
-        );
-        assert_eq!(
-            until(now, at("2025-03-03T09:00:00Z")),
-            Duration::from_secs(2 * 3600 + 44 * 60 + 30) + BOUNDARY_SLACK
+            Action::requeue(Duration::from_secs(2 * 3600 + 44 * 60 + 30) + BOUNDARY_SLACK)
         );
         scenario.finish(ctx).await;
     }
 
     #[tokio::test]
     async fn a_missing_target_is_reported_and_the_others_are_still_scaled() {
-        let s = scaler(
-            json!({"deployments": [{"name": "web"}, {"name": "api", "namespace": "other"}],
-                              "start": 9, "end": 17, "replicas": 3}),
-        );
-        let (ctx, verifier) = fixtures::context_at(at("2025-03-03T12:00:00Z"));
-        let scenario = verifier.run(vec![
-            Call::get(WEB).not_found(),
-            Call::get(API).respond(target("other", "api", 1, None)),
-            Call::patch(
-                "/apis/apps/v1/namespaces/other/deployments/api?&fieldManager=kubesteer-controller",
-            )
-            .body(|b| assert_eq!(b["spec"]["replicas"], 3))
-            .respond(target("other", "api", 3, Some(1))),
-            Call::event("team")
-                .body(|b| assert_eq!(b["reason"], "Scaled"))
-                .respond_with_body(),
-            Call::event("team")
-                .body(|b| {
-                    assert_eq!(b["reason"], "TargetNotFound");
-                    assert_eq!(b["type"], "Warning");
-                    assert!(b["note"].as_str().unwrap().contains("team/web"), "{b}");
-                })
-                .respond_with_body(),
-            Call::patch(STATUS)
-                .body(|b| {
-                    let s = &b["status"];
-                    assert_eq!(s["conditions"][0]["type"], "Ready");
-                    assert_eq!(s["conditions"][0]["status"], "False");
-                    assert_eq!(s["conditions"][0]["reason"], "TargetNotFound");
-                    assert_eq!(s["targets"][0], json!({"name": "web", "namespace": "team"}));
-                    assert_eq!(s["targets"][1]["replicas"], 3);
-                })
-                .respond_status_of(&s),
-        ]);
+        let s = scaler(json!({"scaleTargetRefs": [deployment("web"),
+                {"apiVersion": "apps/v1", "kind": "Deployment", "name": "api", "namespace": "other"}],
+            "windows": [{"start": 9, "end": 17, "replicas": 3}], "hpaCooperation": "Disabled"}));
+        let (ctx, verifier) = ctx_at("2025-03-03T12:00:00Z");
+        let scenario = verifier.run(calls(vec![
+            vec![Call::get(WEB).not_found()],
+            reads(API, meta("other", "api", None), 1),
+            vec![
+                Call::patch(&patch_of(API)).respond(meta("other", "api", Some(1))),
+                Call::patch(&patch_of(&scale_of(API)))
+                    .body(|b| assert_eq!(b["spec"]["replicas"], 3))
+                    .respond(scale("other", "api", 3)),
+                Call::event("team")
+                    .body(|b| assert_eq!(b["reason"], "Scaled"))
+                    .respond_with_body(),
+                Call::event("team")
+                    .body(|b| {
+                        assert_eq!(b["reason"], "TargetNotFound");
+                        assert_eq!(b["type"], "Warning");
+                        assert_eq!(b["note"], "Deployment team/web not found");
+                    })
+                    .respond_with_body(),
+                Call::patch(STATUS)
+                    .body(|b| {
+                        let s = &b["status"];
+                        assert_eq!(s["conditions"][0]["status"], "False");
+                        assert_eq!(s["conditions"][0]["reason"], "TargetNotFound");
+                        assert_eq!(
+                            s["targets"][0],
+                            json!({"apiVersion": "apps/v1", "kind": "Deployment", "name": "web", "namespace": "team"})
+                        );
+                        assert_eq!(s["targets"][1]["replicas"], 3);
+                    })
+                    .respond_status_of(&s),
+            ],
+        ]));
         reconcile(Arc::new(s), ctx.clone()).await.unwrap();
         scenario.finish(ctx).await;
     }
 
     #[tokio::test]
     async fn a_target_that_stays_missing_is_not_announced_again() {
-        let (ctx0, _) = fixtures::context_at(at("2025-03-03T06:00:00Z"));
         let mut s = nine_to_five();
+        let now = at("2025-03-03T07:00:00Z");
         let missing = condition(
             READY,
             false,
             "TargetNotFound",
             "Deployment team/web not found",
             Some(3),
-            time(ctx0.clock.now()),
+            time(at("2025-03-03T06:00:00Z")),
             &[],
         );
+        let schedule = s.spec.plan(now).unwrap();
         s.status = Some(ScalerStatus {
             active: Some(false),
-            next_transition: Some(time(at("2025-03-03T09:00:00Z"))),
-            last_transition: Some(time(at("2025-03-02T17:00:00Z"))),
+            next_transitions: schedule
+                .next
+                .iter()
+                .map(|t| Transition {
+                    time: time(t.at),
+                    replicas: t.replicas,
+                })
+                .collect(),
+            last_transition: schedule.last.map(time),
             targets: vec![TargetStatus {
+                api_version: "apps/v1".into(),
+                kind: "Deployment".into(),
                 name: "web".into(),
                 namespace: "team".into(),
                 ..TargetStatus::default()
             }],
             observed_generation: Some(3),
             conditions: vec![missing],
+            ..ScalerStatus::default()
         });
-        let (ctx, verifier) = fixtures::context_at(at("2025-03-03T07:00:00Z"));
+        let (ctx, verifier) = ctx_at("2025-03-03T07:00:00Z");
         let scenario = verifier.run(vec![Call::get(WEB).not_found()]);
         reconcile(Arc::new(s), ctx.clone()).await.unwrap();
         scenario.finish(ctx).await;
@@ -1184,22 +1267,25 @@ mod tests {
 
     #[tokio::test]
     async fn a_conflict_is_retried_with_a_fresh_read() {
-        let (ctx, verifier) = fixtures::context_at(at("2025-03-03T12:00:00Z"));
-        let scenario = verifier.run(vec![
-            Call::get(WEB).respond(target("team", "web", 2, None)),
-            Call::patch(WEB_PATCH).conflict(),
-            Call::get(WEB).respond(target("team", "web", 3, None)),
-            Call::patch(WEB_PATCH)
-                .body(|b| {
-                    assert_eq!(
-                        b["metadata"]["annotations"][annotation::ORIGINAL_REPLICAS],
-                        "3"
-                    )
-                })
-                .respond(target("team", "web", 5, Some(3))),
-            Call::event("team").respond_with_body(),
-            Call::patch(STATUS).respond_status_of(&nine_to_five()),
-        ]);
+        let (ctx, verifier) = ctx_at("2025-03-03T12:00:00Z");
+        let scenario = verifier.run(calls(vec![
+            reads(WEB, meta("team", "web", None), 2),
+            vec![Call::patch(&patch_of(WEB)).conflict()],
+            reads(WEB, meta("team", "web", None), 3),
+            vec![
+                Call::patch(&patch_of(WEB))
+                    .body(|b| {
+                        assert_eq!(
+                            b["metadata"]["annotations"][annotation::ORIGINAL_REPLICAS],
+                            "3"
+                        )
+                    })
+                    .respond(meta("team", "web", Some(3))),
+                Call::patch(&patch_of(&scale_of(WEB))).respond(scale("team", "web", 5)),
+                Call::event("team").respond_with_body(),
+                Call::patch(STATUS).respond_status_of(&nine_to_five()),
+            ],
+        ]));
         reconcile(Arc::new(nine_to_five()), ctx.clone())
             .await
             .unwrap();
@@ -1210,7 +1296,7 @@ mod tests {
     async fn a_new_scaler_first_gets_its_finalizer() {
         let mut s = nine_to_five();
         s.metadata.finalizers = None;
-        let (ctx, verifier) = fixtures::context();
+        let (ctx, verifier) = ctx_at("2025-03-03T12:00:00Z");
         let scenario = verifier.run(vec![Call::patch(SCALER)
             .body(|b| {
                 assert_eq!(
@@ -1231,32 +1317,31 @@ mod tests {
     async fn deleting_an_active_scaler_restores_its_targets_then_lets_go() {
         let mut s = nine_to_five();
         s.metadata.deletion_timestamp = Some(time(at("2025-03-03T12:00:00Z")));
-        let (ctx, verifier) = fixtures::context_at(at("2025-03-03T12:00:01Z"));
-        let scenario = verifier.run(vec![
-            Call::get(WEB).respond(target("team", "web", 5, Some(2))),
-            Call::patch(WEB_PATCH)
-                .body(|b| {
-                    assert_eq!(b["spec"]["replicas"], 2);
-                    assert_eq!(b["metadata"]["annotations"][annotation::ORIGINAL_REPLICAS], json!(null));
-                })
-                .respond(target("team", "web", 2, None)),
-            Call::event("team")
-                .body(|b| {
-                    assert_eq!(b["type"], "Normal");
-                    assert_eq!(b["reason"], "Restored");
-                    assert_eq!(b["note"], "Restored Deployment team/web from 5 to 2 replicas");
-                })
-                .respond_with_body(),
-            Call::patch(SCALER)
-                .body(|b| {
-                    assert_eq!(
-                        b,
-                        &json!([{"op": "test", "path": "/metadata/finalizers/0", "value": RESTORE_TARGETS_FINALIZER},
-                                {"op": "remove", "path": "/metadata/finalizers/0"}])
-                    )
-                })
-                .respond(serde_json::to_value(nine_to_five()).unwrap()),
-        ]);
+        let (ctx, verifier) = ctx_at("2025-03-03T12:00:01Z");
+        let scenario = verifier.run(calls(vec![
+            reads(WEB, meta("team", "web", Some(2)), 5),
+            vec![
+                Call::patch(&patch_of(&scale_of(WEB)))
+                    .body(|b| assert_eq!(b["spec"]["replicas"], 2))
+                    .respond(scale("team", "web", 2)),
+                Call::patch(&patch_of(WEB)).respond(meta("team", "web", None)),
+                Call::event("team")
+                    .body(|b| {
+                        assert_eq!(b["reason"], "Restored");
+                        assert_eq!(b["note"], "Restored Deployment team/web from 5 to 2 replicas");
+                    })
+                    .respond_with_body(),
+                Call::patch(SCALER)
+                    .body(|b| {
+                        assert_eq!(
+                            b,
+                            &json!([{"op": "test", "path": "/metadata/finalizers/0", "value": RESTORE_TARGETS_FINALIZER},
+                                    {"op": "remove", "path": "/metadata/finalizers/0"}])
+                        )
+                    })
+                    .respond(serde_json::to_value(nine_to_five()).unwrap()),
+            ],
+        ]));
         reconcile(Arc::new(s), ctx.clone()).await.unwrap();
         scenario.finish(ctx).await;
     }
@@ -1264,35 +1349,43 @@ mod tests {
     #[tokio::test]
     async fn cron_mode_catches_up_on_the_most_recent_past_firing() {
         let s = scaler(
-            json!({"deployments": [{"name": "web"}], "timeZone": "Europe/Berlin", "jobs": [
+            json!({"scaleTargetRefs": [deployment("web")], "timeZone": "Europe/Berlin",
+            "hpaCooperation": "Disabled", "jobs": [
                 {"name": "morning", "schedule": "0 8 * * *", "replicas": 4},
                 {"name": "night", "schedule": "0 20 * * *", "replicas": 1},
             ]}),
         );
         // 12:00 UTC is 13:00 in Berlin: "morning" fired at 07:00 UTC, "night" fires at 19:00 UTC.
-        let (ctx, verifier) = fixtures::context_at(at("2025-03-03T12:00:00Z"));
-        let scenario = verifier.run(vec![
-            Call::get(WEB).respond(target("team", "web", 2, None)),
-            Call::patch(WEB_PATCH)
-                .body(|b| {
-                    assert_eq!(b["spec"]["replicas"], 4);
-                    assert_eq!(
-                        b["metadata"]["annotations"][annotation::ORIGINAL_REPLICAS],
-                        "2"
-                    );
-                })
-                .respond(target("team", "web", 4, Some(2))),
-            Call::event("team").respond_with_body(),
-            Call::patch(STATUS)
-                .body(|b| {
-                    let s = &b["status"];
-                    assert_eq!(s["active"], true);
-                    assert_eq!(s["lastTransition"], "2025-03-03T07:00:00Z");
-                    assert_eq!(s["nextTransition"], "2025-03-03T19:00:00Z");
-                    assert_eq!(s["conditions"][0]["reason"], "JobFired");
-                })
-                .respond_status_of(&s),
-        ]);
+        let (ctx, verifier) = ctx_at("2025-03-03T12:00:00Z");
+        let scenario = verifier.run(calls(vec![
+            reads(WEB, meta("team", "web", None), 2),
+            vec![
+                Call::patch(&patch_of(WEB))
+                    .body(|b| {
+                        assert_eq!(
+                            b["metadata"]["annotations"][annotation::ORIGINAL_REPLICAS],
+                            "2"
+                        )
+                    })
+                    .respond(meta("team", "web", Some(2))),
+                Call::patch(&patch_of(&scale_of(WEB)))
+                    .body(|b| assert_eq!(b["spec"]["replicas"], 4))
+                    .respond(scale("team", "web", 4)),
+                Call::event("team").respond_with_body(),
+                Call::patch(STATUS)
+                    .body(|b| {
+                        let s = &b["status"];
+                        assert_eq!(s["active"], true);
+                        assert_eq!(s["lastTransition"], "2025-03-03T07:00:00Z");
+                        assert_eq!(
+                            s["nextTransitions"][0],
+                            json!({"time": "2025-03-03T19:00:00Z", "replicas": 1})
+                        );
+                        assert_eq!(s["conditions"][0]["reason"], "JobFired");
+                    })
+                    .respond_status_of(&s),
+            ],
+        ]));
         let action = reconcile(Arc::new(s), ctx.clone()).await.unwrap();
         assert_eq!(
             action,
@@ -1303,20 +1396,19 @@ mod tests {
 
     #[tokio::test]
     async fn a_suspended_scaler_only_reads() {
-        let s = scaler(
-            json!({"deployments": [{"name": "web"}], "start": 9, "end": 17, "suspend": true}),
-        );
-        let (ctx, verifier) = fixtures::context_at(at("2025-03-03T12:00:00Z"));
-        let scenario = verifier.run(vec![
-            Call::get(WEB).respond(target("team", "web", 2, None)),
-            Call::patch(STATUS)
+        let s = scaler(json!({"scaleTargetRefs": [deployment("web")],
+            "windows": [{"start": 9, "end": 17}], "suspend": true}));
+        let (ctx, verifier) = ctx_at("2025-03-03T12:00:00Z");
+        let scenario = verifier.run(calls(vec![
+            reads(WEB, meta("team", "web", None), 2),
+            vec![Call::patch(STATUS)
                 .body(|b| {
                     assert_eq!(b["status"]["active"], false);
-                    assert!(b["status"].get("nextTransition").is_none(), "{b}");
+                    assert!(b["status"].get("nextTransitions").is_none(), "{b}");
                     assert_eq!(b["status"]["conditions"][0]["reason"], "Suspended");
                 })
-                .respond_status_of(&s),
-        ]);
+                .respond_status_of(&s)],
+        ]));
         assert_eq!(
             reconcile(Arc::new(s), ctx.clone()).await.unwrap(),
             Action::await_change()
@@ -1326,48 +1418,54 @@ mod tests {
 
     #[tokio::test]
     async fn a_suspended_scaler_gives_back_a_target_dropped_from_its_spec() {
-        let mut s = scaler(
-            json!({"deployments": [{"name": "web"}], "start": 9, "end": 17, "replicas": 3, "suspend": true}),
-        );
+        let mut s = scaler(json!({"scaleTargetRefs": [deployment("web")],
+            "windows": [{"start": 9, "end": 17, "replicas": 3}], "suspend": true,
+            "hpaCooperation": "Disabled"}));
         s.status = Some(ScalerStatus {
-            targets: ["web", "api"]
+            targets: [("team", "web"), ("other", "api")]
                 .into_iter()
-                .map(|name| TargetStatus {
+                .map(|(ns, name)| TargetStatus {
+                    api_version: "apps/v1".into(),
+                    kind: "Deployment".into(),
                     name: name.into(),
-                    namespace: if name == "web" { "team" } else { "other" }.into(),
+                    namespace: ns.into(),
                     replicas: Some(3),
                     original_replicas: Some(1),
+                    horizontal_pod_autoscaler: None,
                 })
                 .collect(),
             ..ScalerStatus::default()
         });
-        let (ctx, verifier) = fixtures::context_at(at("2025-03-03T12:00:00Z"));
-        let scenario = verifier.run(vec![
-            Call::get(WEB).respond(target("team", "web", 3, Some(1))),
-            Call::get(API).respond(target("other", "api", 3, Some(1))),
-            Call::patch(
-                "/apis/apps/v1/namespaces/other/deployments/api?&fieldManager=kubesteer-controller",
-            )
-            .body(|b| {
-                assert_eq!(b["spec"]["replicas"], 1);
-                assert_eq!(
-                    b["metadata"]["annotations"],
-                    json!({annotation::ORIGINAL_REPLICAS: null, annotation::ORIGINAL_REPLICAS_OWNER: null})
-                );
-            })
-            .respond(target("other", "api", 1, None)),
-            Call::event("team")
-                .body(|b| assert_eq!(b["note"], "Restored Deployment other/api from 3 to 1 replicas"))
-                .respond_with_body(),
-            Call::patch(STATUS)
-                .body(|b| {
-                    assert_eq!(
-                        b["status"]["targets"],
-                        json!([{"name": "web", "namespace": "team", "replicas": 3, "originalReplicas": 1}])
-                    );
-                })
-                .respond_status_of(&s),
-        ]);
+        let (ctx, verifier) = ctx_at("2025-03-03T12:00:00Z");
+        let scenario = verifier.run(calls(vec![
+            reads(WEB, meta("team", "web", Some(1)), 3),
+            reads(API, meta("other", "api", Some(1)), 3),
+            vec![
+                Call::patch(&patch_of(&scale_of(API)))
+                    .body(|b| assert_eq!(b["spec"]["replicas"], 1))
+                    .respond(scale("other", "api", 1)),
+                Call::patch(&patch_of(API))
+                    .body(|b| {
+                        assert_eq!(
+                            b["metadata"]["annotations"],
+                            json!({annotation::ORIGINAL_REPLICAS: null, annotation::ORIGINAL_REPLICAS_OWNER: null})
+                        )
+                    })
+                    .respond(meta("other", "api", None)),
+                Call::event("team")
+                    .body(|b| assert_eq!(b["note"], "Restored Deployment other/api from 3 to 1 replicas"))
+                    .respond_with_body(),
+                Call::patch(STATUS)
+                    .body(|b| {
+                        assert_eq!(
+                            b["status"]["targets"],
+                            json!([{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web",
+                                    "namespace": "team", "replicas": 3, "originalReplicas": 1}])
+                        );
+                    })
+                    .respond_status_of(&s),
+            ],
+        ]));
         assert_eq!(
             reconcile(Arc::new(s), ctx.clone()).await.unwrap(),
             Action::await_change()
@@ -1377,26 +1475,27 @@ mod tests {
 
     #[tokio::test]
     async fn a_stale_record_of_a_deleted_scaler_is_replaced_not_trusted() {
-        let mut stale = target("team", "web", 5, Some(2));
+        let mut stale = meta("team", "web", Some(2));
         stale["metadata"]["annotations"][annotation::ORIGINAL_REPLICAS_OWNER] = json!("team/gone");
-        let (ctx, verifier) = fixtures::context_at(at("2025-03-03T12:00:00Z"));
-        let scenario = verifier.run(vec![
-            Call::get(WEB).respond(stale),
-            Call::get("/apis/kubesteer.io/v1alpha1/namespaces/team/scalers/gone").not_found(),
-            Call::patch(WEB_PATCH)
-                .body(|b| {
-                    assert_eq!(
-                        b["metadata"]["annotations"],
-                        json!({annotation::ORIGINAL_REPLICAS: "5", annotation::ORIGINAL_REPLICAS_OWNER: ME})
-                    );
-                    assert_eq!(b["spec"]["replicas"], 5);
-                })
-                .respond(target("team", "web", 5, Some(5))),
-            Call::event("team").respond_with_body(),
-            Call::patch(STATUS)
-                .body(|b| assert_eq!(b["status"]["targets"][0]["originalReplicas"], 5))
-                .respond_status_of(&nine_to_five()),
-        ]);
+        let (ctx, verifier) = ctx_at("2025-03-03T12:00:00Z");
+        let scenario = verifier.run(calls(vec![
+            reads(WEB, stale, 5),
+            vec![
+                Call::get("/apis/kubesteer.io/v1beta1/namespaces/team/scalers/gone").not_found(),
+                Call::patch(&patch_of(WEB))
+                    .body(|b| {
+                        assert_eq!(
+                            b["metadata"]["annotations"],
+                            json!({annotation::ORIGINAL_REPLICAS: "5", annotation::ORIGINAL_REPLICAS_OWNER: ME})
+                        );
+                    })
+                    .respond(meta("team", "web", Some(5))),
+                Call::event("team").respond_with_body(),
+                Call::patch(STATUS)
+                    .body(|b| assert_eq!(b["status"]["targets"][0]["originalReplicas"], 5))
+                    .respond_status_of(&nine_to_five()),
+            ],
+        ]));
         reconcile(Arc::new(nine_to_five()), ctx.clone())
             .await
             .unwrap();
@@ -1405,37 +1504,36 @@ mod tests {
 
     #[tokio::test]
     async fn a_target_another_live_scaler_scales_is_left_alone_and_reported() {
-        let mut theirs = target("team", "web", 2, Some(4));
+        let mut theirs = meta("team", "web", Some(4));
         theirs["metadata"]["annotations"][annotation::ORIGINAL_REPLICAS_OWNER] =
             json!("team/daily");
         let mut daily = serde_json::to_value(nine_to_five()).unwrap();
         daily["metadata"]["name"] = json!("daily");
-        let (ctx, verifier) = fixtures::context_at(at("2025-03-03T12:00:00Z"));
-        let scenario = verifier.run(vec![
-            Call::get(WEB).respond(theirs),
-            Call::get("/apis/kubesteer.io/v1alpha1/namespaces/team/scalers/daily").respond(daily),
-            Call::event("team")
-                .body(|b| {
-                    assert_eq!(b["type"], "Warning");
-                    assert_eq!(b["reason"], "TargetClaimed");
-                })
-                .respond_with_body(),
-            Call::patch(STATUS)
-                .body(|b| {
-                    let s = &b["status"];
-                    assert_eq!(s["conditions"][0]["status"], "False");
-                    assert_eq!(s["conditions"][0]["reason"], "TargetClaimed");
-                    assert_eq!(
-                        s["conditions"][0]["message"],
-                        "Deployment team/web is scaled by Scaler team/daily"
-                    );
-                    assert_eq!(
-                        s["targets"],
-                        json!([{"name": "web", "namespace": "team", "replicas": 2}])
-                    );
-                })
-                .respond_status_of(&nine_to_five()),
-        ]);
+        let (ctx, verifier) = ctx_at("2025-03-03T12:00:00Z");
+        let scenario = verifier.run(calls(vec![
+            reads(WEB, theirs, 2),
+            vec![
+                Call::get("/apis/kubesteer.io/v1beta1/namespaces/team/scalers/daily")
+                    .respond(daily),
+                Call::event("team")
+                    .body(|b| {
+                        assert_eq!(b["type"], "Warning");
+                        assert_eq!(b["reason"], "TargetClaimed");
+                    })
+                    .respond_with_body(),
+                Call::patch(STATUS)
+                    .body(|b| {
+                        let s = &b["status"];
+                        assert_eq!(s["conditions"][0]["reason"], "TargetClaimed");
+                        assert_eq!(
+                            s["conditions"][0]["message"],
+                            "Deployment team/web is scaled by Scaler team/daily"
+                        );
+                        assert_eq!(s["targets"][0]["replicas"], 2);
+                    })
+                    .respond_status_of(&nine_to_five()),
+            ],
+        ]));
         reconcile(Arc::new(nine_to_five()), ctx.clone())
             .await
             .unwrap();
@@ -1445,9 +1543,9 @@ mod tests {
     #[tokio::test]
     async fn a_stored_never_firing_schedule_is_reported_not_searched() {
         // Stored while the webhook was down: the controller must neither panic nor spin on it.
-        let s = scaler(json!({"deployments": [{"name": "web"}],
+        let s = scaler(json!({"scaleTargetRefs": [deployment("web")],
             "jobs": [{"name": "feb30", "schedule": "0 0 30 2 *", "replicas": 2}]}));
-        let (ctx, verifier) = fixtures::context_at(at("2025-03-03T12:00:00Z"));
+        let (ctx, verifier) = ctx_at("2025-03-03T12:00:00Z");
         let message =
             "spec.jobs[0].schedule: Invalid value: \"0 0 30 2 *\": never fires within 5 years";
         let scenario = verifier.run(vec![
@@ -1457,7 +1555,6 @@ mod tests {
             Call::patch(STATUS)
                 .body(move |b| {
                     assert_eq!(b["status"]["active"], false);
-                    assert!(b["status"].get("nextTransition").is_none(), "{b}");
                     assert_eq!(b["status"]["conditions"][0]["reason"], "InvalidSchedule");
                     assert_eq!(b["status"]["conditions"][0]["message"], message);
                 })
@@ -1470,22 +1567,234 @@ mod tests {
         scenario.finish(ctx).await;
     }
 
+    #[tokio::test]
+    async fn an_hpa_gets_its_min_replicas_raised_and_restored_instead_of_the_replicas() {
+        let s = scaler(json!({"scaleTargetRefs": [deployment("web")],
+            "windows": [{"start": 9, "end": 17, "replicas": 5}]}));
+        let hpa = |min: i32, original: Option<i32>| {
+            let mut h = json!({
+                "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+                "metadata": {"name": "web-hpa", "namespace": "team", "resourceVersion": "7"},
+                "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+                         "minReplicas": min, "maxReplicas": 10},
+            });
+            if let Some(o) = original {
+                h["metadata"]["annotations"] = json!({
+                    annotation::ORIGINAL_MIN_REPLICAS: o.to_string(),
+                    annotation::ORIGINAL_REPLICAS_OWNER: ME,
+                });
+            }
+            h
+        };
+        let list = |h: Value| json!({"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscalerList", "metadata": {}, "items": [h]});
+        let hpa_patch = "/apis/autoscaling/v2/namespaces/team/horizontalpodautoscalers/web-hpa?&fieldManager=kubesteer-controller";
+
+        // Inside the window: minReplicas 2 → 5, the original recorded; the Deployment untouched.
+        let (ctx, verifier) = ctx_at("2025-03-03T12:00:00Z");
+        let scenario = verifier.run(calls(vec![
+            reads(WEB, meta("team", "web", None), 2),
+            vec![
+                Call::get(HPAS).respond(list(hpa(2, None))),
+                Call::patch(hpa_patch)
+                    .body(|b| {
+                        assert_eq!(
+                            b,
+                            &json!({"metadata": {"resourceVersion": "7", "annotations": {
+                                annotation::ORIGINAL_MIN_REPLICAS: "2", annotation::ORIGINAL_REPLICAS_OWNER: ME}},
+                                "spec": {"minReplicas": 5}})
+                        )
+                    })
+                    .respond(hpa(5, Some(2))),
+                Call::event("team")
+                    .body(|b| {
+                        assert_eq!(
+                            b["note"],
+                            "Set HorizontalPodAutoscaler team/web-hpa minReplicas from 2 to 5 for Deployment team/web; it scales the target"
+                        )
+                    })
+                    .respond_with_body(),
+                Call::patch(STATUS)
+                    .body(|b| {
+                        assert_eq!(b["status"]["targets"][0]["horizontalPodAutoscaler"], "web-hpa");
+                        assert_eq!(b["status"]["targets"][0]["replicas"], 2);
+                    })
+                    .respond_status_of(&s),
+            ],
+        ]));
+        reconcile(Arc::new(s.clone()), ctx.clone()).await.unwrap();
+        scenario.finish(ctx).await;
+
+        // After the window: minReplicas back to 2 and the record gone.
+        let (ctx, verifier) = ctx_at("2025-03-03T18:00:00Z");
+        let scenario = verifier.run(calls(vec![
+            reads(WEB, meta("team", "web", None), 5),
+            vec![
+                Call::get(HPAS).respond(list(hpa(5, Some(2)))),
+                Call::patch(hpa_patch)
+                    .body(|b| {
+                        assert_eq!(b["spec"]["minReplicas"], 2);
+                        assert_eq!(
+                            b["metadata"]["annotations"],
+                            json!({annotation::ORIGINAL_MIN_REPLICAS: null, annotation::ORIGINAL_REPLICAS_OWNER: null})
+                        );
+                    })
+                    .respond(hpa(2, None)),
+                Call::event("team")
+                    .body(|b| assert_eq!(b["note"], "Restored HorizontalPodAutoscaler team/web-hpa minReplicas from 5 to 2"))
+                    .respond_with_body(),
+                Call::patch(STATUS).respond_status_of(&s),
+            ],
+        ]));
+        reconcile(Arc::new(s), ctx.clone()).await.unwrap();
+        scenario.finish(ctx).await;
+    }
+
     #[test]
-    fn no_next_firing_within_the_horizon_rechecks_later() {
-        let s = scaler(json!({"deployments": [{"name": "web"}],
-            "jobs": [{"name": "leap", "schedule": "0 0 29 2 *", "replicas": 2}]}));
-        let schedule = s.spec.schedule().unwrap();
-        // 2100 is no leap year: the next Feb 29 after 2096 is more than 5 years away.
-        let now = at("2097-03-01T00:00:00Z");
-        let p = plan(&schedule, now);
-        assert_eq!(p.next, None);
-        assert_eq!(p.last, Some(at("2096-02-29T00:00:00Z")));
-        assert_eq!(p.replicas, Some(2));
+    fn an_hpa_min_never_exceeds_its_max_nor_goes_below_one() {
+        let hpa: HorizontalPodAutoscaler = serde_json::from_value(json!({
+            "metadata": {"name": "h", "namespace": "team"},
+            "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+                     "minReplicas": 2, "maxReplicas": 10},
+        }))
+        .unwrap();
+        let web = Named {
+            api_version: "apps/v1".into(),
+            kind: "Deployment".into(),
+            namespace: "team".into(),
+            name: "web".into(),
+        };
         assert_eq!(
-            next_action(p.next, false, now),
-            Action::requeue(NO_FIRING_RECHECK)
+            hpa_change(&hpa, &web, ME, Some(12)).unwrap().replicas,
+            Some(10)
         );
-        assert_eq!(next_action(p.next, true, now), Action::await_change());
+        assert_eq!(
+            autoscaler_of(std::slice::from_ref(&hpa), &web).map(|h| h.name_any()),
+            Some("h".into())
+        );
+        let db = Named {
+            kind: "StatefulSet".into(),
+            ..web.clone()
+        };
+        assert!(autoscaler_of(std::slice::from_ref(&hpa), &db).is_none());
+        assert_eq!(
+            hpa_change(&hpa, &web, ME, None),
+            None,
+            "nothing recorded, nothing to restore"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_stateful_set_is_scaled_through_its_scale_subresource() {
+        let db = "/apis/apps/v1/namespaces/team/statefulsets/db";
+        let s = scaler(
+            json!({"scaleTargetRefs": [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db"}],
+            "windows": [{"start": 9, "end": 17, "replicas": 3}], "hpaCooperation": "Disabled"}),
+        );
+        let (ctx, verifier) = ctx_at("2025-03-03T12:00:00Z");
+        let scenario = verifier.run(calls(vec![
+            reads(db, meta("team", "db", None), 1),
+            vec![
+                Call::patch(&patch_of(db)).respond(meta("team", "db", Some(1))),
+                Call::patch(&patch_of(&scale_of(db)))
+                    .body(|b| assert_eq!(b["spec"]["replicas"], 3))
+                    .respond(scale("team", "db", 3)),
+                Call::event("team")
+                    .body(|b| assert_eq!(b["note"], "Scaled StatefulSet team/db from 1 to 3 replicas; recorded 1 to restore"))
+                    .respond_with_body(),
+                Call::patch(STATUS)
+                    .body(|b| assert_eq!(b["status"]["targets"][0]["kind"], "StatefulSet"))
+                    .respond_status_of(&s),
+            ],
+        ]));
+        reconcile(Arc::new(s), ctx.clone()).await.unwrap();
+        scenario.finish(ctx).await;
+    }
+
+    #[tokio::test]
+    async fn a_target_that_cannot_be_scaled_is_reported_without_touching_it() {
+        let s = scaler(
+            json!({"scaleTargetRefs": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "cm"}],
+            "windows": [{"start": 9, "end": 17}], "hpaCooperation": "Disabled"}),
+        );
+        let (ctx, verifier) = ctx_at("2025-03-03T12:00:00Z");
+        ctx.mapper.remember(
+            "v1",
+            "ConfigMap",
+            Err(Unscalable::NoScaleSubresource {
+                api_version: "v1".into(),
+                kind: "ConfigMap".into(),
+            }),
+        );
+        let message =
+            "ConfigMap team/cm: ConfigMap (v1) has no /scale subresource, so it cannot be scaled";
+        let scenario = verifier.run(vec![
+            Call::event("team")
+                .body(move |b| {
+                    assert_eq!(b["reason"], "TargetNotScalable");
+                    assert_eq!(b["note"], message);
+                })
+                .respond_with_body(),
+            Call::patch(STATUS)
+                .body(|b| assert_eq!(b["status"]["conditions"][0]["reason"], "TargetNotScalable"))
+                .respond_status_of(&s),
+        ]);
+        reconcile(Arc::new(s), ctx.clone()).await.unwrap();
+        scenario.finish(ctx).await;
+    }
+
+    #[tokio::test]
+    async fn overlapping_windows_scale_to_the_highest_and_a_holiday_restores() {
+        let s = scaler(
+            json!({"scaleTargetRefs": [deployment("web")], "hpaCooperation": "Disabled",
+            "windows": [{"start": 9, "end": 17, "replicas": 2}, {"start": 11, "end": 13, "replicas": 6}]}),
+        );
+        let (ctx, verifier) = ctx_at("2025-03-03T12:00:00Z");
+        let scenario = verifier.run(calls(vec![
+            reads(WEB, meta("team", "web", Some(1)), 2),
+            vec![
+                Call::patch(&patch_of(&scale_of(WEB)))
+                    .body(|b| assert_eq!(b["spec"]["replicas"], 6))
+                    .respond(scale("team", "web", 6)),
+                Call::event("team").respond_with_body(),
+                Call::patch(STATUS)
+                    .body(|b| {
+                        assert_eq!(
+                            b["status"]["nextTransitions"],
+                            json!([{"time": "2025-03-03T13:00:00Z", "replicas": 2},
+                                   {"time": "2025-03-03T17:00:00Z"},
+                                   {"time": "2025-03-04T09:00:00Z", "replicas": 2}])
+                        )
+                    })
+                    .respond_status_of(&s),
+            ],
+        ]));
+        reconcile(Arc::new(s.clone()), ctx.clone()).await.unwrap();
+        scenario.finish(ctx).await;
+
+        let mut holiday = s;
+        holiday.spec.exclude_dates = Some(vec!["2025-03-03".into()]);
+        let (ctx, verifier) = ctx_at("2025-03-03T12:00:00Z");
+        let scenario = verifier.run(calls(vec![
+            reads(WEB, meta("team", "web", Some(1)), 6),
+            vec![
+                Call::patch(&patch_of(&scale_of(WEB)))
+                    .body(|b| assert_eq!(b["spec"]["replicas"], 1))
+                    .respond(scale("team", "web", 1)),
+                Call::patch(&patch_of(WEB)).respond(meta("team", "web", None)),
+                Call::event("team").respond_with_body(),
+                Call::patch(STATUS)
+                    .body(|b| {
+                        assert_eq!(b["status"]["conditions"][0]["reason"], "ExcludedDate");
+                        assert_eq!(
+                            b["status"]["nextTransitions"][0],
+                            json!({"time": "2025-03-04T09:00:00Z", "replicas": 2})
+                        );
+                    })
+                    .respond_status_of(&holiday),
+            ],
+        ]));
+        reconcile(Arc::new(holiday), ctx.clone()).await.unwrap();
+        scenario.finish(ctx).await;
     }
 
     #[test]
@@ -1507,10 +1816,6 @@ mod tests {
             long,
             "nothing owed, nothing near"
         );
-        assert_eq!(
-            retry_delay(Duration::from_secs(1), &s, at("2025-03-03T16:58:00Z"), true),
-            Duration::from_secs(1)
-        );
         // Past 17:00 with the closing not applied: an outage retries often, a bad request does not.
         let after = at("2025-03-03T17:00:40Z");
         assert_eq!(retry_delay(long, &s, after, true), OUTAGE_RETRY);
@@ -1518,115 +1823,135 @@ mod tests {
         let mut suspended = s.clone();
         suspended.spec.suspend = Some(true);
         assert_eq!(retry_delay(long, &suspended, after, true), long);
+        assert_eq!(
+            next_action(None, false, after),
+            Action::requeue(NO_TRANSITION_RECHECK)
+        );
+        assert_eq!(next_action(None, true, after), Action::await_change());
     }
 
-    #[test]
-    fn the_plan_flips_exactly_at_each_boundary() {
-        let s = nine_to_five();
-        let schedule = s.spec.schedule().unwrap();
-        let just_before = plan(&schedule, at("2025-03-03T08:59:59Z"));
-        assert_eq!(just_before.replicas, None);
-        assert_eq!(just_before.next, Some(at("2025-03-03T09:00:00Z")));
-        assert_eq!(
-            plan(&schedule, at("2025-03-03T09:00:00Z")).replicas,
-            Some(5)
-        );
-        assert_eq!(
-            plan(&schedule, at("2025-03-03T16:59:59Z")).replicas,
-            Some(5)
-        );
-        assert_eq!(plan(&schedule, at("2025-03-03T17:00:00Z")).replicas, None);
+    fn web() -> Named {
+        Named {
+            api_version: "apps/v1".into(),
+            kind: "Deployment".into(),
+            namespace: "team".into(),
+            name: "web".into(),
+        }
+    }
+
+    fn current(replicas: i32, annotations: &[(&str, &str)]) -> Current {
+        Current {
+            annotations: annotations
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            resource_version: Some("41".into()),
+            replicas,
+        }
     }
 
     #[test]
     fn target_changes_follow_the_record() {
-        let d = |r: i32, o: Option<i32>| -> Deployment {
-            serde_json::from_value(target("team", "web", r, o)).unwrap()
+        let mine = [
+            (annotation::ORIGINAL_REPLICAS, "2"),
+            (annotation::ORIGINAL_REPLICAS_OWNER, ME),
+        ];
+        let change = |c: &Current, wanted, outside| {
+            target_change(
+                &web(),
+                c,
+                ME,
+                &Record::of(&c.annotations, ME),
+                wanted,
+                outside,
+            )
         };
-        let change = |d: &Deployment, wanted, outside| {
-            target_change(d, ME, &Record::of(d.annotations(), ME), wanted, outside)
-        };
-        assert_eq!(change(&d(5, Some(2)), Some(5), None), None, "settled");
+        assert_eq!(change(&current(5, &mine), Some(5), None), None, "settled");
         assert_eq!(
-            change(&d(2, None), None, Some(9)),
+            change(&current(2, &[]), None, Some(9)),
             None,
             "outside: left alone"
         );
-        let same = change(&d(5, None), Some(5), None).unwrap();
+        let same = change(&current(5, &[]), Some(5), None).unwrap();
         assert_eq!(
-            same.patch["metadata"]["annotations"],
+            same.record.unwrap()["metadata"]["annotations"],
             json!({annotation::ORIGINAL_REPLICAS: "5", annotation::ORIGINAL_REPLICAS_OWNER: ME}),
             "the original is recorded, with its owner, even when it already matches"
         );
-        let unreadable: Deployment = serde_json::from_value({
-            let mut t = target("team", "web", 5, None);
-            t["metadata"]["annotations"] = json!({annotation::ORIGINAL_REPLICAS: "many"});
-            t
-        })
-        .unwrap();
+        assert_eq!(same.replicas, None);
+        let unreadable = current(5, &[(annotation::ORIGINAL_REPLICAS, "many")]);
         let release = change(&unreadable, None, None).unwrap();
-        assert!(release.patch.get("spec").is_none(), "{:?}", release.patch);
+        assert_eq!(release.replicas, None, "{release:?}");
+        assert!(release.restoring);
     }
 
     #[test]
     fn a_record_of_another_scaler_is_neither_trusted_nor_touched() {
-        let d: Deployment = serde_json::from_value(target("team", "web", 5, Some(2))).unwrap();
+        let c = current(5, &[(annotation::ORIGINAL_REPLICAS, "2")]);
         let theirs = Record::Other("team/nightly".into());
         for (wanted, outside) in [(Some(3), None), (None, None), (None, Some(1))] {
             assert_eq!(
-                target_change(&d, "team/daily", &theirs, wanted, outside),
+                target_change(&web(), &c, "team/daily", &theirs, wanted, outside),
                 None
             );
         }
         // A stale record (its Scaler gone) is read as none: the current replicas are recorded anew.
-        let fresh = target_change(&d, "team/daily", &Record::Absent, Some(3), None).unwrap();
+        let fresh =
+            target_change(&web(), &c, "team/daily", &Record::Absent, Some(3), None).unwrap();
         assert_eq!(
-            fresh.patch["metadata"]["annotations"],
+            fresh.record.unwrap()["metadata"]["annotations"],
             json!({annotation::ORIGINAL_REPLICAS: "5", annotation::ORIGINAL_REPLICAS_OWNER: "team/daily"})
         );
     }
 
     #[test]
     fn a_record_from_before_owners_is_adopted_with_an_owner() {
-        let legacy: Deployment = serde_json::from_value({
-            let mut t = target("team", "web", 5, None);
-            t["metadata"]["annotations"] = json!({annotation::ORIGINAL_REPLICAS: "2"});
-            t
-        })
-        .unwrap();
-        let record = Record::of(legacy.annotations(), ME);
-        let adopt = target_change(&legacy, ME, &record, Some(5), None).unwrap();
+        let legacy = current(5, &[(annotation::ORIGINAL_REPLICAS, "2")]);
+        let record = Record::of(&legacy.annotations, ME);
+        let adopt = target_change(&web(), &legacy, ME, &record, Some(5), None).unwrap();
         assert_eq!(
-            adopt.patch["metadata"]["annotations"],
+            adopt.record.unwrap()["metadata"]["annotations"],
             json!({annotation::ORIGINAL_REPLICAS_OWNER: ME})
         );
-        let restore = target_change(&legacy, ME, &record, None, None).unwrap();
-        assert_eq!(restore.patch["spec"]["replicas"], 2);
+        let restore = target_change(&web(), &legacy, ME, &record, None, None).unwrap();
+        assert_eq!(restore.replicas, Some(2));
     }
 
     #[test]
-    fn deployments_map_to_the_scalers_that_target_them() {
+    fn targets_map_to_the_scalers_that_name_them() {
         let mut claims = ClaimIndex::default();
-        let mut other_ns = scaler(
-            json!({"deployments": [{"name": "api", "namespace": "other"}], "start": 1, "end": 2}),
-        );
+        let mut other_ns = scaler(json!({"scaleTargetRefs": [
+            {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "api", "namespace": "other"}],
+            "windows": [{"start": 1, "end": 2}]}));
         other_ns.metadata.name = Some("cross".into());
         claims.upsert(&nine_to_five());
         claims.upsert(&other_ns);
-        let d = |ns: &str, name: &str| -> Deployment {
-            serde_json::from_value(target(ns, name, 1, None)).unwrap()
+        let object = |ns: &str, name: &str| -> k8s_openapi::api::apps::v1::Deployment {
+            serde_json::from_value(json!({"metadata": {"name": name, "namespace": ns}})).unwrap()
         };
         let names =
             |refs: Vec<ObjectRef<Scaler>>| refs.into_iter().map(|r| r.name).collect::<Vec<_>>();
         assert_eq!(
-            names(scalers_targeting(&claims, &d("team", "web"))),
+            names(scalers_targeting(
+                &claims,
+                "apps/v1",
+                "Deployment",
+                &object("team", "web")
+            )),
             vec!["nightly"]
         );
         assert_eq!(
-            names(scalers_targeting(&claims, &d("other", "api"))),
+            names(scalers_targeting(
+                &claims,
+                "apps/v1",
+                "StatefulSet",
+                &object("other", "api")
+            )),
             vec!["cross"]
         );
-        assert!(scalers_targeting(&claims, &d("other", "web")).is_empty());
+        assert!(
+            scalers_targeting(&claims, "apps/v1", "Deployment", &object("other", "api")).is_empty()
+        );
     }
 
     /// `s` named `name`, created at `created` with `uid`.
@@ -1641,48 +1966,45 @@ mod tests {
     async fn a_younger_scaler_leaves_a_shared_target_to_the_older_and_says_so_once() {
         let older = aged(nine_to_five(), "early", "2025-03-01T00:00:00Z", "uid-b");
         let me = aged(nine_to_five(), "nightly", "2025-03-02T00:00:00Z", "uid-a");
-        let (ctx, verifier) = fixtures::context_at(at("2025-03-03T12:00:00Z"));
+        let (ctx, verifier) = ctx_at("2025-03-03T12:00:00Z");
         let mut follow = ctx.claims.follow();
         follow(&kube::runtime::watcher::Event::Apply(older));
         follow(&kube::runtime::watcher::Event::Apply(me.clone()));
         let written = Arc::new(std::sync::Mutex::new(Value::Null));
         let message = "Deployment team/web is owned by Scaler team/early, which is older; it is left alone until that one lets go";
-        let scenario = verifier.run(vec![
-            // Read for the status only: no patch of the target.
-            Call::get(WEB).respond(target("team", "web", 5, None)),
-            Call::event("team")
-                .body(move |b| {
-                    assert_eq!(b["type"], "Warning");
-                    assert_eq!(b["reason"], "Conflict");
-                    assert_eq!(b["note"], message);
-                })
-                .respond_with_body(),
-            Call::patch(STATUS)
-                .body({
-                    let written = written.clone();
-                    move |b| {
-                        let c = &b["status"]["conditions"][0];
-                        assert_eq!(
-                            (&c["type"], &c["status"], &c["reason"]),
-                            (&json!("Ready"), &json!("False"), &json!("Conflict"))
-                        );
-                        assert_eq!(c["message"], message);
-                        assert_eq!(
-                            b["status"]["targets"],
-                            json!([{"name": "web", "namespace": "team", "replicas": 5}])
-                        );
-                        *written.lock().unwrap() = b["status"].clone();
-                    }
-                })
-                .respond_status_of(&me),
-        ]);
+        let scenario = verifier.run(calls(vec![
+            // Read for the status only: no write to the target.
+            reads(WEB, meta("team", "web", None), 5),
+            vec![
+                Call::event("team")
+                    .body(move |b| {
+                        assert_eq!(b["reason"], "Conflict");
+                        assert_eq!(b["note"], message);
+                    })
+                    .respond_with_body(),
+                Call::patch(STATUS)
+                    .body({
+                        let written = written.clone();
+                        move |b| {
+                            let c = &b["status"]["conditions"][0];
+                            assert_eq!(
+                                (&c["status"], &c["reason"]),
+                                (&json!("False"), &json!("Conflict"))
+                            );
+                            assert_eq!(c["message"], message);
+                            *written.lock().unwrap() = b["status"].clone();
+                        }
+                    })
+                    .respond_status_of(&me),
+            ],
+        ]));
         reconcile(Arc::new(me.clone()), ctx.clone()).await.unwrap();
         scenario.finish(ctx).await;
 
         // Reconciled again in the same conflict: no event, no write, the target untouched.
         let mut again = me;
         again.status = Some(serde_json::from_value(written.lock().unwrap().clone()).unwrap());
-        let (ctx2, verifier) = fixtures::context_at(at("2025-03-03T12:00:05Z"));
+        let (ctx2, verifier) = ctx_at("2025-03-03T12:00:05Z");
         let mut follow = ctx2.claims.follow();
         for s in [
             aged(nine_to_five(), "early", "2025-03-01T00:00:00Z", "uid-b"),
@@ -1690,7 +2012,7 @@ mod tests {
         ] {
             follow(&kube::runtime::watcher::Event::Apply(s));
         }
-        let scenario = verifier.run(vec![Call::get(WEB).respond(target("team", "web", 5, None))]);
+        let scenario = verifier.run(reads(WEB, meta("team", "web", None), 5));
         reconcile(Arc::new(again), ctx2.clone()).await.unwrap();
         scenario.finish(ctx2).await;
     }
@@ -1700,34 +2022,36 @@ mod tests {
         // The younger scaled it first (the older claimed it later, with the webhook down).
         let me = aged(nine_to_five(), "nightly", "2025-03-01T00:00:00Z", "uid-z");
         let younger = aged(nine_to_five(), "late", "2025-03-02T00:00:00Z", "uid-a");
-        let mut theirs = target("team", "web", 4, Some(2));
+        let mut theirs = meta("team", "web", Some(2));
         theirs["metadata"]["annotations"][annotation::ORIGINAL_REPLICAS_OWNER] = json!("team/late");
-        let (ctx, verifier) = fixtures::context_at(at("2025-03-03T12:00:00Z"));
+        let (ctx, verifier) = ctx_at("2025-03-03T12:00:00Z");
         let expected = json!({
             "metadata": {"resourceVersion": "41", "annotations": {annotation::ORIGINAL_REPLICAS_OWNER: ME}},
-            "spec": {"replicas": 5},
         });
-        let scenario = verifier.run(vec![
-            Call::get(WEB).respond(theirs.clone()),
-            Call::get("/apis/kubesteer.io/v1alpha1/namespaces/team/scalers/late")
-                .respond(serde_json::to_value(&younger).unwrap()),
-            Call::patch(WEB_PATCH)
-                .body({
-                    let p = expected.clone();
-                    move |b| assert_eq!(b, &p)
-                })
-                .respond(patched(theirs, &expected)),
-            Call::event("team").respond_with_body(),
-            Call::patch(STATUS)
-                .body(|b| {
-                    assert_eq!(
-                        b["status"]["targets"],
-                        json!([{"name": "web", "namespace": "team", "replicas": 5, "originalReplicas": 2}])
-                    );
-                    assert_eq!(b["status"]["conditions"][0]["reason"], "WindowOpen");
-                })
-                .respond_status_of(&me),
-        ]);
+        let scenario = verifier.run(calls(vec![
+            reads(WEB, theirs.clone(), 4),
+            vec![
+                Call::get("/apis/kubesteer.io/v1beta1/namespaces/team/scalers/late")
+                    .respond(serde_json::to_value(&younger).unwrap()),
+                Call::patch(&patch_of(WEB))
+                    .body({
+                        let p = expected.clone();
+                        move |b| assert_eq!(b, &p)
+                    })
+                    .respond(annotated(theirs, &expected)),
+                Call::patch(&patch_of(&scale_of(WEB)))
+                    .body(|b| assert_eq!(b["spec"]["replicas"], 5))
+                    .respond(scale("team", "web", 5)),
+                Call::event("team").respond_with_body(),
+                Call::patch(STATUS)
+                    .body(|b| {
+                        assert_eq!(b["status"]["targets"][0]["originalReplicas"], 2);
+                        assert_eq!(b["status"]["targets"][0]["replicas"], 5);
+                        assert_eq!(b["status"]["conditions"][0]["reason"], "WindowOpen");
+                    })
+                    .respond_status_of(&me),
+            ],
+        ]));
         reconcile(Arc::new(me), ctx.clone()).await.unwrap();
         scenario.finish(ctx).await;
     }
@@ -1736,11 +2060,11 @@ mod tests {
     async fn a_cleanup_that_lost_the_race_to_a_gone_scaler_is_quiet() {
         let mut s = nine_to_five();
         s.metadata.deletion_timestamp = Some(time(at("2025-03-03T12:00:00Z")));
-        let (ctx, verifier) = fixtures::context_at(at("2025-03-03T12:00:01Z"));
-        let scenario = verifier.run(vec![
-            Call::get(WEB).respond(target("team", "web", 2, None)),
-            Call::patch(SCALER).not_found(),
-        ]);
+        let (ctx, verifier) = ctx_at("2025-03-03T12:00:01Z");
+        let scenario = verifier.run(calls(vec![
+            reads(WEB, meta("team", "web", None), 2),
+            vec![Call::patch(SCALER).not_found()],
+        ]));
         assert_eq!(
             reconcile(Arc::new(s), ctx.clone()).await.unwrap(),
             Action::await_change()
