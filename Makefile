@@ -38,8 +38,7 @@ manifests:
 ## install: apply the CRDs to the cluster of $$KUBECONFIG (default: the local one). A running
 ## webhook points the Scaler CRD's conversion back at itself within a check round.
 install:
-	$(BIN)/kubectl $(if $(KUBECONFIG),,--kubeconfig $(KUBECONFIG_FILE)) apply --server-side --force-conflicts -f charts/kubesteer/crds/
-	$(BIN)/kubectl $(if $(KUBECONFIG),,--kubeconfig $(KUBECONFIG_FILE)) wait --for=condition=Established --timeout=60s -f charts/kubesteer/crds/
+	hack/crds.sh $(BIN)/kubectl $(if $(KUBECONFIG),,--kubeconfig $(KUBECONFIG_FILE))
 
 ## run: the local control plane "kubesteer" (.kubesteer/) with its real node, the image built and
 ## installed by the chart, the samples applied; in the foreground. Ctrl-C tears down what it

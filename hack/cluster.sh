@@ -96,8 +96,7 @@ YAML
     "${kubectl[@]}" wait --for=condition=Ready node -l type=kwok --timeout=60s >/dev/null
     log "cluster up in $((SECONDS - started))s"
   fi
-  "${kubectl[@]}" apply --server-side --force-conflicts -f "$root/charts/kubesteer/crds/" >/dev/null
-  "${kubectl[@]}" wait --for=condition=Established --timeout=60s -f "$root/charts/kubesteer/crds/" >/dev/null
+  "$root/hack/crds.sh" "${kubectl[@]}"
   log "CRDs installed; kubeconfig: $kubeconfig"
   if [ "$real_node" = 1 ]; then
     "$root/hack/node.sh" up

@@ -62,6 +62,8 @@ cleanup() {
   if [ "$installed_hooks" = 1 ]; then
     "${kubectl[@]}" delete mutatingwebhookconfiguration,validatingwebhookconfiguration kubesteer-run-kubesteer \
       --ignore-not-found >/dev/null 2>&1 || true
+    # The host webhook pointed the Scaler CRD's conversion at its URL: back to the committed one.
+    hack/crds.sh "${kubectl[@]}" >/dev/null 2>&1 || true
   fi
   if [ "$installed_release" = 1 ]; then
     "${helm[@]}" uninstall "$release" -n "$release_ns" --wait --timeout 2m >/dev/null 2>&1 ||

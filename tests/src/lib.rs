@@ -262,6 +262,20 @@ pub fn free_port() -> Result<u16> {
         .port())
 }
 
+/// Applies the committed CRDs as `make install` does (`hack/crds.sh`), and waits until they are
+/// established.
+pub fn install_crds() -> Result<()> {
+    let out = Command::new(repo_root().join("hack/crds.sh"))
+        .arg(cached_tool("kubectl"))
+        .env("KUBECONFIG", kubeconfig())
+        .output()
+        .context("running hack/crds.sh")?;
+    if !out.status.success() {
+        bail!("hack/crds.sh: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(())
+}
+
 /// A kubesteer-webhook process on 127.0.0.1 with its own certificates, registered through the
 /// chart's webhook configurations for namespaces labelled `kubesteer.io/e2e=<id>` only, so tests
 /// never affect each other. Everything is removed on drop.
@@ -270,6 +284,8 @@ pub struct Webhook {
     pub port: u16,
     pub dir: PathBuf,
     child: std::process::Child,
+    /// Whether it serves the Scaler CRD's conversion (and put its URL there).
+    converting: bool,
 }
 
 impl Webhook {
@@ -357,6 +373,7 @@ impl Webhook {
             port,
             dir,
             child,
+            converting,
         };
         webhook.wait_ready()?;
         webhook.register()?;
@@ -442,6 +459,10 @@ impl Drop for Webhook {
         );
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if self.converting {
+            // The CRD's conversion back to the committed Service, for whatever runs next.
+            let _ = install_crds();
+        }
     }
 }
 

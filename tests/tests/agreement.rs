@@ -21,7 +21,7 @@ use kubesteer_api::rules::{
     application as app, memcached as mc, scaler as sc, welcome as wl, MAX_IMAGE, MAX_INT32,
     MAX_LABEL, MAX_PORT, MAX_SUBDOMAIN, MIN_PORT, MIN_REPLICAS,
 };
-use kubesteer_tests::{kubectl, kubectl_ok, repo_root, Namespace};
+use kubesteer_tests::{kubectl, kubectl_ok, Namespace};
 use serde_json::{json, Map, Value};
 
 /// Meant differences: the case (by its description) that only api/ refuses, and why.
@@ -824,22 +824,7 @@ fn install_committed_crds() -> Result<bool> {
         Ok(out)
     };
     let before = generations()?;
-    let dir = repo_root().join("charts/kubesteer/crds");
-    let dir = dir.to_string_lossy();
-    kubectl_ok(
-        &["apply", "--server-side", "--force-conflicts", "-f", &dir],
-        None,
-    )?;
-    kubectl_ok(
-        &[
-            "wait",
-            "--for=condition=Established",
-            "--timeout=60s",
-            "-f",
-            &dir,
-        ],
-        None,
-    )?;
+    kubesteer_tests::install_crds()?;
     Ok(generations()? != before)
 }
 

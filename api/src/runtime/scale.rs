@@ -136,7 +136,7 @@ impl RestMapper {
     }
 
     /// Sets the replicas of `namespace/name` through `/scale`, conditional on the
-    /// `resource_version` read (a concurrent change is a 409 to retry on a fresh read).
+    /// `resource_version` read when given (a concurrent change is a 409 to retry on a fresh read).
     pub async fn set_replicas(
         &self,
         resource: &ApiResource,
@@ -148,10 +148,10 @@ impl RestMapper {
     ) -> Result<Scale, kube::Error> {
         let api: Api<DynamicObject> =
             Api::namespaced_with(self.client.clone(), namespace, resource);
-        let patch = serde_json::json!({
-            "metadata": {"resourceVersion": resource_version},
-            "spec": {"replicas": replicas},
-        });
+        let mut patch = serde_json::json!({"spec": {"replicas": replicas}});
+        if let Some(rv) = resource_version {
+            patch["metadata"] = serde_json::json!({"resourceVersion": rv});
+        }
         api.patch_scale(name, params, &Patch::Merge(&patch)).await
     }
 }

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Applies the committed CRDs with the kubectl command given as arguments, e.g.
+#   hack/crds.sh ~/.cache/kubesteer/bin/kubectl --kubeconfig .kubesteer/kubeconfig
+# A conversion webhook that ran outside the cluster (make run MODE=host, the e2e conversion
+# test) leaves a `url` in the Scaler CRD's conversion. The committed file names a `service`, and
+# an apply cannot remove a field another manager wrote, while the apiserver wants exactly one of
+# the two: so the committed Service is put back first. A running webhook points the conversion at
+# itself again within its next check round.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+kubectl=("$@")
+crds="$root/charts/kubesteer/crds/"
+url=$("${kubectl[@]}" get crd scalers.kubesteer.io --ignore-not-found \
+  -o jsonpath='{.spec.conversion.webhook.clientConfig.url}')
+if [ -n "$url" ]; then
+  "${kubectl[@]}" patch crd scalers.kubesteer.io --type=merge -p \
+    '{"spec":{"conversion":{"webhook":{"clientConfig":{"url":null,"service":{"namespace":"kubesteer-system","name":"kubesteer-webhook","path":"/convert","port":443}}}}}}' >/dev/null
+fi
+"${kubectl[@]}" apply --server-side --force-conflicts -f "$crds" >/dev/null
+"${kubectl[@]}" wait --for=condition=Established --timeout=60s -f "$crds" >/dev/null
