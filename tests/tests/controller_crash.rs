@@ -164,7 +164,11 @@ fn snapshot(ns: &str, resources: &[&str]) -> Result<BTreeMap<String, Value>> {
 
 /// Whether `log` shows a finished reconcile of `kind`/`name` in `ns`.
 fn reconciled(log: &str, kind: &str, name: &str, ns: &str) -> bool {
-    let object = format!("object={kind}.v1alpha1.kubesteer.io/{name}.{ns} ");
+    let version = kubesteer_api::kind::ALL
+        .into_iter()
+        .find(|k| k.name() == kind)
+        .map_or("v1alpha1", |k| k.version());
+    let object = format!("object={kind}.{version}.kubesteer.io/{name}.{ns} ");
     log.lines()
         .any(|l| l.contains("reconciled") && l.contains(&object))
 }

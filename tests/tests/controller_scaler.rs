@@ -40,13 +40,39 @@ fn wait_replicas(ns: &Namespace, name: &str, want: &str) -> Result<()> {
     )
 }
 
-/// When the controller last wrote the Deployment, to the second, from its managed fields.
-fn write_time(ns: &Namespace, name: &str) -> Result<String> {
-    jsonpath(
-        ns.name(),
-        &format!("deployment/{name}"),
-        "{.metadata.managedFields[?(@.manager==\"kubesteer-controller\")].time}",
-    )
+/// When the controller last scaled or restored a target, to the second: the time of its latest
+/// `Scaled`/`Restored` event, published right after the write. (A write through `/scale` leaves
+/// no time in the target's managedFields.)
+fn write_time(ns: &Namespace, _name: &str) -> Result<String> {
+    let events: serde_json::Value = serde_json::from_str(&kubectl_ok(
+        &[
+            "get",
+            "events.v1.events.k8s.io",
+            "-n",
+            ns.name(),
+            "-o",
+            "json",
+        ],
+        None,
+    )?)?;
+    let latest = events["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| matches!(e["reason"].as_str(), Some("Scaled" | "Restored")))
+        .filter_map(|e| {
+            e["series"]["lastObservedTime"]
+                .as_str()
+                .or(e["eventTime"].as_str())
+                .map(str::to_string)
+        })
+        .max()
+        .unwrap_or_default();
+    // MicroTime to whole seconds: "2026-11-25T02:08:00.123456Z" -> "2026-11-25T02:08:00Z".
+    Ok(match latest.split_once('.') {
+        Some((seconds, _)) => format!("{seconds}Z"),
+        None => latest,
+    })
 }
 
 /// A Scaler `sched` of the Deployments `targets` (`{name: web}` entries) with one window;
