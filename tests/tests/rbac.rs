@@ -282,18 +282,10 @@ fn each_service_account_may_do_what_its_binary_does_and_nothing_more() -> Result
         // The reviews behind metrics auth (on by default); not the metrics themselves.
         row(true, "create tokenreviews.authentication.k8s.io"),
         row(true, "create subjectaccessreviews.authorization.k8s.io"),
-        // The Scaler CRD's conversion, and no other CRD.
+        // The CRDs are the webhook's to point at itself, not the controller's.
         row(
-            true,
+            false,
             "patch customresourcedefinitions.apiextensions.k8s.io/scalers.kubesteer.io",
-        ),
-        row(
-            false,
-            "patch customresourcedefinitions.apiextensions.k8s.io/welcomes.kubesteer.io",
-        ),
-        row(
-            false,
-            "delete customresourcedefinitions.apiextensions.k8s.io/scalers.kubesteer.io",
         ),
         row(false, "get /metrics"),
         // Nothing of the webhook's, the cluster's or RBAC's.
