@@ -29,7 +29,10 @@ export KUBESTEER_STATE=${BENCH_STATE:-${KUBESTEER_STATE:-$root/.kubesteer}}
 work="$root/bench/tmp"
 mkdir -p "$work" bench/results
 [ -x "$oha" ] || cargo install oha --locked --root "$cache/tools"
-cargo build --profile "$profile" -p kubesteer-webhook -p kubesteer-certs
+cargo build --profile "$profile" -p kubesteer-webhook -p kubesteer-certs -p kubesteer-bench
+# The limit line: the same server stack (rustls, hyper, axum, limits, runtime) answering a fixed
+# AdmissionReview without any review work (bench/src/echo.rs), on the same core with the same load.
+limit=("$bin/kubesteer-bench" echo-webhook)
 if [ "$subject" = peers ]; then
   # shellcheck source=bench-peers.sh
   . "$root/hack/bench-peers.sh"
@@ -48,9 +51,10 @@ stop_server() {
 }
 trap stop_server EXIT
 # Starts a webhook binary (same flags for both) on core 0 and waits for its /readyz.
-start_server() { # log binary
-  local log=$1 server=$2
-  KUBECONFIG="$KUBESTEER_STATE/kubeconfig" taskset -c 0 "$server" \
+start_server() { # log binary...
+  local log=$1
+  shift
+  KUBECONFIG="$KUBESTEER_STATE/kubeconfig" taskset -c 0 "$@" \
     --addr "127.0.0.1:$port" --tls-cert-file "$work/certs/tls.crt" --tls-key-file "$work/certs/tls.key" \
     >"$log" 2>&1 &
   pid=$!
@@ -59,7 +63,7 @@ start_server() { # log binary
     kill -0 "$pid" 2>/dev/null || break
     sleep 0.2
   done
-  echo "bench-webhook: $server did not become ready; its log:" >&2
+  echo "bench-webhook: $* did not become ready; its log:" >&2
   tail -20 "$log" >&2
   exit 1
 }
@@ -88,20 +92,29 @@ measure() { # out-dir
   done
   printf '%s %s\n' "$idle" "$(awk '/VmHWM/ {print $2}' "/proc/$pid/status")" >"$out/rss"
 }
+# The limit server at saturation with each kind's body, into out-dir.
+measure_limit() { # out-dir
+  local out=$1
+  mkdir -p "$out"
+  for kind in $kinds; do
+    run "$out" "$kind-limit-saturation" "/validate/${kind}s" "bench/bodies/$kind.json" -c 32
+  done
+}
 
 if [ "$subject" = peers ]; then
   repeats=${BENCH_REPEATS:-3}
   rm -rf "$work/peers"
   for r in $(seq 1 "$repeats"); do
     # Alternate who goes first, so neither always runs on a warmer (or busier) machine.
-    order="kubesteer peer"
-    [ $((r % 2)) = 0 ] && order="peer kubesteer"
+    order="kubesteer peer limit"
+    [ $((r % 2)) = 0 ] && order="peer kubesteer limit"
     for s in $order; do
-      server=$bin/kubesteer-webhook
-      [ "$s" = peer ] && server=$peer
       echo "[bench] run $r/$repeats: $s" >&2
-      start_server "$work/webhook-$s-$r.log" "$server"
-      measure "$work/peers/$s-$r"
+      case $s in
+        kubesteer) start_server "$work/webhook-$s-$r.log" "$bin/kubesteer-webhook" && measure "$work/peers/$s-$r" ;;
+        peer) start_server "$work/webhook-$s-$r.log" "$peer" && measure "$work/peers/$s-$r" ;;
+        limit) start_server "$work/webhook-$s-$r.log" "${limit[@]}" && measure_limit "$work/peers/$s-$r" ;;
+      esac
       stop_server
     done
   done
@@ -160,6 +173,19 @@ for kind in kinds:
         else:
             summary[f"{kind}_{run}_ratio_p99"] = per["ratio_latency"]["p99"]
     out["kinds"][kind] = k
+out["limit"] = {"definition": "the same server stack (rustls, hyper, axum, kubesteer's limits and runtime) "
+                "answering a fixed AdmissionReview without any work (kubesteer-bench echo-webhook), at "
+                "saturation with each kind's body; fraction = kubesteer's saturation rate / the limit's"}
+for kind in kinds:
+    rps = med([load("limit", r, f"{kind}-limit-saturation")["rps"] for r in range(1, repeats + 1)])
+    k = out["kinds"][kind]
+    out["limit"][kind] = {"requests_per_second": rps,
+        **{f"kubesteer_{run.split('_')[0]}_fraction": round(k[run]["kubesteer"]["requests_per_second"] / rps, 2)
+           for run in ("validate_saturation", "mutate_saturation")},
+        **{f"peer_{run.split('_')[0]}_fraction": round(k[run]["peer"]["requests_per_second"] / rps, 2)
+           for run in ("validate_saturation", "mutate_saturation")}}
+    for run in ("validate", "mutate"):
+        summary[f"{kind}_{run}_fraction_of_limit"] = out["limit"][kind][f"kubesteer_{run}_fraction"]
 out["summary"] = summary
 json.dump(out, open("bench/results/webhook-peers.json", "w"), indent=2)
 print(json.dumps({"summary": summary, "rss_kib": out["rss_kib"]}, indent=2))
@@ -169,6 +195,10 @@ fi
 
 start_server "$work/webhook.log" "$bin/kubesteer-webhook"
 measure "$work"
+stop_server
+start_server "$work/limit.log" "${limit[@]}"
+measure_limit "$work"
+stop_server
 read -r idle_rss peak_rss <"$work/rss"
 python3 - "$work" "$idle_rss" "$peak_rss" "$duration" "$rates" "$kinds" <<'PY'
 import json, os, platform, sys, datetime
@@ -196,6 +226,10 @@ for kind in kinds:
     k = {"validate_saturation": load(f"{kind}-validate-saturation"), "mutate_saturation": load(f"{kind}-mutate-saturation")}
     for q in rates:
         k[f"validate_at_{q}_rps"] = load(f"{kind}-validate-rate{q}")
+    limit = load(f"{kind}-limit-saturation")
+    k["limit_saturation"] = limit
+    for run in ("validate", "mutate"):
+        k[f"{run}_fraction_of_limit"] = round(k[f"{run}_saturation"]["requests_per_second"] / limit["requests_per_second"], 2)
     out["kinds"][kind] = k
 json.dump(out, open("bench/results/webhook.json", "w"), indent=2)
 print(json.dumps(out, indent=2))

@@ -6,6 +6,7 @@
 #![forbid(unsafe_code)]
 #![deny(rust_2018_idioms)]
 
+mod echo;
 mod report;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -99,6 +100,13 @@ enum Command {
         /// Counts from the `started_at` to the `converged_at` of this `converge` output instead.
         #[arg(long)]
         window_of: Option<PathBuf>,
+    },
+    /// The webhook benchmark's limit line: kubesteer's server stack answering every review with
+    /// one fixed AdmissionReview, doing no review work. Takes the webhook's flags (`--addr`,
+    /// `--tls-cert-file`, `--tls-key-file`, ...).
+    EchoWebhook {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        flags: Vec<std::ffi::OsString>,
     },
     /// Reads the resident memory, open file descriptors and CPU time of process `pid`.
     Process {
@@ -221,6 +229,10 @@ async fn main() -> Result<()> {
                 None => (since, until),
             };
             audit(&log, &user, since, until)?
+        }
+        Command::EchoWebhook { flags } => {
+            echo::serve(flags, kubesteer_api::runtime::signal::shutdown()).await?;
+            return Ok(());
         }
         Command::Process { pid } => serde_json::to_value(report::process(pid)?)?,
         Command::Report {

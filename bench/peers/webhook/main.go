@@ -25,11 +25,13 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/client-go/discovery"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -41,7 +43,7 @@ import (
 
 const group = "kubesteer.io"
 
-var scalerGVK = schema.GroupVersionKind{Group: group, Version: "v1alpha1", Kind: "ScalerList"}
+var scalerGVK = schema.GroupVersionKind{Group: group, Version: "v1beta1", Kind: "ScalerList"}
 
 // permissionTTL is how long a granted permission is remembered, as kubesteer's webhook does.
 const permissionTTL = 10 * time.Second
@@ -122,6 +124,7 @@ type handler struct {
 	mutate bool
 	client client.Client
 	perms  *permissions
+	mapper *scaleMapper
 }
 
 func denied(kindName, name string, errs field.ErrorList) admission.Response {
@@ -200,7 +203,18 @@ func (h *handler) Handle(ctx context.Context, req admission.Request) admission.R
 
 func (h *handler) permitted(ctx context.Context, user authenticationUser, path *field.Path, attrs authorizationv1.ResourceAttributes) *field.Error {
 	ok, err := h.perms.check(ctx, h.client, user, attrs)
-	desc := fmt.Sprintf("%s %s/%s (%s) %q in namespace %q", attrs.Verb, attrs.Resource, attrs.Subresource, attrs.Group, attrs.Name, attrs.Namespace)
+	resource := attrs.Resource
+	if attrs.Subresource != "" {
+		resource += "/" + attrs.Subresource
+	}
+	desc := attrs.Verb + " " + resource
+	if attrs.Group != "" {
+		desc += " (" + attrs.Group + ")"
+	}
+	if attrs.Name != "" {
+		desc += fmt.Sprintf(" %q", attrs.Name)
+	}
+	desc += fmt.Sprintf(" in namespace %q", attrs.Namespace)
 	switch {
 	case err != nil:
 		return field.Forbidden(path, fmt.Sprintf("could not check whether user %q may %s: %v", user.Username, desc, err))
@@ -217,70 +231,193 @@ func (h *handler) scalerRules(ctx context.Context, req admission.Request, user a
 	if err := json.Unmarshal(req.Object.Raw, &obj); err != nil {
 		return nil, nil
 	}
+	spec := &obj.Spec
+	refs := field.NewPath("spec", "scaleTargetRefs")
 	var errs field.ErrorList
-	var warnings []string
+	// Two entries naming the same object once their namespaces are resolved.
+	seen := map[[4]string]bool{}
+	for i, t := range spec.ScaleTargetRefs {
+		key := [4]string{t.group(), t.Kind, t.namespaceOr(namespace), t.Name}
+		if seen[key] {
+			errs = append(errs, field.Duplicate(refs.Index(i), t))
+		}
+		seen[key] = true
+	}
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	// Each target's kind through discovery: one the cluster cannot scale is denied here.
+	resources := make([]string, len(spec.ScaleTargetRefs))
+	for i, t := range spec.ScaleTargetRefs {
+		path := refs.Index(i).Child("kind")
+		resource, why, err := h.mapper.resolve(t.APIVersion, t.Kind)
+		switch {
+		case err != nil:
+			errs = append(errs, field.Forbidden(path, fmt.Sprintf("could not look the kind up in the cluster's discovery, try again: %v", err)))
+		case why != "":
+			errs = append(errs, field.Invalid(path, t.Kind, why))
+		default:
+			resources[i] = resource
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	cooperate := spec.cooperates()
+	refused := map[int]bool{}
+	asked := map[string]bool{}
+	for i, t := range spec.ScaleTargetRefs {
+		ns := t.namespaceOr(namespace)
+		if e := h.permitted(ctx, user, refs.Index(i), authorizationv1.ResourceAttributes{
+			Verb: "update", Group: t.group(), Resource: resources[i], Subresource: "scale", Namespace: ns, Name: t.Name,
+		}); e != nil {
+			errs = append(errs, e)
+			refused[i] = true
+		}
+		if cooperate && !asked[ns] {
+			asked[ns] = true
+			if e := h.permitted(ctx, user, refs.Index(i), authorizationv1.ResourceAttributes{
+				Verb: "update", Group: "autoscaling", Resource: "horizontalpodautoscalers", Namespace: ns,
+			}); e != nil {
+				errs = append(errs, e)
+				refused[i] = true
+			}
+		}
+	}
 	scalers := &unstructured.UnstructuredList{}
 	scalers.SetGroupVersionKind(scalerGVK)
 	if err := h.client.List(ctx, scalers); err != nil {
-		return nil, field.ErrorList{field.InternalError(field.NewPath("spec", "deployments"), err)}
+		return nil, field.ErrorList{field.InternalError(refs, err)}
 	}
-	for i, t := range obj.Spec.Deployments {
-		path := field.NewPath("spec", "deployments").Index(i)
-		ns := namespace
-		if t.Namespace != nil {
-			ns = *t.Namespace
-		}
-		if e := h.permitted(ctx, user, path, authorizationv1.ResourceAttributes{
-			Verb: "update", Group: "apps", Resource: "deployments", Subresource: "scale", Namespace: ns, Name: t.Name,
-		}); e != nil {
-			errs = append(errs, e)
+	var warnings []string
+	for i, t := range spec.ScaleTargetRefs {
+		if refused[i] {
 			continue
 		}
-		if other := claimant(scalers, ns, t.Name, namespace, name); other != "" {
-			errs = append(errs, field.Forbidden(path, fmt.Sprintf("Deployment %s/%s is already scaled by Scaler %s", ns, t.Name, other)))
+		path := refs.Index(i)
+		ns := t.namespaceOr(namespace)
+		target := fmt.Sprintf("%s %s/%s", t.Kind, ns, t.Name)
+		if other := claimant(scalers, t, ns, namespace, name); other != "" {
+			errs = append(errs, field.Forbidden(path, fmt.Sprintf("%s is already scaled by Scaler %s", target, other)))
 		}
-		d := &metav1.PartialObjectMetadata{}
-		d.SetGroupVersionKind(appsv1.SchemeGroupVersion.WithKind("Deployment"))
-		if err := h.client.Get(ctx, client.ObjectKey{Namespace: ns, Name: t.Name}, d); err != nil {
-			if client.IgnoreNotFound(err) == nil {
-				warnings = append(warnings, fmt.Sprintf("%s: Deployment %s/%s does not exist yet; it is scaled once it appears", path, ns, t.Name))
+		if t.group() == "apps" && t.Kind == "Deployment" {
+			d := &metav1.PartialObjectMetadata{}
+			d.SetGroupVersionKind(appsv1.SchemeGroupVersion.WithKind("Deployment"))
+			if err := h.client.Get(ctx, client.ObjectKey{Namespace: ns, Name: t.Name}, d); client.IgnoreNotFound(err) == nil && err != nil {
+				warnings = append(warnings, fmt.Sprintf("%s: %s does not exist yet; it is scaled once it appears", path, target))
 			}
 		}
 		hpas := &autoscalingv2.HorizontalPodAutoscalerList{}
 		if err := h.client.List(ctx, hpas, client.InNamespace(ns)); err == nil {
 			for _, hpa := range hpas.Items {
-				if hpa.Spec.ScaleTargetRef.Kind == "Deployment" && hpa.Spec.ScaleTargetRef.Name == t.Name {
-					warnings = append(warnings, fmt.Sprintf("%s: Deployment %s/%s is also scaled by HorizontalPodAutoscaler %s; they will fight over replicas", path, ns, t.Name, hpa.Name))
-					break
+				ref := hpa.Spec.ScaleTargetRef
+				refGroup, _, _ := strings.Cut(ref.APIVersion, "/")
+				if !strings.Contains(ref.APIVersion, "/") {
+					refGroup = ""
 				}
+				if ref.Kind != t.Kind || ref.Name != t.Name || refGroup != t.group() {
+					continue
+				}
+				if cooperate {
+					warnings = append(warnings, fmt.Sprintf("%s: %s is scaled by HorizontalPodAutoscaler %s; the Scaler sets that HPA's minReplicas (recording and restoring the original) instead of the replicas", path, target, hpa.Name))
+				} else {
+					warnings = append(warnings, fmt.Sprintf("%s: %s is also scaled by HorizontalPodAutoscaler %s; with hpaCooperation Disabled they will fight over replicas", path, target, hpa.Name))
+				}
+				break
 			}
 		}
 	}
 	return warnings, errs
 }
 
-// claimant is another Scaler that already scales namespace/name.
-func claimant(scalers *unstructured.UnstructuredList, ns, name, myNs, myName string) string {
+// claimant is another Scaler that already scales t (group, kind, namespace ns, name).
+func claimant(scalers *unstructured.UnstructuredList, t ScaleTargetRef, ns, myNs, myName string) string {
 	for _, s := range scalers.Items {
 		if s.GetNamespace() == myNs && s.GetName() == myName {
 			continue
 		}
-		deps, _, _ := unstructured.NestedSlice(s.Object, "spec", "deployments")
-		for _, d := range deps {
-			m, ok := d.(map[string]any)
+		refs, _, _ := unstructured.NestedSlice(s.Object, "spec", "scaleTargetRefs")
+		for _, r := range refs {
+			m, ok := r.(map[string]any)
 			if !ok {
 				continue
 			}
+			other := ScaleTargetRef{}
+			other.APIVersion, _ = m["apiVersion"].(string)
+			other.Kind, _ = m["kind"].(string)
+			other.Name, _ = m["name"].(string)
 			tns, _ := m["namespace"].(string)
 			if tns == "" {
 				tns = s.GetNamespace()
 			}
-			if tns == ns && m["name"] == name {
+			if tns == ns && other.Name == t.Name && other.Kind == t.Kind && other.group() == t.group() {
 				return s.GetNamespace() + "/" + s.GetName()
 			}
 		}
 	}
 	return ""
+}
+
+// scaleMapper resolves a target's kind to its resource through discovery, as kubesteer's
+// RESTMapper does: a mapping cached 10 minutes, a refusal 30 seconds.
+type scaleMapper struct {
+	discovery discovery.DiscoveryInterface
+	mu        sync.Mutex
+	cache     map[[2]string]mapping
+}
+
+type mapping struct {
+	resource, why string
+	at            time.Time
+}
+
+func (m *scaleMapper) resolve(apiVersion, kind string) (resource, why string, err error) {
+	key := [2]string{apiVersion, kind}
+	m.mu.Lock()
+	c, ok := m.cache[key]
+	m.mu.Unlock()
+	ttl := 10 * time.Minute
+	if c.why != "" {
+		ttl = 30 * time.Second
+	}
+	if ok && time.Since(c.at) < ttl {
+		return c.resource, c.why, nil
+	}
+	list, err := m.discovery.ServerResourcesForGroupVersion(apiVersion)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return "", "", err
+	}
+	c = mapping{why: fmt.Sprintf("the cluster serves no kind %q in %q", kind, apiVersion), at: time.Now()}
+	if list != nil {
+		for _, r := range list.APIResources {
+			if r.Kind != kind || strings.Contains(r.Name, "/") {
+				continue
+			}
+			c.why = ""
+			switch {
+			case !r.Namespaced:
+				c.why = fmt.Sprintf("%s (%s) is cluster-scoped; a Scaler scales namespaced workloads", kind, apiVersion)
+			case !hasSubresource(list.APIResources, r.Name+"/scale"):
+				c.why = fmt.Sprintf("%s (%s) has no /scale subresource, so it cannot be scaled", kind, apiVersion)
+			default:
+				c.resource = r.Name
+			}
+			break
+		}
+	}
+	m.mu.Lock()
+	m.cache[key] = c
+	m.mu.Unlock()
+	return c.resource, c.why, nil
+}
+
+func hasSubresource(list []metav1.APIResource, name string) bool {
+	for _, r := range list {
+		if r.Name == name {
+			return true
+		}
+	}
+	return false
 }
 
 func (h *handler) welcomeRules(ctx context.Context, req admission.Request, user authenticationUser, namespace string) field.ErrorList {
@@ -351,13 +488,19 @@ func main() {
 	// The manager runs its webhook server only once asked for it.
 	server = mgr.GetWebhookServer()
 	perms := &permissions{granted: map[string]time.Time{}}
+	disco, err := discovery.NewDiscoveryClientForConfig(mgr.GetConfig())
+	if err != nil {
+		log.Error(err, "discovery")
+		os.Exit(1)
+	}
+	mapper := &scaleMapper{discovery: disco, cache: map[[2]string]mapping{}}
 	for _, k := range kinds {
 		for _, mutate := range []bool{true, false} {
 			path := "/validate/" + k.plural
 			if mutate {
 				path = "/mutate/" + k.plural
 			}
-			server.Register(path, &webhook.Admission{Handler: &handler{kind: k, mutate: mutate, client: mgr.GetClient(), perms: perms}})
+			server.Register(path, &webhook.Admission{Handler: &handler{kind: k, mutate: mutate, client: mgr.GetClient(), perms: perms, mapper: mapper}})
 		}
 	}
 	// Ready once the informers behind the cluster facts have listed.

@@ -8,10 +8,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"strings"
 	"time"
 	"unicode/utf8"
 
 	"github.com/robfig/cron/v3"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
@@ -50,6 +52,13 @@ const (
 	scalerMaxSchedule = 128
 	scalerMaxTimeZone = 64
 	scalerMaxHour     = 23
+
+	scalerMinWindows      = 1
+	scalerMaxWindows      = 20
+	scalerMaxExcludeDates = 100
+	scalerMaxExcludeDate  = 22
+	scalerMaxAPIVersion   = 317
+	scalerMaxKind         = 63
 )
 
 type pattern struct {
@@ -298,9 +307,26 @@ func defaultWelcome(spec map[string]any, _ string) {
 	setMissing(spec, "image", "hashicorp/http-echo:1.0.0")
 }
 
-type ScaleTarget struct {
-	Name      string  `json:"name"`
-	Namespace *string `json:"namespace,omitempty"`
+// ScaleTargetRef names an object with a /scale subresource (v1beta1).
+type ScaleTargetRef struct {
+	APIVersion string  `json:"apiVersion"`
+	Kind       string  `json:"kind"`
+	Name       string  `json:"name"`
+	Namespace  *string `json:"namespace,omitempty"`
+}
+
+func (t ScaleTargetRef) group() string {
+	if i := strings.Index(t.APIVersion, "/"); i >= 0 {
+		return t.APIVersion[:i]
+	}
+	return ""
+}
+
+func (t ScaleTargetRef) namespaceOr(own string) string {
+	if t.Namespace != nil {
+		return *t.Namespace
+	}
+	return own
 }
 
 type ScaleJob struct {
@@ -309,22 +335,46 @@ type ScaleJob struct {
 	Replicas int32  `json:"replicas"`
 }
 
-// ScalerSpec is kubesteer's Scaler spec; start and end are an hour (int) or "HH:MM".
+// ScaleWindow is one window; start and end are an hour (int) or "HH:MM".
+type ScaleWindow struct {
+	Days     []string         `json:"days,omitempty"`
+	Start    *json.RawMessage `json:"start"`
+	End      *json.RawMessage `json:"end"`
+	Replicas *int32           `json:"replicas,omitempty"`
+}
+
+type ScalerOverride struct {
+	Replicas int32       `json:"replicas"`
+	Until    metav1.Time `json:"until"`
+}
+
+// ScalerSpec is kubesteer's Scaler spec, v1beta1.
 type ScalerSpec struct {
-	Deployments     []ScaleTarget    `json:"deployments"`
-	Start           *json.RawMessage `json:"start,omitempty"`
-	End             *json.RawMessage `json:"end,omitempty"`
-	Replicas        *int32           `json:"replicas,omitempty"`
-	Days            []string         `json:"days,omitempty"`
+	ScaleTargetRefs []ScaleTargetRef `json:"scaleTargetRefs"`
+	Windows         []ScaleWindow    `json:"windows,omitempty"`
 	TimeZone        *string          `json:"timeZone,omitempty"`
+	ExcludeDates    []string         `json:"excludeDates,omitempty"`
+	Override        *ScalerOverride  `json:"override,omitempty"`
 	OutsideReplicas *int32           `json:"outsideReplicas,omitempty"`
 	Jobs            []ScaleJob       `json:"jobs,omitempty"`
 	Suspend         *bool            `json:"suspend,omitempty"`
+	HPACooperation  *string          `json:"hpaCooperation,omitempty"`
+}
+
+func (s *ScalerSpec) cooperates() bool {
+	return s.HPACooperation == nil || *s.HPACooperation == "Enabled"
 }
 
 var weekdays = map[string]bool{"Mon": true, "Tue": true, "Wed": true, "Thu": true, "Fri": true, "Sat": true, "Sun": true}
 
 var cronParser = cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
+
+var (
+	kindPattern       = newPattern(`^[A-Z][A-Za-z0-9]*$`, `must be a kind such as "Deployment": an ASCII letter A-Z followed by letters and digits`)
+	apiVersionPattern = newPattern(`^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?v[0-9]+((alpha|beta)[0-9]+)?$`, `must be "version" or "group/version", such as "apps/v1"`)
+)
+
+const excludeForms = `must be a date "YYYY-MM-DD", a range "YYYY-MM-DD..YYYY-MM-DD" or a yearly date "--MM-DD"`
 
 func (s *ScalerSpec) timeZone() string {
 	if s.TimeZone == nil {
@@ -336,7 +386,7 @@ func (s *ScalerSpec) timeZone() string {
 // minutes of a time of day, or -1 with the error.
 func timeOfDay(errs field.ErrorList, path *field.Path, raw *json.RawMessage) (int, field.ErrorList) {
 	if raw == nil {
-		return -1, append(errs, field.Required(path, "start and end are required unless jobs are given"))
+		return -1, append(errs, field.Required(path, ""))
 	}
 	var hour int64
 	if err := json.Unmarshal(*raw, &hour); err == nil {
@@ -359,6 +409,38 @@ func timeOfDay(errs field.ErrorList, path *field.Path, raw *json.RawMessage) (in
 	return t.Hour()*60 + t.Minute(), errs
 }
 
+// checkExcludeDate: "YYYY-MM-DD", "YYYY-MM-DD..YYYY-MM-DD" or "--MM-DD".
+func checkExcludeDate(d string) string {
+	if md, ok := strings.CutPrefix(d, "--"); ok {
+		if _, err := time.Parse("2006-01-02", "2000-"+md); err != nil || len(md) != 5 {
+			return excludeForms + ": no such day of the year"
+		}
+		return ""
+	}
+	if a, b, ok := strings.Cut(d, ".."); ok {
+		from, err1 := time.Parse("2006-01-02", a)
+		to, err2 := time.Parse("2006-01-02", b)
+		switch {
+		case err1 != nil || err2 != nil:
+			return excludeForms
+		case to.Before(from):
+			return "the end of a range must not be before its start"
+		}
+		return ""
+	}
+	if _, err := time.Parse("2006-01-02", d); err != nil {
+		return excludeForms + ": " + err.Error()
+	}
+	return ""
+}
+
+func checkReplicas(errs field.ErrorList, path *field.Path, v int32) field.ErrorList {
+	if v < minReplicas {
+		errs = append(errs, field.Invalid(path, v, fmt.Sprintf("must be greater than or equal to %d", minReplicas)))
+	}
+	return errs
+}
+
 func (s *ScalerSpec) checkTimeZone(errs field.ErrorList) field.ErrorList {
 	tz := s.timeZone()
 	path := field.NewPath("spec", "timeZone")
@@ -371,120 +453,168 @@ func (s *ScalerSpec) checkTimeZone(errs field.ErrorList) field.ErrorList {
 	return errs
 }
 
-func (s *ScalerSpec) Validate() (warnings []string, errs field.ErrorList) {
-	spec := field.NewPath("spec")
-	deps := spec.Child("deployments")
+func (s *ScalerSpec) checkTargets(errs field.ErrorList) field.ErrorList {
+	refs := field.NewPath("spec", "scaleTargetRefs")
 	switch {
-	case len(s.Deployments) < scalerMinTargets:
-		errs = append(errs, field.Required(deps, "must name at least one Deployment"))
-	case len(s.Deployments) > scalerMaxTargets:
-		errs = append(errs, field.TooMany(deps, len(s.Deployments), scalerMaxTargets))
+	case len(s.ScaleTargetRefs) < scalerMinTargets:
+		errs = append(errs, field.Required(refs, "must name at least one target"))
+	case len(s.ScaleTargetRefs) > scalerMaxTargets:
+		errs = append(errs, field.TooMany(refs, len(s.ScaleTargetRefs), scalerMaxTargets))
 	}
-	seen := map[[2]string]bool{}
-	for i, t := range s.Deployments {
-		p := deps.Index(i)
+	seen := map[[4]string]bool{}
+	for i, t := range s.ScaleTargetRefs {
+		p := refs.Index(i)
+		switch {
+		case t.APIVersion == "":
+			errs = append(errs, field.Required(p.Child("apiVersion"), ""))
+		case len(t.APIVersion) > scalerMaxAPIVersion:
+			errs = checkLength(errs, p.Child("apiVersion"), t.APIVersion, 1, scalerMaxAPIVersion)
+		default:
+			errs = checkPattern(errs, p.Child("apiVersion"), t.APIVersion, apiVersionPattern)
+		}
+		switch {
+		case t.Kind == "":
+			errs = append(errs, field.Required(p.Child("kind"), ""))
+		case len(t.Kind) > scalerMaxKind:
+			errs = checkLength(errs, p.Child("kind"), t.Kind, 1, scalerMaxKind)
+		default:
+			errs = checkPattern(errs, p.Child("kind"), t.Kind, kindPattern)
+		}
 		errs = checkName(errs, p.Child("name"), t.Name, false)
 		ns := "\x00"
 		if t.Namespace != nil {
 			errs = checkName(errs, p.Child("namespace"), *t.Namespace, true)
 			ns = *t.Namespace
 		}
-		key := [2]string{ns, t.Name}
+		key := [4]string{t.group(), t.Kind, ns, t.Name}
 		if seen[key] {
 			errs = append(errs, field.Duplicate(p, t))
 		}
 		seen[key] = true
 	}
-	for _, r := range []struct {
-		name string
-		v    *int32
-	}{{"replicas", s.Replicas}, {"outsideReplicas", s.OutsideReplicas}} {
-		if r.v != nil && *r.v < minReplicas {
-			errs = append(errs, field.Invalid(spec.Child(r.name), *r.v, fmt.Sprintf("must be greater than or equal to %d", minReplicas)))
-		}
+	return errs
+}
+
+func (s *ScalerSpec) checkWindows(errs field.ErrorList) field.ErrorList {
+	windows := field.NewPath("spec", "windows")
+	switch {
+	case len(s.Windows) < scalerMinWindows:
+		errs = append(errs, field.Required(windows, "must have at least one window when given"))
+	case len(s.Windows) > scalerMaxWindows:
+		errs = append(errs, field.TooMany(windows, len(s.Windows), scalerMaxWindows))
 	}
-	if s.Days != nil {
-		switch {
-		case len(s.Days) < scalerMinDays:
-			errs = append(errs, field.Invalid(spec.Child("days"), []string{}, "must name at least one day when given"))
-		case len(s.Days) > scalerMaxDays:
-			errs = append(errs, field.TooMany(spec.Child("days"), len(s.Days), scalerMaxDays))
-		}
-		seenDay := map[string]bool{}
-		for i, d := range s.Days {
-			if !weekdays[d] {
-				errs = append(errs, field.NotSupported(spec.Child("days").Index(i), d, []string{"Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"}))
-			} else if seenDay[d] {
-				errs = append(errs, field.Duplicate(spec.Child("days").Index(i), d))
-			}
-			seenDay[d] = true
-		}
-	}
-	if s.Jobs != nil {
-		for _, f := range []struct {
-			name string
-			set  bool
-		}{{"start", s.Start != nil}, {"end", s.End != nil}, {"replicas", s.Replicas != nil}} {
-			if f.set {
-				errs = append(errs, field.Forbidden(spec.Child(f.name), "may not be combined with spec.jobs"))
-			}
-		}
-		jobs := spec.Child("jobs")
-		switch {
-		case len(s.Jobs) < scalerMinJobs:
-			errs = append(errs, field.Required(jobs, "must have at least one job when given"))
-		case len(s.Jobs) > scalerMaxJobs:
-			errs = append(errs, field.TooMany(jobs, len(s.Jobs), scalerMaxJobs))
-		}
-		names := map[string]bool{}
-		for i, j := range s.Jobs {
-			p := jobs.Index(i)
-			switch {
-			case j.Name == "":
-				errs = append(errs, field.Required(p.Child("name"), ""))
-			case utf8.RuneCountInString(j.Name) > scalerMaxJobName:
-				errs = checkLength(errs, p.Child("name"), j.Name, 1, scalerMaxJobName)
-			case names[j.Name]:
-				errs = append(errs, field.Duplicate(p.Child("name"), j.Name))
-			}
-			names[j.Name] = true
-			if utf8.RuneCountInString(j.Schedule) > scalerMaxSchedule {
-				errs = checkLength(errs, p.Child("schedule"), j.Schedule, 1, scalerMaxSchedule)
-			} else if _, err := cronParser.Parse(j.Schedule); err != nil {
-				errs = append(errs, field.Invalid(p.Child("schedule"), j.Schedule, err.Error()))
-			}
-			if j.Replicas < minReplicas {
-				errs = append(errs, field.Invalid(p.Child("replicas"), j.Replicas, fmt.Sprintf("must be greater than or equal to %d", minReplicas)))
-			}
-		}
-		errs = s.checkTimeZone(errs)
-	} else {
-		errs = s.checkTimeZone(errs)
+	for i, w := range s.Windows {
+		p := windows.Index(i)
 		var start, end int
-		start, errs = timeOfDay(errs, spec.Child("start"), s.Start)
-		end, errs = timeOfDay(errs, spec.Child("end"), s.End)
+		start, errs = timeOfDay(errs, p.Child("start"), w.Start)
+		end, errs = timeOfDay(errs, p.Child("end"), w.End)
 		if start >= 0 && start == end {
 			var v any
-			_ = json.Unmarshal(*s.End, &v)
-			errs = append(errs, field.Invalid(spec.Child("end"), v, "must differ from spec.start"))
+			_ = json.Unmarshal(*w.End, &v)
+			errs = append(errs, field.Invalid(p.Child("end"), v, "must differ from "+p.Child("start").String()))
 		}
+		if w.Replicas != nil {
+			errs = checkReplicas(errs, p.Child("replicas"), *w.Replicas)
+		}
+		if w.Days != nil {
+			switch {
+			case len(w.Days) < scalerMinDays:
+				errs = append(errs, field.Invalid(p.Child("days"), []string{}, "must name at least one day when given"))
+			case len(w.Days) > scalerMaxDays:
+				errs = append(errs, field.TooMany(p.Child("days"), len(w.Days), scalerMaxDays))
+			}
+			seenDay := map[string]bool{}
+			for j, d := range w.Days {
+				if !weekdays[d] {
+					errs = append(errs, field.NotSupported(p.Child("days").Index(j), d, []string{"Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"}))
+				} else if seenDay[d] {
+					errs = append(errs, field.Duplicate(p.Child("days").Index(j), d))
+				}
+				seenDay[d] = true
+			}
+		}
+	}
+	return errs
+}
+
+func (s *ScalerSpec) checkJobs(errs field.ErrorList) field.ErrorList {
+	jobs := field.NewPath("spec", "jobs")
+	switch {
+	case len(s.Jobs) < scalerMinJobs:
+		errs = append(errs, field.Required(jobs, "must have at least one job when given"))
+	case len(s.Jobs) > scalerMaxJobs:
+		errs = append(errs, field.TooMany(jobs, len(s.Jobs), scalerMaxJobs))
+	}
+	names := map[string]bool{}
+	for i, j := range s.Jobs {
+		p := jobs.Index(i)
+		switch {
+		case j.Name == "":
+			errs = append(errs, field.Required(p.Child("name"), ""))
+		case utf8.RuneCountInString(j.Name) > scalerMaxJobName:
+			errs = checkLength(errs, p.Child("name"), j.Name, 1, scalerMaxJobName)
+		case names[j.Name]:
+			errs = append(errs, field.Duplicate(p.Child("name"), j.Name))
+		}
+		names[j.Name] = true
+		if utf8.RuneCountInString(j.Schedule) > scalerMaxSchedule {
+			errs = checkLength(errs, p.Child("schedule"), j.Schedule, 1, scalerMaxSchedule)
+		} else if _, err := cronParser.Parse(j.Schedule); err != nil {
+			errs = append(errs, field.Invalid(p.Child("schedule"), j.Schedule, err.Error()))
+		}
+		errs = checkReplicas(errs, p.Child("replicas"), j.Replicas)
+	}
+	return errs
+}
+
+func (s *ScalerSpec) Validate() (warnings []string, errs field.ErrorList) {
+	spec := field.NewPath("spec")
+	errs = s.checkTargets(errs)
+	switch {
+	case s.Windows != nil && s.Jobs != nil:
+		errs = append(errs, field.Forbidden(spec.Child("windows"), "may not be combined with spec.jobs"))
+	case s.Windows == nil && s.Jobs == nil:
+		errs = append(errs, field.Required(spec.Child("windows"), "windows or jobs is required"))
+	}
+	if s.Windows != nil {
+		errs = s.checkWindows(errs)
+	}
+	if s.Jobs != nil {
+		errs = s.checkJobs(errs)
+	}
+	errs = s.checkTimeZone(errs)
+	if s.ExcludeDates != nil {
+		dates := spec.Child("excludeDates")
+		if len(s.ExcludeDates) > scalerMaxExcludeDates {
+			errs = append(errs, field.TooMany(dates, len(s.ExcludeDates), scalerMaxExcludeDates))
+		}
+		seen := map[string]bool{}
+		for i, d := range s.ExcludeDates {
+			p := dates.Index(i)
+			if utf8.RuneCountInString(d) > scalerMaxExcludeDate {
+				errs = checkLength(errs, p, d, 1, scalerMaxExcludeDate)
+			} else if why := checkExcludeDate(d); why != "" {
+				errs = append(errs, field.Invalid(p, d, why))
+			} else if seen[d] {
+				errs = append(errs, field.Duplicate(p, d))
+			}
+			seen[d] = true
+		}
+	}
+	if o := s.Override; o != nil {
+		errs = checkReplicas(errs, spec.Child("override", "replicas"), o.Replicas)
+		if !o.Until.After(time.Now()) {
+			errs = append(errs, field.Invalid(spec.Child("override", "until"), o.Until, "must be in the future"))
+		}
+	}
+	if s.OutsideReplicas != nil {
+		errs = checkReplicas(errs, spec.Child("outsideReplicas"), *s.OutsideReplicas)
 	}
 	return nil, errs
 }
 
-func defaultScaler(spec map[string]any, namespace string) {
-	if namespace != "" {
-		if deps, ok := spec["deployments"].([]any); ok {
-			for _, d := range deps {
-				if m, ok := d.(map[string]any); ok {
-					setMissing(m, "namespace", namespace)
-				}
-			}
-		}
-	}
-	if _, cronMode := spec["jobs"]; !cronMode {
-		setMissing(spec, "replicas", 1)
-	}
+// defaultScaler fills the top-level defaults only: nothing inside a list item, as kubesteer.
+func defaultScaler(spec map[string]any, _ string) {
 	setMissing(spec, "timeZone", "UTC")
 	setMissing(spec, "suspend", false)
 }

@@ -31,8 +31,9 @@ use crate::reconcilers::{status_patch, time};
 use crate::{is_status, Context, Error, Result};
 
 pub const KIND: &str = "Scaler";
-// Past the boundary, so the clock read at wake-up is never a hair before it.
-const BOUNDARY_SLACK: Duration = Duration::from_millis(50);
+/// A reconcile this close before the boundary it was requeued for acts as at the boundary: the
+/// timer runs on the monotonic clock and the plan on the wall clock, which may differ by a hair.
+const BOUNDARY_TOLERANCE: Duration = Duration::from_millis(20);
 // Enough to ride out a burst of concurrent writers; after that the reconcile is requeued.
 const CONFLICT_RETRIES: usize = 3;
 /// How often a Scaler that owes a transition retries while the apiserver is unreachable: the
@@ -421,21 +422,25 @@ fn params() -> PatchParams {
 async fn read(ctx: &Context, resource: &ApiResource, target: &Named) -> Result<Option<Current>> {
     let api: Api<DynamicObject> =
         Api::namespaced_with(ctx.client.clone(), &target.namespace, resource);
-    let meta = match api.get_metadata(&target.name).await {
+    // Both at once: a transition waits on one round trip, not two.
+    let (meta, scale) = tokio::join!(
+        api.get_metadata(&target.name),
+        ctx.mapper
+            .get_scale(resource, &target.namespace, &target.name)
+    );
+    let meta = match meta {
         Ok(m) => m,
         Err(e) if is_status(&e, 404) => return Ok(None),
         Err(e) => return Err(e.into()),
     };
-    let Some(scale) = ctx
-        .mapper
-        .get_scale(resource, &target.namespace, &target.name)
-        .await?
-    else {
+    let Some(scale) = scale? else {
         return Ok(None);
     };
+    // The replicas' version: a conditional write of them fails if they changed since this read.
+    let resource_version = scale.metadata.resource_version.clone();
     Ok(Some(Current {
         annotations: meta.annotations().clone(),
-        resource_version: meta.resource_version(),
+        resource_version: resource_version.or_else(|| meta.resource_version()),
         replicas: scale.spec.and_then(|s| s.replicas).unwrap_or(0),
     }))
 }
@@ -536,10 +541,11 @@ async fn reconcile_target(
     let effective = wanted.or(outside);
     let mut attempt = 0;
     loop {
-        let Some(current) = read(ctx, &resource, target).await? else {
+        let (current, hpa) =
+            tokio::try_join!(read(ctx, &resource, target), autoscaler(ctx, owner, target))?;
+        let Some(current) = current else {
             return Ok(Seen::default());
         };
-        let hpa = autoscaler(ctx, owner, target).await?;
         let record = record_of(
             ctx,
             target,
@@ -643,9 +649,9 @@ fn target_status(target: &Named, seen: &Seen, me: &str) -> TargetStatus {
 
 async fn apply(scaler: &Scaler, ctx: &Context) -> Result<Action> {
     let (ns, name) = namespace_and_name(KIND, scaler)?;
-    let now = ctx.clock.now();
     let generation = scaler.meta().generation;
     let previous = scaler.status.clone().unwrap_or_default();
+    let now = at_boundary(ctx.clock.now(), &previous);
     let ready = |ok: bool, reason: &str, message: String| {
         condition(
             READY,
@@ -794,7 +800,25 @@ async fn apply(scaler: &Scaler, ctx: &Context) -> Result<Action> {
     if status != previous {
         patch_status(ctx, &ns, &name, &status).await?;
     }
-    Ok(next_action(plan.next.first().map(|t| t.at), suspended, now))
+    // From the clock now, not from the start: the writes above took time, and the requeue's
+    // timer starts when this returns.
+    Ok(next_action(
+        plan.next.first().map(|t| t.at),
+        suspended,
+        ctx.clock.now(),
+    ))
+}
+
+/// `now`, or the next transition in `status` when that is at most [`BOUNDARY_TOLERANCE`] away.
+fn at_boundary(now: DateTime<Utc>, status: &ScalerStatus) -> DateTime<Utc> {
+    let next = status
+        .next_transitions
+        .first()
+        .and_then(|t| DateTime::from_timestamp(t.time.0.as_second(), 0));
+    match next {
+        Some(at) if at > now && (at - now).to_std().is_ok_and(|d| d <= BOUNDARY_TOLERANCE) => at,
+        _ => now,
+    }
 }
 
 /// A target as it is, without changing it.
@@ -824,9 +848,9 @@ fn next_action(next: Option<DateTime<Utc>>, suspended: bool, now: DateTime<Utc>)
     }
 }
 
-/// The time to sleep from `now` until just past `next`.
+/// The time to sleep from `now` until `next` (a timer never fires early; see [`at_boundary`]).
 pub fn until(now: DateTime<Utc>, next: DateTime<Utc>) -> Duration {
-    (next - now).to_std().unwrap_or_default() + BOUNDARY_SLACK
+    (next - now).to_std().unwrap_or_default()
 }
 
 /// A deleted Scaler gives every target it scaled back, as when its window closes.
@@ -953,6 +977,14 @@ mod tests {
         ]
     }
 
+    /// The reads of a target that does not exist: its metadata and its /scale, at once.
+    fn absent(base: &str) -> Vec<Call> {
+        vec![
+            Call::get(base).not_found(),
+            Call::get(&scale_of(base)).not_found(),
+        ]
+    }
+
     /// The metadata after a merge patch of its annotations.
     fn annotated(mut before: Value, patch: &Value) -> Value {
         if let Some(a) = patch["metadata"]["annotations"].as_object() {
@@ -1028,7 +1060,7 @@ mod tests {
             .unwrap();
         assert_eq!(
             action,
-            Action::requeue(Duration::from_secs(5 * 3600) + BOUNDARY_SLACK),
+            Action::requeue(Duration::from_secs(5 * 3600)),
             "requeued at the closing boundary"
         );
         scenario.finish(ctx).await;
@@ -1078,10 +1110,7 @@ mod tests {
         let action = reconcile(Arc::new(nine_to_five()), ctx.clone())
             .await
             .unwrap();
-        assert_eq!(
-            action,
-            Action::requeue(Duration::from_secs(16 * 3600) + BOUNDARY_SLACK)
-        );
+        assert_eq!(action, Action::requeue(Duration::from_secs(16 * 3600)));
         scenario.finish(ctx).await;
     }
 
@@ -1174,7 +1203,7 @@ mod tests {
             .unwrap();
         assert_eq!(
             action,
-            Action::requeue(Duration::from_secs(2 * 3600 + 44 * 60 + 30) + BOUNDARY_SLACK)
+            Action::requeue(Duration::from_secs(2 * 3600 + 44 * 60 + 30))
         );
         scenario.finish(ctx).await;
     }
@@ -1186,7 +1215,7 @@ mod tests {
             "windows": [{"start": 9, "end": 17, "replicas": 3}], "hpaCooperation": "Disabled"}));
         let (ctx, verifier) = ctx_at("2025-03-03T12:00:00Z");
         let scenario = verifier.run(calls(vec![
-            vec![Call::get(WEB).not_found()],
+            absent(WEB),
             reads(API, meta("other", "api", None), 1),
             vec![
                 Call::patch(&patch_of(API)).respond(meta("other", "api", Some(1))),
@@ -1258,7 +1287,7 @@ mod tests {
             ..ScalerStatus::default()
         });
         let (ctx, verifier) = ctx_at("2025-03-03T07:00:00Z");
-        let scenario = verifier.run(vec![Call::get(WEB).not_found()]);
+        let scenario = verifier.run(absent(WEB));
         reconcile(Arc::new(s), ctx.clone()).await.unwrap();
         scenario.finish(ctx).await;
     }
@@ -1385,10 +1414,7 @@ mod tests {
             ],
         ]));
         let action = reconcile(Arc::new(s), ctx.clone()).await.unwrap();
-        assert_eq!(
-            action,
-            Action::requeue(Duration::from_secs(7 * 3600) + BOUNDARY_SLACK)
-        );
+        assert_eq!(action, Action::requeue(Duration::from_secs(7 * 3600)));
         scenario.finish(ctx).await;
     }
 
@@ -1806,7 +1832,7 @@ mod tests {
         let long = Duration::from_secs(300);
         assert_eq!(
             retry_delay(long, &s, at("2025-03-03T16:58:00Z"), true),
-            Duration::from_secs(120) + BOUNDARY_SLACK,
+            Duration::from_secs(120),
             "capped by the 17:00 closing"
         );
         assert_eq!(
@@ -1900,6 +1926,27 @@ mod tests {
             fresh.record.unwrap()["metadata"]["annotations"],
             json!({annotation::ORIGINAL_REPLICAS: "5", annotation::ORIGINAL_REPLICAS_OWNER: "team/daily"})
         );
+    }
+
+    #[test]
+    fn a_wake_up_a_hair_before_the_boundary_acts_as_at_the_boundary() {
+        let status = ScalerStatus {
+            next_transitions: vec![Transition {
+                time: time(at("2025-03-03T09:00:00Z")),
+                replicas: Some(3),
+            }],
+            ..ScalerStatus::default()
+        };
+        let boundary = at("2025-03-03T09:00:00Z");
+        let early = at("2025-03-03T08:59:59.990Z");
+        assert_eq!(at_boundary(early, &status), boundary);
+        let too_early = at("2025-03-03T08:59:59.900Z");
+        assert_eq!(at_boundary(too_early, &status), too_early);
+        let late = at("2025-03-03T09:00:00.004Z");
+        assert_eq!(at_boundary(late, &status), late);
+        assert_eq!(at_boundary(early, &ScalerStatus::default()), early);
+        // Requeued for the boundary itself, without slack.
+        assert_eq!(until(too_early, boundary), Duration::from_millis(100));
     }
 
     #[test]
