@@ -129,8 +129,15 @@ impl Call {
         Self::post(&format!("/apis/events.k8s.io/v1/namespaces/{ns}/events?"))
     }
     /// Asserts on the request body, parsed as JSON.
+    /// Checks the request body; a second check runs after the first.
     pub fn body(mut self, check: impl FnOnce(&Value) + Send + 'static) -> Self {
-        self.check = Some(Box::new(check));
+        self.check = Some(match self.check.take() {
+            Some(first) => Box::new(move |b: &Value| {
+                first(b);
+                check(b)
+            }),
+            None => Box::new(check),
+        });
         self
     }
     pub fn respond(mut self, body: Value) -> Self {

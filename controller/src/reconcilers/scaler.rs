@@ -459,8 +459,9 @@ async fn autoscaler(
     Ok(autoscaler_of(&hpas.items, target).cloned())
 }
 
-/// Writes `change` to the target as read (`current`): the record before the replicas, or after
-/// them on a restore. Returns the target as written.
+/// Writes `change` to the target as read (`current`): for the apps/v1 workloads the record and
+/// the replicas in one merge patch; for other kinds the record before the replicas (through
+/// `/scale`), or after them on a restore. Returns the target as written.
 async fn write_target(
     ctx: &Context,
     resource: &ApiResource,
@@ -483,6 +484,26 @@ async fn write_target(
             )
             .await
     };
+    // Where /scale is the object's spec.replicas, the record and the replicas go in one write:
+    // one round trip less at a boundary, and no moment with one written and not the other.
+    if let (Some(record), Some(to), true) =
+        (&change.record, change.replicas, replicas_in_spec(resource))
+    {
+        let mut patch = record.clone();
+        patch["spec"] = json!({"replicas": to});
+        if change.restoring {
+            patch["metadata"]["resourceVersion"] = json!(current.resource_version);
+        }
+        let object = api
+            .patch(&target.name, &params(), &Patch::Merge(&patch))
+            .await?;
+        written.annotations = object.annotations().clone();
+        written.replicas = object.data["spec"]["replicas"]
+            .as_i64()
+            .and_then(|r| i32::try_from(r).ok())
+            .unwrap_or(to);
+        return Ok(written);
+    }
     // Conditional on what was read, so a concurrent change means a retry; but right after the
     // record, which was itself conditional, not again: the target's controller bumps the
     // resourceVersion with every status write, and the record must not be written twice.
@@ -509,6 +530,16 @@ async fn write_target(
         }
     }
     Ok(written)
+}
+
+/// Whether `resource`'s /scale is its own `spec.replicas` (the apps/v1 workloads), so that one
+/// merge patch of the object can set the replicas and the record together.
+fn replicas_in_spec(resource: &ApiResource) -> bool {
+    resource.group == "apps"
+        && matches!(
+            resource.plural.as_str(),
+            "deployments" | "statefulsets" | "replicasets"
+        )
 }
 
 /// `release`: the Scaler lets go of the target (deleted, or the target left its spec), so an
@@ -985,6 +1016,14 @@ mod tests {
         ]
     }
 
+    /// The object (a Deployment or StatefulSet) as a merge patch of its record and replicas
+    /// left it.
+    fn written(before: Value, patch: &Value, replicas: i32) -> Value {
+        let mut object = annotated(before, patch);
+        object["spec"] = json!({"replicas": replicas});
+        object
+    }
+
     /// The metadata after a merge patch of its annotations.
     fn annotated(mut before: Value, patch: &Value) -> Value {
         if let Some(a) = patch["metadata"]["annotations"].as_object() {
@@ -1015,14 +1054,13 @@ mod tests {
             reads(WEB, meta("team", "web", None), 2),
             vec![
                 Call::patch(&patch_of(WEB))
+                    // The record and the replicas in one write, conditional on the read.
                     .body({
-                        let r = record.clone();
+                        let mut r = record.clone();
+                        r["spec"] = json!({"replicas": 5});
                         move |b| assert_eq!(b, &r)
                     })
-                    .respond(annotated(meta("team", "web", None), &record)),
-                Call::patch(&patch_of(&scale_of(WEB)))
-                    .body(|b| assert_eq!(b, &json!({"spec": {"replicas": 5}})))
-                    .respond(scale("team", "web", 5)),
+                    .respond(written(meta("team", "web", None), &record, 5)),
                 Call::event("team")
                     .body(|b| {
                         assert_eq!(b["reason"], "Scaled");
@@ -1067,24 +1105,23 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn closing_the_window_restores_the_recorded_replicas_then_removes_the_record() {
+    async fn closing_the_window_restores_the_recorded_replicas_and_removes_the_record_in_one_write()
+    {
         let (ctx, verifier) = ctx_at("2025-03-03T17:00:00Z");
         let scenario = verifier.run(calls(vec![
             reads(WEB, meta("team", "web", Some(2)), 5),
             vec![
-                Call::patch(&patch_of(&scale_of(WEB)))
-                    .body(|b| assert_eq!(b["spec"]["replicas"], 2))
-                    .respond(scale("team", "web", 2)),
                 Call::patch(&patch_of(WEB))
+                    // The replicas back and the record gone in one write, conditional on the read.
                     .body(|b| {
                         assert_eq!(
                             b,
-                            &json!({"metadata": {"annotations": {
+                            &json!({"metadata": {"resourceVersion": "41", "annotations": {
                                 annotation::ORIGINAL_REPLICAS: null, annotation::ORIGINAL_REPLICAS_OWNER: null,
-                            }}})
+                            }}, "spec": {"replicas": 2}})
                         )
                     })
-                    .respond(meta("team", "web", None)),
+                    .respond(written(meta("team", "web", None), &json!({}), 2)),
                 Call::event("team")
                     .body(|b| {
                         assert_eq!(b["reason"], "Restored");
@@ -1123,10 +1160,9 @@ mod tests {
         let scenario = verifier.run(calls(vec![
             reads(WEB, meta("team", "web", Some(2)), 5),
             vec![
-                Call::patch(&patch_of(&scale_of(WEB)))
+                Call::patch(&patch_of(WEB))
                     .body(|b| assert_eq!(b["spec"]["replicas"], 1))
-                    .respond(scale("team", "web", 1)),
-                Call::patch(&patch_of(WEB)).respond(meta("team", "web", None)),
+                    .respond(written(meta("team", "web", None), &json!({}), 1)),
                 Call::event("team")
                     .body(|b| {
                         assert_eq!(
@@ -1218,10 +1254,9 @@ mod tests {
             absent(WEB),
             reads(API, meta("other", "api", None), 1),
             vec![
-                Call::patch(&patch_of(API)).respond(meta("other", "api", Some(1))),
-                Call::patch(&patch_of(&scale_of(API)))
+                Call::patch(&patch_of(API))
                     .body(|b| assert_eq!(b["spec"]["replicas"], 3))
-                    .respond(scale("other", "api", 3)),
+                    .respond(written(meta("other", "api", Some(1)), &json!({}), 3)),
                 Call::event("team")
                     .body(|b| assert_eq!(b["reason"], "Scaled"))
                     .respond_with_body(),
@@ -1307,8 +1342,7 @@ mod tests {
                             "3"
                         )
                     })
-                    .respond(meta("team", "web", Some(3))),
-                Call::patch(&patch_of(&scale_of(WEB))).respond(scale("team", "web", 5)),
+                    .respond(written(meta("team", "web", Some(3)), &json!({}), 5)),
                 Call::event("team").respond_with_body(),
                 Call::patch(STATUS).respond_status_of(&nine_to_five()),
             ],
@@ -1348,10 +1382,9 @@ mod tests {
         let scenario = verifier.run(calls(vec![
             reads(WEB, meta("team", "web", Some(2)), 5),
             vec![
-                Call::patch(&patch_of(&scale_of(WEB)))
+                Call::patch(&patch_of(WEB))
                     .body(|b| assert_eq!(b["spec"]["replicas"], 2))
-                    .respond(scale("team", "web", 2)),
-                Call::patch(&patch_of(WEB)).respond(meta("team", "web", None)),
+                    .respond(written(meta("team", "web", None), &json!({}), 2)),
                 Call::event("team")
                     .body(|b| {
                         assert_eq!(b["reason"], "Restored");
@@ -1394,10 +1427,8 @@ mod tests {
                             "2"
                         )
                     })
-                    .respond(meta("team", "web", Some(2))),
-                Call::patch(&patch_of(&scale_of(WEB)))
                     .body(|b| assert_eq!(b["spec"]["replicas"], 4))
-                    .respond(scale("team", "web", 4)),
+                    .respond(written(meta("team", "web", Some(2)), &json!({}), 4)),
                 Call::event("team").respond_with_body(),
                 Call::patch(STATUS)
                     .body(|b| {
@@ -1465,9 +1496,6 @@ mod tests {
             reads(WEB, meta("team", "web", Some(1)), 3),
             reads(API, meta("other", "api", Some(1)), 3),
             vec![
-                Call::patch(&patch_of(&scale_of(API)))
-                    .body(|b| assert_eq!(b["spec"]["replicas"], 1))
-                    .respond(scale("other", "api", 1)),
                 Call::patch(&patch_of(API))
                     .body(|b| {
                         assert_eq!(
@@ -1475,7 +1503,8 @@ mod tests {
                             json!({annotation::ORIGINAL_REPLICAS: null, annotation::ORIGINAL_REPLICAS_OWNER: null})
                         )
                     })
-                    .respond(meta("other", "api", None)),
+                    .body(|b| assert_eq!(b["spec"]["replicas"], 1))
+                    .respond(written(meta("other", "api", None), &json!({}), 1)),
                 Call::event("team")
                     .body(|b| assert_eq!(b["note"], "Restored Deployment other/api from 3 to 1 replicas"))
                     .respond_with_body(),
@@ -1708,7 +1737,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_stateful_set_is_scaled_through_its_scale_subresource() {
+    async fn a_stateful_set_gets_its_record_and_replicas_in_one_write() {
         let db = "/apis/apps/v1/namespaces/team/statefulsets/db";
         let s = scaler(
             json!({"scaleTargetRefs": [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db"}],
@@ -1718,15 +1747,66 @@ mod tests {
         let scenario = verifier.run(calls(vec![
             reads(db, meta("team", "db", None), 1),
             vec![
-                Call::patch(&patch_of(db)).respond(meta("team", "db", Some(1))),
-                Call::patch(&patch_of(&scale_of(db)))
+                Call::patch(&patch_of(db))
                     .body(|b| assert_eq!(b["spec"]["replicas"], 3))
-                    .respond(scale("team", "db", 3)),
+                    .respond(written(meta("team", "db", Some(1)), &json!({}), 3)),
                 Call::event("team")
                     .body(|b| assert_eq!(b["note"], "Scaled StatefulSet team/db from 1 to 3 replicas; recorded 1 to restore"))
                     .respond_with_body(),
                 Call::patch(STATUS)
                     .body(|b| assert_eq!(b["status"]["targets"][0]["kind"], "StatefulSet"))
+                    .respond_status_of(&s),
+            ],
+        ]));
+        reconcile(Arc::new(s), ctx.clone()).await.unwrap();
+        scenario.finish(ctx).await;
+    }
+
+    #[tokio::test]
+    async fn a_custom_kind_gets_its_record_first_then_its_replicas_through_scale() {
+        let workers = "/apis/example.com/v1/namespaces/team/workers/w";
+        let s = scaler(
+            json!({"scaleTargetRefs": [{"apiVersion": "example.com/v1", "kind": "Worker", "name": "w"}],
+            "windows": [{"start": 9, "end": 17, "replicas": 4}], "hpaCooperation": "Disabled"}),
+        );
+        let (ctx, verifier) = ctx_at("2025-03-03T12:00:00Z");
+        ctx.mapper.remember(
+            "example.com/v1",
+            "Worker",
+            Ok(ApiResource {
+                group: "example.com".into(),
+                version: "v1".into(),
+                api_version: "example.com/v1".into(),
+                kind: "Worker".into(),
+                plural: "workers".into(),
+            }),
+        );
+        let record = json!({"metadata": {"resourceVersion": "41", "annotations": {
+            annotation::ORIGINAL_REPLICAS: "1", annotation::ORIGINAL_REPLICAS_OWNER: ME,
+        }}});
+        let scenario = verifier.run(calls(vec![
+            reads(workers, meta("team", "w", None), 1),
+            vec![
+                // Its /scale may be anything, so the record goes first, on its own.
+                Call::patch(&patch_of(workers))
+                    .body({
+                        let r = record.clone();
+                        move |b| assert_eq!(b, &r)
+                    })
+                    .respond(annotated(meta("team", "w", None), &record)),
+                Call::patch(&patch_of(&scale_of(workers)))
+                    .body(|b| assert_eq!(b, &json!({"spec": {"replicas": 4}})))
+                    .respond(scale("team", "w", 4)),
+                Call::event("team")
+                    .body(|b| {
+                        assert_eq!(
+                            b["note"],
+                            "Scaled Worker team/w from 1 to 4 replicas; recorded 1 to restore"
+                        )
+                    })
+                    .respond_with_body(),
+                Call::patch(STATUS)
+                    .body(|b| assert_eq!(b["status"]["targets"][0]["replicas"], 4))
                     .respond_status_of(&s),
             ],
         ]));
@@ -1801,10 +1881,9 @@ mod tests {
         let scenario = verifier.run(calls(vec![
             reads(WEB, meta("team", "web", Some(1)), 6),
             vec![
-                Call::patch(&patch_of(&scale_of(WEB)))
+                Call::patch(&patch_of(WEB))
                     .body(|b| assert_eq!(b["spec"]["replicas"], 1))
-                    .respond(scale("team", "web", 1)),
-                Call::patch(&patch_of(WEB)).respond(meta("team", "web", None)),
+                    .respond(written(meta("team", "web", None), &json!({}), 1)),
                 Call::event("team").respond_with_body(),
                 Call::patch(STATUS)
                     .body(|b| {
@@ -2080,13 +2159,11 @@ mod tests {
                     .respond(serde_json::to_value(&younger).unwrap()),
                 Call::patch(&patch_of(WEB))
                     .body({
-                        let p = expected.clone();
+                        let mut p = expected.clone();
+                        p["spec"] = json!({"replicas": 5});
                         move |b| assert_eq!(b, &p)
                     })
-                    .respond(annotated(theirs, &expected)),
-                Call::patch(&patch_of(&scale_of(WEB)))
-                    .body(|b| assert_eq!(b["spec"]["replicas"], 5))
-                    .respond(scale("team", "web", 5)),
+                    .respond(written(theirs, &expected, 5)),
                 Call::event("team").respond_with_body(),
                 Call::patch(STATUS)
                     .body(|b| {
