@@ -422,6 +422,19 @@ fn params() -> PatchParams {
 async fn read(ctx: &Context, resource: &ApiResource, target: &Named) -> Result<Option<Current>> {
     let api: Api<DynamicObject> =
         Api::namespaced_with(ctx.client.clone(), &target.namespace, resource);
+    if replicas_in_spec(resource) {
+        // The object itself has both: one request.
+        let object = match api.get(&target.name).await {
+            Ok(o) => o,
+            Err(e) if is_status(&e, 404) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        return Ok(Some(Current {
+            annotations: object.annotations().clone(),
+            resource_version: object.resource_version(),
+            replicas: spec_replicas(&object).unwrap_or(0),
+        }));
+    }
     // Both at once: a transition waits on one round trip, not two.
     let (meta, scale) = tokio::join!(
         api.get_metadata(&target.name),
@@ -498,10 +511,7 @@ async fn write_target(
             .patch(&target.name, &params(), &Patch::Merge(&patch))
             .await?;
         written.annotations = object.annotations().clone();
-        written.replicas = object.data["spec"]["replicas"]
-            .as_i64()
-            .and_then(|r| i32::try_from(r).ok())
-            .unwrap_or(to);
+        written.replicas = spec_replicas(&object).unwrap_or(to);
         return Ok(written);
     }
     // Conditional on what was read, so a concurrent change means a retry; but right after the
@@ -540,6 +550,13 @@ fn replicas_in_spec(resource: &ApiResource) -> bool {
             resource.plural.as_str(),
             "deployments" | "statefulsets" | "replicasets"
         )
+}
+
+/// The `spec.replicas` of an apps/v1 workload (defaulted by the apiserver, so always there).
+fn spec_replicas(object: &DynamicObject) -> Option<i32> {
+    object.data["spec"]["replicas"]
+        .as_i64()
+        .and_then(|r| i32::try_from(r).ok())
 }
 
 /// `release`: the Scaler lets go of the target (deleted, or the target left its spec), so an
@@ -995,8 +1012,16 @@ mod tests {
         })
     }
 
-    /// The two reads of a target: its metadata, then its /scale.
+    /// Whether `base` is an apps/v1 workload, read and written as one object.
+    fn is_apps(base: &str) -> bool {
+        base.starts_with("/apis/apps/v1/")
+    }
+
+    /// The reads of a target: an apps/v1 workload whole; another kind's metadata and /scale.
     fn reads(base: &str, metadata: Value, replicas: i32) -> Vec<Call> {
+        if is_apps(base) {
+            return vec![Call::get(base).respond(written(metadata, &json!({}), replicas))];
+        }
         let ns = metadata["metadata"]["namespace"]
             .as_str()
             .unwrap()
@@ -1008,8 +1033,11 @@ mod tests {
         ]
     }
 
-    /// The reads of a target that does not exist: its metadata and its /scale, at once.
+    /// The reads of a target that does not exist.
     fn absent(base: &str) -> Vec<Call> {
+        if is_apps(base) {
+            return vec![Call::get(base).not_found()];
+        }
         vec![
             Call::get(base).not_found(),
             Call::get(&scale_of(base)).not_found(),
