@@ -39,6 +39,8 @@ if [ "$subject" = peers ]; then
   peer=$(peer_bin webhook)
 fi
 hack/cluster.sh up
+# The bodies' author may scale the Scaler's targets (bench/bodies/rbac.yaml).
+"$cache/bin/kubectl" --kubeconfig "$KUBESTEER_STATE/kubeconfig" apply -f bench/bodies/rbac.yaml >/dev/null
 "$bin/kubesteer-certs" generate --service bench --namespace bench --ip 127.0.0.1 --out-dir "$work/certs" >/dev/null
 
 pid=

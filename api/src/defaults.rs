@@ -21,9 +21,18 @@ pub fn fill_missing(object: &mut Value, defaulted: &Value) {
 
 /// The RFC 6902 patch that adds to `object` what `defaulted` has and it lacks.
 pub fn patch_for(object: &Value, defaulted: &Value) -> json_patch::Patch {
-    let mut filled = object.clone();
+    // Only the top-level fields that have defaults are copied and compared: the rest of the
+    // object (metadata with its managedFields, status) can be large and never changes here.
+    let part: serde_json::Map<String, Value> = defaulted
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter_map(|(key, _)| Some((key.clone(), object.get(key)?.clone())))
+        .collect();
+    let part = Value::Object(part);
+    let mut filled = part.clone();
     fill_missing(&mut filled, defaulted);
-    json_patch::diff(object, &filled)
+    json_patch::diff(&part, &filled)
 }
 
 #[cfg(test)]

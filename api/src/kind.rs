@@ -128,8 +128,12 @@ fn spec_of(object: &Value) -> Result<&Value, FieldErrors> {
     }
 }
 
-/// Deserializes a spec; a type error names the field it is in.
+/// Deserializes a spec; a type error names the field it is in. A spec that reads (the usual
+/// case) is read once, without tracking paths; only a failing one is read again to find where.
 fn parse<T: DeserializeOwned>(spec: &Value) -> Result<T, FieldErrors> {
+    if let Ok(parsed) = T::deserialize(spec) {
+        return Ok(parsed);
+    }
     serde_path_to_error::deserialize(spec).map_err(|e| {
         let path = e.path().to_string();
         let path = if path == "." {

@@ -8,6 +8,7 @@
 
 mod echo;
 mod report;
+mod reviews;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Debug;
@@ -107,6 +108,20 @@ enum Command {
     EchoWebhook {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         flags: Vec<std::ffi::OsString>,
+    },
+    /// The review path alone, for profiling (`perf record`): answers the AdmissionReview in
+    /// `body` `count` times in process, no HTTP or TLS, every permission granted.
+    Reviews {
+        #[arg(long)]
+        body: PathBuf,
+        /// The kind's plural, as in `/validate/<plural>`.
+        #[arg(long)]
+        plural: String,
+        /// validate or mutate.
+        #[arg(long, default_value = "validate")]
+        endpoint: String,
+        #[arg(long, default_value_t = 100_000)]
+        count: u64,
     },
     /// Reads the resident memory, open file descriptors and CPU time of process `pid`.
     Process {
@@ -234,6 +249,12 @@ async fn main() -> Result<()> {
             echo::serve(flags, kubesteer_api::runtime::signal::shutdown()).await?;
             return Ok(());
         }
+        Command::Reviews {
+            body,
+            plural,
+            endpoint,
+            count,
+        } => reviews::run(&body, &plural, &endpoint, count).await?,
         Command::Process { pid } => serde_json::to_value(report::process(pid)?)?,
         Command::Report {
             phase,

@@ -8,8 +8,8 @@ use axum::http::header;
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
-use kube::core::DynamicObject;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::core::admission::Operation;
 use kubesteer_api::access::{Access, ImagePolicy};
 use kubesteer_api::claims::{Claimant, Target};
 use kubesteer_api::field::{summarize, FieldError, FieldErrors};
@@ -17,12 +17,14 @@ use kubesteer_api::kind::{Kind, ALL};
 use kubesteer_api::runtime::{health, Health};
 use kubesteer_api::scaler_v1beta1::HpaCooperation;
 use kubesteer_api::{ApplicationSpec, ScalerSpec, WelcomeSpec};
+use serde::Deserialize as _;
 use serde_json::Value;
 
 use crate::cluster::Cluster;
 use crate::error::ApiError;
 use crate::metrics::{KindLabels, Metrics, ReviewLabels};
 use crate::permissions::Permissions;
+use crate::review::{meta, Answer, Request, Response, Review};
 
 /// Largest accepted review body: an object may be 1.5 MiB, and UPDATE carries two of them.
 pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
@@ -94,7 +96,7 @@ async fn mutate<C: Cluster>(
     state: State<Arc<AppState<C>>>,
     plural: Path<String>,
     body: Bytes,
-) -> Result<Json<AdmissionReview<DynamicObject>>, ApiError> {
+) -> Result<Json<Answer>, ApiError> {
     review(state, plural, body, Endpoint::Mutate).await
 }
 
@@ -102,7 +104,7 @@ async fn validate<C: Cluster>(
     state: State<Arc<AppState<C>>>,
     plural: Path<String>,
     body: Bytes,
-) -> Result<Json<AdmissionReview<DynamicObject>>, ApiError> {
+) -> Result<Json<Answer>, ApiError> {
     review(state, plural, body, Endpoint::Validate).await
 }
 
@@ -111,7 +113,7 @@ async fn review<C: Cluster>(
     Path(plural): Path<String>,
     body: Bytes,
     endpoint: Endpoint,
-) -> Result<Json<AdmissionReview<DynamicObject>>, ApiError> {
+) -> Result<Json<Answer>, ApiError> {
     answer(&state, endpoint, &plural, &body).await.map(Json)
 }
 
@@ -123,22 +125,21 @@ pub async fn answer<C: Cluster>(
     endpoint: Endpoint,
     plural: &str,
     body: &[u8],
-) -> Result<AdmissionReview<DynamicObject>, ApiError> {
+) -> Result<Answer, ApiError> {
     let started = Instant::now();
     let kind = ALL
         .into_iter()
         .find(|k| k.plural() == plural)
         .ok_or_else(|| ApiError::NotFound(format!("/{}/{plural}", endpoint.name())))?;
-    let review: AdmissionReview<DynamicObject> =
+    let review: Review =
         serde_json::from_slice(body).map_err(|e| ApiError::BadReview(e.to_string()))?;
-    let request: AdmissionRequest<DynamicObject> =
-        review
-            .try_into()
-            .map_err(|e: kube::core::admission::ConvertAdmissionReviewError| {
-                ApiError::BadReview(format!("{e}: the review carries no request"))
-            })?;
+    let Some(request) = review.request else {
+        return Err(ApiError::BadReview(
+            "the review carries no request".to_string(),
+        ));
+    };
     let (response, result) = decide(state, kind, endpoint, &request).await;
-    let operation = format!("{:?}", request.operation).to_uppercase();
+    let operation = request.operation_name();
     if !response.allowed {
         tracing::info!(
             kind = kind.name(),
@@ -146,7 +147,7 @@ pub async fn answer<C: Cluster>(
             namespace = request.namespace.as_deref().unwrap_or(""),
             name = request.name.as_str(),
             user = request.user_info.username.as_deref().unwrap_or(""),
-            reason = response.result.message.as_str(),
+            reason = response.message(),
             "denied"
         );
     }
@@ -154,7 +155,7 @@ pub async fn answer<C: Cluster>(
         .metrics
         .reviews
         .get_or_create(&ReviewLabels {
-            kind: kind.name().into(),
+            kind: kind.name(),
             endpoint: endpoint.name(),
             operation,
             result,
@@ -164,18 +165,21 @@ pub async fn answer<C: Cluster>(
         .metrics
         .duration
         .get_or_create(&KindLabels {
-            kind: kind.name().into(),
+            kind: kind.name(),
             endpoint: endpoint.name(),
         })
         .observe(started.elapsed().as_secs_f64());
-    Ok(response.into_review())
+    Ok(Answer {
+        api_version: review.api_version,
+        kind: review.kind,
+        response,
+    })
 }
 
 /// Whether an UPDATE changes `spec` (a review without the old object counts as a change).
-fn spec_changed(request: &AdmissionRequest<DynamicObject>) -> bool {
-    let spec = |o: &DynamicObject| o.data.get("spec").cloned();
+fn spec_changed(request: &Request) -> bool {
     match (&request.object, &request.old_object) {
-        (Some(new), Some(old)) => spec(new) != spec(old),
+        (Some(new), Some(old)) => new.get("spec") != old.get("spec"),
         _ => true,
     }
 }
@@ -185,9 +189,9 @@ async fn decide<C: Cluster>(
     state: &AppState<C>,
     kind: Kind,
     endpoint: Endpoint,
-    request: &AdmissionRequest<DynamicObject>,
-) -> (AdmissionResponse, &'static str) {
-    let allowed = AdmissionResponse::from(request);
+    request: &Request,
+) -> (Response, &'static str) {
+    let allowed = Response::allow(&request.uid);
     if request.kind.group != kubesteer_api::GROUP || request.kind.kind != kind.name() {
         let got = format!("{}/{}", request.kind.group, request.kind.kind);
         let message = format!(
@@ -195,69 +199,59 @@ async fn decide<C: Cluster>(
             kind.name(),
             kubesteer_api::GROUP
         );
-        return (deny(allowed, message), "wrong-kind");
+        return (allowed.deny(message), "wrong-kind");
     }
     if !matches!(request.operation, Operation::Create | Operation::Update) {
         return (allowed, "allowed");
     }
     let Some(object) = &request.object else {
-        return (deny(allowed, "the review carries no object"), "denied");
+        return (allowed.deny("the review carries no object"), "denied");
     };
     // An object on its way out may always lose its finalizers (blocking that would strand it),
     // but a change of its spec is still checked, or a held object could be edited into nonsense.
-    if object.metadata.deletion_timestamp.is_some()
-        && (matches!(endpoint, Endpoint::Mutate) || !spec_changed(request))
-    {
+    let deleting = object
+        .get("metadata")
+        .and_then(|m| m.get("deletionTimestamp"))
+        .is_some_and(|t| !t.is_null());
+    if deleting && (matches!(endpoint, Endpoint::Mutate) || !spec_changed(request)) {
         return (allowed, "allowed");
     }
-    let value = match serde_json::to_value(object) {
-        Ok(v) => v,
-        Err(e) => {
-            return (
-                deny(allowed, format!("object cannot be read: {e}")),
-                "denied",
-            )
-        }
-    };
+    let value = object;
     let namespace = request
         .namespace
-        .clone()
-        .or_else(|| object.metadata.namespace.clone())
-        .unwrap_or_default();
+        .as_deref()
+        .or_else(|| meta(object, "namespace"))
+        .unwrap_or_default()
+        .to_string();
     let name = if request.name.is_empty() {
-        object
-            .metadata
-            .name
-            .clone()
-            .or_else(|| object.metadata.generate_name.clone())
+        meta(object, "name")
+            .or_else(|| meta(object, "generateName"))
             .unwrap_or_default()
+            .to_string()
     } else {
         request.name.clone()
     };
     match endpoint {
-        Endpoint::Mutate => match kind.defaulting_patch(&value) {
+        Endpoint::Mutate => match kind.defaulting_patch(value) {
             Ok(patch) if patch.0.is_empty() => (allowed, "allowed"),
-            Ok(patch) => match allowed.with_patch(patch) {
+            Ok(patch) => match allowed.clone().with_patch(&patch) {
                 Ok(patched) => (patched, "patched"),
                 Err(e) => (
-                    deny(
-                        AdmissionResponse::from(request),
-                        format!("patch cannot be encoded: {e}"),
-                    ),
+                    allowed.deny(format!("patch cannot be encoded: {e}")),
                     "error",
                 ),
             },
             Err(errors) => (
-                deny(allowed, summarize(kind.name(), &name, &errors)),
+                allowed.deny(summarize(kind.name(), &name, &errors)),
                 "denied",
             ),
         },
         Endpoint::Validate => {
-            let (mut errors, mut warnings) = match kind.validate(&value, chrono::Utc::now()) {
+            let (mut errors, mut warnings) = match kind.validate(value, chrono::Utc::now()) {
                 Ok(warnings) => (FieldErrors::new(), warnings),
                 Err(errors) => (errors, Vec::new()),
             };
-            if let Some(error) = image_refused(state, kind, request, &value) {
+            if let Some(error) = image_refused(state, kind, request, value) {
                 errors.push(error);
             }
             if errors.is_empty() {
@@ -269,12 +263,17 @@ async fn decide<C: Cluster>(
                         let me = Claimant {
                             namespace: namespace.clone(),
                             name: name.clone(),
-                            ..Claimant::of(&object.metadata)
+                            uid: meta(object, "uid").unwrap_or_default().to_string(),
+                            created: object
+                                .get("metadata")
+                                .and_then(|m| m.get("creationTimestamp"))
+                                .and_then(|t| Time::deserialize(t).ok())
+                                .map(|t| t.0),
                         };
-                        scaler_rules(state, request, &value, &me, e, w).await
+                        scaler_rules(state, request, value, &me, e, w).await
                     }
-                    Kind::Welcome => welcome_rules(state, request, &value, me.0, e).await,
-                    Kind::Application => application_rules(state, request, &value, me, e, w).await,
+                    Kind::Welcome => welcome_rules(state, request, value, me.0, e).await,
+                    Kind::Application => application_rules(state, request, value, me, e, w).await,
                     Kind::Memcached => {}
                 }
             }
@@ -286,7 +285,7 @@ async fn decide<C: Cluster>(
                 (response, "allowed")
             } else {
                 (
-                    deny(allowed, summarize(kind.name(), &name, &errors)),
+                    allowed.deny(summarize(kind.name(), &name, &errors)),
                     "denied",
                 )
             }
@@ -300,15 +299,11 @@ async fn decide<C: Cluster>(
 fn image_refused<C>(
     state: &AppState<C>,
     kind: Kind,
-    request: &AdmissionRequest<DynamicObject>,
+    request: &Request,
     object: &Value,
 ) -> Option<FieldError> {
     let image = kind.image(object)?;
-    let old = request
-        .old_object
-        .as_ref()
-        .and_then(|o| serde_json::to_value(o).ok())
-        .and_then(|o| kind.image(&o));
+    let old = request.old_object.as_ref().and_then(|o| kind.image(o));
     if old.as_deref() == Some(image.as_str()) {
         return None;
     }
@@ -319,7 +314,7 @@ fn image_refused<C>(
 /// once resolved, permission on every target, claims, and advice.
 async fn scaler_rules<C: Cluster>(
     state: &AppState<C>,
-    request: &AdmissionRequest<DynamicObject>,
+    request: &Request,
     object: &Value,
     me: &Claimant,
     errors: &mut FieldErrors,
@@ -410,7 +405,7 @@ async fn scaler_rules<C: Cluster>(
 /// The Welcome rule that needs the cluster: its author may read the Secret it references.
 async fn welcome_rules<C: Cluster>(
     state: &AppState<C>,
-    request: &AdmissionRequest<DynamicObject>,
+    request: &Request,
     object: &Value,
     namespace: &str,
     errors: &mut FieldErrors,
@@ -421,8 +416,7 @@ async fn welcome_rules<C: Cluster>(
     let old = request
         .old_object
         .as_ref()
-        .and_then(|o| serde_json::to_value(o).ok())
-        .and_then(|o| read_spec::<WelcomeSpec>(&o));
+        .and_then(read_spec::<WelcomeSpec>);
     if let Some((path, access)) = spec.required_access(namespace, old.as_ref()) {
         let answer = state
             .permissions
@@ -437,7 +431,7 @@ async fn welcome_rules<C: Cluster>(
 /// that serves the same host and path, named only to an author who may get it.
 async fn application_rules<C: Cluster>(
     state: &AppState<C>,
-    request: &AdmissionRequest<DynamicObject>,
+    request: &Request,
     object: &Value,
     me: (&str, &str),
     errors: &mut FieldErrors,
@@ -449,8 +443,7 @@ async fn application_rules<C: Cluster>(
     let old = request
         .old_object
         .as_ref()
-        .and_then(|o| serde_json::to_value(o).ok())
-        .and_then(|o| read_spec::<ApplicationSpec>(&o));
+        .and_then(read_spec::<ApplicationSpec>);
     let required = spec.required_access(me.0, old.as_ref());
     let (cluster, user) = (&state.cluster, &request.user_info);
     let answers = ask_all(state, request, &required).await;
@@ -483,7 +476,7 @@ async fn application_rules<C: Cluster>(
 /// Asks whether the author holds each permission of `required`, all at once.
 async fn ask_all<C: Cluster>(
     state: &AppState<C>,
-    request: &AdmissionRequest<DynamicObject>,
+    request: &Request,
     required: &[(String, Access)],
 ) -> Vec<Result<bool, String>> {
     let user = &request.user_info;
@@ -497,14 +490,12 @@ async fn ask_all<C: Cluster>(
 
 /// The object's spec as `T`, if it reads as one.
 fn read_spec<T: serde::de::DeserializeOwned>(object: &Value) -> Option<T> {
-    object
-        .get("spec")
-        .and_then(|s| serde_json::from_value(s.clone()).ok())
+    object.get("spec").and_then(|s| T::deserialize(s).ok())
 }
 
 /// Whether a permission check passed; if not, the denial naming `path` and what is missing.
 fn permitted(
-    request: &AdmissionRequest<DynamicObject>,
+    request: &Request,
     path: &str,
     access: &Access,
     answer: Result<bool, String>,
@@ -518,11 +509,4 @@ fn permitted(
     };
     errors.push(FieldError::forbidden(path, detail));
     false
-}
-
-fn deny(response: AdmissionResponse, message: impl Into<String>) -> AdmissionResponse {
-    let mut response = response.deny(message.into());
-    response.result.code = 422;
-    response.result.reason = "Invalid".into();
-    response
 }

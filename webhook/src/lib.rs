@@ -11,6 +11,7 @@ pub mod crd_conversion;
 pub mod error;
 pub mod metrics;
 pub mod permissions;
+pub mod review;
 pub mod selfmanaged;
 pub mod server;
 pub mod tls;

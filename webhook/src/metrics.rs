@@ -8,15 +8,15 @@ use prometheus_client::registry::Registry;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReviewLabels {
-    pub kind: String,
+    pub kind: &'static str,
     pub endpoint: &'static str,
-    pub operation: String,
+    pub operation: &'static str,
     pub result: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KindLabels {
-    pub kind: String,
+    pub kind: &'static str,
     pub endpoint: &'static str,
 }
 

@@ -201,7 +201,10 @@ impl Reply {
         let raw = &self.response()["patch"];
         let bytes: Vec<u8> = match raw {
             Value::Null => return None,
-            Value::Array(a) => a.iter().map(|b| b.as_u64().unwrap() as u8).collect(),
+            Value::String(b) => {
+                use base64::Engine as _;
+                base64::engine::general_purpose::STANDARD.decode(b).unwrap()
+            }
             other => panic!("unexpected patch encoding {other}"),
         };
         Some(serde_json::from_slice(&bytes).unwrap())

@@ -1,10 +1,10 @@
 //! One fuzz input through the whole review path, and the invariants its answer keeps.
 //! Shared by the fuzz target (webhook/fuzz) and the corpus replay test (tests/corpus.rs), so it
 //! names crates only, never `super`.
+use base64::Engine as _;
 use futures::executor::block_on;
 use k8s_openapi::api::authentication::v1::UserInfo;
-use kube::core::admission::{AdmissionRequest, AdmissionReview, Operation};
-use kube::core::DynamicObject;
+use kube::core::admission::Operation;
 use kubesteer_api::access::Access;
 use kubesteer_api::claims::{Claimant, Target};
 use kubesteer_api::kind::Kind;
@@ -12,6 +12,7 @@ use kubesteer_api::runtime::scale::Mapping;
 use kubesteer_webhook::admission::{answer, Endpoint};
 use kubesteer_webhook::cluster::Cluster;
 use kubesteer_webhook::error::ApiError;
+use kubesteer_webhook::review::{Answer, Review};
 use kubesteer_webhook::AppState;
 use serde_json::Value;
 
@@ -88,17 +89,15 @@ pub fn check(input: &[u8]) {
         Err(ApiError::BadReview(_)) => return,
         Err(e) => panic!("a known endpoint answered {e}"),
     };
-    let sent: AdmissionReview<DynamicObject> = serde_json::from_slice(body)
+    let sent: Review = serde_json::from_slice(body)
         .unwrap_or_else(|e| panic!("answered a body that is not a review: {e}"));
-    let types = sent.types.clone();
-    let request: AdmissionRequest<DynamicObject> = sent
-        .try_into()
-        .unwrap_or_else(|e| panic!("answered a review without a request: {e}"));
-    let response = review
-        .response
-        .as_ref()
-        .unwrap_or_else(|| panic!("an answer without a response"));
-    assert_eq!(response.uid, request.uid, "the answer's uid");
+    let Review {
+        api_version,
+        kind: review_kind,
+        request,
+    } = sent;
+    let request = request.unwrap_or_else(|| panic!("answered a review without a request"));
+    assert_eq!(review.response.uid, request.uid, "the answer's uid");
 
     // What the apiserver reads: the handler's JSON body.
     let json: Value = serde_json::to_vec(&review)
@@ -106,8 +105,8 @@ pub fn check(input: &[u8]) {
         .and_then(|b| serde_json::from_slice(&b).ok())
         .unwrap_or_else(|| panic!("the answer does not serialize to JSON"));
     // The apiserver wants its own apiVersion back (v1 today; kube does not check what it echoes).
-    assert_eq!(json["apiVersion"], types.api_version.as_str());
-    assert_eq!(json["kind"], types.kind.as_str());
+    assert_eq!(json["apiVersion"], api_version.as_str());
+    assert_eq!(json["kind"], review_kind.as_str());
     assert_eq!(json["response"]["uid"], request.uid.as_str());
     let allowed = json["response"]["allowed"]
         .as_bool()
@@ -134,8 +133,7 @@ pub fn check(input: &[u8]) {
     );
     let object = request
         .object
-        .as_ref()
-        .and_then(|o| serde_json::to_value(o).ok())
+        .clone()
         .unwrap_or_else(|| panic!("a patch without an object"));
     for op in &patch.0 {
         let (path, before) = match op {
@@ -167,12 +165,11 @@ pub fn check(input: &[u8]) {
         .unwrap_or_else(|e| panic!("the patch does not apply: {e}: {patch:?}"));
     // The apiserver may call again with the patched object (reinvocationPolicy): no new patch.
     let mut request = request;
-    request.object =
-        Some(serde_json::from_value(patched).unwrap_or_else(|e| panic!("patched object: {e}")));
-    let again = AdmissionReview {
-        types,
+    request.object = Some(patched);
+    let again = Review {
+        api_version,
+        kind: review_kind,
         request: Some(request),
-        response: None,
     };
     let again = serde_json::to_vec(&again).unwrap_or_default();
     let second = send(endpoint, kind, &again)
@@ -188,31 +185,21 @@ pub fn check(input: &[u8]) {
 
 /// One review through the path the HTTP handler takes, with a fresh state so an input's
 /// answer never depends on the inputs before it.
-pub fn send(
-    endpoint: Endpoint,
-    kind: Kind,
-    body: &[u8],
-) -> Result<AdmissionReview<DynamicObject>, ApiError> {
+pub fn send(endpoint: Endpoint, kind: Kind, body: &[u8]) -> Result<Answer, ApiError> {
     let state = AppState::new(FuzzCluster);
     block_on(answer(&state, endpoint, kind.plural(), body))
 }
 
-/// The JSON patch in a serialized response, if any; it is an array of byte values (kube#1781).
+/// The JSON patch in a serialized response, if any; base64, as Go's `[]byte`.
 fn patch_of(review: &Value) -> Option<json_patch::Patch> {
     let raw = review["response"].get("patch")?;
     if raw.is_null() {
         return None;
     }
-    let bytes: Vec<u8> = raw
-        .as_array()
-        .unwrap_or_else(|| panic!("patch is not a byte array: {raw}"))
-        .iter()
-        .map(|b| {
-            b.as_u64()
-                .and_then(|b| u8::try_from(b).ok())
-                .unwrap_or_else(|| panic!("patch byte {b}"))
-        })
-        .collect();
+    let bytes = raw
+        .as_str()
+        .and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok())
+        .unwrap_or_else(|| panic!("patch is not base64: {raw}"));
     Some(
         serde_json::from_slice(&bytes)
             .unwrap_or_else(|e| panic!("the patch is not a JSONPatch: {e}")),
