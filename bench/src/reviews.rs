@@ -65,7 +65,7 @@ pub async fn run(body: &Path, plural: &str, endpoint: &str, count: u64) -> Resul
         let review = answer(&state, endpoint, plural, &body)
             .await
             .map_err(|e| anyhow::anyhow!("{e}"))?;
-        allowed = review.response.map(|r| r.allowed);
+        allowed = Some(review.response.allowed);
     }
     let seconds = started.elapsed().as_secs_f64();
     Ok(json!({
