@@ -21,18 +21,45 @@ pub fn fill_missing(object: &mut Value, defaulted: &Value) {
 
 /// The RFC 6902 patch that adds to `object` what `defaulted` has and it lacks.
 pub fn patch_for(object: &Value, defaulted: &Value) -> json_patch::Patch {
-    // Only the top-level fields that have defaults are copied and compared: the rest of the
-    // object (metadata with its managedFields, status) can be large and never changes here.
-    let part: serde_json::Map<String, Value> = defaulted
-        .as_object()
-        .into_iter()
-        .flatten()
-        .filter_map(|(key, _)| Some((key.clone(), object.get(key)?.clone())))
-        .collect();
-    let part = Value::Object(part);
-    let mut filled = part.clone();
-    fill_missing(&mut filled, defaulted);
-    json_patch::diff(&part, &filled)
+    // Walks only what has defaults, emitting what `fill_missing` would add: no copy of the
+    // object and no diff of the whole of it (metadata with its managedFields can be large).
+    let mut ops = Vec::new();
+    missing(
+        object,
+        defaulted,
+        &mut json_patch::jsonptr::PointerBuf::new(),
+        &mut ops,
+    );
+    json_patch::Patch(ops)
+}
+
+/// The operations that fill into `have` (at `at`) every field of `want` it lacks or holds as
+/// null: an add for a missing field, a replace for a null one, recursing into objects only.
+fn missing(
+    have: &Value,
+    want: &Value,
+    at: &mut json_patch::jsonptr::PointerBuf,
+    ops: &mut Vec<json_patch::PatchOperation>,
+) {
+    use json_patch::{AddOperation, PatchOperation, ReplaceOperation};
+    let (Value::Object(have), Value::Object(want)) = (have, want) else {
+        return;
+    };
+    for (key, value) in want {
+        at.push_back(key.as_str());
+        match have.get(key) {
+            None => ops.push(PatchOperation::Add(AddOperation {
+                path: at.clone(),
+                value: value.clone(),
+            })),
+            Some(Value::Null) => ops.push(PatchOperation::Replace(ReplaceOperation {
+                path: at.clone(),
+                value: value.clone(),
+            })),
+            Some(existing) => missing(existing, value, at, ops),
+        }
+        at.pop_back();
+    }
 }
 
 #[cfg(test)]
@@ -75,5 +102,35 @@ mod tests {
         );
         let ops = serde_json::to_value(&patch).unwrap();
         assert_eq!(ops[0]["path"], "/labels/app.kubernetes.io~1name");
+    }
+
+    /// Any JSON: scalars, lists and nested objects over a few keys, so that objects share keys.
+    fn json() -> impl proptest::strategy::Strategy<Value = Value> {
+        use proptest::prelude::*;
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i32>().prop_map(Value::from),
+            "[a-c/~]{0,2}".prop_map(Value::from),
+        ];
+        leaf.prop_recursive(4, 32, 4, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..3).prop_map(Value::from),
+                proptest::collection::btree_map("[a-d]", inner, 0..4)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest::proptest! {
+        /// The patch turns an object into exactly what `fill_missing` makes of it.
+        #[test]
+        fn the_patch_does_what_fill_missing_does(object in json(), defaulted in json()) {
+            let mut filled = object.clone();
+            fill_missing(&mut filled, &defaulted);
+            let mut patched = object.clone();
+            json_patch::patch(&mut patched, &patch_for(&object, &defaulted)).unwrap();
+            proptest::prop_assert_eq!(patched, filled);
+        }
     }
 }
