@@ -76,16 +76,21 @@ impl Kind {
         Ok(defaulted)
     }
 
+    /// The object's spec, read as this kind's: the errors name the field that does not read.
+    pub fn spec(self, object: &Value) -> Result<Spec, FieldErrors> {
+        let spec = spec_of(object)?;
+        Ok(match self {
+            Kind::Scaler => Spec::Scaler(parse(spec)?),
+            Kind::Welcome => Spec::Welcome(parse(spec)?),
+            Kind::Memcached => Spec::Memcached(parse(spec)?),
+            Kind::Application => Spec::Application(parse(spec)?),
+        })
+    }
+
     /// The container image the object's pods would run, defaulted; `None` for a kind that runs
     /// no pods (Scaler) or an object whose spec does not parse (validation reports that).
     pub fn image(self, object: &Value) -> Option<String> {
-        let spec = spec_of(object).ok()?;
-        match self {
-            Kind::Scaler => None,
-            Kind::Welcome => Some(parse::<WelcomeSpec>(spec).ok()?.image().to_string()),
-            Kind::Memcached => Some(parse::<MemcachedSpec>(spec).ok()?.image().to_string()),
-            Kind::Application => Some(parse::<ApplicationSpec>(spec).ok()?.image),
-        }
+        self.spec(object).ok()?.image()
     }
 
     /// Checks a whole object: `Ok(warnings)` when it is admitted, every violation otherwise.
@@ -95,23 +100,44 @@ impl Kind {
         object: &Value,
         now: crate::schedule::Instant,
     ) -> Result<Vec<String>, FieldErrors> {
-        let spec = spec_of(object)?;
+        self.spec(object)?.validate(now)
+    }
+}
+
+/// A spec of one of the kinds, read once and then checked, asked for its image or handed to
+/// the rules that need the cluster.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Spec {
+    Scaler(ScalerSpec),
+    Welcome(WelcomeSpec),
+    Memcached(MemcachedSpec),
+    Application(ApplicationSpec),
+}
+
+impl Spec {
+    /// `Ok(warnings)` when the spec is admitted, every violation otherwise; `now` as in
+    /// [`Kind::validate`].
+    pub fn validate(&self, now: crate::schedule::Instant) -> Result<Vec<String>, FieldErrors> {
         let (errors, warnings) = match self {
-            Kind::Scaler => (parse::<ScalerSpec>(spec)?.validate(now), Vec::new()),
-            Kind::Welcome => {
-                let s = parse::<WelcomeSpec>(spec)?;
-                (s.validate(), s.warnings())
-            }
-            Kind::Memcached => (parse::<MemcachedSpec>(spec)?.validate(), Vec::new()),
-            Kind::Application => {
-                let s = parse::<ApplicationSpec>(spec)?;
-                (s.validate(), s.warnings())
-            }
+            Spec::Scaler(s) => (s.validate(now), Vec::new()),
+            Spec::Welcome(s) => (s.validate(), s.warnings()),
+            Spec::Memcached(s) => (s.validate(), Vec::new()),
+            Spec::Application(s) => (s.validate(), s.warnings()),
         };
         if errors.is_empty() {
             Ok(warnings)
         } else {
             Err(errors)
+        }
+    }
+
+    /// The container image its pods would run, defaulted; `None` for a Scaler.
+    pub fn image(&self) -> Option<String> {
+        match self {
+            Spec::Scaler(_) => None,
+            Spec::Welcome(s) => Some(s.image().to_string()),
+            Spec::Memcached(s) => Some(s.image().to_string()),
+            Spec::Application(s) => Some(s.image.clone()),
         }
     }
 }

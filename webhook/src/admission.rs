@@ -13,7 +13,7 @@ use kube::core::admission::Operation;
 use kubesteer_api::access::{Access, ImagePolicy};
 use kubesteer_api::claims::{Claimant, Target};
 use kubesteer_api::field::{summarize, FieldError, FieldErrors};
-use kubesteer_api::kind::{Kind, ALL};
+use kubesteer_api::kind::{Kind, Spec, ALL};
 use kubesteer_api::runtime::{health, Health};
 use kubesteer_api::scaler_v1beta1::HpaCooperation;
 use kubesteer_api::{ApplicationSpec, ScalerSpec, WelcomeSpec};
@@ -247,18 +247,28 @@ async fn decide<C: Cluster>(
             ),
         },
         Endpoint::Validate => {
-            let (mut errors, mut warnings) = match kind.validate(value, chrono::Utc::now()) {
+            // The spec is read once: for its own rules, its image and the cluster's rules.
+            let spec = match kind.spec(value) {
+                Ok(spec) => spec,
+                Err(errors) => {
+                    return (
+                        allowed.deny(summarize(kind.name(), &name, &errors)),
+                        "denied",
+                    )
+                }
+            };
+            let (mut errors, mut warnings) = match spec.validate(chrono::Utc::now()) {
                 Ok(warnings) => (FieldErrors::new(), warnings),
                 Err(errors) => (errors, Vec::new()),
             };
-            if let Some(error) = image_refused(state, kind, request, value) {
+            if let Some(error) = image_refused(state, kind, request, &spec) {
                 errors.push(error);
             }
             if errors.is_empty() {
                 let me = (namespace.as_str(), name.as_str());
                 let (e, w) = (&mut errors, &mut warnings);
-                match kind {
-                    Kind::Scaler => {
+                match &spec {
+                    Spec::Scaler(spec) => {
                         // Who claims a shared target first: its age and uid decide.
                         let me = Claimant {
                             namespace: namespace.clone(),
@@ -270,11 +280,13 @@ async fn decide<C: Cluster>(
                                 .and_then(|t| Time::deserialize(t).ok())
                                 .map(|t| t.0),
                         };
-                        scaler_rules(state, request, value, &me, e, w).await
+                        scaler_rules(state, request, spec, &me, e, w).await
                     }
-                    Kind::Welcome => welcome_rules(state, request, value, me.0, e).await,
-                    Kind::Application => application_rules(state, request, value, me, e, w).await,
-                    Kind::Memcached => {}
+                    Spec::Welcome(spec) => welcome_rules(state, request, spec, me.0, e).await,
+                    Spec::Application(spec) => {
+                        application_rules(state, request, spec, me, e, w).await
+                    }
+                    Spec::Memcached(_) => {}
                 }
             }
             if errors.is_empty() {
@@ -300,9 +312,9 @@ fn image_refused<C>(
     state: &AppState<C>,
     kind: Kind,
     request: &Request,
-    object: &Value,
+    spec: &Spec,
 ) -> Option<FieldError> {
-    let image = kind.image(object)?;
+    let image = spec.image()?;
     let old = request.old_object.as_ref().and_then(|o| kind.image(o));
     if old.as_deref() == Some(image.as_str()) {
         return None;
@@ -315,14 +327,11 @@ fn image_refused<C>(
 async fn scaler_rules<C: Cluster>(
     state: &AppState<C>,
     request: &Request,
-    object: &Value,
+    spec: &ScalerSpec,
     me: &Claimant,
     errors: &mut FieldErrors,
     warnings: &mut Vec<String>,
 ) {
-    let Some(spec) = read_spec::<ScalerSpec>(object) else {
-        return;
-    };
     let duplicates = spec.duplicate_targets(&me.namespace);
     if !duplicates.is_empty() {
         errors.extend(duplicates);
@@ -406,13 +415,10 @@ async fn scaler_rules<C: Cluster>(
 async fn welcome_rules<C: Cluster>(
     state: &AppState<C>,
     request: &Request,
-    object: &Value,
+    spec: &WelcomeSpec,
     namespace: &str,
     errors: &mut FieldErrors,
 ) {
-    let Some(spec) = read_spec::<WelcomeSpec>(object) else {
-        return;
-    };
     let old = request
         .old_object
         .as_ref()
@@ -432,14 +438,11 @@ async fn welcome_rules<C: Cluster>(
 async fn application_rules<C: Cluster>(
     state: &AppState<C>,
     request: &Request,
-    object: &Value,
+    spec: &ApplicationSpec,
     me: (&str, &str),
     errors: &mut FieldErrors,
     warnings: &mut Vec<String>,
 ) {
-    let Some(spec) = read_spec::<ApplicationSpec>(object) else {
-        return;
-    };
     let old = request
         .old_object
         .as_ref()
