@@ -120,6 +120,16 @@ if [ "$subject" = peers ]; then
       stop_server
     done
   done
+  # The review work alone: each body answered in process on core 0, no HTTP or TLS
+  # (kubesteer-bench reviews, every permission granted), the part of a review the limit line lacks.
+  for r in $(seq 1 "$repeats"); do
+    for kind in $kinds; do
+      for e in validate mutate; do
+        taskset -c 0 "$bin/kubesteer-bench" reviews --body "bench/bodies/$kind.json" --plural "${kind}s" \
+          --endpoint "$e" --count 50000 >"$work/peers/reviews-$kind-$e-$r.json"
+      done
+    done
+  done
   python3 - "$work/peers" "$repeats" "$duration" "$rates" "$kinds" "$(git rev-parse --short HEAD)" "$(peer_go_version)" <<'PY'
 import json, os, platform, statistics, sys, datetime
 work, repeats, duration, rates, kinds, commit, go = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4].split(), sys.argv[5].split(), sys.argv[6], sys.argv[7]
@@ -188,6 +198,13 @@ for kind in kinds:
            for run in ("validate_saturation", "mutate_saturation")}}
     for run in ("validate", "mutate"):
         summary[f"{kind}_{run}_fraction_of_limit"] = out["limit"][kind][f"kubesteer_{run}_fraction"]
+out["review_work_us"] = {"definition": "microseconds per review of kubesteer's review path alone, in process "
+                        "(kubesteer-bench reviews: decode, rules, answer; no HTTP or TLS; every permission "
+                        "granted), on core 0, median of the runs"}
+for kind in kinds:
+    for e in ("validate", "mutate"):
+        samples = [json.load(open(os.path.join(work, f"reviews-{kind}-{e}-{r}.json"))) for r in range(1, repeats + 1)]
+        out["review_work_us"][f"{kind}_{e}"] = med([1e6 / x["reviews_per_second"] for x in samples])
 out["summary"] = summary
 json.dump(out, open("bench/results/webhook-peers.json", "w"), indent=2)
 print(json.dumps({"summary": summary, "rss_kib": out["rss_kib"]}, indent=2))
