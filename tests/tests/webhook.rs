@@ -334,6 +334,27 @@ fn cross_namespace_targets_need_permission_and_targets_are_not_shared() -> Resul
         },
     )?;
     assert!(dry.stderr.contains(&want), "{}", dry.stderr);
+    // Claims are ordered by creationTimestamp, whole seconds, then by uid (api/src/claims.rs):
+    // created within the same second as `remote`, `rival` would win or lose by its random uid.
+    let created = kubectl_ok(
+        &[
+            "get",
+            "scaler",
+            "remote",
+            "-n",
+            ns.name(),
+            "-o",
+            "jsonpath={.metadata.creationTimestamp}",
+        ],
+        None,
+    )?;
+    let created = chrono::DateTime::parse_from_rfc3339(created.trim())
+        .map_err(|e| anyhow::anyhow!("remote's creationTimestamp {created:?}: {e}"))?;
+    kubesteer_tests::eventually(
+        std::time::Duration::from_secs(5),
+        "a second later than remote's creation",
+        || Ok((chrono::Utc::now() >= created + chrono::TimeDelta::seconds(1)).then_some(())),
+    )?;
     let claimed = ns.apply(&second)?;
     assert!(!claimed.ok, "{claimed:?}");
     assert!(claimed.stderr.contains(&want), "{}", claimed.stderr);
