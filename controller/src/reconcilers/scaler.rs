@@ -1,7 +1,7 @@
 //! Scaler (v1beta1): scales any workload with a `/scale` subresource inside windows or at cron
 //! firings, except on excluded dates and while an override holds, and restores it. A target
 //! scaled by a HorizontalPodAutoscaler is scaled through that HPA's minReplicas instead.
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -34,6 +34,9 @@ pub const KIND: &str = "Scaler";
 /// A reconcile this close before the boundary it was requeued for acts as at the boundary: the
 /// timer runs on the monotonic clock and the plan on the wall clock, which may differ by a hair.
 const BOUNDARY_TOLERANCE: Duration = Duration::from_millis(20);
+/// A Scaler with a transition ahead wakes this much before it, reads its targets, and waits
+/// for the boundary with what it read: at the boundary only the writes are left.
+pub const PREFETCH_LEAD: Duration = Duration::from_millis(250);
 // Enough to ride out a burst of concurrent writers; after that the reconcile is requeued.
 const CONFLICT_RETRIES: usize = 3;
 /// How often a Scaler that owes a transition retries while the apiserver is unreachable: the
@@ -206,7 +209,7 @@ pub struct TargetChange {
 /// One target as read: its metadata and its replicas from `/scale`.
 #[derive(Debug, Clone, Default)]
 pub struct Current {
-    pub annotations: std::collections::BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
     pub resource_version: Option<String>,
     pub replicas: i32,
 }
@@ -385,7 +388,7 @@ struct Seen {
 async fn record_of(
     ctx: &Context,
     target: &Named,
-    annotations: &std::collections::BTreeMap<String, String>,
+    annotations: &BTreeMap<String, String>,
     key: &str,
     me: &Claimant,
 ) -> Result<Record> {
@@ -561,6 +564,8 @@ fn spec_replicas(object: &DynamicObject) -> Option<i32> {
 
 /// `release`: the Scaler lets go of the target (deleted, or the target left its spec), so an
 /// HPA gets its own minReplicas back whatever outsideReplicas says.
+///
+/// `prefetched`: the target as read just before the boundary, used by the first attempt.
 async fn reconcile_target(
     ctx: &Context,
     owner: &Scaler,
@@ -568,6 +573,7 @@ async fn reconcile_target(
     wanted: Option<i32>,
     outside: Option<i32>,
     release: bool,
+    mut prefetched: Option<Current>,
 ) -> Result<Seen> {
     let resource = match ctx
         .mapper
@@ -589,8 +595,13 @@ async fn reconcile_target(
     let effective = wanted.or(outside);
     let mut attempt = 0;
     loop {
-        let (current, hpa) =
-            tokio::try_join!(read(ctx, &resource, target), autoscaler(ctx, owner, target))?;
+        let current = async {
+            match prefetched.take() {
+                Some(read_before) => Ok(Some(read_before)),
+                None => read(ctx, &resource, target).await,
+            }
+        };
+        let (current, hpa) = tokio::try_join!(current, autoscaler(ctx, owner, target))?;
         let Some(current) = current else {
             return Ok(Seen::default());
         };
@@ -699,7 +710,33 @@ async fn apply(scaler: &Scaler, ctx: &Context) -> Result<Action> {
     let (ns, name) = namespace_and_name(KIND, scaler)?;
     let generation = scaler.meta().generation;
     let previous = scaler.status.clone().unwrap_or_default();
-    let now = at_boundary(ctx.clock.now(), &previous);
+    let suspended = scaler.spec.suspend();
+    let wanted_targets = named_in_spec(scaler, &ns);
+    // Close before a transition: read the targets now and wait for it, so that the boundary
+    // costs only the writes. (A target read as missing is read again at the boundary.)
+    let mut prefetched = BTreeMap::new();
+    let boundary = match suspended {
+        false => transition_within(ctx.clock.now(), &previous, PREFETCH_LEAD),
+        true => None,
+    };
+    if let Some(at) = boundary {
+        for target in &wanted_targets {
+            if let Ok(resource) = ctx
+                .mapper
+                .resolve(&target.api_version, &target.kind)
+                .await?
+            {
+                if let Some(current) = read(ctx, &resource, target).await? {
+                    prefetched.insert(target.clone(), current);
+                }
+            }
+        }
+        tokio::time::sleep(until(ctx.clock.now(), at)).await;
+    }
+    let now = match boundary {
+        Some(at) => at.max(ctx.clock.now()),
+        None => at_boundary(ctx.clock.now(), &previous),
+    };
     let ready = |ok: bool, reason: &str, message: String| {
         condition(
             READY,
@@ -739,10 +776,8 @@ async fn apply(scaler: &Scaler, ctx: &Context) -> Result<Action> {
             return Ok(Action::await_change());
         }
     };
-    let suspended = scaler.spec.suspend();
     let outside = scaler.spec.outside_replicas;
 
-    let wanted_targets = named_in_spec(scaler, &ns);
     let me = scaler_id(&ns, &name);
     let claimant = Claimant::of(scaler.meta());
     let mut targets = Vec::new();
@@ -765,7 +800,19 @@ async fn apply(scaler: &Scaler, ctx: &Context) -> Result<Action> {
                 look(ctx, target).await?
             }
             None if suspended => look(ctx, target).await?,
-            None => reconcile_target(ctx, scaler, target, plan.replicas, outside, false).await?,
+            None => {
+                let read_before = prefetched.remove(target);
+                reconcile_target(
+                    ctx,
+                    scaler,
+                    target,
+                    plan.replicas,
+                    outside,
+                    false,
+                    read_before,
+                )
+                .await?
+            }
         };
         if let Some(why) = &seen.unscalable {
             unscalable.push(format!("{target}: {why}"));
@@ -782,7 +829,7 @@ async fn apply(scaler: &Scaler, ctx: &Context) -> Result<Action> {
     let wanted: BTreeSet<&Named> = wanted_targets.iter().collect();
     for old in previous.targets.iter().map(named_in_status) {
         if !wanted.contains(&old) {
-            reconcile_target(ctx, scaler, &old, None, outside, true).await?;
+            reconcile_target(ctx, scaler, &old, None, outside, true, None).await?;
         }
     }
 
@@ -859,14 +906,20 @@ async fn apply(scaler: &Scaler, ctx: &Context) -> Result<Action> {
 
 /// `now`, or the next transition in `status` when that is at most [`BOUNDARY_TOLERANCE`] away.
 fn at_boundary(now: DateTime<Utc>, status: &ScalerStatus) -> DateTime<Utc> {
-    let next = status
+    transition_within(now, status, BOUNDARY_TOLERANCE).unwrap_or(now)
+}
+
+/// The next transition in `status`, when it is after `now` and at most `lead` away.
+fn transition_within(
+    now: DateTime<Utc>,
+    status: &ScalerStatus,
+    lead: Duration,
+) -> Option<DateTime<Utc>> {
+    let at = status
         .next_transitions
         .first()
-        .and_then(|t| DateTime::from_timestamp(t.time.0.as_second(), 0));
-    match next {
-        Some(at) if at > now && (at - now).to_std().is_ok_and(|d| d <= BOUNDARY_TOLERANCE) => at,
-        _ => now,
-    }
+        .and_then(|t| DateTime::from_timestamp(t.time.0.as_second(), 0))?;
+    (at > now && (at - now).to_std().is_ok_and(|d| d <= lead)).then_some(at)
 }
 
 /// A target as it is, without changing it.
@@ -891,7 +944,15 @@ async fn look(ctx: &Context, target: &Named) -> Result<Seen> {
 fn next_action(next: Option<DateTime<Utc>>, suspended: bool, now: DateTime<Utc>) -> Action {
     match next {
         _ if suspended => Action::await_change(),
-        Some(next) => Action::requeue(until(now, next)),
+        // Woken a little early, to read the targets before the boundary (see `apply`); from
+        // closer than that, at the boundary itself.
+        Some(next) => {
+            let left = until(now, next);
+            match left > PREFETCH_LEAD {
+                true => Action::requeue(left - PREFETCH_LEAD),
+                false => Action::requeue(left),
+            }
+        }
         None => Action::requeue(NO_TRANSITION_RECHECK),
     }
 }
@@ -913,7 +974,7 @@ async fn cleanup(scaler: &Scaler, ctx: &Context) -> Result<Action> {
         .map(named_in_status);
     for target in named_in_spec(scaler, &ns).into_iter().chain(from_status) {
         if seen.insert(target.clone()) {
-            reconcile_target(ctx, scaler, &target, None, outside, true).await?;
+            reconcile_target(ctx, scaler, &target, None, outside, true, None).await?;
         }
     }
     Ok(Action::await_change())
@@ -1126,10 +1187,68 @@ mod tests {
             .unwrap();
         assert_eq!(
             action,
-            Action::requeue(Duration::from_secs(5 * 3600)),
+            Action::requeue(Duration::from_secs(5 * 3600) - PREFETCH_LEAD),
             "requeued at the closing boundary"
         );
         scenario.finish(ctx).await;
+    }
+
+    #[tokio::test]
+    async fn woken_just_before_a_boundary_it_reads_first_and_only_writes_at_the_boundary() {
+        let (ctx, verifier) = ctx_at("2025-03-03T08:59:59.850Z");
+        let mut s = nine_to_five();
+        s.status = Some(ScalerStatus {
+            next_transitions: vec![Transition {
+                time: time(at("2025-03-03T09:00:00Z")),
+                replicas: Some(5),
+            }],
+            ..ScalerStatus::default()
+        });
+        let record = json!({"metadata": {"resourceVersion": "41", "annotations": {
+            annotation::ORIGINAL_REPLICAS: "2", annotation::ORIGINAL_REPLICAS_OWNER: ME,
+        }}});
+        // One read, before the boundary; the write uses it.
+        let scenario = verifier.run(calls(vec![
+            reads(WEB, meta("team", "web", None), 2),
+            vec![
+                Call::patch(&patch_of(WEB))
+                    .body(|b| assert_eq!(b["spec"]["replicas"], 5))
+                    .respond(written(meta("team", "web", None), &record, 5)),
+                Call::event("team").respond_with_body(),
+                Call::patch(STATUS)
+                    .body(|b| {
+                        assert_eq!(b["status"]["lastTransition"], "2025-03-03T09:00:00Z");
+                        assert_eq!(b["status"]["active"], true);
+                    })
+                    .respond_status_of(&nine_to_five()),
+            ],
+        ]));
+        let started = std::time::Instant::now();
+        let action = reconcile(Arc::new(s), ctx.clone()).await.unwrap();
+        // The fixed clock stands still: the reconcile waited the 150 ms to the boundary itself.
+        assert!(started.elapsed() >= Duration::from_millis(150));
+        // (Measured from the clock after the writes, which the fixed clock keeps 150 ms early.)
+        assert_eq!(
+            action,
+            Action::requeue(Duration::from_millis(8 * 3600 * 1000 + 150) - PREFETCH_LEAD)
+        );
+        scenario.finish(ctx).await;
+    }
+
+    #[test]
+    fn a_requeue_wakes_before_the_boundary_unless_it_is_closer_than_the_lead() {
+        let now = at("2025-03-03T08:00:00Z");
+        let hour = at("2025-03-03T09:00:00Z");
+        assert_eq!(
+            next_action(Some(hour), false, now),
+            Action::requeue(Duration::from_secs(3600) - PREFETCH_LEAD)
+        );
+        let close = at("2025-03-03T07:59:59.900Z");
+        assert_eq!(
+            next_action(Some(now), false, close),
+            Action::requeue(Duration::from_millis(100))
+        );
+        assert_eq!(next_action(Some(hour), true, now), Action::await_change());
     }
 
     #[tokio::test]
@@ -1175,7 +1294,10 @@ mod tests {
         let action = reconcile(Arc::new(nine_to_five()), ctx.clone())
             .await
             .unwrap();
-        assert_eq!(action, Action::requeue(Duration::from_secs(16 * 3600)));
+        assert_eq!(
+            action,
+            Action::requeue(Duration::from_secs(16 * 3600) - PREFETCH_LEAD)
+        );
         scenario.finish(ctx).await;
     }
 
@@ -1267,7 +1389,7 @@ mod tests {
             .unwrap();
         assert_eq!(
             action,
-            Action::requeue(Duration::from_secs(2 * 3600 + 44 * 60 + 30))
+            Action::requeue(Duration::from_secs(2 * 3600 + 44 * 60 + 30) - PREFETCH_LEAD)
         );
         scenario.finish(ctx).await;
     }
@@ -1473,7 +1595,10 @@ mod tests {
             ],
         ]));
         let action = reconcile(Arc::new(s), ctx.clone()).await.unwrap();
-        assert_eq!(action, Action::requeue(Duration::from_secs(7 * 3600)));
+        assert_eq!(
+            action,
+            Action::requeue(Duration::from_secs(7 * 3600) - PREFETCH_LEAD)
+        );
         scenario.finish(ctx).await;
     }
 
