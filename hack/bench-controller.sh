@@ -8,6 +8,12 @@
 #   idle         the controller's non-watch requests per minute with 100 idle Scalers, counted in
 #                the apiserver's audit log (the controller has a client certificate of its own);
 #   lateness     Scaler windows opening and closing at minute boundaries, seen by a watch.
+# and, only when named (it takes most of an hour):
+#   scale        on a fresh cluster of its own: 1,000 Memcacheds of size 1 until Ready, then
+#                BENCH_SCALE_MEMCACHEDS (default 50,000) in all with the rest of size 0 until
+#                reconciled, then BENCH_SCALE_SCALERS (default 10,000) idle Scalers with a
+#                Deployment each; the controller's RSS with all of them, its requests in
+#                BENCH_IDLE_SECONDS of quiet, and the lateness of 30 more Scalers switching at once.
 # Each phase merges its section into bench/results/controller.json as soon as it is done.
 # A benchmark, not a test: numbers vary with the machine and whatever else runs on it.
 #
@@ -30,6 +36,8 @@ memory_total=${BENCH_MEMORY_COUNT:-5000}
 idle_scalers=${BENCH_IDLE_SCALERS:-100}
 idle_seconds=${BENCH_IDLE_SECONDS:-180}
 late_scalers=${BENCH_LATENESS_SCALERS:-30}
+scale_memcacheds=${BENCH_SCALE_MEMCACHEDS:-50000}
+scale_scalers=${BENCH_SCALE_SCALERS:-10000}
 subject=${BENCH_SUBJECT:-kubesteer}
 case $subject in
   kubesteer) repeats=${BENCH_REPEATS:-1} ;;
@@ -51,6 +59,8 @@ export KUBESTEER_STATE=${BENCH_STATE:-$root/bench/tmp/cluster}
 export KUBESTEER_NODES=${BENCH_NODES:-$((count / 100 + 2))}
 export KUBESTEER_AUDIT_POLICY=$root/bench/audit-policy.yaml
 export KUBESTEER_EXTRA_ARGS="kube-controller-manager=leader-elect=false kube-scheduler=leader-elect=false"
+# The scale phase keeps a few hundred thousand objects; etcd's default quota is 2 GiB.
+export KUBESTEER_ETCD_QUOTA=${BENCH_ETCD_QUOTA:-8589934592}
 if [ "$KUBESTEER_CLUSTER" = kubesteer ] || [ "$KUBESTEER_STATE" = "$root/.kubesteer" ]; then
   echo "bench-controller: refusing to run on the default cluster" >&2
   exit 2
@@ -317,6 +327,28 @@ if has lateness; then
   log "lateness: $late_scalers Scalers opening and closing at minute boundaries"
   "${bench[@]}" lateness --namespace lateness --count "$late_scalers" >"$work/lateness.json"
   report lateness
+fi
+if has scale; then
+  stop_controller
+  log "scale: $count Memcacheds of size 1, $((scale_memcacheds - count)) of size 0, $scale_scalers Scalers"
+  fresh_cluster
+  start_controller "$work/scale-controller.log"
+  "${bench[@]}" converge --mode controller --namespace scale-pods --count "$count" --size 1 \
+    --concurrency "$concurrency" --timeout-secs 1800 >"$work/scale-pods.json"
+  "${bench[@]}" converge --mode controller --namespace scale --count "$((scale_memcacheds - count))" \
+    --size 0 --until reconciled --concurrency "$concurrency" --timeout-secs 5400 >"$work/scale-converge.json"
+  "${bench[@]}" idle-setup --namespace scale-scalers --count "$scale_scalers" --timeout-secs 3600 \
+    >"$work/scale-scalers.json"
+  quiesce
+  process "$work/scale-process.json"
+  from=$(now)
+  sleep "$idle_seconds"
+  to=$(now)
+  sleep 2
+  "${bench[@]}" audit --log "$logs"/audit*.log --user "$user" --since "$from" --until "$to" >"$work/scale-idle.json"
+  "${bench[@]}" lateness --namespace scale-lateness --count "$late_scalers" >"$work/scale-lateness.json"
+  process "$work/scale-process-end.json"
+  report scale --seconds "$idle_seconds"
 fi
 stop_controller
 log "results in bench/results/controller.json"

@@ -692,6 +692,7 @@ fn summary_ms(mut v: Vec<f64>) -> Value {
         "min_ms": v.first(),
         "p50_ms": percentile(&v, 0.5),
         "p90_ms": percentile(&v, 0.9),
+        "p99_ms": percentile(&v, 0.99),
         "max_ms": v.last(),
     })
 }
