@@ -59,8 +59,6 @@ export KUBESTEER_STATE=${BENCH_STATE:-$root/bench/tmp/cluster}
 export KUBESTEER_NODES=${BENCH_NODES:-$((count / 100 + 2))}
 export KUBESTEER_AUDIT_POLICY=$root/bench/audit-policy.yaml
 export KUBESTEER_EXTRA_ARGS="kube-controller-manager=leader-elect=false kube-scheduler=leader-elect=false"
-# The scale phase keeps a few hundred thousand objects; etcd's default quota is 2 GiB.
-export KUBESTEER_ETCD_QUOTA=${BENCH_ETCD_QUOTA:-8589934592}
 if [ "$KUBESTEER_CLUSTER" = kubesteer ] || [ "$KUBESTEER_STATE" = "$root/.kubesteer" ]; then
   echo "bench-controller: refusing to run on the default cluster" >&2
   exit 2

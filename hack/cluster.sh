@@ -10,9 +10,7 @@
 # .kubesteer; hack/e2e.sh uses kubesteer-e2e in .kubesteer/e2e), KUBESTEER_NODES (fake nodes),
 # KUBESTEER_AUDIT_POLICY (opt-in: an audit policy file; the log is $KUBESTEER_STATE/kwok/clusters/<name>/logs/audit.log),
 # KUBESTEER_EXTRA_ARGS (opt-in: more kwokctl --extra-args, space-separated, e.g. "kube-scheduler=v=2"),
-# KUBESTEER_REAL_NODE (1: add the real node, 0: kwok nodes only; default 1 as root, else 0),
-# KUBESTEER_ETCD_QUOTA (opt-in: etcd's backend quota in bytes, above its 2 GiB default, for the
-# benchmark's scale phase).
+# KUBESTEER_REAL_NODE (1: add the real node, 0: kwok nodes only; default 1 as root, else 0).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=../versions.env
@@ -55,10 +53,6 @@ up() {
       service_cidr=$(sed -n 's/^SERVICE_CIDR=//p' "$state/net.env")
       service_ip=$(sed -n 's/^SERVICE_IP=//p' "$state/net.env")
     fi
-    local etcd_quota=
-    if [ -n "${KUBESTEER_ETCD_QUOTA:-}" ]; then
-      etcd_quota="      - {key: quota-backend-bytes, value: \"$KUBESTEER_ETCD_QUOTA\"}"
-    fi
     cat >"$state/kwokctl.yaml" <<YAML
 kind: KwokctlConfiguration
 apiVersion: config.kwok.x-k8s.io/v1alpha1
@@ -79,7 +73,6 @@ componentsPatches:
   - name: etcd
     extraArgs:
       - {key: unsafe-no-fsync, value: "true"}
-$etcd_quota
   - name: kube-apiserver
     extraArgs:
       - {key: service-cluster-ip-range, value: $service_cidr}
