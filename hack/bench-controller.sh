@@ -323,7 +323,8 @@ fi
 if has lateness; then
   ensure_controller
   log "lateness: $late_scalers Scalers opening and closing at minute boundaries"
-  "${bench[@]}" lateness --namespace lateness --count "$late_scalers" >"$work/lateness.json"
+  "${bench[@]}" lateness --namespace lateness --count "$late_scalers" \
+    --controller-log "$work/controller.log" >"$work/lateness.json"
   report lateness
 fi
 if has scale; then
@@ -344,7 +345,8 @@ if has scale; then
   to=$(now)
   sleep 2
   "${bench[@]}" audit --log "$logs"/audit*.log --user "$user" --since "$from" --until "$to" >"$work/scale-idle.json"
-  "${bench[@]}" lateness --namespace scale-lateness --count "$late_scalers" >"$work/scale-lateness.json"
+  "${bench[@]}" lateness --namespace scale-lateness --count "$late_scalers" \
+    --controller-log "$work/scale-controller.log" >"$work/scale-lateness.json"
   process "$work/scale-process-end.json"
   report scale --seconds "$idle_seconds"
 fi

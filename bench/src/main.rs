@@ -85,6 +85,10 @@ enum Command {
         /// How long after the closing boundary to keep watching.
         #[arg(long, default_value_t = 15)]
         grace_secs: u64,
+        /// The controller's log: when its writes to the targets were answered, beside when the
+        /// watch saw them.
+        #[arg(long)]
+        controller_log: Option<PathBuf>,
     },
     /// Counts the requests of `user` in an apiserver audit log (Metadata level, one
     /// ResponseComplete event per request), received between `since` and `until`.
@@ -213,16 +217,21 @@ async fn main() -> Result<()> {
             count,
             lead_secs,
             grace_secs,
+            controller_log,
         } => {
             let client = Client::try_default().await?;
-            lateness(
+            let mut out = lateness(
                 client,
                 &namespace,
                 count,
                 lead_secs,
                 Duration::from_secs(grace_secs),
             )
-            .await?
+            .await?;
+            if let Some(log) = controller_log {
+                out["written"] = written_lateness(&log, &namespace, &out)?;
+            }
+            out
         }
         Command::Audit {
             log,
@@ -795,6 +804,43 @@ async fn lateness(
         "closing": summary_ms(closing),
         "all_transitions": summary_ms(all),
         "missed": missed,
+    }))
+}
+
+/// When the controller's writes to the lateness targets were answered, after each boundary, from
+/// its log lines ("Scaled Deployment <ns>/late-..." after the opening, "Restored ..." after the
+/// closing): the change was stored by then, whenever a watch delivers it.
+fn written_lateness(log: &std::path::Path, namespace: &str, late: &Value) -> Result<Value> {
+    let boundary = |key: &str| -> Result<DateTime<Utc>> {
+        let at = late[key].as_str().with_context(|| format!("no {key}"))?;
+        Ok(DateTime::parse_from_rfc3339(at)?.to_utc())
+    };
+    let (open, close) = (boundary("window_open_at")?, boundary("window_close_at")?);
+    let text =
+        std::fs::read_to_string(log).with_context(|| format!("reading {}", log.display()))?;
+    let mut opening = Vec::new();
+    let mut closing = Vec::new();
+    for line in text.lines() {
+        let Some((stamp, rest)) = line.split_once(' ') else {
+            continue;
+        };
+        let Ok(at) = DateTime::parse_from_rfc3339(stamp) else {
+            continue;
+        };
+        let ms = |boundary: DateTime<Utc>| {
+            (at.to_utc() - boundary).num_microseconds().unwrap_or(0) as f64 / 1000.0
+        };
+        if rest.contains(&format!("Scaled Deployment {namespace}/late-")) && at >= open {
+            opening.push(ms(open));
+        } else if rest.contains(&format!("Restored Deployment {namespace}/late-")) && at >= close {
+            closing.push(ms(close));
+        }
+    }
+    let all: Vec<f64> = opening.iter().chain(&closing).copied().collect();
+    Ok(json!({
+        "opening": summary_ms(opening),
+        "closing": summary_ms(closing),
+        "all_transitions": summary_ms(all),
     }))
 }
 
