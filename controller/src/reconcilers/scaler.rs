@@ -27,6 +27,7 @@ use serde_json::{json, Value};
 use tracing::info;
 
 use crate::children::{apply_params, namespace_and_name};
+use crate::context::{Pass, GATE_WAIT};
 use crate::reconcilers::{status_patch, time};
 use crate::{is_status, Context, Error, Result};
 
@@ -204,6 +205,14 @@ pub struct TargetChange {
     pub restoring: bool,
     pub reason: &'static str,
     pub note: String,
+}
+
+/// What a Scaler woken just before a boundary brings to it: its targets as read then, and its
+/// pass through the boundary's gate, let go once its target writes are done, so that its events
+/// and status wait for every other Scaler's target writes of that boundary.
+struct Early {
+    read: BTreeMap<Named, Current>,
+    pass: Pass,
 }
 
 /// One target as read: its metadata and its replicas from `/scale`.
@@ -565,7 +574,7 @@ fn spec_replicas(object: &DynamicObject) -> Option<i32> {
 /// `release`: the Scaler lets go of the target (deleted, or the target left its spec), so an
 /// HPA gets its own minReplicas back whatever outsideReplicas says.
 ///
-/// `prefetched`: the target as read just before the boundary, used by the first attempt.
+/// `early`: what the Scaler brought from just before a boundary (see [`Early`]).
 async fn reconcile_target(
     ctx: &Context,
     owner: &Scaler,
@@ -573,8 +582,12 @@ async fn reconcile_target(
     wanted: Option<i32>,
     outside: Option<i32>,
     release: bool,
-    mut prefetched: Option<Current>,
+    early: Option<&mut Early>,
 ) -> Result<Seen> {
+    let (mut prefetched, pass) = match early {
+        Some(e) => (e.read.remove(target), Some(&e.pass)),
+        None => (None, None),
+    };
     let resource = match ctx
         .mapper
         .resolve(&target.api_version, &target.kind)
@@ -671,6 +684,9 @@ async fn reconcile_target(
                 Ok(written) => {
                     now = written;
                     info!(target = %target, reason = change.reason, "{}", change.note);
+                    if let Some(pass) = pass {
+                        pass.leave_and_wait(GATE_WAIT).await;
+                    }
                     ctx.publish(owner, EventType::Normal, change.reason, change.note.clone())
                         .await;
                 }
@@ -714,12 +730,14 @@ async fn apply(scaler: &Scaler, ctx: &Context) -> Result<Action> {
     let wanted_targets = named_in_spec(scaler, &ns);
     // Close before a transition: read the targets now and wait for it, so that the boundary
     // costs only the writes. (A target read as missing is read again at the boundary.)
-    let mut prefetched = BTreeMap::new();
     let boundary = match suspended {
         false => transition_within(ctx.clock.now(), &previous, PREFETCH_LEAD),
         true => None,
     };
+    let mut early = None;
     if let Some(at) = boundary {
+        let mut read_before = BTreeMap::new();
+        let pass = ctx.boundary.enter();
         for target in &wanted_targets {
             if let Ok(resource) = ctx
                 .mapper
@@ -727,11 +745,15 @@ async fn apply(scaler: &Scaler, ctx: &Context) -> Result<Action> {
                 .await?
             {
                 if let Some(current) = read(ctx, &resource, target).await? {
-                    prefetched.insert(target.clone(), current);
+                    read_before.insert(target.clone(), current);
                 }
             }
         }
         tokio::time::sleep(until(ctx.clock.now(), at)).await;
+        early = Some(Early {
+            read: read_before,
+            pass,
+        });
     }
     let now = match boundary {
         Some(at) => at.max(ctx.clock.now()),
@@ -801,7 +823,6 @@ async fn apply(scaler: &Scaler, ctx: &Context) -> Result<Action> {
             }
             None if suspended => look(ctx, target).await?,
             None => {
-                let read_before = prefetched.remove(target);
                 reconcile_target(
                     ctx,
                     scaler,
@@ -809,7 +830,7 @@ async fn apply(scaler: &Scaler, ctx: &Context) -> Result<Action> {
                     plan.replicas,
                     outside,
                     false,
-                    read_before,
+                    early.as_mut(),
                 )
                 .await?
             }
@@ -831,6 +852,10 @@ async fn apply(scaler: &Scaler, ctx: &Context) -> Result<Action> {
         if !wanted.contains(&old) {
             reconcile_target(ctx, scaler, &old, None, outside, true, None).await?;
         }
+    }
+    // What reports the transition (events, status) waits for the other Scalers' target writes.
+    if let Some(early) = &early {
+        early.pass.leave_and_wait(GATE_WAIT).await;
     }
 
     let condition = if !conflicts.is_empty() {
