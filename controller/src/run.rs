@@ -316,6 +316,7 @@ pub async fn controllers(
     let mut follow = ctx.claims.follow();
     let scaler_objects = tolerant_watch::<Scaler>(health, &client, ns)
         .backoff(tolerant::backoff())
+        .modify(children::trim::<Scaler>)
         .reflect(writer)
         .inspect_ok(move |event| {
             for other in follow(event) {
