@@ -414,7 +414,7 @@ fn idle(work: &Work, facts: &Facts, date: &str, commit: &str) -> Result<Value> {
         "window_utc_hours": setup["window_utc"],
         "measured_s": facts.seconds,
         "non_watch_requests": idle["non_watch_requests"],
-        "non_watch_requests_per_min": round(non_watch / (facts.seconds as f64 / 60.0), 2),
+        "non_watch_requests_per_min": per_minute(non_watch, facts.seconds),
         "watch_requests": idle["watch_requests"],
         "target_non_watch_requests_per_min": 0,
         "meets_target": non_watch == 0.0,
@@ -430,10 +430,7 @@ fn idle(work: &Work, facts: &Facts, date: &str, commit: &str) -> Result<Value> {
 fn lateness(work: &Work, date: &str, commit: &str) -> Result<Value> {
     let late = work.load("lateness")?;
     let all = &late["all_transitions"];
-    let missed_none = late["missed"]
-        .as_array()
-        .context("lateness.json: missed is not a list")?
-        .is_empty();
+    let missed_none = none_missed(&late, "lateness.json")?;
     let on_time = all["max_ms"].as_f64().is_some_and(|max| max <= 1000.0);
     Ok(json!({
         "date": date,
@@ -464,6 +461,19 @@ fn lateness(work: &Work, date: &str, commit: &str) -> Result<Value> {
     }))
 }
 
+/// `count` over `seconds`, per minute.
+fn per_minute(count: f64, seconds: u64) -> f64 {
+    round(count / (seconds as f64 / 60.0), 2)
+}
+
+/// Whether a `kubesteer-bench lateness` output saw every transition.
+fn none_missed(late: &Value, from: &str) -> Result<bool> {
+    Ok(late["missed"]
+        .as_array()
+        .with_context(|| format!("{from}: missed is not a list"))?
+        .is_empty())
+}
+
 /// The scale phase: 1,000 Memcacheds with a pod, many more of size 0 and many idle Scalers on
 /// one cluster; how long each step took to be reconciled, the controller's memory with all of
 /// them, its requests while idle, and Scaler transitions among them.
@@ -483,7 +493,7 @@ fn scale(work: &Work, facts: &Facts, date: &str, commit: &str) -> Result<Value> 
     let non_watch = number(&idle, "non_watch_requests", "scale-idle.json")?;
     let all = &late["all_transitions"];
     let p99 = all["p99_ms"].as_f64();
-    let missed_none = late["missed"].as_array().is_some_and(Vec::is_empty);
+    let missed_none = none_missed(&late, "scale-lateness.json")?;
     let peak = mib(p.hwm_kib.max(after.hwm_kib));
     Ok(json!({
         "date": date,
@@ -503,8 +513,7 @@ fn scale(work: &Work, facts: &Facts, date: &str, commit: &str) -> Result<Value> 
         "target_rss_mib_max": 150,
         "idle_measured_s": facts.seconds,
         "idle_non_watch_requests": idle["non_watch_requests"],
-        "idle_non_watch_requests_per_min":
-            round(non_watch / (facts.seconds as f64 / 60.0), 2),
+        "idle_non_watch_requests_per_min": per_minute(non_watch, facts.seconds),
         "idle_by_verb_resource": idle["by_verb_resource"],
         "lateness_p50_ms": all["p50_ms"],
         "lateness_p99_ms": all["p99_ms"],

@@ -734,27 +734,10 @@ async fn apply(scaler: &Scaler, ctx: &Context) -> Result<Action> {
         false => transition_within(ctx.clock.now(), &previous, PREFETCH_LEAD),
         true => None,
     };
-    let mut early = None;
-    if let Some(at) = boundary {
-        let mut read_before = BTreeMap::new();
-        let pass = ctx.boundary.enter();
-        for target in &wanted_targets {
-            if let Ok(resource) = ctx
-                .mapper
-                .resolve(&target.api_version, &target.kind)
-                .await?
-            {
-                if let Some(current) = read(ctx, &resource, target).await? {
-                    read_before.insert(target.clone(), current);
-                }
-            }
-        }
-        tokio::time::sleep(until(ctx.clock.now(), at)).await;
-        early = Some(Early {
-            read: read_before,
-            pass,
-        });
-    }
+    let mut early = match boundary {
+        Some(at) => Some(read_early(ctx, &wanted_targets, at).await?),
+        None => None,
+    };
     let now = match boundary {
         Some(at) => at.max(ctx.clock.now()),
         None => at_boundary(ctx.clock.now(), &previous),
@@ -927,6 +910,20 @@ async fn apply(scaler: &Scaler, ctx: &Context) -> Result<Action> {
         suspended,
         ctx.clock.now(),
     ))
+}
+
+/// Enters the boundary's gate, reads `targets` (those that exist and can be scaled), and waits
+/// until the boundary `at`.
+async fn read_early(ctx: &Context, targets: &[Named], at: DateTime<Utc>) -> Result<Early> {
+    let pass = ctx.boundary.enter();
+    let mut read = BTreeMap::new();
+    for target in targets {
+        if let Some(current) = look(ctx, target).await?.current {
+            read.insert(target.clone(), current);
+        }
+    }
+    tokio::time::sleep(until(ctx.clock.now(), at)).await;
+    Ok(Early { read, pass })
 }
 
 /// `now`, or the next transition in `status` when that is at most [`BOUNDARY_TOLERANCE`] away.
@@ -1154,6 +1151,13 @@ mod tests {
         before
     }
 
+    /// The merge patch of this Scaler's record of `original` replicas, conditional on version 41.
+    fn recorded(original: &str) -> Value {
+        json!({"metadata": {"resourceVersion": "41", "annotations": {
+            annotation::ORIGINAL_REPLICAS: original, annotation::ORIGINAL_REPLICAS_OWNER: ME,
+        }}})
+    }
+
     fn calls(groups: Vec<Vec<Call>>) -> Vec<Call> {
         groups.into_iter().flatten().collect()
     }
@@ -1161,9 +1165,7 @@ mod tests {
     #[tokio::test]
     async fn opening_the_window_records_the_original_replicas_once_and_scales() {
         let (ctx, verifier) = ctx_at("2025-03-03T12:00:00Z");
-        let record = json!({"metadata": {"resourceVersion": "41", "annotations": {
-            annotation::ORIGINAL_REPLICAS: "2", annotation::ORIGINAL_REPLICAS_OWNER: ME,
-        }}});
+        let record = recorded("2");
         let scenario = verifier.run(calls(vec![
             reads(WEB, meta("team", "web", None), 2),
             vec![
@@ -1229,9 +1231,7 @@ mod tests {
             }],
             ..ScalerStatus::default()
         });
-        let record = json!({"metadata": {"resourceVersion": "41", "annotations": {
-            annotation::ORIGINAL_REPLICAS: "2", annotation::ORIGINAL_REPLICAS_OWNER: ME,
-        }}});
+        let record = recorded("2");
         // One read, before the boundary; the write uses it.
         let scenario = verifier.run(calls(vec![
             reads(WEB, meta("team", "web", None), 2),
@@ -1959,9 +1959,7 @@ mod tests {
                 plural: "workers".into(),
             }),
         );
-        let record = json!({"metadata": {"resourceVersion": "41", "annotations": {
-            annotation::ORIGINAL_REPLICAS: "1", annotation::ORIGINAL_REPLICAS_OWNER: ME,
-        }}});
+        let record = recorded("1");
         let scenario = verifier.run(calls(vec![
             reads(workers, meta("team", "w", None), 1),
             vec![
