@@ -345,6 +345,15 @@ if has scale; then
   to=$(now)
   sleep 2
   "${bench[@]}" audit --log "$logs"/audit*.log --user "$user" --since "$from" --until "$to" >"$work/scale-idle.json"
+  # What the controller-manager still had to do then: Deployments whose spec it had not yet
+  # observed, and the Memcacheds not Ready.
+  kc=(nice -n 5 "$cache/bin/kubectl" --kubeconfig "$kubeconfig")
+  unobserved=$("${kc[@]}" get deployments -A --no-headers \
+    -o custom-columns=G:.metadata.generation,O:.status.observedGeneration | awk '$1 != $2' | wc -l)
+  not_ready=$("${kc[@]}" get memcacheds -A --no-headers \
+    -o 'custom-columns=R:.status.conditions[?(@.type=="Ready")].status' | grep -vc True || true)
+  printf '{"deployments_not_observed": %d, "memcacheds_not_ready": %d}\n' "$unobserved" "$not_ready" \
+    >"$work/scale-cluster.json"
   "${bench[@]}" lateness --namespace scale-lateness --count "$late_scalers" \
     --controller-log "$work/scale-controller.log" >"$work/scale-lateness.json"
   process "$work/scale-process-end.json"

@@ -852,6 +852,8 @@ fn audit(
     until: Option<DateTime<Utc>>,
 ) -> Result<Value> {
     let mut by_kind: BTreeMap<String, u64> = BTreeMap::new();
+    // How often each object was the subject of each verb and resource.
+    let mut by_object: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
     let mut codes: BTreeMap<String, u64> = BTreeMap::new();
     let mut watches_opened = 0u64;
     let mut non_watch = 0u64;
@@ -899,7 +901,19 @@ fn audit(
         if let Some(sub) = o["subresource"].as_str() {
             resource = format!("{resource}/{sub}");
         }
-        *by_kind.entry(format!("{verb} {resource}")).or_default() += 1;
+        let what = format!("{verb} {resource}");
+        if let Some(name) = o["name"].as_str() {
+            let object = match o["namespace"].as_str() {
+                Some(ns) => format!("{ns}/{name}"),
+                None => name.to_string(),
+            };
+            *by_object
+                .entry(what.clone())
+                .or_default()
+                .entry(object)
+                .or_default() += 1;
+        }
+        *by_kind.entry(what).or_default() += 1;
         let code = e["responseStatus"]["code"]
             .as_i64()
             .map_or("-".to_string(), |c| c.to_string());
@@ -913,5 +927,22 @@ fn audit(
         "watch_requests": watches_opened,
         "by_verb_resource": by_kind,
         "by_status_code": codes,
+        "objects": objects_summary(&by_object),
     }))
+}
+
+/// Per verb and resource: how many distinct objects the requests were about, and the three
+/// asked about most, to tell one object written again and again from many written once.
+fn objects_summary(by_object: &BTreeMap<String, BTreeMap<String, u64>>) -> Value {
+    let summary: BTreeMap<&String, Value> = by_object
+        .iter()
+        .map(|(what, objects)| {
+            let mut most: Vec<(&String, &u64)> = objects.iter().collect();
+            most.sort_by(|a, b| b.1.cmp(a.1).then_with(|| a.0.cmp(b.0)));
+            most.truncate(3);
+            let most: BTreeMap<&String, &u64> = most.into_iter().collect();
+            (what, json!({"distinct": objects.len(), "most": most}))
+        })
+        .collect();
+    json!(summary)
 }
