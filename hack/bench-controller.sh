@@ -350,8 +350,10 @@ if has scale; then
   kc=(nice -n 5 "$cache/bin/kubectl" --kubeconfig "$kubeconfig")
   unobserved=$("${kc[@]}" get deployments -A --no-headers \
     -o custom-columns=G:.metadata.generation,O:.status.observedGeneration | awk '$1 != $2' | wc -l)
-  not_ready=$("${kc[@]}" get memcacheds -A --no-headers \
-    -o 'custom-columns=R:.status.conditions[?(@.type=="Ready")].status' | grep -vc True || true)
+  # Read first, then counted: a failed read stops the benchmark instead of counting as 0.
+  ready=$("${kc[@]}" get memcacheds -A --no-headers \
+    -o 'custom-columns=R:.status.conditions[?(@.type=="Ready")].status')
+  not_ready=$(printf '%s' "$ready" | grep -vc True || true)
   printf '{"deployments_not_observed": %d, "memcacheds_not_ready": %d}\n' "$unobserved" "$not_ready" \
     >"$work/scale-cluster.json"
   "${bench[@]}" lateness --namespace scale-lateness --count "$late_scalers" \

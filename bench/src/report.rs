@@ -516,7 +516,7 @@ fn scale(work: &Work, facts: &Facts, date: &str, commit: &str) -> Result<Value> 
         "idle_non_watch_requests_per_min": per_minute(non_watch, facts.seconds),
         "idle_by_verb_resource": idle["by_verb_resource"],
         "idle_objects": idle["objects"],
-        "cluster_after_idle": work.load("scale-cluster").unwrap_or(Value::Null),
+        "cluster_after_idle": work.load("scale-cluster")?,
         "lateness_p50_ms": all["p50_ms"],
         "lateness_p99_ms": all["p99_ms"],
         "lateness_max_ms": all["max_ms"],
