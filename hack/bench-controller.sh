@@ -12,7 +12,10 @@
 #   scale        on a fresh cluster of its own: 1,000 Memcacheds of size 1 until Ready, then
 #                BENCH_SCALE_MEMCACHEDS (default 50,000) in all with the rest of size 0 until
 #                reconciled, then BENCH_SCALE_SCALERS (default 10,000) idle Scalers with a
-#                Deployment each; the controller's RSS with all of them, its requests in
+#                Deployment each, both spread over BENCH_SCALE_NAMESPACES (default 50; with all
+#                in one namespace the controller-manager's deployment controller, which lists
+#                the namespace's ReplicaSets for every Deployment, does not finish within the
+#                hour); the controller's RSS with all of them, its requests in
 #                BENCH_IDLE_SECONDS of quiet, and the lateness of 30 more Scalers switching at once.
 # Each phase merges its section into bench/results/controller.json as soon as it is done.
 # A benchmark, not a test: numbers vary with the machine and whatever else runs on it.
@@ -38,6 +41,7 @@ idle_seconds=${BENCH_IDLE_SECONDS:-180}
 late_scalers=${BENCH_LATENESS_SCALERS:-30}
 scale_memcacheds=${BENCH_SCALE_MEMCACHEDS:-50000}
 scale_scalers=${BENCH_SCALE_SCALERS:-10000}
+scale_namespaces=${BENCH_SCALE_NAMESPACES:-50}
 subject=${BENCH_SUBJECT:-kubesteer}
 case $subject in
   kubesteer) repeats=${BENCH_REPEATS:-1} ;;
@@ -329,14 +333,14 @@ if has lateness; then
 fi
 if has scale; then
   stop_controller
-  log "scale: $count Memcacheds of size 1, $((scale_memcacheds - count)) of size 0, $scale_scalers Scalers"
+  log "scale: $count Memcacheds of size 1, $((scale_memcacheds - count)) of size 0, $scale_scalers Scalers, in $scale_namespaces namespaces"
   fresh_cluster
   start_controller "$work/scale-controller.log"
   "${bench[@]}" converge --mode controller --namespace scale-pods --count "$count" --size 1 \
     --concurrency "$concurrency" --timeout-secs 1800 >"$work/scale-pods.json"
-  "${bench[@]}" converge --mode controller --namespace scale --count "$((scale_memcacheds - count))" \
-    --size 0 --until reconciled --concurrency "$concurrency" --timeout-secs 5400 >"$work/scale-converge.json"
-  "${bench[@]}" idle-setup --namespace scale-scalers --count "$scale_scalers" --timeout-secs 3600 \
+  "${bench[@]}" converge --mode controller --namespace scale --namespaces "$scale_namespaces" \
+    --count "$((scale_memcacheds - count))" --size 0 --until reconciled --concurrency "$concurrency" --timeout-secs 5400 >"$work/scale-converge.json"
+  "${bench[@]}" idle-setup --namespace scale-scalers --namespaces "$scale_namespaces" --count "$scale_scalers" --timeout-secs 3600 \
     >"$work/scale-scalers.json"
   quiesce
   process "$work/scale-process.json"

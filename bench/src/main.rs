@@ -48,6 +48,10 @@ enum Command {
         mode: Mode,
         #[arg(long)]
         namespace: String,
+        /// Spread the objects over this many namespaces, `NAMESPACE-0`, `NAMESPACE-1`, ...
+        /// (1: all in `NAMESPACE`).
+        #[arg(long, default_value_t = 1)]
+        namespaces: usize,
         #[arg(long, default_value_t = 1000)]
         count: usize,
         /// Memcached size, or the ceiling Deployments' replicas.
@@ -67,6 +71,9 @@ enum Command {
     IdleSetup {
         #[arg(long)]
         namespace: String,
+        /// As for converge.
+        #[arg(long, default_value_t = 1)]
+        namespaces: usize,
         #[arg(long, default_value_t = 100)]
         count: usize,
         #[arg(long, default_value_t = 300)]
@@ -185,6 +192,7 @@ async fn main() -> Result<()> {
         Command::Converge {
             mode,
             namespace,
+            namespaces,
             count,
             size,
             concurrency,
@@ -195,7 +203,7 @@ async fn main() -> Result<()> {
             converge(
                 client,
                 mode,
-                &namespace,
+                &Spread::new(namespace, namespaces),
                 count,
                 size,
                 concurrency,
@@ -206,11 +214,18 @@ async fn main() -> Result<()> {
         }
         Command::IdleSetup {
             namespace,
+            namespaces,
             count,
             timeout_secs,
         } => {
             let client = Client::try_default().await?;
-            idle_setup(client, &namespace, count, Duration::from_secs(timeout_secs)).await?
+            idle_setup(
+                client,
+                &Spread::new(namespace, namespaces),
+                count,
+                Duration::from_secs(timeout_secs),
+            )
+            .await?
         }
         Command::Lateness {
             namespace,
@@ -314,6 +329,72 @@ async fn ensure_namespace(client: &Client, name: &str) -> Result<()> {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
         Err(e) => Err(e.into()),
+    }
+}
+
+/// The namespaces a benchmark's objects go to: one, or `count` named `BASE-0` .. `BASE-{count-1}`,
+/// object `i` in the `i % count`th. The controller-manager's deployment controller lists every
+/// ReplicaSet of a Deployment's namespace for each Deployment it syncs, so tens of thousands in
+/// one namespace cost it time that grows as the square of their number.
+#[derive(Debug, Clone)]
+struct Spread {
+    names: Vec<String>,
+}
+
+impl Spread {
+    fn new(base: String, count: usize) -> Self {
+        let names = if count <= 1 {
+            vec![base]
+        } else {
+            (0..count).map(|k| format!("{base}-{k}")).collect()
+        };
+        Spread { names }
+    }
+
+    /// The namespace of object `i`.
+    fn of(&self, i: usize) -> &str {
+        &self.names[i % self.names.len()]
+    }
+
+    fn holds(&self, namespace: Option<&str>) -> bool {
+        namespace.is_some_and(|ns| self.names.iter().any(|n| n == ns))
+    }
+
+    /// An Api over all of them: namespaced for one, cluster-wide (filter with `holds`) for more.
+    fn api<K>(&self, client: &Client) -> Api<K>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+    {
+        match self.names.as_slice() {
+            [one] => Api::namespaced(client.clone(), one),
+            _ => Api::all(client.clone()),
+        }
+    }
+
+    async fn ensure(&self, client: &Client) -> Result<()> {
+        for ns in &self.names {
+            ensure_namespace(client, ns).await?;
+        }
+        Ok(())
+    }
+
+    /// How many objects of kind K are in them.
+    async fn count<K>(&self, client: &Client) -> Result<usize>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + Debug
+            + serde::de::DeserializeOwned,
+    {
+        let mut n = 0;
+        for ns in &self.names {
+            n += Api::<K>::namespaced(client.clone(), ns)
+                .list_metadata(&Default::default())
+                .await?
+                .items
+                .len();
+        }
+        Ok(n)
     }
 }
 
@@ -423,43 +504,51 @@ fn progress(start: Instant, done: &HashMap<String, Instant>) -> Value {
 async fn converge(
     client: Client,
     mode: Mode,
-    namespace: &str,
+    spread: &Spread,
     count: usize,
     size: i32,
     concurrency: usize,
     until: Until,
     timeout: Duration,
 ) -> Result<Value> {
-    ensure_namespace(&client, namespace).await?;
+    spread.ensure(&client).await?;
+    let watched = spread.clone();
     let watch = match mode {
         Mode::Controller => {
-            let api: Api<Memcached> = Api::namespaced(client.clone(), namespace);
+            let api: Api<Memcached> = spread.api(&client);
             watch_until(api, count, move |mc: &Memcached| {
-                mc.status.as_ref().is_some_and(|s| match until {
-                    Until::Ready => has_ready_condition(&s.conditions),
-                    Until::Reconciled => {
-                        s.observed_generation.is_some()
-                            && s.observed_generation == mc.metadata.generation
-                    }
-                })
+                watched.holds(mc.namespace().as_deref())
+                    && mc.status.as_ref().is_some_and(|s| match until {
+                        Until::Ready => has_ready_condition(&s.conditions),
+                        Until::Reconciled => {
+                            s.observed_generation.is_some()
+                                && s.observed_generation == mc.metadata.generation
+                        }
+                    })
             })
             .await?
         }
         Mode::Ceiling => {
-            let api: Api<Deployment> = Api::namespaced(client.clone(), namespace);
-            watch_until(api, count, rolled_out).await?
+            let api: Api<Deployment> = spread.api(&client);
+            watch_until(api, count, move |d: &Deployment| {
+                watched.holds(d.namespace().as_deref()) && rolled_out(d)
+            })
+            .await?
         }
     };
     log(format!(
-        "{mode:?}: creating {count} in {namespace} (size {size}, concurrency {concurrency})"
+        "{mode:?}: creating {count} in {} namespace(s) from {} (size {size}, concurrency {concurrency})",
+        spread.names.len(),
+        spread.of(0)
     ));
     let started_at = Utc::now();
     let start = Instant::now();
     let pp = PostParams::default();
     let names: Vec<String> = (0..count).map(|i| format!("mc-{i:05}")).collect();
-    let requests = futures::stream::iter(names.iter().map(|name| {
+    let requests = futures::stream::iter(names.iter().enumerate().map(|(i, name)| {
         let client = client.clone();
         let pp = &pp;
+        let namespace = spread.of(i);
         async move {
             match mode {
                 Mode::Controller => {
@@ -500,23 +589,16 @@ async fn converge(
         converged.as_secs_f64()
     ));
     // Counts of what exists, as a check that both sides built the same.
-    let deployments = Api::<Deployment>::namespaced(client.clone(), namespace)
-        .list_metadata(&Default::default())
-        .await?
-        .items
-        .len();
-    let services = Api::<Service>::namespaced(client.clone(), namespace)
-        .list_metadata(&Default::default())
-        .await?
-        .items
-        .len();
+    let deployments = spread.count::<Deployment>(&client).await?;
+    let services = spread.count::<Service>(&client).await?;
     Ok(json!({
         "mode": format!("{mode:?}").to_lowercase(),
         "until": match mode {
             Mode::Controller => format!("{until:?}").to_lowercase(),
             Mode::Ceiling => "rolled_out".to_string(),
         },
-        "namespace": namespace,
+        "namespace": spread.of(0),
+        "namespaces": spread.names.len(),
         "count": count,
         "size": size,
         "client_concurrency": concurrency,
@@ -600,7 +682,7 @@ fn window_scaler(
 /// Creates the targets and their Scalers, `concurrency` at a time.
 async fn create_scalers(
     client: &Client,
-    namespace: &str,
+    spread: &Spread,
     count: usize,
     prefix: &str,
     start: TimeOfDay,
@@ -610,6 +692,7 @@ async fn create_scalers(
     futures::stream::iter(0..count)
         .map(|i| {
             let name = format!("{prefix}-{i:03}");
+            let namespace = spread.of(i);
             let (start, end, pp) = (start.clone(), end.clone(), &pp);
             async move {
                 Api::<Deployment>::namespaced(client.clone(), namespace)
@@ -638,25 +721,24 @@ fn scaler_reconciled(s: &Scaler) -> bool {
 
 async fn idle_setup(
     client: Client,
-    namespace: &str,
+    spread: &Spread,
     count: usize,
     timeout: Duration,
 ) -> Result<Value> {
-    ensure_namespace(&client, namespace).await?;
+    spread.ensure(&client).await?;
     let now = Utc::now();
     // Whole hours 6 to 8 hours ahead: no boundary during any idle measurement.
     let start_hour = (i64::from(now.hour()) + 6) % 24;
     let end_hour = (start_hour + 2) % 24;
-    let watch = watch_until(
-        Api::<Scaler>::namespaced(client.clone(), namespace),
-        count,
-        scaler_reconciled,
-    )
+    let watched = spread.clone();
+    let watch = watch_until(spread.api::<Scaler>(&client), count, move |s: &Scaler| {
+        watched.holds(s.namespace().as_deref()) && scaler_reconciled(s)
+    })
     .await?;
     let t = Instant::now();
     create_scalers(
         &client,
-        namespace,
+        spread,
         count,
         "idle",
         TimeOfDay::Hour(start_hour),
@@ -674,6 +756,7 @@ async fn idle_setup(
     ));
     Ok(json!({
         "count": count,
+        "namespaces": spread.names.len(),
         "window_utc": {"start": start_hour, "end": end_hour},
         "reconciled_s": secs(t.elapsed()),
     }))
@@ -761,7 +844,8 @@ async fn lateness(
         open.format("%H:%M"),
         close.format("%H:%M")
     ));
-    create_scalers(&client, namespace, count, "late", hh_mm(open), hh_mm(close)).await?;
+    let spread = Spread::new(namespace.to_string(), 1);
+    create_scalers(&client, &spread, count, "late", hh_mm(open), hh_mm(close)).await?;
     let until_open = (open - Utc::now()).to_std().unwrap_or_default();
     let reconciled_before_open = tokio::time::timeout(until_open, reconciled).await.is_ok();
     if !reconciled_before_open {

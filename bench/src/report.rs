@@ -501,6 +501,7 @@ fn scale(work: &Work, facts: &Facts, date: &str, commit: &str) -> Result<Value> 
         "memcacheds": memcacheds,
         "memcacheds_with_a_pod": pods["count"],
         "scalers": scalers["count"],
+        "namespaces": bulk["namespaces"],
         "pods_ready_s": pods["converged_s"],
         "size_0_reconciled_s": bulk["converged_s"],
         "size_0_creates_accepted_s": bulk["creates_accepted_s"],
@@ -531,7 +532,7 @@ fn scale(work: &Work, facts: &Facts, date: &str, commit: &str) -> Result<Value> 
         "lateness": late,
         "steps": {"pods": pods, "size_0": bulk, "scalers": scalers},
         "note": "one cluster, one controller: the Memcacheds with a pod until Ready, then the size-0 \
-                 ones until each has a status for its generation, then the Scalers (each with a \
+                 ones (spread over `namespaces`) until each has a status for its generation, then the Scalers (each with a \
                  Deployment of its own, windows hours away) until each has a status; RSS read once \
                  all were reconciled and the controller had gone 20 s without a reconcile; idle \
                  requests from the apiserver's audit log of the controller's user; then 30 more \

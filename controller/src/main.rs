@@ -1,6 +1,9 @@
 #![forbid(unsafe_code)]
 #![deny(rust_2018_idioms)]
 
+#[global_allocator]
+static ALLOCATOR: kubesteer_controller::Allocator = kubesteer_controller::Allocator;
+
 fn main() -> std::process::ExitCode {
     kubesteer_controller::cli::run(std::env::args_os())
 }

@@ -53,6 +53,10 @@ fn route(mut args: Vec<OsString>) -> Result<(Tool, Vec<OsString>), String> {
     Ok((tool, args))
 }
 
+// The controller's allocator for the whole binary (one allocator per process).
+#[global_allocator]
+static ALLOCATOR: kubesteer_controller::Allocator = kubesteer_controller::Allocator;
+
 fn main() -> ExitCode {
     match route(std::env::args_os().collect()) {
         Ok((Tool::Webhook, args)) => kubesteer_webhook::cli::run(args),
