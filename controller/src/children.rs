@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt::Debug;
 use std::marker::PhantomData;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{
@@ -461,6 +462,11 @@ impl CheckedTemplates {
     }
 }
 
+/// How long after their watches start a reconcile waits for the caches' first lists. A watch
+/// that cannot list (its error shows on /readyz) does not hold reconciles up beyond it: they
+/// then read what they miss from the apiserver.
+pub const SYNC_WAIT: Duration = Duration::from_secs(30);
+
 /// The cached children of one owner kind's app (`memcached`, `welcome`, ...).
 #[derive(Clone)]
 pub struct Children {
@@ -471,6 +477,8 @@ pub struct Children {
     /// The metadata of the app's pods, for kinds whose status names them; empty otherwise.
     pub pods: Store<PartialObjectMeta<Pod>>,
     pub templates: Arc<CheckedTemplates>,
+    /// Until when a reconcile waits for the caches' first lists (`synced`).
+    pub sync_deadline: tokio::time::Instant,
 }
 
 impl Children {
@@ -482,7 +490,26 @@ impl Children {
             ingresses: reflector::store().0,
             pods: reflector::store().0,
             templates: Arc::default(),
+            sync_deadline: tokio::time::Instant::now(),
         }
+    }
+
+    /// Returns once every cache that a watch fills has had its first full list, or at the
+    /// sync deadline, as controller-runtime waits for its informers before the first reconcile:
+    /// a reconcile right after a start then finds the children in the caches instead of
+    /// reading each from the apiserver. A cache without a watch (the Ingresses of a kind that
+    /// owns none, the pods of one whose status names none, empty caches) counts as synced.
+    pub async fn synced(&self) {
+        let lists = async {
+            // An error only says the cache has no watch (its writer is gone): nothing to wait for.
+            let _ = tokio::join!(
+                self.deployments.wait_until_ready(),
+                self.services.wait_until_ready(),
+                self.ingresses.wait_until_ready(),
+                self.pods.wait_until_ready(),
+            );
+        };
+        let _ = tokio::time::timeout_at(self.sync_deadline, lists).await;
     }
 }
 
@@ -521,6 +548,7 @@ impl Caches {
                 ingresses,
                 pods,
                 templates: templates.clone(),
+                sync_deadline: tokio::time::Instant::now() + SYNC_WAIT,
             },
         );
         Writers {
@@ -725,12 +753,12 @@ where
         checked(&applied.object)?;
         return ours(applied.object, applied.created);
     }
-    ctx.metrics.child(&kind, true);
     // Not cached: the label-filtered watch misses a same-named object made by someone else.
     let live = match api.get_opt(&name).await? {
         Some(live) => live,
         None => match create_by_apply(&ctx.client, &desired).await {
             Ok(applied) => {
+                ctx.metrics.child(&kind, true);
                 checked(&applied.object)?;
                 return ours(applied.object, applied.created);
             }
@@ -742,7 +770,9 @@ where
     if !controlled_by(live.meta(), &owner_uid) {
         return Ok(Ensured::Foreign(NameConflict::new(&kind, &name)));
     }
-    if contains(&serde_json::to_value(&live)?, &wanted) {
+    let drifted = !contains(&serde_json::to_value(&live)?, &wanted);
+    ctx.metrics.child(&kind, drifted);
+    if !drifted {
         checked(&live)?;
         return ours(live, false);
     }
@@ -782,6 +812,49 @@ fn is_empty(v: &Value) -> bool {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[tokio::test]
+    async fn a_reconcile_waits_for_the_first_lists_of_the_watched_caches() {
+        let caches = Caches::empty();
+        let Writers {
+            deployments: mut dw,
+            services: mut sw,
+            ..
+        } = caches.register("memcached");
+        let children = caches.of("memcached");
+        let mut synced = Box::pin(children.synced());
+        assert!(
+            futures::poll!(&mut synced).is_pending(),
+            "synced before any list"
+        );
+        dw.apply_watcher_event(&watcher::Event::InitDone);
+        assert!(
+            futures::poll!(&mut synced).is_pending(),
+            "synced with the Services not listed"
+        );
+        sw.apply_watcher_event(&watcher::Event::InitDone);
+        tokio::time::timeout(Duration::from_secs(5), synced)
+            .await
+            .expect("synced once both watches listed (the others have none)");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_watch_that_never_lists_holds_reconciles_up_only_until_the_deadline() {
+        let caches = Caches::empty();
+        let _writers = caches.register("memcached");
+        let children = caches.of("memcached");
+        let start = tokio::time::Instant::now();
+        children.synced().await;
+        assert!(start.elapsed() >= SYNC_WAIT, "{:?}", start.elapsed());
+        // Past the deadline a reconcile no longer waits.
+        let again = tokio::time::Instant::now();
+        children.synced().await;
+        assert_eq!(again.elapsed(), Duration::ZERO);
+        // Caches that no watch fills never hold one up.
+        let none = tokio::time::Instant::now();
+        Children::empty().synced().await;
+        assert_eq!(none.elapsed(), Duration::ZERO);
+    }
 
     #[test]
     fn an_object_with_defaults_added_contains_what_was_applied() {

@@ -163,6 +163,7 @@ async fn reconcile_owner<K: Owner>(owner: &K, ctx: &Context) -> Result<Action> {
         mut conflicts,
     } = owner.prepare(ctx, &ns, &name).await?;
     let children = ctx.caches.of(K::APP);
+    children.synced().await;
     let want_deployment = match conflicts.is_empty() {
         true => Some(owner.deployment(&prepared)?),
         false => None,

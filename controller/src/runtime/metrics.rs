@@ -70,8 +70,8 @@ impl Default for Metrics {
         let children = Family::<ChildLabels, Counter>::default();
         registry.register(
             "child_checks",
-            "Owned objects checked against the watch cache, per kind and outcome: applied (missing, \
-             drifted or changed) or unchanged (no request sent)",
+            "Owned objects checked, per kind and outcome: applied (created, or applied because it \
+             drifted or changed) or unchanged (nothing written)",
             children.clone(),
         );
         let leading = Gauge::default();
