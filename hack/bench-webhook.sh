@@ -69,7 +69,7 @@ start_server() { # log binary...
   tail -20 "$log" >&2
   exit 1
 }
-rss_kib() { awk '/VmRSS/ {print $2}' "/proc/$pid/status"; }
+rss_kib() { awk -v f="${1:-VmRSS}:" '$1 == f {print $2}' "/proc/$pid/status"; } # [field]
 
 run() { # out-dir name endpoint body extra-args...
   local out=$1 name=$2 path=$3 body=$4
@@ -79,11 +79,14 @@ run() { # out-dir name endpoint body extra-args...
     "https://127.0.0.1:$port$path" >"$out/$name.json"
   echo "[bench] $name done" >&2
 }
-# Every load against the running server, into out-dir; then its idle and peak RSS.
+# Every load against the running server, into out-dir; then its RSS: idle, peak, and of the idle
+# and final RSS the anonymous part (heap, stacks; the rest is the binary's pages, mapped from
+# the page cache as its code runs).
 measure() { # out-dir
-  local out=$1 idle
+  local out=$1 idle idle_anon
   mkdir -p "$out"
   idle=$(rss_kib)
+  idle_anon=$(rss_kib RssAnon)
   for kind in $kinds; do
     plural=${kind}s
     run "$out" "$kind-validate-saturation" "/validate/$plural" "bench/bodies/$kind.json" -c 32
@@ -92,7 +95,7 @@ measure() { # out-dir
       run "$out" "$kind-validate-rate$q" "/validate/$plural" "bench/bodies/$kind.json" -c 16 -q "$q"
     done
   done
-  printf '%s %s\n' "$idle" "$(awk '/VmHWM/ {print $2}' "/proc/$pid/status")" >"$out/rss"
+  printf '%s %s %s %s\n' "$idle" "$(rss_kib VmHWM)" "$idle_anon" "$(rss_kib RssAnon)" >"$out/rss"
 }
 # The limit server at saturation with each kind's body, into out-dir.
 measure_limit() { # out-dir
@@ -163,7 +166,8 @@ out = {
 }
 for s in subjects:
     rss = [tuple(map(int, open(os.path.join(work, f"{s}-{r}", "rss")).read().split())) for r in range(1, repeats + 1)]
-    out["rss_kib"][s] = {"idle": med([i for i, _ in rss]), "peak": med([p for _, p in rss])}
+    out["rss_kib"][s] = {"idle": med([x[0] for x in rss]), "peak": med([x[1] for x in rss]),
+                         "idle_anon": med([x[2] for x in rss]), "anon_after_load": med([x[3] for x in rss])}
 out["rss_kib"]["ratio_peak_peer_to_kubesteer"] = round(out["rss_kib"]["peer"]["peak"] / out["rss_kib"]["kubesteer"]["peak"], 2)
 summary = {}
 for kind in kinds:
@@ -218,10 +222,11 @@ stop_server
 start_server "$work/limit.log" "${limit[@]}"
 measure_limit "$work"
 stop_server
-read -r idle_rss peak_rss <"$work/rss"
-python3 - "$work" "$idle_rss" "$peak_rss" "$duration" "$rates" "$kinds" <<'PY'
+read -r idle_rss peak_rss idle_anon anon_after <"$work/rss"
+python3 - "$work" "$idle_rss" "$peak_rss" "$duration" "$rates" "$kinds" "$idle_anon" "$anon_after" <<'PY'
 import json, os, platform, sys, datetime
 work, idle, peak, duration, rates, kinds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5].split(), sys.argv[6].split()
+idle_anon, anon_after = int(sys.argv[7]), int(sys.argv[8])
 def load(name):
     d = json.load(open(os.path.join(work, name + ".json")))
     s, p = d["summary"], d["latencyPercentiles"]
@@ -238,7 +243,7 @@ out = {
     "machine": {"cpus": os.cpu_count(), "kernel": platform.release()},
     "setup": "release kubesteer-webhook pinned to core 0 (taskset), oha on core 1; TLS 1.3, HTTP/1.1 keep-alive; "
              f"{duration} per run; saturation with 32 connections; fixed rates with 16 connections",
-    "rss_kib": {"idle": idle, "peak": peak},
+    "rss_kib": {"idle": idle, "peak": peak, "idle_anon": idle_anon, "anon_after_load": anon_after},
     "kinds": {},
 }
 for kind in kinds:

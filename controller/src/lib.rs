@@ -21,13 +21,6 @@ pub mod fixtures;
 
 pub use context::{Clock, Context, SystemClock};
 
-/// The allocator of the binaries that run the controller (its own and the image's multi-call
-/// binary): jemalloc, with a background thread that returns freed pages to the system. The
-/// controller's heap is its caches, which grow and shrink with relists; on a restart on 10,000
-/// reconciled Memcacheds its RSS settled at 93-95 MiB with jemalloc against 109-110 MiB with
-/// glibc's malloc (README, "Scale").
-pub use tikv_jemallocator::Jemalloc as Allocator;
-
 /// Everything that can go wrong in the controller.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

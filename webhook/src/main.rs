@@ -1,6 +1,9 @@
 #![forbid(unsafe_code)]
 #![deny(rust_2018_idioms)]
 
+#[global_allocator]
+static ALLOCATOR: kubesteer_api::runtime::Allocator = kubesteer_api::runtime::Allocator;
+
 fn main() -> std::process::ExitCode {
     kubesteer_webhook::cli::run(std::env::args_os())
 }

@@ -8,6 +8,7 @@
 //!   handlers ([`health::routes`]).
 //! - [`watch`]: watches that skip an object they cannot decode.
 //! - [`scale`]: a RESTMapper for Scaler targets of any kind, and their `/scale` subresource.
+//! - [`Allocator`]: the binaries' global allocator.
 pub mod health;
 pub mod logging;
 pub mod scale;
@@ -17,6 +18,14 @@ pub mod watch;
 use std::time::Duration;
 
 pub use health::Health;
+
+/// The global allocator of the webhook, the controller and the image's multi-call binary
+/// (`#[global_allocator]` in each `main.rs`):
+/// jemalloc, with a background thread that returns freed pages to the system. Measured against
+/// glibc's malloc (README, "Benchmarks"): the controller, restarted on 10,000 reconciled
+/// Memcacheds, settled at 93-95 MiB against 109-110 MiB; the webhook's heap after load was
+/// 5.6 MiB against 8.5 MiB.
+pub use tikv_jemallocator::Jemalloc as Allocator;
 
 /// The flags both binaries take; `#[command(flatten)]` them into a binary's own.
 #[derive(Debug, Clone, clap::Args)]

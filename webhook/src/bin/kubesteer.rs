@@ -53,9 +53,8 @@ fn route(mut args: Vec<OsString>) -> Result<(Tool, Vec<OsString>), String> {
     Ok((tool, args))
 }
 
-// The controller's allocator for the whole binary (one allocator per process).
 #[global_allocator]
-static ALLOCATOR: kubesteer_controller::Allocator = kubesteer_controller::Allocator;
+static ALLOCATOR: kubesteer_api::runtime::Allocator = kubesteer_api::runtime::Allocator;
 
 fn main() -> ExitCode {
     match route(std::env::args_os().collect()) {
