@@ -16,7 +16,9 @@
 #                in one namespace the controller-manager's deployment controller, which lists
 #                the namespace's ReplicaSets for every Deployment, does not finish within the
 #                hour); the controller's RSS with all of them, its requests in
-#                BENCH_IDLE_SECONDS of quiet, and the lateness of 30 more Scalers switching at once.
+#                BENCH_IDLE_SECONDS of quiet (twice: with the controller-manager running, and
+#                paused so that nothing changes), and the lateness of 30 more Scalers switching
+#                at once.
 # Each phase merges its section into bench/results/controller.json as soon as it is done.
 # A benchmark, not a test: numbers vary with the machine and whatever else runs on it.
 #
@@ -93,7 +95,15 @@ stop_controller() {
     controller_pid=
   fi
 }
+# The bench cluster's kube-controller-manager (kwok runs it as a process of this machine).
+kcm_pid() { pgrep -f "kube-controller-manager.*/clusters/$KUBESTEER_CLUSTER/" | head -1; }
+resume_kcm() {
+  local pid
+  pid=$(kcm_pid)
+  if [ -n "$pid" ]; then kill -CONT "$pid" 2>/dev/null || true; fi
+}
 cleanup() {
+  resume_kcm
   stop_controller
   [ -n "${BENCH_KEEP_CLUSTER:-}" ] || hack/cluster.sh down
 }
@@ -360,6 +370,20 @@ if has scale; then
   not_ready=$(printf '%s' "$ready" | grep -vc True || true)
   printf '{"deployments_not_observed": %d, "memcacheds_not_ready": %d}\n' "$unobserved" "$not_ready" \
     >"$work/scale-cluster.json"
+  # Idle as in "nothing changes": the same window with the controller-manager paused (SIGSTOP),
+  # so that no Deployment it is still rolling out turns a Memcached Ready meanwhile. What the
+  # controller sends then is its own doing: requeues, resyncs, writes that change nothing.
+  kcm=$(kcm_pid)
+  [ -n "$kcm" ] || { log "no kube-controller-manager process of cluster $KUBESTEER_CLUSTER"; exit 1; }
+  kill -STOP "$kcm"
+  quiesce
+  from=$(now)
+  sleep "$idle_seconds"
+  to=$(now)
+  kill -CONT "$kcm"
+  sleep 2
+  "${bench[@]}" audit --log "$logs"/audit*.log --user "$user" --since "$from" --until "$to" \
+    >"$work/scale-idle-paused.json"
   "${bench[@]}" lateness --namespace scale-lateness --count "$late_scalers" \
     --controller-log "$work/scale-controller.log" >"$work/scale-lateness.json"
   process "$work/scale-process-end.json"

@@ -482,6 +482,7 @@ fn scale(work: &Work, facts: &Facts, date: &str, commit: &str) -> Result<Value> 
     let bulk = work.load("scale-converge")?;
     let scalers = work.load("scale-scalers")?;
     let idle = work.load("scale-idle")?;
+    let paused = work.load("scale-idle-paused")?;
     let late = work.load("scale-lateness")?;
     let p = work.process("scale-process")?;
     let after = work.process("scale-process-end")?;
@@ -491,6 +492,7 @@ fn scale(work: &Work, facts: &Facts, date: &str, commit: &str) -> Result<Value> 
     let memcacheds =
         number(&pods, "count", "scale-pods.json")? + number(&bulk, "count", "scale-converge.json")?;
     let non_watch = number(&idle, "non_watch_requests", "scale-idle.json")?;
+    let paused_non_watch = number(&paused, "non_watch_requests", "scale-idle-paused.json")?;
     let all = &late["all_transitions"];
     let p99 = all["p99_ms"].as_f64();
     let missed_none = none_missed(&late, "scale-lateness.json")?;
@@ -518,6 +520,9 @@ fn scale(work: &Work, facts: &Facts, date: &str, commit: &str) -> Result<Value> 
         "idle_by_verb_resource": idle["by_verb_resource"],
         "idle_objects": idle["objects"],
         "cluster_after_idle": work.load("scale-cluster")?,
+        "idle_kcm_paused_non_watch_requests": paused["non_watch_requests"],
+        "idle_kcm_paused_non_watch_requests_per_min": per_minute(paused_non_watch, facts.seconds),
+        "idle_kcm_paused_by_verb_resource": paused["by_verb_resource"],
         "lateness_p50_ms": all["p50_ms"],
         "lateness_p99_ms": all["p99_ms"],
         "lateness_max_ms": all["max_ms"],
@@ -526,7 +531,9 @@ fn scale(work: &Work, facts: &Facts, date: &str, commit: &str) -> Result<Value> 
         "target_lateness_p99_ms_max": 250,
         "meets_target": {
             "rss": peak < 150.0,
-            "idle": non_watch == 0.0,
+            // Idle: nothing in the cluster changes, so the window with the controller-manager
+            // paused; the one before it counts the Memcacheds turning Ready as it catches up.
+            "idle": paused_non_watch == 0.0,
             "lateness": missed_none && p99.is_some_and(|ms| ms < 250.0),
         },
         "lateness": late,
@@ -535,7 +542,9 @@ fn scale(work: &Work, facts: &Facts, date: &str, commit: &str) -> Result<Value> 
                  ones (spread over `namespaces`) until each has a status for its generation, then the Scalers (each with a \
                  Deployment of its own, windows hours away) until each has a status; RSS read once \
                  all were reconciled and the controller had gone 20 s without a reconcile; idle \
-                 requests from the apiserver's audit log of the controller's user; then 30 more \
+                 requests from the apiserver's audit log of the controller's user, over a window with the \
+                 controller-manager running (each of its rollouts observed turns a Memcached \
+                 Ready: one status write) and one with it paused (SIGSTOP: nothing changes); then 30 more \
                  Scalers switch at the same minute boundaries while all the others are present",
     }))
 }
