@@ -173,6 +173,15 @@ quiesce() {
   done
   log "the controller did not quiesce within 10 minutes"
 }
+# BENCH_IDLE_SECONDS of quiet, and the controller's requests received in it.
+idle_window() { # out
+  local from to
+  from=$(now)
+  sleep "$idle_seconds"
+  to=$(now)
+  sleep 2 # the audit log's last events of the window
+  "${bench[@]}" audit --log "$logs"/audit*.log --user "$user" --since "$from" --until "$to" >"$1"
+}
 # The controller's requests received in [since, until], from every (rotated) audit log file.
 audit() { # converge-output out: the window of that converge run
   "${bench[@]}" audit --log "$logs"/audit*.log --user "$user" --window-of "$1" >"$2"
@@ -325,12 +334,8 @@ if has idle; then
   log "idle: $idle_scalers Scalers, then ${idle_seconds}s of quiet"
   "${bench[@]}" idle-setup --namespace idle --count "$idle_scalers" >"$work/idle-setup.json"
   quiesce
-  from=$(now)
-  sleep "$idle_seconds"
-  to=$(now)
-  sleep 2
+  idle_window "$work/idle.json"
   process "$work/idle-process.json"
-  "${bench[@]}" audit --log "$logs"/audit*.log --user "$user" --since "$from" --until "$to" >"$work/idle.json"
   report idle --seconds "$idle_seconds"
 fi
 
@@ -354,11 +359,7 @@ if has scale; then
     >"$work/scale-scalers.json"
   quiesce
   process "$work/scale-process.json"
-  from=$(now)
-  sleep "$idle_seconds"
-  to=$(now)
-  sleep 2
-  "${bench[@]}" audit --log "$logs"/audit*.log --user "$user" --since "$from" --until "$to" >"$work/scale-idle.json"
+  idle_window "$work/scale-idle.json"
   # What the controller-manager still had to do then: Deployments whose spec it had not yet
   # observed, and the Memcacheds not Ready.
   kc=(nice -n 5 "$cache/bin/kubectl" --kubeconfig "$kubeconfig")
@@ -377,13 +378,8 @@ if has scale; then
   [ -n "$kcm" ] || { log "no kube-controller-manager process of cluster $KUBESTEER_CLUSTER"; exit 1; }
   kill -STOP "$kcm"
   quiesce
-  from=$(now)
-  sleep "$idle_seconds"
-  to=$(now)
+  idle_window "$work/scale-idle-paused.json"
   kill -CONT "$kcm"
-  sleep 2
-  "${bench[@]}" audit --log "$logs"/audit*.log --user "$user" --since "$from" --until "$to" \
-    >"$work/scale-idle-paused.json"
   "${bench[@]}" lateness --namespace scale-lateness --count "$late_scalers" \
     --controller-log "$work/scale-controller.log" >"$work/scale-lateness.json"
   process "$work/scale-process-end.json"

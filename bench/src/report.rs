@@ -539,12 +539,13 @@ fn scale(work: &Work, facts: &Facts, date: &str, commit: &str) -> Result<Value> 
         "lateness": late,
         "steps": {"pods": pods, "size_0": bulk, "scalers": scalers},
         "note": "one cluster, one controller: the Memcacheds with a pod until Ready, then the size-0 \
-                 ones (spread over `namespaces`) until each has a status for its generation, then the Scalers (each with a \
-                 Deployment of its own, windows hours away) until each has a status; RSS read once \
-                 all were reconciled and the controller had gone 20 s without a reconcile; idle \
-                 requests from the apiserver's audit log of the controller's user, over a window with the \
-                 controller-manager running (each of its rollouts observed turns a Memcached \
-                 Ready: one status write) and one with it paused (SIGSTOP: nothing changes); then 30 more \
+                 ones (spread over `namespaces`) until each has a status for its generation, then \
+                 the Scalers (each with a Deployment of its own, windows hours away) until each \
+                 has a status; RSS read once all were reconciled and the controller had gone 20 s \
+                 without a reconcile; idle requests from the apiserver's audit log of the \
+                 controller's user, over a window with the controller-manager running (each of \
+                 its rollouts observed turns a Memcached Ready: one status write) and one with it \
+                 paused (SIGSTOP: nothing changes); then 30 more \
                  Scalers switch at the same minute boundaries while all the others are present",
     }))
 }

@@ -23,8 +23,8 @@ pub use health::Health;
 /// (`#[global_allocator]` in each `main.rs`):
 /// jemalloc, with a background thread that returns freed pages to the system. Measured against
 /// glibc's malloc (README, "Benchmarks"): the controller, restarted on 10,000 reconciled
-/// Memcacheds, settled at 93-95 MiB against 109-110 MiB; the webhook's heap after load was
-/// 5.6 MiB against 8.5 MiB.
+/// Memcacheds, settled at 93-95 MiB against 109-110 MiB; the webhook's heap (RssAnon) after
+/// load was 3.2-4.5 MiB against 8.5 MiB.
 pub use tikv_jemallocator::Jemalloc as Allocator;
 
 /// The flags both binaries take; `#[command(flatten)]` them into a binary's own.
