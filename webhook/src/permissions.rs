@@ -10,6 +10,10 @@ use crate::cluster::Cluster;
 
 /// How long a granted permission is trusted without asking again.
 pub const TTL: Duration = Duration::from_secs(10);
+/// In the last fifth of a grant's TTL, one request asks again while the others still use the
+/// grant, so that a grant in steady use never expires under load (where every request in flight
+/// would wait for a SubjectAccessReview of its own) and never outlives its TTL either.
+const REFRESH_IN_LAST: u32 = 5;
 /// Most answers kept; past it the oldest is dropped.
 pub const CAPACITY: usize = 4096;
 
@@ -23,9 +27,16 @@ struct Key {
     access: Access,
 }
 
-/// Granted answers by identity and permission, each with when it was asked.
+/// A granted answer: when it was asked, and whether a request is asking again.
+#[derive(Debug, Clone, Copy)]
+struct Grant {
+    asked: Instant,
+    refreshing: bool,
+}
+
+/// Granted answers by identity and permission.
 pub struct Permissions {
-    granted: Mutex<HashMap<Key, Instant>>,
+    granted: Mutex<HashMap<Key, Grant>>,
     ttl: Duration,
     capacity: usize,
 }
@@ -60,35 +71,61 @@ impl Permissions {
             access: access.clone(),
         };
         let now = Instant::now();
-        if self
-            .lock()
-            .get(&key)
-            .is_some_and(|asked| now.duration_since(*asked) < self.ttl)
-        {
-            return Ok(true);
+        let refresh_after = self.ttl - self.ttl / REFRESH_IN_LAST;
+        // Whether the grant is still valid, and this request asks again ahead of its expiry.
+        let refreshing = match self.lock().get_mut(&key) {
+            Some(grant) if now.duration_since(grant.asked) < self.ttl => {
+                if grant.refreshing || now.duration_since(grant.asked) < refresh_after {
+                    return Ok(true);
+                }
+                grant.refreshing = true;
+                true
+            }
+            _ => false,
+        };
+        match cluster.permitted(user, access).await {
+            Ok(true) => {
+                self.remember(key, now);
+                Ok(true)
+            }
+            Ok(false) => {
+                // Revoked: it counts at once, for every request.
+                self.lock().remove(&key);
+                Ok(false)
+            }
+            // The grant asked again is still within its TTL: it stands, and a later request
+            // asks again.
+            Err(_) if refreshing => {
+                if let Some(grant) = self.lock().get_mut(&key) {
+                    grant.refreshing = false;
+                }
+                Ok(true)
+            }
+            Err(e) => Err(e),
         }
-        let allowed = cluster.permitted(user, access).await?;
-        if allowed {
-            self.remember(key, now);
-        }
-        Ok(allowed)
     }
 
     fn remember(&self, key: Key, now: Instant) {
         let mut granted = self.lock();
         if granted.len() >= self.capacity && !granted.contains_key(&key) {
-            granted.retain(|_, asked| now.duration_since(*asked) < self.ttl);
+            granted.retain(|_, grant| now.duration_since(grant.asked) < self.ttl);
             if granted.len() >= self.capacity {
                 let oldest = granted
                     .iter()
-                    .min_by_key(|(_, asked)| **asked)
+                    .min_by_key(|(_, grant)| grant.asked)
                     .map(|(k, _)| k.clone());
                 if let Some(oldest) = oldest {
                     granted.remove(&oldest);
                 }
             }
         }
-        granted.insert(key, now);
+        granted.insert(
+            key,
+            Grant {
+                asked: now,
+                refreshing: false,
+            },
+        );
     }
 
     /// Number of answers held, for tests.
@@ -100,7 +137,7 @@ impl Permissions {
         self.len() == 0
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Instant>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Grant>> {
         // A panic elsewhere while holding the lock leaves the map usable: each entry is whole.
         self.granted.lock().unwrap_or_else(|e| e.into_inner())
     }
