@@ -39,6 +39,21 @@ if [ "$subject" = peers ]; then
   peer=$(peer_bin webhook)
 fi
 hack/cluster.sh up
+# Core 0 is the webhook's alone: the control plane's processes (apiserver, etcd, controller-manager,
+# scheduler, kwok) move to core 1, with oha, for the runs and back afterwards, as on a cluster whose
+# webhook runs on a node of its own. BENCH_CORE_ALONE=0 leaves them on both cores (runs before
+# this change did).
+core_alone=${BENCH_CORE_ALONE:-1}
+cluster_pids() { pgrep -f "/clusters/$KUBESTEER_CLUSTER/bin/" || true; }
+pin_cluster() { # cpu-list
+  local p
+  for p in $(cluster_pids); do taskset -a -cp "$1" "$p" >/dev/null || true; done
+}
+export BENCH_CORES=", the control plane on both cores"
+if [ "$core_alone" = 1 ]; then
+  pin_cluster 1
+  BENCH_CORES=" with the control plane's processes (core 0 the webhook's alone)"
+fi
 # The bodies' author may scale the Scaler's targets (bench/bodies/rbac.yaml).
 "$cache/bin/kubectl" --kubeconfig "$KUBESTEER_STATE/kubeconfig" apply -f bench/bodies/rbac.yaml >/dev/null
 "$bin/kubesteer-certs" generate --service bench --namespace bench --ip 127.0.0.1 --out-dir "$work/certs" >/dev/null
@@ -51,7 +66,12 @@ stop_server() {
     pid=
   fi
 }
-trap stop_server EXIT
+finish() {
+  stop_server
+  [ "$core_alone" = 1 ] && pin_cluster "0-$(($(nproc) - 1))"
+  return 0
+}
+trap finish EXIT
 # Starts a webhook binary (same flags for both) on core 0 and waits for its /readyz.
 start_server() { # log binary...
   local log=$1
@@ -71,13 +91,38 @@ start_server() { # log binary...
 }
 rss_kib() { awk -v f="${1:-VmRSS}:" '$1 == f {print $2}' "/proc/$pid/status"; } # [field]
 
+# Each core's steal time so far, in clock ticks: time the hypervisor ran something else while this
+# machine's vCPU wanted to run (the 8th field of its /proc/stat line).
+steal_ticks() { awk '$1 ~ /^cpu[0-9]+$/ {printf "%s ", $9} END {print ""}' /proc/stat; }
 run() { # out-dir name endpoint body extra-args...
-  local out=$1 name=$2 path=$3 body=$4
+  local out=$1 name=$2 path=$3 body=$4 before
   shift 4
+  before=$(steal_ticks)
   taskset -c 1 "$oha" --no-tui --output-format json -z "$duration" -m POST \
     -H 'Content-Type: application/json' -D "$body" --cacert "$work/certs/ca.crt" "$@" \
     "https://127.0.0.1:$port$path" >"$out/$name.json"
+  # The steal of each core over the run, in ms.
+  printf '%s\n%s\n' "$before" "$(steal_ticks)" | awk -v hz="$(getconf CLK_TCK)" \
+    'NR == 1 {split($0, b)} NR == 2 {for (i = 1; i <= NF; i++) printf "%d ", ($i - b[i]) * 1000 / hz; print ""}' \
+    >"$out/$name.steal"
   echo "[bench] $name done" >&2
+}
+# A run at a fixed rate (16 connections), keeping every request's time (oha's sqlite output). Its
+# latency in steady state goes to <name>.steady.json: the requests after the first second, when
+# oha has set up its connections (its first requests wait for 16 TLS handshakes on its core,
+# 10-70 ms, which would be the p99.9 of a 10 s run by themselves).
+rate_run() { # out-dir name endpoint body rate
+  local out=$1 name=$2
+  rm -f "$out/$name.db"
+  run "$out" "$name" "$3" "$4" -c 16 -q "$5" --db-url "$out/$name.db"
+  python3 - "$out/$name.db" >"$out/$name.steady.json" <<'PY'
+import json, sqlite3, sys
+rows = sqlite3.connect(sys.argv[1]).execute("select start, duration from oha order by start").fetchall()
+times = sorted(d * 1000 for s, d in rows if s - rows[0][0] >= 1.0)
+at = lambda q: round(times[min(len(times) - 1, int(q * len(times)))], 3)
+print(json.dumps({"requests": len(times), "p50": at(0.5), "p99": at(0.99), "p99.9": at(0.999), "max": round(times[-1], 3)}))
+PY
+  rm -f "$out/$name.db"
 }
 # Every load against the running server, into out-dir; then its RSS: idle, peak, and of the idle
 # and final RSS the anonymous part (heap, stacks; the rest is the binary's pages, mapped from
@@ -92,17 +137,21 @@ measure() { # out-dir
     run "$out" "$kind-validate-saturation" "/validate/$plural" "bench/bodies/$kind.json" -c 32
     run "$out" "$kind-mutate-saturation" "/mutate/$plural" "bench/bodies/$kind.json" -c 32
     for q in $rates; do
-      run "$out" "$kind-validate-rate$q" "/validate/$plural" "bench/bodies/$kind.json" -c 16 -q "$q"
+      rate_run "$out" "$kind-validate-rate$q" "/validate/$plural" "bench/bodies/$kind.json" "$q"
     done
   done
   printf '%s %s %s %s\n' "$idle" "$(rss_kib VmHWM)" "$idle_anon" "$(rss_kib RssAnon)" >"$out/rss"
 }
-# The limit server at saturation with each kind's body, into out-dir.
+# The limit server with each kind's body, into out-dir: at saturation, and at the fixed rates, where
+# its latency is the tail that the stack and the machine alone give.
 measure_limit() { # out-dir
   local out=$1
   mkdir -p "$out"
   for kind in $kinds; do
     run "$out" "$kind-limit-saturation" "/validate/${kind}s" "bench/bodies/$kind.json" -c 32
+    for q in $rates; do
+      rate_run "$out" "$kind-limit-rate$q" "/validate/${kind}s" "bench/bodies/$kind.json" "$q"
+    done
   done
 }
 
@@ -141,8 +190,11 @@ def load(subject, r, name):
     d = json.load(open(os.path.join(work, f"{subject}-{r}", name + ".json")))
     s, p = d["summary"], d["latencyPercentiles"]
     ok = s.get("successRate") or 0
-    return {"rps": s["requestsPerSec"] * ok, "success_rate": ok,
-            **{k: p[k] * 1000 for k in ("p50", "p99", "p99.9") if p.get(k) is not None}}
+    base = os.path.join(work, f"{subject}-{r}", name)
+    steal = list(map(int, open(base + ".steal").read().split()))
+    steady = json.load(open(base + ".steady.json")) if os.path.exists(base + ".steady.json") else {}
+    return {"rps": s["requestsPerSec"] * ok, "success_rate": ok, "steal_ms": steal, "max": s["slowest"] * 1000,
+            "steady": steady, **{k: p[k] * 1000 for k in ("p50", "p99", "p99.9") if p.get(k) is not None}}
 def med(values):
     values = [v for v in values if v is not None]
     return round(statistics.median(values), 3) if values else None
@@ -155,7 +207,7 @@ out = {
     "commit": commit,
     "machine": {"cpus": os.cpu_count(), "kernel": platform.release(), "cpu": next(
         (l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")},
-    "setup": "each webhook pinned to core 0 (taskset), oha on core 1; the same certificates, bodies and oha "
+    "setup": "each webhook pinned to core 0 (taskset), oha on core 1" + os.environ["BENCH_CORES"] + "; the same certificates, bodies and oha "
              f"runs; TLS 1.3, HTTP/1.1 keep-alive; {duration} per run; saturation with 32 connections; fixed "
              f"rates with 16 connections; {repeats} runs of each, alternating which goes first; medians",
     "peer": f"bench/peers/webhook: controller-runtime v0.22 webhook server, {go}",
@@ -178,7 +230,10 @@ for kind in kinds:
             samples = [load(s, r, f"{kind}-{files[run]}") for r in range(1, repeats + 1)]
             per[s] = {"requests_per_second": med([x["rps"] for x in samples]),
                       "success_rate": med([x["success_rate"] for x in samples]),
-                      "latency_ms": {q: med([x.get(q) for x in samples]) for q in ("p50", "p99", "p99.9")}}
+                      "latency_ms": {q: med([x.get(q) for x in samples]) for q in ("p50", "p99", "p99.9", "max")},
+                      **({"steady_latency_ms": {q: med([x["steady"][q] for x in samples]) for q in ("p50", "p99", "p99.9", "max")}}
+                         if samples[0]["steady"] else {}),
+                      "steal_ms_per_core": [med([x["steal_ms"][c] for x in samples]) for c in range(len(samples[0]["steal_ms"]))]}
         ks, pe = per["kubesteer"], per["peer"]
         per["ratio_rps"] = round(ks["requests_per_second"] / pe["requests_per_second"], 2) if pe["requests_per_second"] else None
         per["ratio_latency"] = {q: round(pe["latency_ms"][q] / ks["latency_ms"][q], 2)
@@ -188,14 +243,25 @@ for kind in kinds:
             summary[f"{kind}_{run.split('_')[0]}_ratio_rps"] = per["ratio_rps"]
         else:
             summary[f"{kind}_{run}_ratio_p99"] = per["ratio_latency"]["p99"]
+            if "steady_latency_ms" in ks:
+                summary[f"{kind}_{run}_steady_p99.9_ms"] = ks["steady_latency_ms"]["p99.9"]
     out["kinds"][kind] = k
 out["limit"] = {"definition": "the same server stack (rustls, hyper, axum, kubesteer's limits and runtime) "
                 "answering a fixed AdmissionReview without any work (kubesteer-bench echo-webhook), at "
-                "saturation with each kind's body; fraction = kubesteer's saturation rate / the limit's"}
+                "saturation with each kind's body; fraction = kubesteer's saturation rate / the limit's; "
+                "latency_at_N_rps: the limit's own latency at the fixed rates, the tail without review work; "
+                "steal: ms of each core's time that the hypervisor gave to other machines during a run (/proc/stat); "
+                "steady_latency: at a fixed rate, the requests after the first second (oha's connection set-up)"}
 for kind in kinds:
     rps = med([load("limit", r, f"{kind}-limit-saturation")["rps"] for r in range(1, repeats + 1)])
     k = out["kinds"][kind]
-    out["limit"][kind] = {"requests_per_second": rps,
+    at_rates = {}
+    for q in rates:
+        samples = [load("limit", r, f"{kind}-limit-rate{q}") for r in range(1, repeats + 1)]
+        at_rates[f"latency_at_{q}_rps_ms"] = {p: med([x.get(p) for x in samples]) for p in ("p50", "p99", "p99.9", "max")}
+        at_rates[f"steady_latency_at_{q}_rps_ms"] = {p: med([x["steady"][p] for x in samples]) for p in ("p50", "p99", "p99.9", "max")}
+        at_rates[f"steal_at_{q}_rps_ms_per_core"] = [med([x["steal_ms"][c] for x in samples]) for c in range(len(samples[0]["steal_ms"]))]
+    out["limit"][kind] = {"requests_per_second": rps, **at_rates,
         **{f"kubesteer_{run.split('_')[0]}_fraction": round(k[run]["kubesteer"]["requests_per_second"] / rps, 2)
            for run in ("validate_saturation", "mutate_saturation")},
         **{f"peer_{run.split('_')[0]}_fraction": round(k[run]["peer"]["requests_per_second"] / rps, 2)
@@ -236,12 +302,15 @@ def load(name):
         "success_rate": s["successRate"],
         "status_codes": codes,
         "latency_ms": {k: round(p[k] * 1000, 3) for k in ("p50", "p99", "p99.9") if p.get(k) is not None},
+        "steal_ms_per_core": list(map(int, open(os.path.join(work, name + ".steal")).read().split())),
+        **({"steady_latency_ms": json.load(open(os.path.join(work, name + ".steady.json")))}
+           if os.path.exists(os.path.join(work, name + ".steady.json")) else {}),
     }
 out = {
     "benchmark": "webhook",
     "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     "machine": {"cpus": os.cpu_count(), "kernel": platform.release()},
-    "setup": "release kubesteer-webhook pinned to core 0 (taskset), oha on core 1; TLS 1.3, HTTP/1.1 keep-alive; "
+    "setup": "release kubesteer-webhook pinned to core 0 (taskset), oha on core 1" + os.environ["BENCH_CORES"] + "; TLS 1.3, HTTP/1.1 keep-alive; "
              f"{duration} per run; saturation with 32 connections; fixed rates with 16 connections",
     "rss_kib": {"idle": idle, "peak": peak, "idle_anon": idle_anon, "anon_after_load": anon_after},
     "kinds": {},
@@ -252,6 +321,8 @@ for kind in kinds:
         k[f"validate_at_{q}_rps"] = load(f"{kind}-validate-rate{q}")
     limit = load(f"{kind}-limit-saturation")
     k["limit_saturation"] = limit
+    for q in rates:
+        k[f"limit_at_{q}_rps"] = load(f"{kind}-limit-rate{q}")
     for run in ("validate", "mutate"):
         k[f"{run}_fraction_of_limit"] = round(k[f"{run}_saturation"]["requests_per_second"] / limit["requests_per_second"], 2)
     out["kinds"][kind] = k
