@@ -28,7 +28,6 @@ struct Key {
 }
 
 /// A granted answer: when it was asked, and whether a request is asking again.
-#[derive(Debug, Clone, Copy)]
 struct Grant {
     asked: Instant,
     refreshing: bool,
@@ -71,11 +70,12 @@ impl Permissions {
             access: access.clone(),
         };
         let now = Instant::now();
-        let refresh_after = self.ttl - self.ttl / REFRESH_IN_LAST;
-        // Whether the grant is still valid, and this request asks again ahead of its expiry.
+        // Whether this request asks again for a grant that is still valid. If it is dropped
+        // before the answer, the grant simply expires at its TTL and the next request asks.
         let refreshing = match self.lock().get_mut(&key) {
             Some(grant) if now.duration_since(grant.asked) < self.ttl => {
-                if grant.refreshing || now.duration_since(grant.asked) < refresh_after {
+                let age = now.duration_since(grant.asked);
+                if grant.refreshing || age < self.ttl - self.ttl / REFRESH_IN_LAST {
                     return Ok(true);
                 }
                 grant.refreshing = true;

@@ -585,14 +585,9 @@ async fn granted_permissions_are_cached_and_denials_are_asked_again() {
     );
 }
 
-#[test]
-fn the_permission_cache_is_bounded_and_expires() {
-    use kubesteer_api::access::Access;
-    use kubesteer_webhook::permissions::Permissions;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .build()
-        .unwrap();
-    let c = FakeCluster {
+/// A cluster where alice may scale every Deployment in `team`, and alice.
+fn alice_may_scale_in_team() -> (FakeCluster, k8s_openapi::api::authentication::v1::UserInfo) {
+    let cluster = FakeCluster {
         may_scale_in: vec!["team".into()],
         ..Default::default()
     };
@@ -600,65 +595,65 @@ fn the_permission_cache_is_bounded_and_expires() {
         username: Some("alice".into()),
         ..Default::default()
     };
-    let ttl = std::time::Duration::from_millis(200);
-    let cache = Permissions::new(ttl, 2);
-    rt.block_on(async {
-        for name in ["a", "b"] {
-            let access = Access::scale_deployment("team", name);
-            assert_eq!(cache.check(&c, &user, &access).await, Ok(true));
-        }
-        let granted = std::time::Instant::now();
-        let access = Access::scale_deployment("team", "c");
-        assert_eq!(cache.check(&c, &user, &access).await, Ok(true));
-        assert_eq!(cache.len(), 2, "never more than the capacity");
-        let asked = c.sars();
-        cache
-            .check(&c, &user, &Access::scale_deployment("team", "c"))
-            .await
-            .unwrap();
-        assert_eq!(c.sars(), asked, "the newest is kept");
-        // Asked again in the last fifth of the grant's TTL, and not before.
-        let deadline = granted + std::time::Duration::from_secs(5);
-        loop {
-            cache
-                .check(&c, &user, &Access::scale_deployment("team", "c"))
-                .await
-                .unwrap();
-            let checked = std::time::Instant::now();
-            if c.sars() > asked {
-                assert!(
-                    checked.duration_since(granted) >= ttl - ttl / 5,
-                    "a grant was asked again {:?} after it was given, before the last fifth of its TTL",
-                    checked.duration_since(granted)
-                );
-                break;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "a grant in use was never asked again"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
-        assert_eq!(c.sars(), asked + 1, "a grant in use is asked again once");
-        cache
-            .check(&c, &user, &Access::scale_deployment("team", "c"))
-            .await
-            .unwrap();
-        assert_eq!(c.sars(), asked + 1, "the answer is a fresh grant");
-    });
+    (cluster, user)
 }
 
-#[test]
-fn a_grant_asked_again_before_it_expires_stands_on_errors_and_falls_on_a_denial() {
+#[tokio::test]
+async fn the_permission_cache_is_bounded_and_expires() {
     use kubesteer_api::access::Access;
     use kubesteer_webhook::permissions::Permissions;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .build()
+    let (c, user) = alice_may_scale_in_team();
+    let ttl = std::time::Duration::from_millis(200);
+    let cache = Permissions::new(ttl, 2);
+    for name in ["a", "b"] {
+        let access = Access::scale_deployment("team", name);
+        assert_eq!(cache.check(&c, &user, &access).await, Ok(true));
+    }
+    let granted = std::time::Instant::now();
+    let access = Access::scale_deployment("team", "c");
+    assert_eq!(cache.check(&c, &user, &access).await, Ok(true));
+    assert_eq!(cache.len(), 2, "never more than the capacity");
+    let asked = c.sars();
+    cache
+        .check(&c, &user, &Access::scale_deployment("team", "c"))
+        .await
         .unwrap();
-    let granting = FakeCluster {
-        may_scale_in: vec!["team".into()],
-        ..Default::default()
-    };
+    assert_eq!(c.sars(), asked, "the newest is kept");
+    // Asked again in the last fifth of the grant's TTL, and not before.
+    let deadline = granted + std::time::Duration::from_secs(5);
+    loop {
+        cache
+            .check(&c, &user, &Access::scale_deployment("team", "c"))
+            .await
+            .unwrap();
+        let checked = std::time::Instant::now();
+        if c.sars() > asked {
+            assert!(
+                checked.duration_since(granted) >= ttl - ttl / 5,
+                "a grant was asked again {:?} after it was given, before the last fifth of its TTL",
+                checked.duration_since(granted)
+            );
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "a grant in use was never asked again"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!(c.sars(), asked + 1, "a grant in use is asked again once");
+    cache
+        .check(&c, &user, &Access::scale_deployment("team", "c"))
+        .await
+        .unwrap();
+    assert_eq!(c.sars(), asked + 1, "the answer is a fresh grant");
+}
+
+#[tokio::test]
+async fn a_grant_asked_again_before_it_expires_stands_on_errors_and_falls_on_a_denial() {
+    use kubesteer_api::access::Access;
+    use kubesteer_webhook::permissions::Permissions;
+    let (granting, user) = alice_may_scale_in_team();
     let failing = FakeCluster {
         sar_error: Some("the apiserver did not answer".into()),
         asked: granting.asked.clone(),
@@ -668,48 +663,42 @@ fn a_grant_asked_again_before_it_expires_stands_on_errors_and_falls_on_a_denial(
         asked: granting.asked.clone(),
         ..Default::default()
     };
-    let user = k8s_openapi::api::authentication::v1::UserInfo {
-        username: Some("alice".into()),
-        ..Default::default()
-    };
     let ttl = std::time::Duration::from_secs(1);
     let cache = Permissions::new(ttl, 16);
-    rt.block_on(async {
-        // Each attempt uses a grant of its own; one that a slow machine let expire before its
-        // checks were done proves nothing, and is tried again.
-        for attempt in 0..5 {
-            let access = Access::scale_deployment("team", &format!("web-{attempt}"));
-            let granted = std::time::Instant::now();
-            assert_eq!(cache.check(&granting, &user, &access).await, Ok(true));
-            std::thread::sleep(ttl - ttl / 8);
-            let asked = granting.sars();
-            let on_error = cache.check(&failing, &user, &access).await;
-            let again = cache.check(&failing, &user, &access).await;
-            let on_denial = cache.check(&denying, &user, &access).await;
-            let after_denial = cache.check(&failing, &user, &access).await;
-            if granted.elapsed() >= ttl {
-                continue;
-            }
-            assert_eq!(
-                on_error,
-                Ok(true),
-                "a failed check leaves a valid grant standing"
-            );
-            assert_eq!(again, Ok(true));
-            assert_eq!(
-                granting.sars(),
-                asked + 4,
-                "each check in the last fifth asks again"
-            );
-            assert_eq!(on_denial, Ok(false), "a denial counts at once");
-            assert!(
-                after_denial.is_err(),
-                "and takes the grant away: {after_denial:?}"
-            );
-            return;
+    // Each attempt uses a grant of its own; one that a slow machine let expire before its
+    // checks were done proves nothing, and is tried again.
+    for attempt in 0..5 {
+        let access = Access::scale_deployment("team", &format!("web-{attempt}"));
+        let granted = std::time::Instant::now();
+        assert_eq!(cache.check(&granting, &user, &access).await, Ok(true));
+        std::thread::sleep(ttl - ttl / 8);
+        let asked = granting.sars();
+        let on_error = cache.check(&failing, &user, &access).await;
+        let again = cache.check(&failing, &user, &access).await;
+        let on_denial = cache.check(&denying, &user, &access).await;
+        let after_denial = cache.check(&failing, &user, &access).await;
+        if granted.elapsed() >= ttl {
+            continue;
         }
-        panic!("no attempt finished its checks within the grant's TTL");
-    });
+        assert_eq!(
+            on_error,
+            Ok(true),
+            "a failed check leaves a valid grant standing"
+        );
+        assert_eq!(again, Ok(true));
+        assert_eq!(
+            granting.sars(),
+            asked + 4,
+            "each check in the last fifth asks again"
+        );
+        assert_eq!(on_denial, Ok(false), "a denial counts at once");
+        assert!(
+            after_denial.is_err(),
+            "and takes the grant away: {after_denial:?}"
+        );
+        return;
+    }
+    panic!("no attempt finished its checks within the grant's TTL");
 }
 
 #[tokio::test]
