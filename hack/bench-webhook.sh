@@ -198,6 +198,13 @@ def load(subject, r, name):
 def med(values):
     values = [v for v in values if v is not None]
     return round(statistics.median(values), 3) if values else None
+QUANTILES = ("p50", "p99", "p99.9", "max")
+def medians(samples):
+    """The runs' medians: latency over the whole run, in steady state (fixed rates), steal per core."""
+    return {"latency_ms": {q: med([x.get(q) for x in samples]) for q in QUANTILES},
+            **({"steady_latency_ms": {q: med([x["steady"][q] for x in samples]) for q in QUANTILES}}
+               if samples[0]["steady"] else {}),
+            "steal_ms_per_core": [med([x["steal_ms"][c] for x in samples]) for c in range(len(samples[0]["steal_ms"]))]}
 runs = ["validate_saturation", "mutate_saturation"] + [f"validate_at_{q}_rps" for q in rates]
 files = {"validate_saturation": "validate-saturation", "mutate_saturation": "mutate-saturation",
          **{f"validate_at_{q}_rps": f"validate-rate{q}" for q in rates}}
@@ -229,11 +236,7 @@ for kind in kinds:
         for s in subjects:
             samples = [load(s, r, f"{kind}-{files[run]}") for r in range(1, repeats + 1)]
             per[s] = {"requests_per_second": med([x["rps"] for x in samples]),
-                      "success_rate": med([x["success_rate"] for x in samples]),
-                      "latency_ms": {q: med([x.get(q) for x in samples]) for q in ("p50", "p99", "p99.9", "max")},
-                      **({"steady_latency_ms": {q: med([x["steady"][q] for x in samples]) for q in ("p50", "p99", "p99.9", "max")}}
-                         if samples[0]["steady"] else {}),
-                      "steal_ms_per_core": [med([x["steal_ms"][c] for x in samples]) for c in range(len(samples[0]["steal_ms"]))]}
+                      "success_rate": med([x["success_rate"] for x in samples]), **medians(samples)}
         ks, pe = per["kubesteer"], per["peer"]
         per["ratio_rps"] = round(ks["requests_per_second"] / pe["requests_per_second"], 2) if pe["requests_per_second"] else None
         per["ratio_latency"] = {q: round(pe["latency_ms"][q] / ks["latency_ms"][q], 2)
@@ -249,7 +252,7 @@ for kind in kinds:
 out["limit"] = {"definition": "the same server stack (rustls, hyper, axum, kubesteer's limits and runtime) "
                 "answering a fixed AdmissionReview without any work (kubesteer-bench echo-webhook), at "
                 "saturation with each kind's body; fraction = kubesteer's saturation rate / the limit's; "
-                "latency_at_N_rps: the limit's own latency at the fixed rates, the tail without review work; "
+                "at_N_rps: the limit's own latency at the fixed rates, the tail without review work; "
                 "steal: ms of each core's time that the hypervisor gave to other machines during a run (/proc/stat); "
                 "steady_latency: at a fixed rate, the requests after the first second (oha's connection set-up)"}
 for kind in kinds:
@@ -257,10 +260,7 @@ for kind in kinds:
     k = out["kinds"][kind]
     at_rates = {}
     for q in rates:
-        samples = [load("limit", r, f"{kind}-limit-rate{q}") for r in range(1, repeats + 1)]
-        at_rates[f"latency_at_{q}_rps_ms"] = {p: med([x.get(p) for x in samples]) for p in ("p50", "p99", "p99.9", "max")}
-        at_rates[f"steady_latency_at_{q}_rps_ms"] = {p: med([x["steady"][p] for x in samples]) for p in ("p50", "p99", "p99.9", "max")}
-        at_rates[f"steal_at_{q}_rps_ms_per_core"] = [med([x["steal_ms"][c] for x in samples]) for c in range(len(samples[0]["steal_ms"]))]
+        at_rates[f"at_{q}_rps"] = medians([load("limit", r, f"{kind}-limit-rate{q}") for r in range(1, repeats + 1)])
     out["limit"][kind] = {"requests_per_second": rps, **at_rates,
         **{f"kubesteer_{run.split('_')[0]}_fraction": round(k[run]["kubesteer"]["requests_per_second"] / rps, 2)
            for run in ("validate_saturation", "mutate_saturation")},
