@@ -14,7 +14,7 @@ IMAGE_TAR ?= .kubesteer/image.tar
 PAUSE_IMG ?= localhost/kubesteer-pause:3.10
 PAUSE_TAR ?= .kubesteer/pause.tar
 
-.PHONY: all build control-plane cluster-up cluster-down manifests install run deploy undeploy test fmt-check clippy unit e2e bench-webhook bench-controller fuzz
+.PHONY: all build control-plane cluster-up cluster-down manifests install run run-once deploy undeploy test fmt-check clippy unit e2e bench-webhook bench-controller fuzz
 
 all: build
 
@@ -48,6 +48,13 @@ MODE ?= cluster
 run: control-plane
 	MODE=$(MODE) IMG=$(IMG) hack/run.sh
 
+## run-once: `make run` exactly as a user runs it, without the foreground (KUBESTEER_RUN_ONCE=1),
+## on a cluster of its own ("kubesteer-run", .kubesteer/run/): everything up, every sample Ready,
+## the README's try-it lines run, then torn down. `make test` runs it last.
+run-once:
+	KUBESTEER_RUN_ONCE=1 KUBESTEER_CLUSTER=kubesteer-run KUBESTEER_STATE=$(CURDIR)/.kubesteer/run \
+		$(MAKE) --no-print-directory run MODE=$(MODE) IMG=$(IMG)
+
 ## deploy: build $(IMG), load it into the local cluster's real node, helm upgrade --install it.
 deploy: image
 	KUBESTEER_IMAGE_ARCHIVE=$(IMAGE_TAR) hack/deploy.sh up $(IMG)
@@ -56,7 +63,7 @@ deploy: image
 undeploy:
 	hack/deploy.sh down
 
-test: fmt-check clippy unit e2e
+test: fmt-check clippy unit e2e run-once
 
 fmt-check:
 	$(CARGO) fmt --all -- --check

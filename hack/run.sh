@@ -7,7 +7,12 @@
 # hack/e2e.sh). Ctrl-C removes what this run added: the whole cluster when it started it; when it
 # reused a running cluster, only the release or processes, webhook configurations and samples it
 # installed. It fails (non-zero, with the reason) when the webhook does not become ready in time
-# (KUBESTEER_READY_TIMEOUT seconds, default 300).
+# (KUBESTEER_READY_TIMEOUT seconds, default 300) or a sample does not become Ready; then it says
+# which step failed, prints what explains it (the objects' conditions and events, the webhook's
+# denials, the controller's errors), keeps the cluster for a look and says how to remove it.
+# KUBESTEER_RUN_ONCE=1: the same, without the foreground: once every sample is Ready it runs the
+# try-it lines of the README's "Two commands" section, then tears down what it started and
+# exits 0 (`make test` runs it this way, on a cluster of its own).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -26,21 +31,72 @@ release=${KUBESTEER_RELEASE:-kubesteer}
 release_ns=${KUBESTEER_RELEASE_NAMESPACE:-kubesteer-system}
 kubectl=("$cache/bin/kubectl" --kubeconfig "$kc")
 helm=("$cache/bin/helm" --kubeconfig "$kc")
+once=${KUBESTEER_RUN_ONCE:-0}
 pids=()
 # What this run added, so that Ctrl-C removes that and nothing else.
 started_cluster=0 installed_release=0 installed_hooks=0 created_web=0 applied_samples=0
+# The step under way, named when it fails.
+current_step="starting"
 log() { printf '[run] %s\n' "$*" >&2; }
 die() { printf '[run] error: %s\n' "$*" >&2; exit 1; }
-if [ "$mode" = cluster ] && [ "$(id -u)" != 0 ]; then
-  log "the real node needs root (containerd, runc, CNI, netns); running in MODE=host instead"
+step() { current_step=$*; log "$*"; }
+if [ "$(id -u)" = 0 ]; then
+  # The container tools of the image and the real node, as `make test` installs them.
+  hack/install-prereqs.sh
+elif [ "$mode" = cluster ]; then
+  hack/install-prereqs.sh || true
+  log "the real node needs root (containerd, runc, CNI, netns); running in MODE=host instead, which needs none of them"
   mode=host
 fi
 export KUBESTEER_REAL_NODE=$([ "$mode" = cluster ] && echo 1 || echo 0)
 
+# What explains a failed step: the samples' conditions and events, the pods, the webhook's
+# denials and the controller's errors.
+diagnose() {
+  local k=("${kubectl[@]}") obj
+  log "failed at: $current_step"
+  "${k[@]}" get kubesteer -o wide 2>&1 | sed 's/^/    /' >&2 || true
+  for obj in memcached/cache welcome/hello application/application-sample scaler/office-hours; do
+    "${k[@]}" get "$obj" >/dev/null 2>&1 || continue
+    log "$obj: conditions and events"
+    "${k[@]}" get "$obj" -o jsonpath='{range .status.conditions[*]}{.type}={.status} {.reason}: {.message}{"\n"}{end}' \
+      2>&1 | sed 's/^/    /' >&2 || true
+    "${k[@]}" get events --field-selector "involvedObject.name=${obj#*/}" --sort-by=.lastTimestamp \
+      -o custom-columns=TYPE:.type,REASON:.reason,MESSAGE:.message --no-headers 2>&1 | tail -n 5 | sed 's/^/    /' >&2 || true
+  done
+  local webhook_log controller_log
+  if [ "$mode" = cluster ]; then
+    log "pods and warnings in $release_ns"
+    "${k[@]}" -n "$release_ns" get pods -o wide 2>&1 | sed 's/^/    /' >&2 || true
+    "${k[@]}" -n "$release_ns" get events --field-selector type=Warning --no-headers 2>&1 | tail -n 10 | sed 's/^/    /' >&2 || true
+    webhook_log=$("${k[@]}" -n "$release_ns" logs -l app.kubernetes.io/component=webhook --tail=1000 --prefix 2>&1 || true)
+    controller_log=$("${k[@]}" -n "$release_ns" logs -l app.kubernetes.io/component=controller --tail=1000 --prefix 2>&1 || true)
+  else
+    webhook_log=$(cat "$state/webhook.log" 2>/dev/null || true)
+    controller_log=$(cat "$state/controller.log" 2>/dev/null || true)
+  fi
+  log "the webhook's last denials"
+  grep -i 'denied' <<<"$webhook_log" | tail -n 10 | sed 's/^/    /' >&2 || echo "    (none)" >&2
+  log "the controller's last errors"
+  grep -Ei 'error|warn|fail' <<<"$controller_log" | tail -n 10 | sed 's/^/    /' >&2 || echo "    (none)" >&2
+  log "the cluster stays up for a look: export KUBECONFIG=$kc"
+  if [ "$started_cluster" = 1 ]; then
+    log "remove it with: KUBESTEER_CLUSTER=$KUBESTEER_CLUSTER KUBESTEER_STATE=$state hack/cluster.sh down"
+  else
+    log "remove what this run added with: kubectl delete -f config/samples/; helm -n $release_ns uninstall $release"
+  fi
+}
+
 cleanup() {
+  local rc=$1
   trap - EXIT INT TERM
   KUBESTEER_STOPPING=1
   echo
+  if [ "$rc" != 0 ] && [ "$rc" != 130 ] && [ "$rc" != 143 ]; then
+    for p in ${pids[@]+"${pids[@]}"}; do kill "$p" 2>/dev/null || true; done
+    diagnose
+    return
+  fi
   if [ "$started_cluster" = 1 ]; then
     log "tearing down cluster $KUBESTEER_CLUSTER"
     for p in ${pids[@]+"${pids[@]}"}; do kill "$p" 2>/dev/null || true; done
@@ -71,9 +127,9 @@ cleanup() {
   fi
   log "done"
 }
-trap cleanup EXIT
-trap 'cleanup; exit 130' INT
-trap 'cleanup; exit 143' TERM
+trap 'cleanup $?' EXIT
+trap 'cleanup 130; exit 130' INT
+trap 'cleanup 143; exit 143' TERM
 
 try_it() {
   cat <<TXT
@@ -81,8 +137,7 @@ try_it() {
 kubesteer is running on a local control plane (Kubernetes $("$cache/bin/kube-apiserver" --version | cut -d' ' -f2)).
 Try, in another shell:
 
-  export KUBECONFIG=$kc
-  alias kubectl=$cache/bin/kubectl
+  export KUBECONFIG=$kc PATH=$cache/bin:\$PATH
   kubectl get kubesteer                        # all four kinds, with their columns
   kubectl get memcached cache -o yaml          # the defaults, the status, the conditions
   kubectl wait --for=condition=Ready memcached/cache
@@ -93,8 +148,24 @@ Try, in another shell:
   spec: {deployments: [{name: Web}], start: 9, end: "09:00", timeZone: Mars/Olympus}
   EOF
 
-Press Ctrl-C to tear everything down$([ "$started_cluster" = 1 ] || echo " that this run added (the cluster was already running and stays)").
+$([ "$once" = 1 ] && echo "KUBESTEER_RUN_ONCE=1: the README's try-it lines next, then the teardown." ||
+  echo "Press Ctrl-C to tear everything down$([ "$started_cluster" = 1 ] || echo " that this run added (the cluster was already running and stays)").")
 TXT
+}
+
+# The try-it lines of the README's "Two commands" section, run as printed (with this run's state
+# for .kubesteer/), each echoed; the first that fails fails the run.
+readme_lines() {
+  local lines
+  lines=$(awk '/^## Two commands/ { on = 1; next } on && /^## / { exit }
+    on && /^```/ { block = !block; next } on && block' README.md |
+    grep -E '^(export|kubectl) ' | sed "s#\$PWD/.kubesteer/#$state/#g")
+  [ -n "$lines" ] || die "no try-it lines in README.md's \"Two commands\" section"
+  while IFS= read -r line; do
+    current_step="the README's try-it line: $line"
+    printf '$ %s\n' "$line"
+    eval "$line"
+  done <<<"$lines"
 }
 
 # The samples, through whichever webhook is installed, reconciled by whichever controller runs.
@@ -103,33 +174,49 @@ samples() {
     { "${kubectl[@]}" create deployment web --image=nginx --replicas=1 >/dev/null && created_web=1; }
   # Removed on Ctrl-C only when none of them was there before.
   [ -n "$("${kubectl[@]}" get -f config/samples/ --ignore-not-found -o name 2>/dev/null)" ] || applied_samples=1
+  step "applying config/samples/ through the webhook"
   "${kubectl[@]}" apply -f config/samples/
+  step "waiting until the controller has every sample Ready"
   "${kubectl[@]}" wait --for=condition=Ready --timeout=120s memcached/cache welcome/hello \
-    application/application-sample
-  "${kubectl[@]}" wait --for=jsonpath='{.status.observedGeneration}'=1 --timeout=60s scaler/office-hours
+    application/application-sample scaler/office-hours
   "${kubectl[@]}" get kubesteer
+}
+
+# The end of a run: with KUBESTEER_RUN_ONCE=1 the README's lines, then exit 0 (the teardown).
+done_or_wait() {
+  try_it
+  if [ "$once" = 1 ]; then
+    readme_lines
+    step "done: every sample Ready and the README's lines run"
+    exit 0
+  fi
 }
 
 hack/cluster.sh status || started_cluster=1
 if [ "$mode" = cluster ]; then
+  step "starting the cluster $KUBESTEER_CLUSTER with its real node"
   hack/cluster.sh up
+  step "building the image $img"
   make --no-print-directory image IMG="$img" IMAGE_TAR="$state/image.tar"
   "${helm[@]}" status "$release" -n "$release_ns" >/dev/null 2>&1 || installed_release=1
+  step "installing the chart (helm upgrade --install --wait, ${ready_timeout}s)"
   KUBESTEER_IMAGE_ARCHIVE="$state/image.tar" KUBESTEER_DEPLOY_TIMEOUT="${ready_timeout}s" \
     hack/deploy.sh up "$img" ||
-    die "kubesteer did not become ready within ${ready_timeout}s (helm --wait); see" \
-      "kubectl -n $release_ns get pods,events and kubectl -n $release_ns logs deploy/$release-webhook"
+    die "kubesteer did not become ready within ${ready_timeout}s (helm --wait)"
   samples
   log "the webhook and controller run as pods (kubectl -n kubesteer-system get pods -o wide above)"
-  try_it
+  done_or_wait
   # Stays up until Ctrl-C, and says so if the real node stops.
   while hack/node.sh status; do sleep 5; done
   log "the real node stopped; see $state/node/logs"
   exit 1
 fi
 
+step "building the binaries"
 cargo build --workspace --bins
+step "starting the cluster $KUBESTEER_CLUSTER"
 hack/cluster.sh up
+step "starting the webhook on the host"
 mkdir -p "$state/certs"
 target/debug/kubesteer-certs generate --service kubesteer-webhook --namespace kubesteer-system \
   --ip 127.0.0.1 --dns localhost --out-dir "$state/certs"
@@ -159,7 +246,7 @@ KUBECONFIG="$kc" target/debug/kubesteer-controller --metrics-addr "127.0.0.1:$me
 pids+=($!)
 log "controller running (metrics on http://127.0.0.1:$metrics_port/metrics, log: $state/controller.log)"
 samples
-try_it
+done_or_wait
 
 wait -n "${pids[@]}" || true
 [ -n "${KUBESTEER_STOPPING:-}" ] || log "a component exited; see $state/*.log"

@@ -18,15 +18,17 @@ pub struct Access {
 }
 
 impl Access {
-    /// `update` on `deployments/scale` of one Deployment: what the controller does to a target.
+    /// `patch` on `deployments/scale` of one Deployment: what the controller does to a target.
     pub fn scale_deployment(namespace: &str, name: &str) -> Self {
         Self::scale("apps", "deployments", namespace, name)
     }
 
-    /// `update` on `<resource>/scale` of one object: what the controller does to a target.
+    /// `patch` on `<resource>/scale` of one object: what the controller does to a target (it
+    /// patches the replicas, through `/scale` or, for the apps/v1 workloads, with its record in
+    /// one merge patch of the object), and what the chart grants it on every scalable kind.
     pub fn scale(group: &str, resource: &str, namespace: &str, name: &str) -> Self {
         Self {
-            verb: "update",
+            verb: "patch",
             group: group.into(),
             resource: resource.into(),
             subresource: "scale",
@@ -35,11 +37,12 @@ impl Access {
         }
     }
 
-    /// `update` on the HorizontalPodAutoscalers of a namespace: what the controller does to the
-    /// HPA of a target when it cooperates with it (setting its minReplicas).
-    pub fn update_autoscalers(namespace: &str) -> Self {
+    /// `patch` on the HorizontalPodAutoscalers of a namespace: what the controller does to the
+    /// HPA of a target when it cooperates with it (a merge patch of its minReplicas), and the
+    /// verb the chart grants it there.
+    pub fn patch_autoscalers(namespace: &str) -> Self {
         Self {
-            verb: "update",
+            verb: "patch",
             group: "autoscaling".into(),
             resource: "horizontalpodautoscalers".into(),
             subresource: "",
@@ -78,7 +81,7 @@ impl Access {
     }
 }
 
-/// Reads like `update deployments/scale (apps) "web" in namespace "team"`.
+/// Reads like `patch deployments/scale (apps) "web" in namespace "team"`.
 impl fmt::Display for Access {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} {}", self.verb, self.resource)?;
@@ -141,9 +144,11 @@ impl ImagePolicy {
 }
 
 impl ScalerSpec {
-    /// Every target's field path and the permissions its author needs, on every CREATE and
-    /// UPDATE: `update` on the target's scale subresource, and, while the Scaler cooperates with
-    /// HorizontalPodAutoscalers (the default), `update` on the HPAs of the target's namespace.
+    /// Every target's field path and the permissions its author needs, on CREATE and on an
+    /// UPDATE that changes the spec (any spec field decides what happens to the targets; see
+    /// [`crate::kind::rechecks`]): `patch` on the target's scale subresource, and, while the
+    /// Scaler cooperates with HorizontalPodAutoscalers (the default), `patch` on the HPAs of the
+    /// target's namespace. These are the verbs the controller uses, and the chart grants it.
     /// `resource_of` maps a target to its resource (plural) through the cluster's RESTMapper; a
     /// target it cannot map is left to the caller, which denies it as unknown.
     pub fn required_access(
@@ -163,7 +168,7 @@ impl ScalerSpec {
                 ));
             }
             if cooperate && seen.insert(ns) {
-                access.push((path, Access::update_autoscalers(ns)));
+                access.push((path, Access::patch_autoscalers(ns)));
             }
         }
         access
@@ -300,10 +305,10 @@ mod tests {
         assert_eq!(
             shown,
             [
-                "spec.scaleTargetRefs[0]: update statefulsets/scale (apps) \"db\" in namespace \"team\"",
-                "spec.scaleTargetRefs[0]: update horizontalpodautoscalers (autoscaling) in namespace \"team\"",
-                "spec.scaleTargetRefs[2]: update deployments/scale (apps) \"web\" in namespace \"prod\"",
-                "spec.scaleTargetRefs[2]: update horizontalpodautoscalers (autoscaling) in namespace \"prod\"",
+                "spec.scaleTargetRefs[0]: patch statefulsets/scale (apps) \"db\" in namespace \"team\"",
+                "spec.scaleTargetRefs[0]: patch horizontalpodautoscalers (autoscaling) in namespace \"team\"",
+                "spec.scaleTargetRefs[2]: patch deployments/scale (apps) \"web\" in namespace \"prod\"",
+                "spec.scaleTargetRefs[2]: patch horizontalpodautoscalers (autoscaling) in namespace \"prod\"",
             ]
         );
         spec.hpa_cooperation = Some(crate::scaler_v1beta1::HpaCooperation::Disabled);

@@ -45,6 +45,11 @@ pub const RESTORE_TARGETS_FINALIZER: &str = "kubesteer.io/restore-targets";
 /// The field manager of the controller's applies, patches and status writes.
 pub const CONTROLLER_FIELD_MANAGER: &str = "kubesteer-controller";
 
+/// The field manager of the `Ready=False` condition the controller writes when an admission
+/// webhook denied one of its writes; the next status of [`CONTROLLER_FIELD_MANAGER`] (a forced
+/// apply) takes the condition back.
+pub const DENIAL_FIELD_MANAGER: &str = "kubesteer-controller-denial";
+
 /// Condition types.
 pub mod condition {
     /// The condition `kubectl wait --for=condition=Ready` waits on.
@@ -59,6 +64,8 @@ pub mod reason {
     // Every kind.
     pub const NAME_CONFLICT: &str = "NameConflict";
     pub const RECONCILE_FAILED: &str = "ReconcileFailed";
+    /// An admission webhook (kubesteer's own, or another) denied one of the controller's writes.
+    pub const ADMISSION_DENIED: &str = "AdmissionDenied";
     pub const CREATED: &str = "Created";
     pub const DELETED: &str = "Deleted";
     // Memcached and Welcome.

@@ -104,6 +104,20 @@ impl Kind {
     }
 }
 
+/// Whether an admission request runs the rules and the permission checks at all: a CREATE
+/// (no `old` object) does, and so does an UPDATE that changes `spec`. An UPDATE that leaves the
+/// spec as it was (labels, annotations, finalizers, owner references; status has a subresource
+/// of its own) changes nothing they guard, so it is admitted whoever sends it and whatever rules
+/// were tightened since the object was stored: the controller adding its finalizer, a user who
+/// may edit the object but not scale its targets labelling it. Which checks a spec change
+/// re-runs is each kind's `required_access` ([`crate::access`]).
+pub fn rechecks(old: Option<&Value>, new: &Value) -> bool {
+    match old {
+        Some(old) => old.get("spec") != new.get("spec"),
+        None => true,
+    }
+}
+
 /// A spec of one of the kinds, read once and then checked, asked for its image or handed to
 /// the rules that need the cluster.
 #[derive(Debug, Clone, PartialEq)]

@@ -231,7 +231,7 @@ impl Context {
         work: impl Future<Output = Result<Action>>,
     ) -> Result<Action>
     where
-        K: Resource<DynamicType = ()>,
+        K: Resource<DynamicType = ()> + serde::Serialize,
     {
         let _measure = self.metrics.reconcile(kind);
         let key = key_of(kind, obj);
@@ -245,18 +245,73 @@ impl Context {
                 Ok(Action::requeue(CONFLICT_REQUEUE))
             }
             Err(e) => {
+                let denial = e.admission_denial().map(str::to_string);
+                let (why, note) = match &denial {
+                    Some(message) => (reason::ADMISSION_DENIED, message.clone()),
+                    None => (reason::RECONCILE_FAILED, e.to_string()),
+                };
                 let event = Event {
                     type_: EventType::Warning,
-                    reason: reason::RECONCILE_FAILED.into(),
-                    note: Some(truncate(&e.to_string(), 1000)),
+                    reason: why.into(),
+                    note: Some(truncate(&note, 1000)),
                     action: "Reconcile".into(),
                     secondary: None,
                 };
                 if let Err(pe) = self.recorder.publish(&event, &obj.object_ref(&())).await {
                     debug!(%key, error = %pe, "could not publish the failure event");
                 }
+                if let Some(message) = denial {
+                    self.show_denial(obj, &message).await;
+                }
                 Err(e)
             }
+        }
+    }
+
+    /// Shows on `obj` that an admission webhook denied one of the controller's writes:
+    /// `Ready=False`, reason `AdmissionDenied`, the webhook's message. Written under a field
+    /// manager of its own (the next status write takes the condition back), and only when the
+    /// object does not show that message already, so that the write does not wake the
+    /// reconcile again and again.
+    async fn show_denial<K>(&self, obj: &K, message: &str)
+    where
+        K: Resource<DynamicType = ()> + serde::Serialize,
+    {
+        use kube::api::{Api, DynamicObject, Patch, PatchParams};
+        use kubesteer_api::keys::{condition::READY, DENIAL_FIELD_MANAGER};
+        let message = truncate(message, 1000);
+        let current = serde_json::to_value(obj).unwrap_or_default();
+        let shown = current["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|c| {
+                c["type"] == READY
+                    && c["reason"] == reason::ADMISSION_DENIED
+                    && c["message"] == message.as_str()
+            });
+        let Some(ns) = obj.namespace().filter(|_| !shown) else {
+            return;
+        };
+        let condition = kubesteer_api::common::condition(
+            READY,
+            false,
+            reason::ADMISSION_DENIED,
+            message,
+            obj.meta().generation,
+            crate::reconcilers::time(self.clock.now()),
+            &[],
+        );
+        let resource = kube::api::ApiResource::erase::<K>(&());
+        let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), &ns, &resource);
+        let patch = Patch::Apply(serde_json::json!({
+            "apiVersion": K::api_version(&()),
+            "kind": K::kind(&()),
+            "status": {"conditions": [condition]},
+        }));
+        let params = PatchParams::apply(DENIAL_FIELD_MANAGER).force();
+        if let Err(e) = api.patch_status(&obj.name_any(), &params, &patch).await {
+            warn!(key = %key_of(K::kind(&()).as_ref(), obj), error = %e, "could not show the admission denial in the status");
         }
     }
 

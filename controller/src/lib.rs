@@ -93,6 +93,22 @@ impl Error {
         }
     }
 
+    /// The apiserver's message when an admission webhook denied one of the controller's writes
+    /// (`admission webhook "..." denied the request: ...`): no retry soon changes that, so it
+    /// backs off and is shown on the object (`Ready=False`, reason `AdmissionDenied`).
+    pub fn admission_denial(&self) -> Option<&str> {
+        use kube::runtime::finalizer::Error as F;
+        match self {
+            Error::Kube(e) => admission_denial(e),
+            Error::Finalizer(e) => match e.as_ref() {
+                F::ApplyFailed(e) | F::CleanupFailed(e) => e.admission_denial(),
+                F::AddFinalizer(e) | F::RemoveFinalizer(e) => admission_denial(e),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
     /// Whether the apiserver refused a write because the object changed meanwhile.
     pub fn is_conflict(&self) -> bool {
         match self {
@@ -102,8 +118,9 @@ impl Error {
                 | kube::runtime::finalizer::Error::CleanupFailed(e) => e.is_conflict(),
                 kube::runtime::finalizer::Error::AddFinalizer(e)
                 | kube::runtime::finalizer::Error::RemoveFinalizer(e) => {
-                    // A failed `test` op of the finalizer patch is a conflict in all but name.
-                    is_status(e, 409) || is_status(e, 422)
+                    // A failed `test` op of the finalizer patch is a conflict in all but name;
+                    // an admission webhook's denial (also 422) is not, and backs off.
+                    is_status(e, 409) || (is_status(e, 422) && admission_denial(e).is_none())
                 }
                 _ => false,
             },
@@ -125,6 +142,19 @@ pub fn is_unavailable(e: &kube::Error) -> bool {
         kube::Error::HyperError(_) | kube::Error::Service(_) => true,
         kube::Error::Api(s) => s.code == 429 || s.code >= 500,
         _ => false,
+    }
+}
+
+/// The message of a kube error that is an admission webhook's denial.
+pub fn admission_denial(e: &kube::Error) -> Option<&str> {
+    match e {
+        kube::Error::Api(s)
+            if s.message.starts_with("admission webhook ")
+                && s.message.contains(" denied the request") =>
+        {
+            Some(&s.message)
+        }
+        _ => None,
     }
 }
 

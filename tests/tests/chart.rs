@@ -548,7 +548,7 @@ fn rbac_grants_exactly_what_each_binary_uses() -> Result<()> {
             "statefulsets/scale",
             "replicasets/scale",
         ],
-        &["get", "patch", "update"],
+        &["get", "patch"],
         None,
     ));
     controller.extend(expand(
@@ -1491,7 +1491,7 @@ fn extra_scale_targets_grant_the_controller_their_scale_and_nothing_else() -> Re
     let want: BTreeSet<String> = expand(
         &["example.com"],
         &["widgets", "widgets/scale"],
-        &["get", "patch", "update"],
+        &["get", "patch"],
         None,
     )
     .into_iter()

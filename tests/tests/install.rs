@@ -643,3 +643,237 @@ fn webhook_rolling_restart_under_load_fails_no_admission_and_the_leader_hands_ov
     )?;
     Ok(())
 }
+
+/// One JSONPath of an object in the release's user namespace.
+fn user_get(release: &Release, object: &str, path: &str) -> Result<String> {
+    jsonpath(&release.user_ns, object, path)
+}
+
+/// Waits until `path` of `object` in the user namespace reads `want`.
+fn user_wait(release: &Release, object: &str, path: &str, want: &str) -> Result<()> {
+    eventually(
+        Duration::from_secs(90),
+        &format!("{object} {path} = {want}"),
+        || Ok((user_get(release, object, path)? == want).then_some(())),
+    )
+    .with_context(|| release.describe())
+}
+
+/// The logs of every pod of `component`, each line prefixed with its pod.
+fn component_logs(release: &Release, component: &str) -> Result<String> {
+    kubectl_ok(
+        &[
+            "logs",
+            "-n",
+            &release.namespace,
+            "-l",
+            &format!("app.kubernetes.io/component={component}"),
+            "--prefix",
+            "--tail=-1",
+        ],
+        None,
+    )
+}
+
+/// The installed product as a user gets it: the chart's own pods, under the chart's
+/// ServiceAccounts and RBAC, behind the in-cluster webhook, reconcile every kind with the
+/// defaults: the samples of `config/samples/` (Memcached, Welcome, Application and a Scaler of a
+/// Deployment) Ready, and a Scaler with the default `hpaCooperation` scaling a StatefulSet and an
+/// HPA-managed Deployment, giving them back when it is deleted. A user who may edit Scalers but
+/// scale nothing may label one and may not change its windows. The webhook denies none of the
+/// controller's writes all along.
+#[test]
+fn the_charts_pods_reconcile_every_kind_through_their_own_webhook() -> Result<()> {
+    let release = Release::install("tier", &[])?;
+    let ns = release.user_ns.clone();
+    let n = ns.as_str();
+    kubectl_ok(
+        &[
+            "create",
+            "deployment",
+            "web",
+            "-n",
+            n,
+            "--image=nginx",
+            "--replicas=1",
+        ],
+        None,
+    )?;
+    kubectl_ok(
+        &[
+            "create",
+            "deployment",
+            "api",
+            "-n",
+            n,
+            "--image=nginx",
+            "--replicas=1",
+        ],
+        None,
+    )?;
+    let workloads = "apiVersion: apps/v1\nkind: StatefulSet\nmetadata: {name: db}\nspec:\n  replicas: 1\n  serviceName: db\n  selector: {matchLabels: {app: db}}\n  template:\n    metadata: {labels: {app: db}}\n    spec: {containers: [{name: c, image: registry.k8s.io/pause:3.10}]}\n---\n\
+        apiVersion: autoscaling/v2\nkind: HorizontalPodAutoscaler\nmetadata: {name: api}\nspec:\n  scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: api}\n  minReplicas: 1\n  maxReplicas: 10\n  metrics: [{type: Resource, resource: {name: cpu, target: {type: Utilization, averageUtilization: 80}}}]\n";
+    let run = release.apply(workloads)?;
+    ensure!(run.ok, "{run:?}");
+
+    // The samples, as `make run` applies them, and a Scaler of the other two kinds of target.
+    let samples = repo_root().join("config/samples");
+    kubectl_ok(&["apply", "-n", n, "-f", &samples.to_string_lossy()], None)?;
+    let now = kubesteer_tests::unix_now();
+    let fleet = format!(
+        "apiVersion: kubesteer.io/v1beta1\nkind: Scaler\nmetadata: {{name: fleet}}\nspec:\n  scaleTargetRefs:\n  - {{apiVersion: apps/v1, kind: StatefulSet, name: db}}\n  - {{apiVersion: apps/v1, kind: Deployment, name: api}}\n  windows: [{{start: \"{}\", end: \"{}\", replicas: 3}}]\n",
+        kubesteer_tests::hh_mm(now - 3600),
+        kubesteer_tests::hh_mm(now + 3600)
+    );
+    let run = release.apply(&fleet)?;
+    ensure!(run.ok, "{run:?}");
+    kubectl_ok(
+        &[
+            "wait",
+            "-n",
+            n,
+            "--for=condition=Ready",
+            "--timeout=120s",
+            "memcached/cache",
+            "welcome/hello",
+            "application/application-sample",
+            "scaler/office-hours",
+            "scaler/fleet",
+        ],
+        None,
+    )
+    .with_context(|| release.describe())?;
+    for scaler in ["office-hours", "fleet"] {
+        let finalizers = user_get(
+            &release,
+            &format!("scaler/{scaler}"),
+            "{.metadata.finalizers}",
+        )?;
+        assert!(
+            finalizers.contains("kubesteer.io/restore-targets"),
+            "{scaler} got its finalizer: {finalizers}"
+        );
+    }
+    // The StatefulSet through its /scale, the HPA-managed Deployment through its HPA.
+    user_wait(&release, "statefulset/db", "{.spec.replicas}", "3")?;
+    user_wait(&release, "hpa/api", "{.spec.minReplicas}", "3")?;
+    user_wait(
+        &release,
+        "scaler/fleet",
+        "{.status.targets[0].replicas} {.status.targets[1].horizontalPodAutoscaler}",
+        "3 api",
+    )?;
+    // The HPA, not the Scaler, brings its Deployment up to the new minimum.
+    user_wait(&release, "deployment/api", "{.spec.replicas}", "3")?;
+    // The sample's Deployment holds what its Scaler says, whatever the hour in Berlin.
+    let told = user_get(
+        &release,
+        "scaler/office-hours",
+        "{.status.targets[0].replicas}",
+    )?;
+    user_wait(&release, "deployment/web", "{.spec.replicas}", &told)?;
+
+    // bob may edit Scalers and scale nothing: a label passes, a change of the windows does not.
+    kubesteer_tests::grant(
+        n,
+        "scaler-editor",
+        "get,list,update,patch",
+        "scalers.kubesteer.io",
+        "bob",
+    )?;
+    kubectl_ok(
+        &["label", "--as=bob", "-n", n, "scaler/fleet", "team=storage"],
+        None,
+    )
+    .context("a metadata edit needs no right on the targets")?;
+    assert_eq!(
+        user_get(&release, "scaler/fleet", "{.metadata.labels.team}")?,
+        "storage"
+    );
+    let run = kubectl(
+        &[
+            "patch",
+            "--as=bob",
+            "-n",
+            n,
+            "scaler/fleet",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"windows":[{"start":"00:00","end":"23:59","replicas":9}]}}"#,
+        ],
+        None,
+    )?;
+    assert!(
+        !run.ok,
+        "bob may not re-schedule targets he may not scale: {run:?}"
+    );
+    assert!(
+        run.stderr.contains(&format!(
+            "spec.scaleTargetRefs[0]: Forbidden: user \"bob\" may not patch statefulsets/scale (apps) \"db\" in namespace \"{n}\""
+        )),
+        "{}",
+        run.stderr
+    );
+
+    // Deleting the Scalers gives every target back.
+    kubectl_ok(
+        &[
+            "delete",
+            "-n",
+            n,
+            "scaler/fleet",
+            "scaler/office-hours",
+            "--timeout=60s",
+        ],
+        None,
+    )
+    .with_context(|| release.describe())?;
+    user_wait(&release, "statefulset/db", "{.spec.replicas}", "1")?;
+    user_wait(&release, "hpa/api", "{.spec.minReplicas}", "1")?;
+    user_wait(&release, "deployment/web", "{.spec.replicas}", "1")?;
+
+    // Not one of the controller's writes was denied, by the webhook or anything else.
+    let account = format!("serviceaccount:{}:", release.namespace);
+    let webhook = component_logs(&release, "webhook")?;
+    let denied: Vec<&str> = webhook
+        .lines()
+        .filter(|l| l.contains("denied") && l.contains(&account))
+        .collect();
+    assert!(
+        denied.is_empty(),
+        "the webhook denied the controller: {denied:#?}"
+    );
+    assert!(
+        webhook
+            .lines()
+            .any(|l| l.contains("denied") && l.contains("bob")),
+        "the webhook's denials are in its log (bob's is)"
+    );
+    let controller = component_logs(&release, "controller")?;
+    assert!(
+        !controller.contains("denied the request"),
+        "the controller was denied: {}",
+        controller
+            .lines()
+            .filter(|l| l.contains("denied the request"))
+            .take(5)
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    let reasons = kubectl_ok(
+        &[
+            "get",
+            "events",
+            "-n",
+            n,
+            "-o",
+            "jsonpath={.items[*].reason}",
+        ],
+        None,
+    )?;
+    assert!(
+        !reasons.contains("AdmissionDenied") && !reasons.contains("ReconcileFailed"),
+        "no failed reconcile: {reasons}"
+    );
+    Ok(())
+}

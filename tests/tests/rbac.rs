@@ -204,13 +204,22 @@ fn each_service_account_may_do_what_its_binary_does_and_nothing_more() -> Result
         row(true, &format!("create deployments.apps -n {o}")),
         row(
             true,
-            &format!("update deployments.apps --subresource=scale -n {o}"),
+            &format!("patch deployments.apps --subresource=scale -n {o}"),
         ),
         row(true, "watch deployments.apps --all-namespaces"),
-        // Scaler targets of other kinds, and the HPAs a Scaler cooperates with.
+        // Scaler targets of other kinds, and the HPAs a Scaler cooperates with: patch, the verb
+        // the webhook asks of a Scaler's author, and no other write.
         row(
             true,
+            &format!("patch statefulsets.apps --subresource=scale -n {o}"),
+        ),
+        row(
+            false,
             &format!("update statefulsets.apps --subresource=scale -n {o}"),
+        ),
+        row(
+            false,
+            &format!("update horizontalpodautoscalers.autoscaling -n {o}"),
         ),
         row(true, "watch statefulsets.apps --all-namespaces"),
         row(
@@ -323,7 +332,7 @@ fn a_watch_namespace_confines_the_controller_to_that_namespace() -> Result<()> {
         row(true, &format!("patch deployments.apps -n {w}")),
         row(
             true,
-            &format!("update deployments.apps --subresource=scale -n {w}"),
+            &format!("patch deployments.apps --subresource=scale -n {w}"),
         ),
         row(true, &format!("watch scalers.kubesteer.io -n {w}")),
         row(true, &format!("list pods -n {w}")),
@@ -333,7 +342,7 @@ fn a_watch_namespace_confines_the_controller_to_that_namespace() -> Result<()> {
         row(false, &format!("patch deployments.apps -n {o}")),
         row(
             false,
-            &format!("update deployments.apps --subresource=scale -n {o}"),
+            &format!("patch deployments.apps --subresource=scale -n {o}"),
         ),
         row(false, &format!("watch scalers.kubesteer.io -n {o}")),
         row(false, &format!("create secrets -n {o}")),

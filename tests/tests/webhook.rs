@@ -306,7 +306,7 @@ fn cross_namespace_targets_need_permission_and_targets_are_not_shared() -> Resul
         ],
         None,
     )?;
-    // HPA cooperation off: it would also need `update` on that namespace's HPAs, and this test
+    // HPA cooperation off: it would also need `patch` on that namespace's HPAs, and this test
     // is about the scale permission alone (tests/tests/scaler_v1beta1.rs covers HPAs).
     let yaml = format!("{SCL}metadata: {{name: remote}}\nspec: {{scaleTargetRefs: [{{apiVersion: apps/v1, kind: Deployment, name: web, namespace: {}}}], windows: [{{start: 1, end: 2}}], hpaCooperation: Disabled}}\n", other.name());
     let run = kubectl(
@@ -314,7 +314,7 @@ fn cross_namespace_targets_need_permission_and_targets_are_not_shared() -> Resul
         Some(&yaml),
     )?;
     assert!(!run.ok, "{run:?}");
-    let want = format!("spec.scaleTargetRefs[0]: Forbidden: user \"bob\" may not update deployments/scale (apps) \"web\" in namespace \"{}\"", other.name());
+    let want = format!("spec.scaleTargetRefs[0]: Forbidden: user \"bob\" may not patch deployments/scale (apps) \"web\" in namespace \"{}\"", other.name());
     assert!(run.stderr.contains(&want), "{}", run.stderr);
     // The cluster admin may scale there, so the same object is admitted for them.
     assert!(ns.apply(&yaml)?.ok);
@@ -379,7 +379,7 @@ fn a_same_namespace_target_needs_permission_to_scale_it_and_tells_nothing_otherw
     let run = apply_as("carol", ns.name(), &yaml)?;
     assert!(!run.ok, "{run:?}");
     for (i, name) in ["web", "hidden"].iter().enumerate() {
-        let want = format!("spec.scaleTargetRefs[{i}]: Forbidden: user \"carol\" may not update deployments/scale (apps) \"{name}\" in namespace \"{}\"", ns.name());
+        let want = format!("spec.scaleTargetRefs[{i}]: Forbidden: user \"carol\" may not patch deployments/scale (apps) \"{name}\" in namespace \"{}\"", ns.name());
         assert!(run.stderr.contains(&want), "{want} not in {}", run.stderr);
     }
     assert!(
@@ -390,7 +390,7 @@ fn a_same_namespace_target_needs_permission_to_scale_it_and_tells_nothing_otherw
     grant(
         ns.name(),
         "scaler-scale",
-        "update",
+        "patch",
         "deployments.apps/scale",
         "carol",
     )?;

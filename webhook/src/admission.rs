@@ -176,14 +176,6 @@ pub async fn answer<C: Cluster>(
     })
 }
 
-/// Whether an UPDATE changes `spec` (a review without the old object counts as a change).
-fn spec_changed(request: &Request) -> bool {
-    match (&request.object, &request.old_object) {
-        (Some(new), Some(old)) => new.get("spec") != old.get("spec"),
-        _ => true,
-    }
-}
-
 /// The answer to one request, and its result label for metrics.
 async fn decide<C: Cluster>(
     state: &AppState<C>,
@@ -207,13 +199,19 @@ async fn decide<C: Cluster>(
     let Some(object) = &request.object else {
         return (allowed.deny("the review carries no object"), "denied");
     };
-    // An object on its way out may always lose its finalizers (blocking that would strand it),
-    // but a change of its spec is still checked, or a held object could be edited into nonsense.
+    // An UPDATE that leaves the spec as it was (metadata only) is admitted whoever sends it:
+    // nothing the rules or the permission checks guard changes (api's `kind::rechecks`). So the
+    // controller's finalizer patch, or a label by a user who may not scale the targets, passes.
+    if !kubesteer_api::kind::rechecks(request.old_object.as_ref(), object) {
+        return (allowed, "allowed");
+    }
+    // An object on its way out is not defaulted again; a change of its spec is still checked,
+    // or a held object could be edited into nonsense.
     let deleting = object
         .get("metadata")
         .and_then(|m| m.get("deletionTimestamp"))
         .is_some_and(|t| !t.is_null());
-    if deleting && (matches!(endpoint, Endpoint::Mutate) || !spec_changed(request)) {
+    if deleting && matches!(endpoint, Endpoint::Mutate) {
         return (allowed, "allowed");
     }
     let value = object;

@@ -182,7 +182,7 @@ async fn a_cross_namespace_target_needs_permission_to_scale_there() {
     let reply = send(cluster(), "/validate/scalers", &review).await;
     assert!(!reply.allowed());
     let m = reply.message();
-    assert!(m.contains("spec.scaleTargetRefs[0]: Forbidden: user \"alice\" may not update deployments/scale (apps) \"web\" in namespace \"prod\""), "{m}");
+    assert!(m.contains("spec.scaleTargetRefs[0]: Forbidden: user \"alice\" may not patch deployments/scale (apps) \"web\" in namespace \"prod\""), "{m}");
     let allowed = FakeCluster {
         may_scale_in: vec!["team".into(), "prod".into()],
         deployments: vec![("prod".into(), "web".into())],
@@ -264,7 +264,7 @@ async fn cron_mode_is_accepted_and_mixed_modes_are_not() {
 }
 
 #[tokio::test]
-async fn hpa_cooperation_needs_update_on_the_namespace_hpas_and_any_scalable_kind_is_checked() {
+async fn hpa_cooperation_needs_patch_on_the_namespace_hpas_and_any_scalable_kind_is_checked() {
     let review = with_spec(
         "scaler-create.json",
         json!({"scaleTargetRefs": [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db", "namespace": "data"}], "windows": [{"start": 9, "end": 17}]}),
@@ -276,8 +276,8 @@ async fn hpa_cooperation_needs_update_on_the_namespace_hpas_and_any_scalable_kin
     let reply = send(c.clone(), "/validate/scalers", &review).await;
     assert!(!reply.allowed());
     let m = reply.message();
-    assert!(m.contains("spec.scaleTargetRefs[0]: Forbidden: user \"alice\" may not update statefulsets/scale (apps) \"db\" in namespace \"data\""), "{m}");
-    assert!(m.contains("spec.scaleTargetRefs[0]: Forbidden: user \"alice\" may not update horizontalpodautoscalers (autoscaling) in namespace \"data\""), "{m}");
+    assert!(m.contains("spec.scaleTargetRefs[0]: Forbidden: user \"alice\" may not patch statefulsets/scale (apps) \"db\" in namespace \"data\""), "{m}");
+    assert!(m.contains("spec.scaleTargetRefs[0]: Forbidden: user \"alice\" may not patch horizontalpodautoscalers (autoscaling) in namespace \"data\""), "{m}");
     assert_eq!(c.sars(), 2, "the scale and the HPAs of the namespace");
     let granted = FakeCluster {
         may_scale_in: vec!["data".into()],
@@ -489,7 +489,7 @@ async fn a_same_namespace_target_needs_permission_too() {
     assert!(!reply.allowed());
     let m = reply.message();
     assert!(
-        m.contains("spec.scaleTargetRefs[0]: Forbidden: user \"alice\" may not update deployments/scale (apps) \"web\" in namespace \"team\""),
+        m.contains("spec.scaleTargetRefs[0]: Forbidden: user \"alice\" may not patch deployments/scale (apps) \"web\" in namespace \"team\""),
         "{m}"
     );
     let asked = denied.asked.lock().unwrap().clone();
@@ -521,7 +521,7 @@ async fn every_target_is_checked_and_the_denial_names_the_one_missing() {
     let reply = send(c.clone(), "/validate/scalers", &review).await;
     assert!(!reply.allowed());
     let m = reply.message();
-    assert!(m.contains("spec.scaleTargetRefs[1]: Forbidden: user \"alice\" may not update deployments/scale (apps) \"api\" in namespace \"prod\""), "{m}");
+    assert!(m.contains("spec.scaleTargetRefs[1]: Forbidden: user \"alice\" may not patch deployments/scale (apps) \"api\" in namespace \"prod\""), "{m}");
     assert!(
         !m.contains("spec.scaleTargetRefs[0]") && !m.contains("spec.scaleTargetRefs[2]"),
         "{m}"
@@ -539,7 +539,7 @@ async fn a_failed_review_denies_and_says_why() {
     assert!(!reply.allowed());
     let m = reply.message();
     assert!(
-        m.contains("spec.scaleTargetRefs[0]: Forbidden: could not check whether user \"alice\" may update deployments/scale (apps) \"web\" in namespace \"team\": apiserver unreachable"),
+        m.contains("spec.scaleTargetRefs[0]: Forbidden: could not check whether user \"alice\" may patch deployments/scale (apps) \"web\" in namespace \"team\": apiserver unreachable"),
         "{m}"
     );
 }
@@ -725,8 +725,7 @@ async fn nothing_about_a_target_the_user_may_not_scale_is_told() {
         assert!(!m.contains(secret), "{secret:?} told in {m}");
     }
     assert_eq!(
-        m.matches("Forbidden: user \"alice\" may not update")
-            .count(),
+        m.matches("Forbidden: user \"alice\" may not patch").count(),
         3,
         "{m}"
     );
@@ -948,4 +947,62 @@ async fn an_application_reads_only_what_its_author_may_and_hears_of_ingresses_it
         "{}",
         reply.message()
     );
+}
+
+/// A Scaler UPDATE by a user who may edit Scalers but scale nothing: `old` and `new` specs.
+fn scaler_update(old: serde_json::Value, new: serde_json::Value) -> serde_json::Value {
+    let mut review = with_spec("scaler-create.json", new);
+    review["request"]["operation"] = json!("UPDATE");
+    let mut before = review["request"]["object"].clone();
+    before["spec"] = old;
+    review["request"]["oldObject"] = before;
+    review
+}
+
+#[tokio::test]
+async fn a_metadata_only_scaler_update_is_admitted_without_asking_and_a_spec_change_is_checked() {
+    let spec = json!({"scaleTargetRefs": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}],
+                      "windows": [{"start": 9, "end": 17}], "timeZone": "UTC", "suspend": false});
+    // alice may scale nothing anywhere: she may still label the Scaler, and the controller may
+    // add its finalizer, whatever either may do to the targets.
+    let nobody = FakeCluster::default();
+    let mut labelled = scaler_update(spec.clone(), spec.clone());
+    labelled["request"]["object"]["metadata"]["labels"] = json!({"team": "web"});
+    labelled["request"]["object"]["metadata"]["finalizers"] =
+        json!([kubesteer_api::keys::RESTORE_TARGETS_FINALIZER]);
+    for path in ["/mutate/scalers", "/validate/scalers"] {
+        let reply = send(nobody.clone(), path, &labelled).await;
+        assert!(reply.allowed(), "{path}: {}", reply.body);
+        assert!(reply.patch().is_none(), "{path}: {}", reply.body);
+    }
+    assert_eq!(nobody.sars(), 0, "no SubjectAccessReview for metadata");
+    // A spec admitted long ago whose override has expired since: still labelable.
+    let mut expired = spec.clone();
+    expired["override"] = json!({"replicas": 2, "until": "2020-01-01T00:00:00Z"});
+    let reply = send(
+        nobody.clone(),
+        "/validate/scalers",
+        &scaler_update(expired.clone(), expired),
+    )
+    .await;
+    assert!(reply.allowed(), "{}", reply.body);
+    // A change of the windows changes what happens to the targets: every target is asked again.
+    let mut later = spec.clone();
+    later["windows"] = json!([{"start": 10, "end": 18}]);
+    let reply = send(
+        nobody.clone(),
+        "/validate/scalers",
+        &scaler_update(spec.clone(), later.clone()),
+    )
+    .await;
+    assert!(!reply.allowed(), "{}", reply.body);
+    let m = reply.message();
+    assert!(m.contains("spec.scaleTargetRefs[0]: Forbidden: user \"alice\" may not patch deployments/scale (apps) \"web\" in namespace \"team\""), "{m}");
+    assert!(
+        m.contains("may not patch horizontalpodautoscalers (autoscaling) in namespace \"team\""),
+        "{m}"
+    );
+    // Someone who may scale there may make that change.
+    let reply = send(cluster(), "/validate/scalers", &scaler_update(spec, later)).await;
+    assert!(reply.allowed(), "{}", reply.body);
 }

@@ -54,6 +54,7 @@ pub trait Owner:
     + Clone
     + Debug
     + DeserializeOwned
+    + Serialize
     + Send
     + Sync
     + 'static

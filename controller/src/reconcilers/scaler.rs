@@ -1550,6 +1550,55 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_denied_write_backs_off_and_shows_the_webhooks_message_once() {
+        let denial = "admission webhook \"vscalers.kubesteer.io\" denied the request: Scaler \"nightly\" is invalid: spec.scaleTargetRefs[0]: Forbidden: no";
+        let mut s = nine_to_five();
+        s.metadata.finalizers = None;
+        let (ctx, verifier) = ctx_at("2025-03-03T12:00:00Z");
+        let shown = json!([{"type": "Ready", "status": "False", "reason": "AdmissionDenied",
+                            "message": denial, "observedGeneration": 3,
+                            "lastTransitionTime": "2025-03-03T12:00:00Z"}]);
+        let want = shown.clone();
+        let scenario = verifier.run(vec![
+            Call::patch(SCALER).error(422, denial),
+            Call::event("team").body(move |b| {
+                assert_eq!(b["type"], "Warning");
+                assert_eq!(b["reason"], "AdmissionDenied");
+                assert_eq!(b["note"], denial);
+            }),
+            Call::patch("/apis/kubesteer.io/v1beta1/namespaces/team/scalers/nightly/status?&force=true&fieldManager=kubesteer-controller-denial")
+                .body(move |b| assert_eq!(b["status"]["conditions"], want))
+                .respond_status_of(&s),
+        ]);
+        let error = reconcile(Arc::new(s.clone()), ctx.clone())
+            .await
+            .expect_err("denied");
+        assert_eq!(error.admission_denial(), Some(denial));
+        assert!(!error.is_conflict(), "a denial is no conflict: {error}");
+        // Backed off as a failure (1 s, then 2 s, ...), not retried at once as a conflict.
+        let first = error_policy(Arc::new(s.clone()), &error, ctx.clone());
+        assert_eq!(first, Action::requeue(Duration::from_secs(1)));
+        assert_eq!(
+            error_policy(Arc::new(s.clone()), &error, ctx.clone()),
+            Action::requeue(Duration::from_secs(2))
+        );
+        scenario.finish(ctx).await;
+
+        // Once the status shows the message, a second denial writes no status again.
+        let mut shown_already = s.clone();
+        shown_already.status = Some(serde_json::from_value(json!({"conditions": shown})).unwrap());
+        let (ctx, verifier) = ctx_at("2025-03-03T12:00:02Z");
+        let scenario = verifier.run(vec![
+            Call::patch(SCALER).error(422, denial),
+            Call::event("team"),
+        ]);
+        assert!(reconcile(Arc::new(shown_already), ctx.clone())
+            .await
+            .is_err());
+        scenario.finish(ctx).await;
+    }
+
+    #[tokio::test]
     async fn deleting_an_active_scaler_restores_its_targets_then_lets_go() {
         let mut s = nine_to_five();
         s.metadata.deletion_timestamp = Some(time(at("2025-03-03T12:00:00Z")));

@@ -68,10 +68,10 @@ impl Cluster for FakeCluster {
         let ns = &access.namespace;
         Ok(
             match (access.verb, access.resource.as_str(), access.subresource) {
-                ("update", "deployments" | "statefulsets" | "replicasets", "scale") => {
+                ("patch", "deployments" | "statefulsets" | "replicasets", "scale") => {
                     access.group == "apps" && self.may_scale_in.contains(ns)
                 }
-                ("update", "horizontalpodautoscalers", "") => {
+                ("patch", "horizontalpodautoscalers", "") => {
                     access.group == "autoscaling" && self.may_scale_in.contains(ns)
                 }
                 ("get", "secrets", "") => {
