@@ -14,7 +14,7 @@ IMAGE_TAR ?= .kubesteer/image.tar
 PAUSE_IMG ?= localhost/kubesteer-pause:3.10
 PAUSE_TAR ?= .kubesteer/pause.tar
 
-.PHONY: all build control-plane cluster-up cluster-down manifests install run run-once deploy undeploy test fmt-check clippy unit e2e bench-webhook bench-controller fuzz
+.PHONY: all build control-plane cluster-up cluster-down manifests install run run-once test-run deploy undeploy test fmt-check clippy unit e2e bench-webhook bench-controller fuzz
 
 all: build
 
@@ -50,10 +50,14 @@ run: control-plane
 
 ## run-once: `make run` exactly as a user runs it, without the foreground (KUBESTEER_RUN_ONCE=1),
 ## on a cluster of its own ("kubesteer-run", .kubesteer/run/): everything up, every sample Ready,
-## the README's try-it lines run, then torn down. `make test` runs it last.
+## the README's try-it lines run, then torn down. `make test` runs it last (hack/test-run.sh), and
+## a run that fails after it (the cluster kept, the failed step explained).
 run-once:
 	KUBESTEER_RUN_ONCE=1 KUBESTEER_CLUSTER=kubesteer-run KUBESTEER_STATE=$(CURDIR)/.kubesteer/run \
 		$(MAKE) --no-print-directory run MODE=$(MODE) IMG=$(IMG)
+
+test-run: control-plane
+	hack/test-run.sh
 
 ## deploy: build $(IMG), load it into the local cluster's real node, helm upgrade --install it.
 deploy: image
@@ -63,7 +67,7 @@ deploy: image
 undeploy:
 	hack/deploy.sh down
 
-test: fmt-check clippy unit e2e run-once
+test: fmt-check clippy unit e2e test-run
 
 fmt-check:
 	$(CARGO) fmt --all -- --check

@@ -37,7 +37,7 @@ pids=()
 started_cluster=0 installed_release=0 installed_hooks=0 created_web=0 applied_samples=0
 # The step under way, named when it fails.
 current_step="starting"
-log() { printf '[run] %s\n' "$*" >&2; }
+log() { printf '[run +%ss] %s\n' "$SECONDS" "$*" >&2; }
 die() { printf '[run] error: %s\n' "$*" >&2; exit 1; }
 step() { current_step=$*; log "$*"; }
 if [ "$(id -u)" = 0 ]; then
@@ -177,7 +177,7 @@ samples() {
   step "applying config/samples/ through the webhook"
   "${kubectl[@]}" apply -f config/samples/
   step "waiting until the controller has every sample Ready"
-  "${kubectl[@]}" wait --for=condition=Ready --timeout=120s memcached/cache welcome/hello \
+  "${kubectl[@]}" wait --for=condition=Ready --timeout="${KUBESTEER_SAMPLES_TIMEOUT:-120s}" memcached/cache welcome/hello \
     application/application-sample scaler/office-hours
   "${kubectl[@]}" get kubesteer
 }

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# `make test`'s check of `make run`, on a cluster of its own (kubesteer-run, .kubesteer/run/), so a
+# `make run` in another terminal is never touched:
+#   1. KUBESTEER_RUN_ONCE=1 make run, as a user runs it: cluster, image, chart, every sample Ready,
+#      the README's try-it lines; it exits 0 and the cluster it started is gone.
+#   2. A run that fails (the samples given 1 s to be Ready): it exits non-zero, names the step,
+#      prints what explains it, keeps the cluster and says how to remove it. Then it is removed.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+export KUBESTEER_CLUSTER=${KUBESTEER_RUN_CLUSTER:-kubesteer-run}
+export KUBESTEER_STATE=${KUBESTEER_RUN_STATE:-$root/.kubesteer/run}
+if [ "$KUBESTEER_CLUSTER" = kubesteer ] || [ "$(realpath -m "$KUBESTEER_STATE")" = "$root/.kubesteer" ]; then
+  echo "[test-run] refusing to run on make run's cluster (kubesteer, .kubesteer/)" >&2
+  exit 2
+fi
+log() { printf '[test-run] %s\n' "$*" >&2; }
+fail() { printf '[test-run] FAILED: %s\n' "$*" >&2; exit 1; }
+trap 'hack/cluster.sh down >/dev/null 2>&1 || true' EXIT
+mkdir -p "$KUBESTEER_STATE"
+out=$KUBESTEER_STATE/test-run.out
+
+log "1. KUBESTEER_RUN_ONCE=1 make run"
+KUBESTEER_RUN_ONCE=1 make --no-print-directory run 2>&1 | tee "$out.1"
+for want in "every sample Ready" "kubesteer is running on a local control plane" \
+  '$ kubectl explain scaler.spec.windows.start' "office-hours" "tearing down cluster $KUBESTEER_CLUSTER"; do
+  grep -qF -- "$want" "$out.1" || fail "run 1 did not print: $want"
+done
+if hack/cluster.sh status >/dev/null 2>&1; then fail "run 1 left the cluster it started"; fi
+
+log "2. a run that fails: the samples given 1 s to be Ready"
+if KUBESTEER_RUN_ONCE=1 KUBESTEER_SAMPLES_TIMEOUT=1s make --no-print-directory run >"$out.2" 2>&1; then
+  cat "$out.2" >&2
+  fail "run 2 exited 0"
+fi
+cat "$out.2"
+for want in "failed at: waiting until the controller has every sample Ready" \
+  "scaler/office-hours: conditions and events" "the webhook's last denials" \
+  "the controller's last errors" "the cluster stays up for a look" \
+  "remove it with: KUBESTEER_CLUSTER=$KUBESTEER_CLUSTER KUBESTEER_STATE=$KUBESTEER_STATE hack/cluster.sh down"; do
+  grep -qF -- "$want" "$out.2" || fail "run 2 did not print: $want"
+done
+hack/cluster.sh status >/dev/null 2>&1 || fail "run 2 did not keep the cluster for a look"
+log "both runs as expected; removing the kept cluster"
