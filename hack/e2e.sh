@@ -9,12 +9,8 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-export KUBESTEER_CLUSTER=${KUBESTEER_E2E_CLUSTER:-kubesteer-e2e}
-export KUBESTEER_STATE=${KUBESTEER_E2E_STATE:-$root/.kubesteer/e2e}
-if [ "$KUBESTEER_CLUSTER" = kubesteer ] || [ "$(realpath -m "$KUBESTEER_STATE")" = "$root/.kubesteer" ]; then
-  echo "[e2e] refusing to run on make run's cluster (kubesteer, .kubesteer/): pick another name and state" >&2
-  exit 2
-fi
+. hack/own-cluster.sh
+own_cluster e2e "${KUBESTEER_E2E_CLUSTER:-kubesteer-e2e}" "${KUBESTEER_E2E_STATE:-$root/.kubesteer/e2e}"
 # Everything that reads a kubeconfig (the tests, kubectl, helm, hack/deploy.sh) gets this one,
 # whatever KUBECONFIG the calling shell exported.
 export KUBESTEER_KUBECONFIG=$KUBESTEER_STATE/kubeconfig

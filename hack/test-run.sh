@@ -8,12 +8,8 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-export KUBESTEER_CLUSTER=${KUBESTEER_RUN_CLUSTER:-kubesteer-run}
-export KUBESTEER_STATE=${KUBESTEER_RUN_STATE:-$root/.kubesteer/run}
-if [ "$KUBESTEER_CLUSTER" = kubesteer ] || [ "$(realpath -m "$KUBESTEER_STATE")" = "$root/.kubesteer" ]; then
-  echo "[test-run] refusing to run on make run's cluster (kubesteer, .kubesteer/)" >&2
-  exit 2
-fi
+. hack/own-cluster.sh
+own_cluster test-run "${KUBESTEER_RUN_CLUSTER:-kubesteer-run}" "${KUBESTEER_RUN_STATE:-$root/.kubesteer/run}"
 log() { printf '[test-run] %s\n' "$*" >&2; }
 fail() { printf '[test-run] FAILED: %s\n' "$*" >&2; exit 1; }
 trap 'hack/cluster.sh down >/dev/null 2>&1 || true' EXIT

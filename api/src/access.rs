@@ -240,8 +240,7 @@ impl ApplicationSpec {
         reads(self)
             .into_iter()
             .filter(|(_, access, key)| {
-                !before.iter().any(|(a, k)| a == access && k == key)
-                    && seen.insert(access.clone())
+                !before.iter().any(|(a, k)| a == access && k == key) && seen.insert(access.clone())
             })
             .map(|(path, access, _)| (path, access))
             .collect()

@@ -2,7 +2,9 @@
 //! `unchanged`, denials naming every field, the environment's Secrets and ConfigMaps checked
 //! against the author's own rights, and the Ingress warnings (named only to who may read).
 use anyhow::Result;
-use kubesteer_tests::{apply_as, eventually, grant, jsonpath, kubectl, kubectl_ok, unique, Webhook};
+use kubesteer_tests::{
+    apply_as, eventually, grant, jsonpath, kubectl, kubectl_ok, unique, Webhook,
+};
 use serde_json::Value;
 
 const APP: &str = "apiVersion: kubesteer.io/v1alpha1\nkind: Application\n";
@@ -159,14 +161,23 @@ fn an_image_swap_or_a_second_key_needs_the_right_to_read_the_secret() -> Result<
     let patch_as_bob = |patch: &str| {
         kubectl(
             &[
-                "patch", "--as=bob", "-n", ns.name(), "application/site", "--type=merge", "-p",
+                "patch",
+                "--as=bob",
+                "-n",
+                ns.name(),
+                "application/site",
+                "--type=merge",
+                "-p",
                 patch,
             ],
             None,
         )
     };
     let run = patch_as_bob(r#"{"spec":{"replicas":3}}"#)?;
-    assert!(run.ok, "an edit that runs nothing new with the Secret: {run:?}");
+    assert!(
+        run.ok,
+        "an edit that runs nothing new with the Secret: {run:?}"
+    );
     let want = format!(
         "spec.env[0].valueFrom.secretKeyRef.name: Forbidden: user \"bob\" may not get secrets \"db\" in namespace \"{}\"",
         ns.name()
@@ -179,7 +190,8 @@ fn an_image_swap_or_a_second_key_needs_the_right_to_read_the_secret() -> Result<
     )?;
     assert!(!run.ok, "a second key of the Secret: {run:?}");
     assert!(
-        run.stderr.contains("spec.env[1].valueFrom.secretKeyRef.name: Forbidden"),
+        run.stderr
+            .contains("spec.env[1].valueFrom.secretKeyRef.name: Forbidden"),
         "{}",
         run.stderr
     );

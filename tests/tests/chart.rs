@@ -569,7 +569,7 @@ fn rbac_grants_exactly_what_each_binary_uses() -> Result<()> {
     controller.extend(expand(
         &[""],
         &["secrets"],
-        &["create", "patch", "update", "delete"],
+        &["create", "patch", "delete"],
         None,
     ));
     controller.extend(expand(&[""], &["pods"], &["get", "list", "watch"], None));

@@ -191,6 +191,7 @@ fn each_service_account_may_do_what_its_binary_does_and_nothing_more() -> Result
         row(true, &format!("create secrets -n {o}")),
         row(true, &format!("patch secrets -n {o}")),
         row(true, &format!("delete secrets -n {o}")),
+        row(false, &format!("update secrets -n {o}")),
         row(false, &format!("get secrets -n {o}")),
         row(false, &format!("list secrets -n {o}")),
         row(false, &format!("watch secrets -n {o}")),
