@@ -65,14 +65,13 @@ diagnose() {
       -o custom-columns=TYPE:.type,REASON:.reason,MESSAGE:.message --no-headers 2>&1 | tail -n 5 | sed 's/^/    /' >&2 || true
   done
   local webhook_log controller_log
+  webhook_log=$(webhook_logs)
   if [ "$mode" = cluster ]; then
     log "pods and warnings in $release_ns"
     "${k[@]}" -n "$release_ns" get pods -o wide 2>&1 | sed 's/^/    /' >&2 || true
     "${k[@]}" -n "$release_ns" get events --field-selector type=Warning --no-headers 2>&1 | tail -n 10 | sed 's/^/    /' >&2 || true
-    webhook_log=$("${k[@]}" -n "$release_ns" logs -l app.kubernetes.io/component=webhook --tail=1000 --prefix 2>&1 || true)
     controller_log=$("${k[@]}" -n "$release_ns" logs -l app.kubernetes.io/component=controller --tail=1000 --prefix 2>&1 || true)
   else
-    webhook_log=$(cat "$state/webhook.log" 2>/dev/null || true)
     controller_log=$(cat "$state/controller.log" 2>/dev/null || true)
   fi
   log "the webhook's last denials"
@@ -187,8 +186,24 @@ done_or_wait() {
   try_it
   if [ "$once" = 1 ]; then
     readme_lines
+    if [ "$mode" = cluster ]; then
+      # The chart's controller is its ServiceAccount to the webhook (on the host it is the admin).
+      step "checking that the webhook denied none of the controller's writes"
+      local denials
+      denials=$(webhook_logs | grep -i 'denied' | grep -F "serviceaccount:$release_ns:" || true)
+      [ -z "$denials" ] || { printf '%s\n' "$denials" | tail -n 5 >&2; die "the webhook denied the controller's writes (above)"; }
+    fi
     step "done: every sample Ready and the README's lines run"
     exit 0
+  fi
+}
+
+# Every line the webhook logged.
+webhook_logs() {
+  if [ "$mode" = cluster ]; then
+    "${kubectl[@]}" -n "$release_ns" logs -l app.kubernetes.io/component=webhook --tail=-1 --prefix 2>&1 || true
+  else
+    cat "$state/webhook.log" 2>/dev/null || true
   fi
 }
 
