@@ -264,22 +264,25 @@ impl Record {
     }
 
     /// The record kept under the annotation `key` (with [`ORIGINAL_REPLICAS_OWNER`]), e.g. an
-    /// HPA's original minReplicas.
+    /// HPA's original minReplicas. Annotations are anyone's to edit who may edit the target, so
+    /// a value that is no count of replicas (not a number, negative) reads as unreadable: the
+    /// target is then released as it is rather than written a value the apiserver refuses.
     pub fn kept_in(
         annotations: &std::collections::BTreeMap<String, String>,
         key: &str,
         me: &str,
     ) -> Self {
         let replicas = annotations.get(key);
+        let count = |v: &String| v.trim().parse::<i32>().ok().filter(|r| *r >= 0);
         match annotations.get(ORIGINAL_REPLICAS_OWNER) {
             Some(owner) if owner != me => Record::Other(owner.clone()),
             Some(_) => Record::Mine {
-                replicas: replicas.and_then(|v| v.trim().parse().ok()),
+                replicas: replicas.and_then(count),
                 owner_recorded: true,
             },
             None => match replicas {
                 Some(v) => Record::Mine {
-                    replicas: v.trim().parse().ok(),
+                    replicas: count(v),
                     owner_recorded: false,
                 },
                 None => Record::Absent,
@@ -667,6 +670,19 @@ mod tests {
             },
             "a record from before owners were recorded is adopted"
         );
+        for bad in ["-1", "lots", "", "2147483648"] {
+            assert_eq!(
+                Record::of(
+                    &annotations(&[(ORIGINAL_REPLICAS, bad), (ORIGINAL_REPLICAS_OWNER, &me)]),
+                    &me
+                ),
+                Record::Mine {
+                    replicas: None,
+                    owner_recorded: true
+                },
+                "{bad:?} is no count of replicas: unreadable, released as it is"
+            );
+        }
     }
 
     fn spec(v: serde_json::Value) -> ScalerSpec {

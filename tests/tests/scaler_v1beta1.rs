@@ -145,11 +145,31 @@ fn an_hpa_gets_its_min_replicas_raised_in_the_window_and_restored_after() -> Res
         "",
         "the Deployment's replicas were left to the HPA"
     );
+    // Someone who may edit the HPA sets its record past its maxReplicas (10): the restore
+    // brings it within, rather than failing with 422 and holding the Scaler's deletion forever.
     kubectl_ok(
-        &["delete", "-n", ns.name(), "scaler/web", "--wait=true"],
+        &[
+            "annotate",
+            "-n",
+            ns.name(),
+            "hpa/web",
+            "--overwrite",
+            "kubesteer.io/original-min-replicas=999",
+        ],
         None,
     )?;
-    wait_for(&ns, "hpa/web", "{.spec.minReplicas}", "1")?;
+    kubectl_ok(
+        &[
+            "delete",
+            "-n",
+            ns.name(),
+            "scaler/web",
+            "--wait=true",
+            "--timeout=60s",
+        ],
+        None,
+    )?;
+    wait_for(&ns, "hpa/web", "{.spec.minReplicas}", "10")?;
     assert_eq!(
         get(
             &ns,

@@ -347,13 +347,22 @@ pub fn hpa_change(
                 annotation::ORIGINAL_MIN_REPLICAS: null,
                 annotation::ORIGINAL_REPLICAS_OWNER: null,
             });
-            let to = replicas.unwrap_or(min);
+            // The recorded value is anyone's to edit who may edit the HPA: one the apiserver
+            // would refuse (below 1, above maxReplicas) is brought within them, not retried.
+            let recorded = replicas.unwrap_or(min);
+            let to = recorded
+                .min(spec.max_replicas)
+                .max(HPA_DEFAULT_MIN_REPLICAS);
+            let clamped = match to == recorded {
+                true => String::new(),
+                false => format!(" (recorded {recorded}, within 1..{})", spec.max_replicas),
+            };
             Some(TargetChange {
                 record: Some(set_min(to, annotations)),
                 replicas: Some(to),
                 restoring: true,
                 reason: reason::RESTORED,
-                note: format!("Restored {name} minReplicas from {min} to {to}"),
+                note: format!("Restored {name} minReplicas from {min} to {to}{clamped}"),
             })
         }
         (None, Record::Absent) => None,
@@ -1961,6 +1970,26 @@ mod tests {
             None,
             "nothing recorded, nothing to restore"
         );
+        // A recorded original edited past what the apiserver accepts is restored within it.
+        for (recorded, to) in [("999", 10), ("0", 1), ("-1", 2), ("3", 3)] {
+            let mut edited = hpa.clone();
+            edited.metadata.annotations = Some(
+                [
+                    (
+                        annotation::ORIGINAL_MIN_REPLICAS.to_string(),
+                        recorded.to_string(),
+                    ),
+                    (
+                        annotation::ORIGINAL_REPLICAS_OWNER.to_string(),
+                        ME.to_string(),
+                    ),
+                ]
+                .into(),
+            );
+            let change = hpa_change(&edited, &web, ME, None).expect("a restore");
+            assert_eq!(change.replicas, Some(to), "recorded {recorded}");
+            assert_eq!(change.record.unwrap()["spec"]["minReplicas"], to);
+        }
     }
 
     #[tokio::test]
