@@ -130,7 +130,7 @@ fn the_environment_reads_only_what_its_author_may_read() -> Result<()> {
     }
     grant(ns.name(), "read-db", "get", "secrets", "erin")?;
     grant(ns.name(), "read-cfg", "get", "configmaps", "erin")?;
-    // RBAC reaches the authorizer through its informer; denials are not cached by the webhook.
+    // RBAC reaches the authorizer through its informer; the webhook keeps a denial for 2 s.
     eventually(
         std::time::Duration::from_secs(10),
         "the grants seen",

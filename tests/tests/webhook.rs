@@ -394,7 +394,7 @@ fn a_same_namespace_target_needs_permission_to_scale_it_and_tells_nothing_otherw
         "deployments.apps/scale",
         "carol",
     )?;
-    // RBAC reaches the authorizer through its informer; denials are not cached by the webhook.
+    // RBAC reaches the authorizer through its informer; the webhook keeps a denial for 2 s.
     let admitted =
         kubesteer_tests::eventually(std::time::Duration::from_secs(10), "grant seen", || {
             let run = apply_as("carol", ns.name(), &yaml)?;

@@ -1,6 +1,9 @@
-//! Permission checks for a request's author, with a short cache of granted answers.
+//! Permission checks for a request's author, with a short cache of answers: grants for
+//! [`TTL`], denials for a fifth of it, and one SubjectAccessReview at a time for the same
+//! question, so that a burst of identical reviews (a forged `userInfo` among them) costs the
+//! apiserver one check, not one per review.
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::authentication::v1::UserInfo;
@@ -27,15 +30,18 @@ struct Key {
     access: Access,
 }
 
-/// A granted answer: when it was asked, and whether a request is asking again.
+/// An answer: when it was asked, whether it granted, and whether a request is asking again.
 struct Grant {
     asked: Instant,
+    granted: bool,
     refreshing: bool,
 }
 
-/// Granted answers by identity and permission.
+/// Answers by identity and permission.
 pub struct Permissions {
     granted: Mutex<HashMap<Key, Grant>>,
+    /// The question being asked now, one lock each: the others asking it wait for its answer.
+    asking: Mutex<HashMap<Key, Turn>>,
     ttl: Duration,
     capacity: usize,
 }
@@ -50,12 +56,38 @@ impl Permissions {
     pub fn new(ttl: Duration, capacity: usize) -> Self {
         Self {
             granted: Mutex::default(),
+            asking: Mutex::default(),
             ttl,
             capacity: capacity.max(1),
         }
     }
 
-    /// Whether `user` holds `access`; only grants are cached, so a new grant counts at once.
+    /// How long a denial is kept: a fifth of a grant's, so a new grant counts within it.
+    fn denial_ttl(&self) -> Duration {
+        self.ttl / REFRESH_IN_LAST
+    }
+
+    /// The cached answer to `key`, if one is valid; a grant in the last fifth of its TTL is
+    /// marked for one request (`Some(Err(()))`) to ask again while the others use it.
+    fn cached(&self, key: &Key, now: Instant) -> Option<Result<bool, ()>> {
+        let mut granted = self.lock();
+        let answer = granted.get_mut(key)?;
+        let age = now.duration_since(answer.asked);
+        if !answer.granted {
+            return (age < self.denial_ttl()).then_some(Ok(false));
+        }
+        if age >= self.ttl {
+            return None;
+        }
+        if answer.refreshing || age < self.ttl - self.ttl / REFRESH_IN_LAST {
+            return Some(Ok(true));
+        }
+        answer.refreshing = true;
+        Some(Err(()))
+    }
+
+    /// Whether `user` holds `access`. A grant is kept for the TTL, a denial for a fifth of it
+    /// (a new grant counts within that), errors not at all.
     pub async fn check<C: Cluster>(
         &self,
         cluster: &C,
@@ -69,29 +101,27 @@ impl Permissions {
             extra: user.extra.clone(),
             access: access.clone(),
         };
-        let now = Instant::now();
         // Whether this request asks again for a grant that is still valid. If it is dropped
         // before the answer, the grant simply expires at its TTL and the next request asks.
-        let refreshing = match self.lock().get_mut(&key) {
-            Some(grant) if now.duration_since(grant.asked) < self.ttl => {
-                let age = now.duration_since(grant.asked);
-                if grant.refreshing || age < self.ttl - self.ttl / REFRESH_IN_LAST {
-                    return Ok(true);
-                }
-                grant.refreshing = true;
-                true
-            }
-            _ => false,
+        let refreshing = match self.cached(&key, Instant::now()) {
+            Some(Ok(answer)) => return Ok(answer),
+            Some(Err(())) => true,
+            None => false,
         };
-        match cluster.permitted(user, access).await {
-            Ok(true) => {
-                self.remember(key, now);
-                Ok(true)
+        // One request asks a question at a time; the others wait for it and take its answer.
+        let _asking = Asking::new(self, &key).await;
+        if !refreshing {
+            if let Some(Ok(answer)) = self.cached(&key, Instant::now()) {
+                return Ok(answer);
             }
-            Ok(false) => {
-                // Revoked: it counts at once, for every request.
-                self.lock().remove(&key);
-                Ok(false)
+        }
+        let now = Instant::now();
+        let answer = cluster.permitted(user, access).await;
+        let result = match answer {
+            Ok(granted) => {
+                // A denial counts at once, for every request, and takes a grant away.
+                self.remember(key.clone(), now, granted);
+                Ok(granted)
             }
             // The grant asked again is still within its TTL: it stands, and a later request
             // asks again.
@@ -102,13 +132,17 @@ impl Permissions {
                 Ok(true)
             }
             Err(e) => Err(e),
-        }
+        };
+        result
     }
 
-    fn remember(&self, key: Key, now: Instant) {
+    fn remember(&self, key: Key, now: Instant, answer: bool) {
         let mut granted = self.lock();
         if granted.len() >= self.capacity && !granted.contains_key(&key) {
-            granted.retain(|_, grant| now.duration_since(grant.asked) < self.ttl);
+            let (ttl, denial_ttl) = (self.ttl, self.denial_ttl());
+            granted.retain(|_, grant| {
+                now.duration_since(grant.asked) < if grant.granted { ttl } else { denial_ttl }
+            });
             if granted.len() >= self.capacity {
                 let oldest = granted
                     .iter()
@@ -123,6 +157,7 @@ impl Permissions {
             key,
             Grant {
                 asked: now,
+                granted: answer,
                 refreshing: false,
             },
         );
@@ -133,12 +168,61 @@ impl Permissions {
         self.lock().len()
     }
 
+    /// Number of questions being asked now, for tests.
+    pub fn asking(&self) -> usize {
+        self.asking_lock().len()
+    }
+
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    fn asking_lock(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Turn>> {
+        self.asking.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Grant>> {
         // A panic elsewhere while holding the lock leaves the map usable: each entry is whole.
         self.granted.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The lock of one question, shared by whoever asks it now.
+type Turn = Arc<tokio::sync::Mutex<()>>;
+
+/// This request's turn to ask a question: held until dropped (answered, or the request gone),
+/// then the question's lock is forgotten once nobody else holds or waits for it.
+struct Asking<'a> {
+    permissions: &'a Permissions,
+    key: &'a Key,
+    held: Option<tokio::sync::OwnedMutexGuard<()>>,
+}
+
+impl<'a> Asking<'a> {
+    async fn new(permissions: &'a Permissions, key: &'a Key) -> Self {
+        let turn = permissions
+            .asking_lock()
+            .entry(key.clone())
+            .or_default()
+            .clone();
+        Self {
+            permissions,
+            key,
+            held: Some(turn.lock_owned().await),
+        }
+    }
+}
+
+impl Drop for Asking<'_> {
+    fn drop(&mut self) {
+        self.held = None;
+        let mut asking = self.permissions.asking_lock();
+        // Only the map holds it: nobody asks or waits.
+        if asking
+            .get(self.key)
+            .is_some_and(|t| Arc::strong_count(t) == 1)
+        {
+            asking.remove(self.key);
+        }
     }
 }

@@ -47,6 +47,8 @@ pub struct FakeCluster {
     pub ingress_classes: Vec<String>,
     /// Ingresses, as (namespace, name, host, path).
     pub ingresses: Vec<(String, String, String, String)>,
+    /// How long each SubjectAccessReview takes to answer.
+    pub sar_delay: std::time::Duration,
 }
 
 impl FakeCluster {
@@ -62,6 +64,9 @@ impl Cluster for FakeCluster {
             .lock()
             .unwrap()
             .push((user.username.clone(), access.clone()));
+        if !self.sar_delay.is_zero() {
+            tokio::time::sleep(self.sar_delay).await;
+        }
         if let Some(e) = &self.sar_error {
             return Err(e.clone());
         }
