@@ -69,6 +69,15 @@ impl Access {
         }
     }
 
+    /// `create` on the Ingresses of a namespace: what the controller does for an Application
+    /// with `spec.ingress`, which its author must be able to do as well.
+    pub fn create_ingresses(namespace: &str) -> Self {
+        Self {
+            verb: "create",
+            ..Self::get_ingress(namespace, "")
+        }
+    }
+
     fn get_core(resource: &'static str, namespace: &str, name: &str) -> Self {
         Self {
             verb: "get",
@@ -237,13 +246,22 @@ impl ApplicationSpec {
             _ => Vec::new(),
         };
         let mut seen = std::collections::BTreeSet::new();
-        reads(self)
+        let mut required: Vec<(String, Access)> = reads(self)
             .into_iter()
             .filter(|(_, access, key)| {
                 !before.iter().any(|(a, k)| a == access && k == key) && seen.insert(access.clone())
             })
             .map(|(path, access, _)| (path, access))
-            .collect()
+            .collect();
+        // The Ingress is created with the controller's rights; its author needs their own, on
+        // CREATE and whenever the Ingress changes (host, path, class).
+        if self.ingress.is_some() && old.is_none_or(|o| o.ingress != self.ingress) {
+            required.push((
+                "spec.ingress".to_string(),
+                Access::create_ingresses(own_namespace),
+            ));
+        }
+        required
     }
 }
 
@@ -418,6 +436,21 @@ mod tests {
         assert_eq!(
             Access::get_ingress("web", "site").to_string(),
             "get ingresses (networking.k8s.io) \"site\" in namespace \"web\""
+        );
+        // An Ingress needs its author's own right to create one, when it is new or changes.
+        let exposed: ApplicationSpec = serde_json::from_value(
+            serde_json::json!({"image": "nginx", "ingress": {"host": "shop.example.com"}}),
+        )
+        .unwrap();
+        let want = vec![("spec.ingress".to_string(), Access::create_ingresses("team"))];
+        assert_eq!(exposed.required_access("team", None), want);
+        assert!(exposed.required_access("team", Some(&exposed)).is_empty());
+        let mut moved = exposed.clone();
+        moved.ingress.as_mut().unwrap().path = Some("/login".into());
+        assert_eq!(moved.required_access("team", Some(&exposed)), want);
+        assert_eq!(
+            Access::create_ingresses("team").to_string(),
+            "create ingresses (networking.k8s.io) in namespace \"team\""
         );
     }
 }

@@ -243,7 +243,8 @@ fn ingress_warnings_name_a_missing_class_and_a_taken_host_only_to_who_may_read_i
         },
     )?;
     assert!(run.ok, "{run:?}");
-    // frank may create Applications here but may not read Ingresses over there: nothing is said.
+    // frank may create Applications here but not Ingresses: the controller is no way around
+    // that, so an Application with an Ingress is his only once he may create one himself.
     grant(
         ns.name(),
         "app-editor",
@@ -252,7 +253,24 @@ fn ingress_warnings_name_a_missing_class_and_a_taken_host_only_to_who_may_read_i
         "frank",
     )?;
     let run = apply_as("frank", ns.name(), &app("site3"))?;
-    assert!(run.ok, "{run:?}");
+    assert!(!run.ok, "{run:?}");
+    let want = format!(
+        "spec.ingress: Forbidden: user \"frank\" may not create ingresses (networking.k8s.io) in namespace \"{}\"",
+        ns.name()
+    );
+    assert!(run.stderr.contains(&want), "{want} not in {}", run.stderr);
+    grant(
+        ns.name(),
+        "ingress-creator",
+        "create",
+        "ingresses.networking.k8s.io",
+        "frank",
+    )?;
+    // He may not read Ingresses over there: nothing is said about the one serving the host.
+    let run = eventually(std::time::Duration::from_secs(10), "the grant seen", || {
+        let run = apply_as("frank", ns.name(), &app("site3"))?;
+        Ok(run.ok.then_some(run))
+    })?;
     assert!(
         !run.stderr.contains("legacy") && !run.stderr.contains("already serves"),
         "told frank about an Ingress he may not read: {}",

@@ -1059,3 +1059,22 @@ async fn identical_checks_at_once_cost_one_review_and_a_denial_is_kept_briefly()
     assert_eq!(answers, [Ok(true), Ok(true)]);
     assert_eq!(slow.sars(), 6);
 }
+
+#[tokio::test]
+async fn an_application_with_an_ingress_needs_its_authors_right_to_create_one() {
+    let review = fixture("application-create.json");
+    assert!(review["request"]["object"]["spec"]["ingress"].is_object());
+    let no_ingresses = FakeCluster {
+        may_get_secrets: vec![("team".into(), "pw".into())],
+        ingress_classes: vec!["nginx".into()],
+        may_create_ingresses_in: Vec::new(),
+        ..cluster()
+    };
+    let reply = send(no_ingresses, "/validate/applications", &review).await;
+    assert!(!reply.allowed(), "{}", reply.body);
+    assert!(
+        reply.message().contains("spec.ingress: Forbidden: user \"alice\" may not create ingresses (networking.k8s.io) in namespace \"team\""),
+        "{}",
+        reply.message()
+    );
+}

@@ -49,6 +49,8 @@ pub struct FakeCluster {
     pub ingresses: Vec<(String, String, String, String)>,
     /// How long each SubjectAccessReview takes to answer.
     pub sar_delay: std::time::Duration,
+    /// Namespaces where the requesting user may create Ingresses.
+    pub may_create_ingresses_in: Vec<String>,
 }
 
 impl FakeCluster {
@@ -88,6 +90,9 @@ impl Cluster for FakeCluster {
                 ("get", "configmaps", "") => self
                     .may_get_config_maps
                     .contains(&(ns.clone(), access.name.clone())),
+                ("create", "ingresses", "") => {
+                    access.group == "networking.k8s.io" && self.may_create_ingresses_in.contains(ns)
+                }
                 ("get", "ingresses", "") => {
                     access.group == "networking.k8s.io"
                         && self
@@ -159,6 +164,7 @@ pub fn cluster() -> FakeCluster {
     FakeCluster {
         deployments: vec![("team".into(), "web".into())],
         may_scale_in: vec!["team".into()],
+        may_create_ingresses_in: vec!["team".into()],
         ..Default::default()
     }
 }
