@@ -91,7 +91,7 @@ pub struct IngressSpec {
     #[x_kube(validation = Rule::new(not_an_ip_rule()).message(DOTTED_NUMBERS.message))]
     pub host: String,
 
-    /// HTTP path, starting with "/". Defaults to "/".
+    /// HTTP path, starting with "/", without whitespace or any of ; { } $ ". Defaults to "/".
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = MAX_PATH), regex(pattern = PATH.regex))]
     pub path: Option<String>,
@@ -438,6 +438,23 @@ mod tests {
         let zero = spec(json!({"image": "nginx", "replicas": 0})).defaulted();
         assert_eq!(zero.replicas, Some(0), "0 is a value, not a missing field");
         assert_eq!(zero.ingress, None);
+    }
+
+    #[test]
+    fn a_path_that_could_inject_ingress_configuration_is_refused() {
+        for bad in ["/a;b", "/{x}", "/a$", "/a\"b", "/login;} location / {"] {
+            let s = spec(json!({"image": "nginx", "ingress": {"host": "a.io", "path": bad}}));
+            let errors = s.validate();
+            assert!(
+                errors.iter().any(|e| e.path == "spec.ingress.path"
+                    && e.to_string().contains("any of ; { } $ \"")),
+                "{bad}: {errors:?}"
+            );
+        }
+        for good in ["/", "/shop/cart", "/a%20b", "/a-b_c.d~e"] {
+            let s = spec(json!({"image": "nginx", "ingress": {"host": "a.io", "path": good}}));
+            assert!(s.validate().is_empty(), "{good}");
+        }
     }
 
     #[test]

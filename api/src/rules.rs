@@ -209,10 +209,12 @@ pub mod application {
     }
 
     pub const MAX_PATH: usize = 1024;
-    /// An HTTP path of an Ingress rule: absolute, no whitespace or controls.
+    /// An HTTP path of an Ingress rule: absolute, no whitespace or controls, and none of
+    /// `; { } $ "`, which some Ingress controllers paste into their configuration (an nginx
+    /// `location` block) and so would let a path inject configuration.
     pub static PATH: Pattern = Pattern::new(
-        r"^/[^[:space:][:cntrl:]]*$",
-        "must be an absolute path: start with '/', without whitespace",
+        r#"^/[^[:space:][:cntrl:];{}$"]*$"#,
+        "must be an absolute path: start with '/', without whitespace or any of ; { } $ \"",
     );
 }
 

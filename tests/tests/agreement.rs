@@ -604,7 +604,11 @@ fn application_cases() -> Vec<Case> {
         Refuse,
     );
     c.strings("/ingress/path", &["/", "/shop/cart", "/a%20b"], Accept);
-    c.strings("/ingress/path", &["shop", "/a b", ""], Refuse);
+    c.strings(
+        "/ingress/path",
+        &["shop", "/a b", "", "/a;b", "/{x}", "/a$", "/a\"b"],
+        Refuse,
+    );
     let path = |n: usize| json!(format!("/{}", "p".repeat(n - 1)));
     c.set("/ingress/path", path(app::MAX_PATH), Accept);
     c.set("/ingress/path", path(app::MAX_PATH + 1), Refuse);
