@@ -236,6 +236,26 @@ impl IngressSpec {
 }
 
 impl ApplicationSpec {
+    /// The error when the Ingress part asks for `ImplementationSpecific` paths where the cluster
+    /// does not allow them (the webhook's `--allow-implementation-specific-paths`): with it, an
+    /// Ingress controller reads the path its own way (as a regular expression, in some), beyond
+    /// what the path rule checks. On CREATE and when the Ingress part changes, so an object
+    /// admitted before stays editable.
+    pub fn path_type_refused(
+        &self,
+        old: Option<&ApplicationSpec>,
+        allowed: bool,
+    ) -> Option<FieldError> {
+        let ingress = self.ingress.as_ref()?;
+        let changed = old.is_none_or(|o| o.ingress != self.ingress);
+        (changed && !allowed && ingress.path_type() == PathType::ImplementationSpecific).then(|| {
+            FieldError::forbidden(
+                "spec.ingress.pathType",
+                "ImplementationSpecific lets the Ingress controller read the path its own way; this cluster allows Prefix and Exact (the chart's webhook.allowImplementationSpecificPaths)",
+            )
+        })
+    }
+
     pub fn replicas(&self) -> i32 {
         self.replicas.unwrap_or(DEFAULT_REPLICAS)
     }
@@ -455,6 +475,26 @@ mod tests {
             let s = spec(json!({"image": "nginx", "ingress": {"host": "a.io", "path": good}}));
             assert!(s.validate().is_empty(), "{good}");
         }
+    }
+
+    #[test]
+    fn implementation_specific_paths_need_the_clusters_leave() {
+        let s = spec(
+            json!({"image": "nginx", "ingress": {"host": "a.io", "pathType": "ImplementationSpecific"}}),
+        );
+        let refused = s.path_type_refused(None, false).expect("refused");
+        assert_eq!(refused.path, "spec.ingress.pathType");
+        assert!(s.path_type_refused(None, true).is_none(), "allowed");
+        assert!(
+            s.path_type_refused(Some(&s), false).is_none(),
+            "unchanged since admitted"
+        );
+        let prefix = spec(json!({"image": "nginx", "ingress": {"host": "a.io"}}));
+        assert!(prefix.path_type_refused(None, false).is_none());
+        assert!(
+            s.path_type_refused(Some(&prefix), false).is_some(),
+            "changed to it"
+        );
     }
 
     #[test]

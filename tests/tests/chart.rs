@@ -1470,6 +1470,23 @@ fn allowed_images_reach_the_webhook_and_none_means_any() -> Result<()> {
         env_value(container(&docs, &webhook), "KUBESTEER_ALLOWED_IMAGES").as_deref(),
         Some("registry.example.com/,hashicorp/http-echo:")
     );
+    // ImplementationSpecific Ingress paths: off unless the value says so.
+    assert_eq!(
+        env(
+            container(&render(&[])?, &webhook),
+            "KUBESTEER_ALLOW_IMPLEMENTATION_SPECIFIC_PATHS"
+        ),
+        None
+    );
+    let docs = render(&["--set", "webhook.allowImplementationSpecificPaths=true"])?;
+    assert_eq!(
+        env_value(
+            container(&docs, &webhook),
+            "KUBESTEER_ALLOW_IMPLEMENTATION_SPECIFIC_PATHS"
+        )
+        .as_deref(),
+        Some("true")
+    );
     Ok(())
 }
 

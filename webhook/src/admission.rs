@@ -40,6 +40,8 @@ pub struct AppState<C> {
     pub health: Health,
     /// The images owned pods may run (`--allowed-images`); empty allows any.
     pub images: ImagePolicy,
+    /// Whether an Application's Ingress may use ImplementationSpecific paths.
+    pub implementation_specific_paths: bool,
 }
 
 impl<C: Cluster> AppState<C> {
@@ -50,6 +52,7 @@ impl<C: Cluster> AppState<C> {
             metrics: Metrics::default(),
             health: Health::default(),
             images: ImagePolicy::default(),
+            implementation_specific_paths: false,
         }
     }
 }
@@ -445,6 +448,10 @@ async fn application_rules<C: Cluster>(
         .old_object
         .as_ref()
         .and_then(read_spec::<ApplicationSpec>);
+    if let Some(refused) = spec.path_type_refused(old.as_ref(), state.implementation_specific_paths)
+    {
+        errors.push(refused);
+    }
     let required = spec.required_access(me.0, old.as_ref());
     let (cluster, user) = (&state.cluster, &request.user_info);
     let answers = ask_all(state, request, &required).await;

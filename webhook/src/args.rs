@@ -49,6 +49,15 @@ pub struct Args {
     )]
     pub allowed_images: Vec<String>,
 
+    /// Allow Applications whose Ingress has `pathType: ImplementationSpecific` (off: Prefix and
+    /// Exact only), checked on create and when the Ingress part changes.
+    #[arg(
+        long,
+        env = "KUBESTEER_ALLOW_IMPLEMENTATION_SPECIFIC_PATHS",
+        default_value_t = false
+    )]
+    pub allow_implementation_specific_paths: bool,
+
     /// Self-managed: the namespace of the Secret and the Service.
     #[arg(long, env = "POD_NAMESPACE", default_value = "kubesteer-system")]
     pub namespace: String,

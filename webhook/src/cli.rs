@@ -88,6 +88,7 @@ async fn serve(args: Args) -> Result<(), Error> {
     let mut state = AppState::new(KubeCluster::start(client, &health));
     state.health = health;
     state.images = kubesteer_api::access::ImagePolicy::new(args.allowed_images.clone());
+    state.implementation_specific_paths = args.allow_implementation_specific_paths;
     let state = Arc::new(state);
     let listener = tokio::net::TcpListener::bind(args.addr)
         .await

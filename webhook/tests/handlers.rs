@@ -1078,3 +1078,28 @@ async fn an_application_with_an_ingress_needs_its_authors_right_to_create_one() 
         reply.message()
     );
 }
+
+#[tokio::test]
+async fn implementation_specific_ingress_paths_are_refused_unless_the_cluster_allows_them() {
+    let mut review = fixture("application-create.json");
+    review["request"]["object"]["spec"]["ingress"]["pathType"] = json!("ImplementationSpecific");
+    let c = FakeCluster {
+        may_get_secrets: vec![("team".into(), "pw".into())],
+        ingress_classes: vec!["nginx".into()],
+        ..cluster()
+    };
+    let reply = send(c.clone(), "/validate/applications", &review).await;
+    assert!(!reply.allowed(), "{}", reply.body);
+    assert!(
+        reply
+            .message()
+            .contains("spec.ingress.pathType: Forbidden: ImplementationSpecific"),
+        "{}",
+        reply.message()
+    );
+    let mut allowing = kubesteer_webhook::admission::AppState::new(c);
+    allowing.implementation_specific_paths = true;
+    let body = serde_json::to_vec(&review).unwrap();
+    let reply = send_to(&Arc::new(allowing), "/validate/applications", body).await;
+    assert!(reply.allowed(), "{}", reply.body);
+}
