@@ -703,6 +703,23 @@ pub fn apply_as(user: &str, ns: &str, yaml: &str) -> Result<Run> {
     )
 }
 
+/// `kubectl patch --type=merge` of `object` in `ns` as `user`.
+pub fn merge_patch_as(user: &str, ns: &str, object: &str, patch: &str) -> Result<Run> {
+    kubectl(
+        &[
+            "patch",
+            &format!("--as={user}"),
+            "-n",
+            ns,
+            object,
+            "--type=merge",
+            "-p",
+            patch,
+        ],
+        None,
+    )
+}
+
 /// The webhooks the chart registers: a mutating and a validating one per kind.
 pub const WEBHOOKS: usize = 2 * kubesteer_api::kind::ALL.len();
 

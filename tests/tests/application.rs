@@ -2,9 +2,7 @@
 //! `unchanged`, denials naming every field, the environment's Secrets and ConfigMaps checked
 //! against the author's own rights, and the Ingress warnings (named only to who may read).
 use anyhow::Result;
-use kubesteer_tests::{
-    apply_as, eventually, grant, jsonpath, kubectl, kubectl_ok, unique, Webhook,
-};
+use kubesteer_tests::{apply_as, eventually, grant, jsonpath, kubectl_ok, unique, Webhook};
 use serde_json::Value;
 
 const APP: &str = "apiVersion: kubesteer.io/v1alpha1\nkind: Application\n";
@@ -158,21 +156,8 @@ fn an_image_swap_or_a_second_key_needs_the_right_to_read_the_secret() -> Result<
     );
     let run = ns.apply(&yaml)?;
     assert!(run.ok, "the admin may: {run:?}");
-    let patch_as_bob = |patch: &str| {
-        kubectl(
-            &[
-                "patch",
-                "--as=bob",
-                "-n",
-                ns.name(),
-                "application/site",
-                "--type=merge",
-                "-p",
-                patch,
-            ],
-            None,
-        )
-    };
+    let patch_as_bob =
+        |patch: &str| kubesteer_tests::merge_patch_as("bob", ns.name(), "application/site", patch);
     let run = patch_as_bob(r#"{"spec":{"replicas":3}}"#)?;
     assert!(
         run.ok,

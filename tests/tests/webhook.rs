@@ -442,21 +442,8 @@ fn a_welcome_may_reference_only_a_secret_its_author_may_read() -> Result<()> {
     // The cluster admin may read it, so the same object is admitted for them.
     let run = ns.apply(&yaml)?;
     assert!(run.ok, "{run:?}");
-    let patch_as_dave = |patch: &str| {
-        kubectl(
-            &[
-                "patch",
-                "--as=dave",
-                "-n",
-                ns.name(),
-                "welcome/hello",
-                "--type=merge",
-                "-p",
-                patch,
-            ],
-            None,
-        )
-    };
+    let patch_as_dave =
+        |patch: &str| kubesteer_tests::merge_patch_as("dave", ns.name(), "welcome/hello", patch);
     // An edit that keeps the ref is not a new claim on the Secret, so dave may make it.
     let run = patch_as_dave(r#"{"spec":{"replicas":2}}"#)?;
     assert!(run.ok, "{run:?}");
