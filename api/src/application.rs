@@ -235,7 +235,29 @@ impl IngressSpec {
     }
 }
 
+/// The error when another namespace already serves `host`: a host belongs to the namespace
+/// that serves it first (as OpenShift's route admission decides), since many Ingress controllers
+/// merge one host's rules across namespaces and a second namespace could take over its paths.
+/// `owner` names that namespace's Ingress only to an author who may read it.
+pub fn host_taken(host: &str, owner: Option<&str>) -> FieldError {
+    let by = match owner {
+        Some(ingress) => format!("Ingress {ingress}"),
+        None => "an Ingress of another namespace".to_string(),
+    };
+    FieldError::forbidden(
+        "spec.ingress.host",
+        format!("host {host:?} is served by {by}; a host belongs to the namespace that serves it first (the chart's webhook.allowHostSharing lifts this)"),
+    )
+}
+
 impl ApplicationSpec {
+    /// The host to check for ownership: on CREATE, and when an UPDATE brings a new host.
+    pub fn new_host(&self, old: Option<&ApplicationSpec>) -> Option<&str> {
+        let host = &self.ingress.as_ref()?.host;
+        let before = old.and_then(|o| o.ingress.as_ref()).map(|i| &i.host);
+        (before != Some(host)).then_some(host.as_str())
+    }
+
     /// The error when the Ingress part asks for `ImplementationSpecific` paths where the cluster
     /// does not allow them (the webhook's `--allow-implementation-specific-paths`): with it, an
     /// Ingress controller reads the path its own way (as a regular expression, in some), beyond

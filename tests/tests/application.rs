@@ -11,8 +11,10 @@ const APP: &str = "apiVersion: kubesteer.io/v1alpha1\nkind: Application\n";
 fn defaults_are_stored_once_and_reapplying_is_unchanged() -> Result<()> {
     let webhook = Webhook::start("app-defaults")?;
     let ns = webhook.namespace("app-defaults")?;
+    // A host of its own: a host belongs to the namespace that serves it first.
     let yaml = format!(
-        "{APP}metadata: {{name: site}}\nspec:\n  image: nginx:1.27\n  env: [{{name: A, value: '1'}}]\n  ingress: {{host: example.foo.com}}\n"
+        "{APP}metadata: {{name: site}}\nspec:\n  image: nginx:1.27\n  env: [{{name: A, value: '1'}}]\n  ingress: {{host: {}.foo.com}}\n",
+        ns.name()
     );
     let run = ns.apply(&yaml)?;
     assert!(run.ok, "{run:?}");
@@ -195,10 +197,15 @@ fn ingress_warnings_name_a_missing_class_and_a_taken_host_only_to_who_may_read_i
     let other = webhook.namespace("app-warn-other")?;
     let class = unique("kubesteer-e2e-");
     let host = format!("{class}.example.com");
-    let app = |name: &str| {
+    let app = |name: &str, host: &str| {
         format!("{APP}metadata: {{name: {name}}}\nspec: {{image: nginx, ingress: {{host: {host}, className: {class}}}}}\n")
     };
-    let run = ns.apply(&app("site"))?;
+    let ingress = |name: &str, host: &str| {
+        format!(
+            "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {{name: {name}}}\nspec:\n  rules:\n  - host: {host}\n    http:\n      paths:\n      - {{path: /, pathType: Prefix, backend: {{service: {{name: x, port: {{number: 80}}}}}}}}\n"
+        )
+    };
+    let run = ns.apply(&app("site", &host))?;
     assert!(run.ok, "{run:?}");
     let want = format!("spec.ingress.className: no IngressClass \"{class}\" exists");
     assert!(run.stderr.contains(&want), "{want} not in {}", run.stderr);
@@ -207,20 +214,21 @@ fn ingress_warnings_name_a_missing_class_and_a_taken_host_only_to_who_may_read_i
         "apiVersion: networking.k8s.io/v1\nkind: IngressClass\nmetadata: {{name: {class}}}\nspec: {{controller: example.com/none}}\n"
     );
     kubectl_ok(&["apply", "-f", "-"], Some(&ingress_class))?;
-    let taken = format!(
-        "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {{name: legacy}}\nspec:\n  rules:\n  - host: {host}\n    http:\n      paths:\n      - {{path: /, pathType: Prefix, backend: {{service: {{name: x, port: {{number: 80}}}}}}}}\n"
-    );
-    kubectl_ok(&["apply", "-n", other.name(), "-f", "-"], Some(&taken))?;
-    // The admin may read the other Ingress: it is named. The class exists now: no warning.
+    // Another Ingress of the same namespace on the same host and path: the admin may read it,
+    // so it is named. The class exists now: no warning about it.
+    kubectl_ok(
+        &["apply", "-n", ns.name(), "-f", "-"],
+        Some(&ingress("legacy", &host)),
+    )?;
     let named = format!(
         "Ingress {}/legacy already serves host \"{host}\"",
-        other.name()
+        ns.name()
     );
     let run = eventually(
         std::time::Duration::from_secs(20),
         "the webhook's caches to see the class and the Ingress",
         || {
-            let run = ns.apply(&app("site2"))?;
+            let run = ns.apply(&app("site2", &host))?;
             Ok(
                 (run.stderr.contains(&named) && !run.stderr.contains("no IngressClass"))
                     .then_some(run),
@@ -237,7 +245,7 @@ fn ingress_warnings_name_a_missing_class_and_a_taken_host_only_to_who_may_read_i
         "applications.kubesteer.io",
         "frank",
     )?;
-    let run = apply_as("frank", ns.name(), &app("site3"))?;
+    let run = apply_as("frank", ns.name(), &app("site3", &host))?;
     assert!(!run.ok, "{run:?}");
     let want = format!(
         "spec.ingress: Forbidden: user \"frank\" may not create ingresses (networking.k8s.io) in namespace \"{}\"",
@@ -251,14 +259,44 @@ fn ingress_warnings_name_a_missing_class_and_a_taken_host_only_to_who_may_read_i
         "ingresses.networking.k8s.io",
         "frank",
     )?;
-    // He may not read Ingresses over there: nothing is said about the one serving the host.
+    // He may not read Ingresses: nothing is said about the one serving the host.
     let run = eventually(std::time::Duration::from_secs(10), "the grant seen", || {
-        let run = apply_as("frank", ns.name(), &app("site3"))?;
+        let run = apply_as("frank", ns.name(), &app("site3", &host))?;
         Ok(run.ok.then_some(run))
     })?;
     assert!(
         !run.stderr.contains("legacy") && !run.stderr.contains("already serves"),
         "told frank about an Ingress he may not read: {}",
+        run.stderr
+    );
+
+    // A host that another namespace serves first is that namespace's: denied, and named only
+    // to who may read the Ingress there.
+    let shop = format!("shop-{class}.example.com");
+    kubectl_ok(
+        &["apply", "-n", other.name(), "-f", "-"],
+        Some(&ingress("login", &shop)),
+    )?;
+    let named = format!(
+        "spec.ingress.host: Forbidden: host \"{shop}\" is served by Ingress {}/login",
+        other.name()
+    );
+    let run = eventually(
+        std::time::Duration::from_secs(20),
+        "the webhook's cache to see the other namespace's Ingress",
+        || {
+            let run = ns.apply(&app("hijack", &shop))?;
+            Ok((!run.ok && run.stderr.contains(&named)).then_some(run))
+        },
+    )?;
+    assert!(!run.ok, "{run:?}");
+    let run = apply_as("frank", ns.name(), &app("hijack2", &shop))?;
+    assert!(!run.ok, "{run:?}");
+    assert!(
+        run.stderr
+            .contains("is served by an Ingress of another namespace")
+            && !run.stderr.contains("login"),
+        "{}",
         run.stderr
     );
     kubectl_ok(&["delete", "ingressclass", &class], None)?;

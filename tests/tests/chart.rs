@@ -1470,6 +1470,19 @@ fn allowed_images_reach_the_webhook_and_none_means_any() -> Result<()> {
         env_value(container(&docs, &webhook), "KUBESTEER_ALLOWED_IMAGES").as_deref(),
         Some("registry.example.com/,hashicorp/http-echo:")
     );
+    // Host sharing across namespaces: off unless the value says so.
+    assert_eq!(
+        env(
+            container(&render(&[])?, &webhook),
+            "KUBESTEER_ALLOW_HOST_SHARING"
+        ),
+        None
+    );
+    let docs = render(&["--set", "webhook.allowHostSharing=true"])?;
+    assert_eq!(
+        env_value(container(&docs, &webhook), "KUBESTEER_ALLOW_HOST_SHARING").as_deref(),
+        Some("true")
+    );
     // ImplementationSpecific Ingress paths: off unless the value says so.
     assert_eq!(
         env(

@@ -10,16 +10,13 @@ use kubesteer_tests::{
 
 const WAIT: Duration = Duration::from_secs(90);
 
-const SITE: &str = r#"
-apiVersion: kubesteer.io/v1alpha1
-kind: Application
-metadata: {name: site}
-spec:
-  image: nginx:1.27-alpine
-  port: 80
-  env: [{name: MODE, value: prod}]
-  ingress: {host: example.foo.com}
-"#;
+/// The Application `site`, its Ingress for `host`: a host of each test's own, since a host
+/// belongs to the namespace that serves it first and the tests share one cluster.
+fn site(host: &str) -> String {
+    format!(
+        "apiVersion: kubesteer.io/v1alpha1\nkind: Application\nmetadata: {{name: site}}\nspec:\n  image: nginx:1.27-alpine\n  port: 80\n  env: [{{name: MODE, value: prod}}]\n  ingress: {{host: {host}}}\n"
+    )
+}
 
 fn wait_for(ns: &str, what: &str, object: &str, path: &str, want: &str) -> Result<()> {
     eventually(WAIT, what, || {
@@ -38,7 +35,8 @@ fn application_owns_a_deployment_a_service_and_an_ingress() -> Result<()> {
     let ns = webhook.namespace("ctl-app")?;
     let n = ns.name();
     let controller = ControllerProcess::start(n)?;
-    let run = ns.apply(SITE)?;
+    let host = format!("{n}.foo.com");
+    let run = ns.apply(&site(&host))?;
     assert!(run.ok, "{run:?}");
     kubectl_ok(
         &[
@@ -64,10 +62,7 @@ fn application_owns_a_deployment_a_service_and_an_ingress() -> Result<()> {
     );
     assert_eq!(jsonpath(n, "service/site", "{.spec.type}")?, "ClusterIP");
     assert_eq!(jsonpath(n, "service/site", "{.spec.ports[0].port}")?, "80");
-    assert_eq!(
-        jsonpath(n, "ingress/site", "{.spec.rules[0].host}")?,
-        "example.foo.com"
-    );
+    assert_eq!(jsonpath(n, "ingress/site", "{.spec.rules[0].host}")?, host);
     assert_eq!(
         jsonpath(
             n,
@@ -88,7 +83,7 @@ fn application_owns_a_deployment_a_service_and_an_ingress() -> Result<()> {
         "the URL",
         "application/site",
         "{.status.url}",
-        "http://example.foo.com/",
+        &format!("http://{host}/"),
     )?;
     let status = |path: &str| jsonpath(n, "application/site", path);
     assert_eq!(status("{.status.readyReplicas}")?, "1");
@@ -106,7 +101,7 @@ fn application_owns_a_deployment_a_service_and_an_ingress() -> Result<()> {
     let columns: Vec<&str> = columns.split_whitespace().collect();
     assert_eq!(
         columns[..4],
-        ["site", "nginx:1.27-alpine", "1", "http://example.foo.com/"],
+        ["site", "nginx:1.27-alpine", "1", &format!("http://{host}/")],
         "NAME IMAGE READY URL: {columns:?}"
     );
 
@@ -168,7 +163,7 @@ fn application_owns_a_deployment_a_service_and_an_ingress() -> Result<()> {
         "the hand-edited host reverted",
         "ingress/site",
         "{.spec.rules[0].host}",
-        "example.foo.com",
+        &host,
     )?;
     kubectl_ok(&["delete", "-n", n, "service/site"], None)?;
     eventually(WAIT, "the Service recreated", || {
@@ -185,7 +180,7 @@ fn application_owns_a_deployment_a_service_and_an_ingress() -> Result<()> {
         "the https URL",
         "application/site",
         "{.status.url}",
-        "https://example.foo.com/",
+        &format!("https://{host}/"),
     )?;
     assert_eq!(
         jsonpath(n, "ingress/site", "{.spec.tls[0].secretName}")?,
@@ -223,7 +218,7 @@ fn application_owns_a_deployment_a_service_and_an_ingress() -> Result<()> {
     // And adding it again makes a new one.
     ns.merge_patch(
         "application/site",
-        r#"{"spec":{"ingress":{"host":"shop.foo.com","path":"/shop"}}}"#,
+        &format!(r#"{{"spec":{{"ingress":{{"host":"shop.{host}","path":"/shop"}}}}}}"#),
     )?;
     wait_for(
         n,
@@ -260,7 +255,7 @@ fn an_ingress_of_someone_else_is_left_alone_and_reported() -> Result<()> {
     let foreign = "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {name: site}\nspec:\n  rules:\n  - host: mine.example.com\n    http:\n      paths:\n      - {path: /, pathType: Prefix, backend: {service: {name: mine, port: {number: 80}}}}\n";
     kubectl_ok(&["apply", "-n", n, "-f", "-"], Some(foreign))?;
     let _controller = ControllerProcess::start(n)?;
-    assert!(ns.apply(SITE)?.ok);
+    assert!(ns.apply(&site(&format!("{}.foo.com", ns.name())))?.ok);
     wait_for(
         n,
         "Ready=False NameConflict",

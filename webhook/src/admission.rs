@@ -42,6 +42,8 @@ pub struct AppState<C> {
     pub images: ImagePolicy,
     /// Whether an Application's Ingress may use ImplementationSpecific paths.
     pub implementation_specific_paths: bool,
+    /// Whether an Application may have an Ingress for a host another namespace serves.
+    pub host_sharing: bool,
 }
 
 impl<C: Cluster> AppState<C> {
@@ -53,6 +55,7 @@ impl<C: Cluster> AppState<C> {
             health: Health::default(),
             images: ImagePolicy::default(),
             implementation_specific_paths: false,
+            host_sharing: false,
         }
     }
 }
@@ -461,6 +464,22 @@ async fn application_rules<C: Cluster>(
     let Some(ingress) = spec.ingress.as_ref().filter(|_| errors.is_empty()) else {
         return;
     };
+    if let Some(host) = spec.new_host(old.as_ref()).filter(|_| !state.host_sharing) {
+        if let Some((ns, name)) = cluster.host_owner(host, me.0) {
+            // Named only to an author who may read that Ingress.
+            let readable = state
+                .permissions
+                .check(cluster, user, &Access::get_ingress(&ns, &name))
+                .await
+                == Ok(true);
+            let owner = format!("{ns}/{name}");
+            errors.push(kubesteer_api::application::host_taken(
+                host,
+                readable.then_some(owner.as_str()),
+            ));
+            return;
+        }
+    }
     if let Some(class) = &ingress.class_name {
         if cluster.ingress_class_exists(class) == Some(false) {
             warnings.push(format!(

@@ -58,6 +58,11 @@ pub struct Args {
     )]
     pub allow_implementation_specific_paths: bool,
 
+    /// Allow an Application's Ingress for a host that another namespace serves already (off: a
+    /// host belongs to the namespace that serves it first).
+    #[arg(long, env = "KUBESTEER_ALLOW_HOST_SHARING", default_value_t = false)]
+    pub allow_host_sharing: bool,
+
     /// Self-managed: the namespace of the Secret and the Service.
     #[arg(long, env = "POD_NAMESPACE", default_value = "kubesteer-system")]
     pub namespace: String,

@@ -89,6 +89,7 @@ async fn serve(args: Args) -> Result<(), Error> {
     state.health = health;
     state.images = kubesteer_api::access::ImagePolicy::new(args.allowed_images.clone());
     state.implementation_specific_paths = args.allow_implementation_specific_paths;
+    state.host_sharing = args.allow_host_sharing;
     let state = Arc::new(state);
     let listener = tokio::net::TcpListener::bind(args.addr)
         .await

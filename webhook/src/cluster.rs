@@ -49,6 +49,11 @@ pub trait Cluster: Send + Sync + 'static {
     fn ingress_class_exists(&self, name: &str) -> Option<bool>;
     /// The Ingresses (namespace, name), other than `me`, with a rule for `host` and `path`.
     fn ingresses_serving(&self, host: &str, path: &str, me: (&str, &str)) -> Vec<(String, String)>;
+    /// The Ingress (namespace, name) that serves `host` first (the oldest with a rule for it),
+    /// when it is in another namespace than `namespace`: the host is that namespace's.
+    fn host_owner(&self, _host: &str, _namespace: &str) -> Option<(String, String)> {
+        None
+    }
 }
 
 /// The real cluster: watch-backed caches, so a review never LISTs.
@@ -129,11 +134,12 @@ impl KubeCluster {
     }
 }
 
-/// What the cache keeps of an Ingress: its name and its rules' hosts and paths.
+/// What the cache keeps of an Ingress: its name, age and its rules' hosts and paths.
 fn trim_ingress(ingress: &mut Ingress) {
     ingress.metadata = kube::api::ObjectMeta {
         name: ingress.metadata.name.take(),
         namespace: ingress.metadata.namespace.take(),
+        creation_timestamp: ingress.metadata.creation_timestamp.take(),
         ..Default::default()
     };
     ingress.status = None;
@@ -245,6 +251,27 @@ impl Cluster for KubeCluster {
             .collect();
         found.sort();
         found
+    }
+
+    fn host_owner(&self, host: &str, namespace: &str) -> Option<(String, String)> {
+        let serves_host = |i: &Ingress| {
+            i.spec
+                .iter()
+                .flat_map(|s| s.rules.iter().flatten())
+                .any(|r| r.host.as_deref() == Some(host))
+        };
+        let first = self
+            .ingresses
+            .state()
+            .iter()
+            .filter(|i| serves_host(i))
+            .map(|i| {
+                let age = i.metadata.creation_timestamp.clone().map(|t| t.0);
+                (age, i.namespace().unwrap_or_default(), i.name_any())
+            })
+            .min()?;
+        let (_, ns, name) = first;
+        (ns != namespace).then_some((ns, name))
     }
 
     fn hpa_for(&self, target: &Target) -> Option<String> {

@@ -897,7 +897,7 @@ async fn an_application_reads_only_what_its_author_may_and_hears_of_ingresses_it
         may_get_secrets: vec![("team".into(), "pw".into())],
         ingress_classes: vec!["nginx".into()],
         ingresses: vec![(
-            "web".into(),
+            "team".into(),
             "legacy".into(),
             "example.foo.com".into(),
             "/".into(),
@@ -915,14 +915,14 @@ async fn an_application_reads_only_what_its_author_may_and_hears_of_ingresses_it
     assert!(reply.warnings().is_empty(), "{:?}", reply.warnings());
 
     let may_read = FakeCluster {
-        may_get_ingresses: vec![("web".into(), "legacy".into())],
+        may_get_ingresses: vec![("team".into(), "legacy".into())],
         ..base.clone()
     };
     let reply = validate(may_read).await;
     assert!(reply.allowed(), "{}", reply.body);
     assert_eq!(
         reply.warnings(),
-        vec!["spec.ingress.host: Ingress web/legacy already serves host \"example.foo.com\" path \"/\"; the Ingress controller picks one of them"]
+        vec!["spec.ingress.host: Ingress team/legacy already serves host \"example.foo.com\" path \"/\"; the Ingress controller picks one of them"]
     );
 
     let no_class = FakeCluster {
@@ -1101,5 +1101,49 @@ async fn implementation_specific_ingress_paths_are_refused_unless_the_cluster_al
     allowing.implementation_specific_paths = true;
     let body = serde_json::to_vec(&review).unwrap();
     let reply = send_to(&Arc::new(allowing), "/validate/applications", body).await;
+    assert!(reply.allowed(), "{}", reply.body);
+}
+
+#[tokio::test]
+async fn a_host_belongs_to_the_namespace_that_serves_it_first() {
+    let review = fixture("application-create.json");
+    let taken = FakeCluster {
+        may_get_secrets: vec![("team".into(), "pw".into())],
+        ingress_classes: vec!["nginx".into()],
+        ingresses: vec![(
+            "shop".into(),
+            "login".into(),
+            "example.foo.com".into(),
+            "/login".into(),
+        )],
+        ..cluster()
+    };
+    // Served from namespace shop first: denied, without naming what the author may not read.
+    let reply = send(taken.clone(), "/validate/applications", &review).await;
+    assert!(!reply.allowed(), "{}", reply.body);
+    let m = reply.message();
+    assert!(m.contains("spec.ingress.host: Forbidden: host \"example.foo.com\" is served by an Ingress of another namespace"), "{m}");
+    assert!(!m.contains("shop"), "{m}");
+    // Named to an author who may read it.
+    let readable = FakeCluster {
+        may_get_ingresses: vec![("shop".into(), "login".into())],
+        ..taken.clone()
+    };
+    let m = send(readable, "/validate/applications", &review)
+        .await
+        .message();
+    assert!(m.contains("is served by Ingress shop/login"), "{m}");
+    // Where the cluster allows sharing, admitted.
+    let mut sharing = kubesteer_webhook::admission::AppState::new(taken.clone());
+    sharing.host_sharing = true;
+    let body = serde_json::to_vec(&review).unwrap();
+    let reply = send_to(&Arc::new(sharing), "/validate/applications", body).await;
+    assert!(reply.allowed(), "{}", reply.body);
+    // An UPDATE that keeps the host is not asked again (the object was admitted before).
+    let mut update = review.clone();
+    update["request"]["operation"] = json!("UPDATE");
+    update["request"]["oldObject"] = update["request"]["object"].clone();
+    update["request"]["object"]["spec"]["replicas"] = json!(3);
+    let reply = send(taken, "/validate/applications", &update).await;
     assert!(reply.allowed(), "{}", reply.body);
 }

@@ -106,6 +106,11 @@ impl Cluster for FakeCluster {
     fn ingress_class_exists(&self, name: &str) -> Option<bool> {
         Some(self.ingress_classes.iter().any(|c| c == name))
     }
+    /// The first of `ingresses` (they are listed oldest first) with a rule for `host`.
+    fn host_owner(&self, host: &str, namespace: &str) -> Option<(String, String)> {
+        let (ns, name, _, _) = self.ingresses.iter().find(|(_, _, h, _)| h == host)?;
+        (ns != namespace).then(|| (ns.clone(), name.clone()))
+    }
     fn ingresses_serving(&self, host: &str, path: &str, me: (&str, &str)) -> Vec<(String, String)> {
         self.ingresses
             .iter()
