@@ -255,7 +255,7 @@ impl ApplicationSpec {
             .collect();
         // The Ingress is created with the controller's rights; its author needs their own, on
         // CREATE and whenever the Ingress changes (host, path, class).
-        if self.ingress.is_some() && old.is_none_or(|o| o.ingress != self.ingress) {
+        if self.ingress.is_some() && self.ingress_changed(old) {
             required.push((
                 "spec.ingress".to_string(),
                 Access::create_ingresses(own_namespace),

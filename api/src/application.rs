@@ -251,6 +251,11 @@ pub fn host_taken(host: &str, owner: Option<&str>) -> FieldError {
 }
 
 impl ApplicationSpec {
+    /// Whether the Ingress part is new or changed since `old` (always on CREATE, `old` None).
+    pub fn ingress_changed(&self, old: Option<&ApplicationSpec>) -> bool {
+        old.is_none_or(|o| o.ingress != self.ingress)
+    }
+
     /// The host to check for ownership: on CREATE, and when an UPDATE brings a new host.
     pub fn new_host(&self, old: Option<&ApplicationSpec>) -> Option<&str> {
         let host = &self.ingress.as_ref()?.host;
@@ -269,7 +274,7 @@ impl ApplicationSpec {
         allowed: bool,
     ) -> Option<FieldError> {
         let ingress = self.ingress.as_ref()?;
-        let changed = old.is_none_or(|o| o.ingress != self.ingress);
+        let changed = self.ingress_changed(old);
         (changed && !allowed && ingress.path_type() == PathType::ImplementationSpecific).then(|| {
             FieldError::forbidden(
                 "spec.ingress.pathType",

@@ -1470,36 +1470,26 @@ fn allowed_images_reach_the_webhook_and_none_means_any() -> Result<()> {
         env_value(container(&docs, &webhook), "KUBESTEER_ALLOWED_IMAGES").as_deref(),
         Some("registry.example.com/,hashicorp/http-echo:")
     );
-    // Host sharing across namespaces: off unless the value says so.
-    assert_eq!(
-        env(
-            container(&render(&[])?, &webhook),
-            "KUBESTEER_ALLOW_HOST_SHARING"
+    // The webhook's two Ingress switches: off unless their value says so.
+    for (value, var) in [
+        ("webhook.allowHostSharing", "KUBESTEER_ALLOW_HOST_SHARING"),
+        (
+            "webhook.allowImplementationSpecificPaths",
+            "KUBESTEER_ALLOW_IMPLEMENTATION_SPECIFIC_PATHS",
         ),
-        None
-    );
-    let docs = render(&["--set", "webhook.allowHostSharing=true"])?;
-    assert_eq!(
-        env_value(container(&docs, &webhook), "KUBESTEER_ALLOW_HOST_SHARING").as_deref(),
-        Some("true")
-    );
-    // ImplementationSpecific Ingress paths: off unless the value says so.
-    assert_eq!(
-        env(
-            container(&render(&[])?, &webhook),
-            "KUBESTEER_ALLOW_IMPLEMENTATION_SPECIFIC_PATHS"
-        ),
-        None
-    );
-    let docs = render(&["--set", "webhook.allowImplementationSpecificPaths=true"])?;
-    assert_eq!(
-        env_value(
-            container(&docs, &webhook),
-            "KUBESTEER_ALLOW_IMPLEMENTATION_SPECIFIC_PATHS"
-        )
-        .as_deref(),
-        Some("true")
-    );
+    ] {
+        assert_eq!(
+            env(container(&render(&[])?, &webhook), var),
+            None,
+            "{value}"
+        );
+        let docs = render(&["--set", &format!("{value}=true")])?;
+        assert_eq!(
+            env_value(container(&docs, &webhook), var).as_deref(),
+            Some("true"),
+            "{value}"
+        );
+    }
     Ok(())
 }
 

@@ -17,6 +17,8 @@ pub const TTL: Duration = Duration::from_secs(10);
 /// grant, so that a grant in steady use never expires under load (where every request in flight
 /// would wait for a SubjectAccessReview of its own) and never outlives its TTL either.
 const REFRESH_IN_LAST: u32 = 5;
+/// A denial is kept for this share of a grant's TTL, so a new grant counts within it.
+const DENIAL_SHARE: u32 = 5;
 /// Most answers kept; past it the oldest is dropped.
 pub const CAPACITY: usize = 4096;
 
@@ -35,6 +37,14 @@ struct Grant {
     asked: Instant,
     granted: bool,
     refreshing: bool,
+}
+
+/// What the cache says about a question.
+enum Cached {
+    /// A valid answer.
+    Answer(bool),
+    /// A grant in the last fifth of its TTL: this request asks again, the others use it.
+    AskAgain,
 }
 
 /// Answers by identity and permission.
@@ -62,28 +72,28 @@ impl Permissions {
         }
     }
 
-    /// How long a denial is kept: a fifth of a grant's, so a new grant counts within it.
+    /// How long a denial is kept.
     fn denial_ttl(&self) -> Duration {
-        self.ttl / REFRESH_IN_LAST
+        self.ttl / DENIAL_SHARE
     }
 
-    /// The cached answer to `key`, if one is valid; a grant in the last fifth of its TTL is
-    /// marked for one request (`Some(Err(()))`) to ask again while the others use it.
-    fn cached(&self, key: &Key, now: Instant) -> Option<Result<bool, ()>> {
+    /// What the cache says about `key` now; a grant in the last fifth of its TTL is marked as
+    /// being asked again, by the one request told [`Cached::AskAgain`].
+    fn cached(&self, key: &Key, now: Instant) -> Option<Cached> {
         let mut granted = self.lock();
         let answer = granted.get_mut(key)?;
         let age = now.duration_since(answer.asked);
         if !answer.granted {
-            return (age < self.denial_ttl()).then_some(Ok(false));
+            return (age < self.denial_ttl()).then_some(Cached::Answer(false));
         }
         if age >= self.ttl {
             return None;
         }
         if answer.refreshing || age < self.ttl - self.ttl / REFRESH_IN_LAST {
-            return Some(Ok(true));
+            return Some(Cached::Answer(true));
         }
         answer.refreshing = true;
-        Some(Err(()))
+        Some(Cached::AskAgain)
     }
 
     /// Whether `user` holds `access`. A grant is kept for the TTL, a denial for a fifth of it
@@ -103,16 +113,19 @@ impl Permissions {
         };
         // Whether this request asks again for a grant that is still valid. If it is dropped
         // before the answer, the grant simply expires at its TTL and the next request asks.
-        let refreshing = match self.cached(&key, Instant::now()) {
-            Some(Ok(answer)) => return Ok(answer),
-            Some(Err(())) => true,
+        let mut refreshing = match self.cached(&key, Instant::now()) {
+            Some(Cached::Answer(answer)) => return Ok(answer),
+            Some(Cached::AskAgain) => true,
             None => false,
         };
-        // One request asks a question at a time; the others wait for it and take its answer.
+        // One request asks a question at a time; the others wait for it and take its answer
+        // (or, if the grant it waited for has reached its last fifth meanwhile, ask again).
         let _asking = Asking::new(self, &key).await;
         if !refreshing {
-            if let Some(Ok(answer)) = self.cached(&key, Instant::now()) {
-                return Ok(answer);
+            match self.cached(&key, Instant::now()) {
+                Some(Cached::Answer(answer)) => return Ok(answer),
+                Some(Cached::AskAgain) => refreshing = true,
+                None => {}
             }
         }
         let now = Instant::now();

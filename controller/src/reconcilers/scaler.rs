@@ -306,6 +306,8 @@ pub fn hpa_change(
     let spec = hpa.spec.as_ref()?;
     let min = spec.min_replicas.unwrap_or(HPA_DEFAULT_MIN_REPLICAS);
     let record = Record::kept_in(hpa.annotations(), annotation::ORIGINAL_MIN_REPLICAS, me);
+    // A minReplicas the apiserver accepts: at least 1, at most maxReplicas.
+    let within_hpa = |n: i32| n.min(spec.max_replicas).max(HPA_DEFAULT_MIN_REPLICAS);
     let rv = hpa.resource_version();
     let set_min = |to: i32, annotations: Value| {
         json!({"metadata": {"resourceVersion": rv, "annotations": annotations},
@@ -314,7 +316,7 @@ pub fn hpa_change(
     match (wanted, &record) {
         (_, Record::Other(_)) => None,
         (Some(wanted), _) => {
-            let to = wanted.min(spec.max_replicas).max(HPA_DEFAULT_MIN_REPLICAS);
+            let to = within_hpa(wanted);
             let recorded = matches!(
                 record,
                 Record::Mine {
@@ -350,9 +352,7 @@ pub fn hpa_change(
             // The recorded value is anyone's to edit who may edit the HPA: one the apiserver
             // would refuse (below 1, above maxReplicas) is brought within them, not retried.
             let recorded = replicas.unwrap_or(min);
-            let to = recorded
-                .min(spec.max_replicas)
-                .max(HPA_DEFAULT_MIN_REPLICAS);
+            let to = within_hpa(recorded);
             let clamped = match to == recorded {
                 true => String::new(),
                 false => format!(" (recorded {recorded}, within 1..{})", spec.max_replicas),
