@@ -1,4 +1,6 @@
 //! The CA that signs the webhook's serving certificates.
+use std::time::Duration;
+
 use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, IsCa, KeyPair, KeyUsagePurpose,
     PKCS_ECDSA_P256_SHA256,
@@ -13,12 +15,17 @@ pub const CA_COMMON_NAME: &str = "kubesteer-ca";
 
 /// A new self-signed ECDSA P-256 CA that may sign leaf certificates only.
 pub fn generate_ca(opts: &Options) -> Result<Pem> {
+    new_ca(CA_COMMON_NAME, opts.ca_validity)
+}
+
+/// A new self-signed ECDSA P-256 CA named `common_name`, for leaf certificates only.
+pub(crate) fn new_ca(common_name: &str, validity: Duration) -> Result<Pem> {
     let key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256)?;
     let mut params = CertificateParams::default();
     params.distinguished_name = DistinguishedName::new();
     params
         .distinguished_name
-        .push(DnType::CommonName, CA_COMMON_NAME);
+        .push(DnType::CommonName, common_name);
     params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
     params.key_usages = vec![
         KeyUsagePurpose::KeyCertSign,
@@ -26,8 +33,8 @@ pub fn generate_ca(opts: &Options) -> Result<Pem> {
         KeyUsagePurpose::DigitalSignature,
     ];
     let now = OffsetDateTime::now_utc();
-    params.not_before = backdate(now, opts.ca_validity)?;
-    params.not_after = after(now, opts.ca_validity, "CA validity")?;
+    params.not_before = backdate(now, validity)?;
+    params.not_after = after(now, validity, "CA validity")?;
     let cert = params.self_signed(&key)?;
     Ok(Pem {
         cert: cert.pem(),

@@ -37,6 +37,35 @@ enum Command {
     /// For `helm test` in an image without a shell or curl, e.g.
     /// `kubesteer-certs probe --url https://kubesteer-webhook.kubesteer-system.svc:443/readyz --ca-file /ca/ca.crt`.
     Probe(ProbeArgs),
+    /// Create a CA and a client certificate for the apiserver to present to webhooks, or renew
+    /// the certificate when needed (a healthy CA is kept); writes ca.crt, ca.key, client.crt and
+    /// client.key.
+    ///
+    /// Prints "created", "kept" or "renewed". Give client.crt and client.key to the apiserver in
+    /// its AdmissionConfiguration's kubeconfig, and ca.crt to the webhook
+    /// (`--apiserver-client-ca`, or the chart's `webhook.apiserverAuth.clientCA`).
+    Client(ClientArgs),
+}
+
+#[derive(Debug, Args)]
+struct ClientArgs {
+    /// Directory to hold ca.crt, ca.key, client.crt and client.key.
+    #[arg(long, env = "KUBESTEER_CERTS_OUT_DIR")]
+    out_dir: PathBuf,
+
+    /// The client certificate's common name, which the webhook's --apiserver-client-names may require.
+    #[arg(long, default_value = "kube-apiserver")]
+    name: String,
+
+    /// Lifetime of a newly created CA, in days.
+    #[arg(long, value_name = "N", default_value_t = 3650,
+          value_parser = clap::value_parser!(u64).range(1..=36500))]
+    ca_validity_days: u64,
+
+    /// Lifetime of a newly issued client certificate, in days.
+    #[arg(long, value_name = "N", default_value_t = 365,
+          value_parser = clap::value_parser!(u64).range(1..=36500))]
+    validity_days: u64,
 }
 
 #[derive(Debug, Args)]
@@ -181,6 +210,18 @@ impl Command {
                 })
             }
             Command::Probe(args) => args.run(),
+            Command::Client(args) => {
+                let days = |n: u64| Duration::from_secs(n.saturating_mul(24 * 60 * 60));
+                let outcome = crate::ensure_client_dir(
+                    &args.out_dir,
+                    &args.name,
+                    days(args.ca_validity_days),
+                    days(args.validity_days),
+                    now,
+                )?;
+                println!("{outcome}");
+                Ok(ExitCode::SUCCESS)
+            }
         }
     }
 }
@@ -280,6 +321,26 @@ mod tests {
         .unwrap();
         let err = cli.command.run().unwrap_err();
         assert!(err.to_string().contains("/nonexistent/ca.crt"), "{err}");
+    }
+
+    #[test]
+    fn client_writes_a_ca_and_a_client_certificate_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("client");
+        let out = out.to_str().unwrap();
+        let run = || {
+            let cli = Cli::try_parse_from(["kubesteer-certs", "client", "--out-dir", out]).unwrap();
+            let Command::Client(args) = &cli.command else {
+                panic!("expected client");
+            };
+            assert_eq!(args.name, "kube-apiserver");
+            cli.command.run().unwrap()
+        };
+        assert_eq!(run(), ExitCode::SUCCESS);
+        let ca = std::fs::read(dir.path().join("client/ca.crt")).unwrap();
+        assert!(dir.path().join("client/client.key").exists());
+        assert_eq!(run(), ExitCode::SUCCESS);
+        assert_eq!(std::fs::read(dir.path().join("client/ca.crt")).unwrap(), ca);
     }
 
     #[test]

@@ -1,12 +1,14 @@
 //! kubesteer's CA and webhook serving certificates, on rcgen: the CA ([`ca`]), the serving
 //! certificate and the rustls configuration that serves it ([`serving`]), when either is
 //! replaced ([`renewal`]), where they are kept ([`storage`]), the CAs a caBundle trusts during
-//! a CA rollover ([`trust`]) and an HTTPS probe against the CA ([`probe`]).
+//! a CA rollover ([`trust`]), an HTTPS probe against the CA ([`probe`]), and the apiserver's
+//! client certificate for calling webhooks with its CA ([`client`]).
 #![forbid(unsafe_code)]
 #![deny(rust_2018_idioms)]
 
 pub mod ca;
 pub mod cli;
+pub mod client;
 mod error;
 mod options;
 mod pem;
@@ -19,6 +21,7 @@ mod testing;
 pub mod trust;
 
 pub use ca::{generate_ca, CA_COMMON_NAME};
+pub use client::{ensure_client_dir, issue_client, ClientIdentity, ClientOutcome};
 pub use error::{Error, Result};
 pub use options::Options;
 pub use pem::{Bundle, Pem};

@@ -136,7 +136,7 @@ pub fn renew(
     Ok((Bundle { ca, serving }, Outcome::Renewed(renewal)))
 }
 
-fn less_than_a_third_left(cert: &X509Certificate<'_>, now: SystemTime) -> bool {
+pub(crate) fn less_than_a_third_left(cert: &X509Certificate<'_>, now: SystemTime) -> bool {
     let validity = cert.validity();
     let not_before = validity.not_before.timestamp();
     let not_after = validity.not_after.timestamp();

@@ -52,7 +52,7 @@ pub fn ensure_dir(dir: &Path, opts: &Options, now: SystemTime) -> Result<Outcome
     Ok(outcome)
 }
 
-fn read_pair(dir: &Path, cert_file: &str, key_file: &str) -> Result<Option<Pem>> {
+pub(crate) fn read_pair(dir: &Path, cert_file: &str, key_file: &str) -> Result<Option<Pem>> {
     let (Some(cert), Some(key)) = (
         read_optional(&dir.join(cert_file))?,
         read_optional(&dir.join(key_file))?,
@@ -73,7 +73,7 @@ fn read_optional(path: &Path) -> Result<Option<String>> {
     }
 }
 
-fn write_atomic(path: &Path, contents: &str, secret: bool) -> Result<()> {
+pub(crate) fn write_atomic(path: &Path, contents: &str, secret: bool) -> Result<()> {
     let io = |source| Error::Io {
         path: path.to_path_buf(),
         source,
