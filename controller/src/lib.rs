@@ -40,9 +40,6 @@ pub enum Error {
     #[error("serializing: {0}")]
     Serialize(#[from] serde_json::Error),
 
-    #[error("leader election: {0}")]
-    Lease(#[from] kube_lease_manager::LeaseManagerError),
-
     #[error("metrics server: {0}")]
     Io(#[from] std::io::Error),
 
@@ -70,7 +67,6 @@ impl Error {
             Error::Finalizer(_) => "finalizer",
             Error::MissingField { .. } => "missing_field",
             Error::Serialize(_) => "serialize",
-            Error::Lease(_) => "lease",
             Error::Io(_) => "io",
             Error::Certs(_) => "certs",
             Error::Logging(_) => "logging",
