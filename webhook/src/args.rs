@@ -63,6 +63,23 @@ pub struct Args {
     #[arg(long, env = "KUBESTEER_ALLOW_HOST_SHARING", default_value_t = false)]
     pub allow_host_sharing: bool,
 
+    /// PEM file of the CA(s) that sign the client certificate the apiserver presents to webhooks
+    /// (through its AdmissionConfiguration's kubeconfig); reloaded when it changes. Set: /mutate
+    /// and /validate answer only clients with such a certificate (401 otherwise), since anyone
+    /// could write a review's userInfo; probes, /metrics and /convert need none. Unset: off.
+    #[arg(long, env = "KUBESTEER_APISERVER_CLIENT_CA")]
+    pub apiserver_client_ca: Option<PathBuf>,
+
+    /// With --apiserver-client-ca: the client certificate's common name or a DNS name must be one
+    /// of these (comma-separated in the variable; 403 otherwise). Empty: any certificate of the CA.
+    #[arg(
+        long = "apiserver-client-names",
+        env = "KUBESTEER_APISERVER_CLIENT_NAMES",
+        value_delimiter = ',',
+        requires = "apiserver_client_ca"
+    )]
+    pub apiserver_client_names: Vec<String>,
+
     /// Self-managed: the namespace of the Secret and the Service.
     #[arg(long, env = "POD_NAMESPACE", default_value = "kubesteer-system")]
     pub namespace: String,
@@ -259,6 +276,26 @@ mod tests {
     }
 
     #[test]
+    fn apiserver_client_names_need_the_client_ca() {
+        let a = Args::try_parse_from(["kubesteer-webhook"]).unwrap();
+        assert_eq!(a.apiserver_client_ca, None);
+        let a = Args::try_parse_from([
+            "kubesteer-webhook",
+            "--apiserver-client-ca=/ca/ca.crt",
+            "--apiserver-client-names=kube-apiserver,apiserver.example",
+        ])
+        .unwrap();
+        assert_eq!(a.apiserver_client_ca, Some(PathBuf::from("/ca/ca.crt")));
+        assert_eq!(
+            a.apiserver_client_names,
+            ["kube-apiserver", "apiserver.example"]
+        );
+        let e =
+            Args::try_parse_from(["kubesteer-webhook", "--apiserver-client-names=x"]).unwrap_err();
+        assert!(e.to_string().contains("--apiserver-client-ca"), "{e}");
+    }
+
+    #[test]
     fn connection_limits() {
         let l = Args::try_parse_from(["kubesteer-webhook"])
             .unwrap()
@@ -296,6 +333,8 @@ mod tests {
             "--drain-timeout",
             "--log-json",
             "--watch-stale-after",
+            "--apiserver-client-ca",
+            "--apiserver-client-names",
         ] {
             assert!(help.contains(flag), "{flag} missing from --help");
         }

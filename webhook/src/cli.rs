@@ -12,7 +12,7 @@ use crate::crd_conversion::CaSource;
 use crate::selfmanaged::SelfManaged;
 use crate::server;
 use crate::tls::{self, CertFiles, CertStore};
-use crate::{router, AppState, Error};
+use crate::{apiserver_auth, router, AppState, Error};
 use clap::Parser;
 use kubesteer_api::runtime::{health, logging, signal};
 
@@ -97,11 +97,24 @@ async fn serve(args: Args) -> Result<(), Error> {
             addr: args.addr.to_string(),
             source,
         })?;
+    let (tls, app) = match &args.apiserver_client_ca {
+        Some(path) => {
+            let ca = tls::ClientCa::load(path.clone())?;
+            tokio::spawn(ca.clone().watch(args.cert_reload_interval));
+            let names = args.apiserver_client_names.clone();
+            tracing::info!(ca = %path.display(), ?names, "reviews only from the apiserver's client CA");
+            (
+                tls::server_config_with_client_ca(store, ca)?,
+                apiserver_auth::require(router(state.clone()), names),
+            )
+        }
+        None => (tls::server_config(store)?, router(state.clone())),
+    };
     tracing::info!(addr = %args.addr, mode = ?args.cert_mode, "serving admission reviews");
     server::serve(
         listener,
-        tls::server_config(store)?,
-        router(state.clone()),
+        tls,
+        app,
         args.limits(),
         state.health.clone(),
         state.metrics.connections_closed.clone(),

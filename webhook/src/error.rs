@@ -31,6 +31,10 @@ pub enum ApiError {
     BadConversionReview(String),
     #[error("no such endpoint: {0}")]
     NotFound(String),
+    #[error("admission reviews are answered only for the apiserver: present a client certificate from the CA in --apiserver-client-ca")]
+    NoClientCertificate,
+    #[error("client certificate {0} is not one of --apiserver-client-names")]
+    ClientNotAllowed(String),
 }
 
 impl IntoResponse for ApiError {
@@ -38,6 +42,8 @@ impl IntoResponse for ApiError {
         let status = match self {
             ApiError::BadReview(_) | ApiError::BadConversionReview(_) => StatusCode::BAD_REQUEST,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::NoClientCertificate => StatusCode::UNAUTHORIZED,
+            ApiError::ClientNotAllowed(_) => StatusCode::FORBIDDEN,
         };
         (status, self.to_string()).into_response()
     }

@@ -3,6 +3,7 @@
 #![deny(rust_2018_idioms)]
 
 pub mod admission;
+pub mod apiserver_auth;
 pub mod args;
 pub mod cli;
 pub mod cluster;

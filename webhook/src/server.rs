@@ -21,6 +21,10 @@
 //! from the apiserver, often from one address that an abuser may share; its connections are busy
 //! or were idle a moment ago, so an abuser's silent, half-sent and long-idle connections go first
 //! and the apiserver's requests are still answered.
+//!
+//! When the TLS configuration verifies client certificates (`--apiserver-client-ca`), the names
+//! of a connection's verified certificate go into each of its requests as a [`VerifiedClient`]
+//! extension, for the routes that answer only the apiserver (`apiserver_auth`).
 use std::collections::HashMap;
 use std::future::Future;
 use std::io;
@@ -38,6 +42,7 @@ use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use kubesteer_api::runtime::Health;
+use kubesteer_certs::ClientIdentity;
 use rustls::ServerConfig;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
@@ -45,9 +50,15 @@ use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
 use tower::util::MapResponseLayer;
+use tower::ServiceExt as _;
 use tower_http::timeout::TimeoutLayer;
 
 use crate::metrics::{ClosedLabels, ConnectionsClosed};
+
+/// The names of the client certificate that a connection's TLS handshake verified, in the
+/// extensions of each request on that connection; absent when the client presented none.
+#[derive(Debug, Clone)]
+pub struct VerifiedClient(pub Arc<ClientIdentity>);
 
 /// How long clients may take and how many connections they may hold; see the flags in
 /// `args.rs` for why each default is what it is.
@@ -181,6 +192,13 @@ async fn connection(
         },
     };
     conn.enter(Phase::AwaitingHead);
+    let client = verified_client(&tls, peer);
+    let app = app.map_request(move |mut request: hyper::Request<Incoming>| {
+        if let Some(client) = &client {
+            request.extensions_mut().insert(client.clone());
+        }
+        request
+    });
     let service = Tracked {
         inner: TowerToHyperService::new(app),
         conn: conn.clone(),
@@ -238,6 +256,22 @@ async fn connection(
                 http.as_mut().graceful_shutdown();
                 finishing = true;
             }
+        }
+    }
+}
+
+/// The names of the certificate the handshake verified; rustls finishes a handshake with a
+/// client certificate only when the configured verifier accepted it.
+fn verified_client(
+    tls: &tokio_rustls::server::TlsStream<TcpStream>,
+    peer: IpAddr,
+) -> Option<VerifiedClient> {
+    let leaf = tls.get_ref().1.peer_certificates()?.first()?;
+    match ClientIdentity::of(leaf) {
+        Ok(identity) => Some(VerifiedClient(Arc::new(identity))),
+        Err(e) => {
+            tracing::debug!(%peer, error = %e, "verified client certificate has unreadable names; treated as none");
+            None
         }
     }
 }
