@@ -1,16 +1,25 @@
 //! Conversion of Scaler between `v1alpha1` and `v1beta1`, for the webhook's `/convert`.
 //!
-//! v1beta1 → v1alpha1 → v1beta1 gives back the same object: what v1alpha1 has no field for
-//! (targets of other kinds, windows after the first, `excludeDates`, `override`,
-//! `hpaCooperation`, and the status parts v1alpha1 cannot show) travels as JSON in the
+//! **Spec: lossless both ways.** What v1alpha1 has no field for (targets of other kinds, windows
+//! after the first, `excludeDates`, `override`, `hpaCooperation`) travels as JSON in the
 //! [`V1BETA1_FIELDS`] annotation while the object is read as v1alpha1. A v1alpha1 object becomes
 //! one window; the v1alpha1 fields v1beta1 has no place for (days in cron mode, a lone start, end
-//! or replicas) travel the other way in [`V1ALPHA1_FIELDS`], so v1alpha1 → v1beta1 → v1alpha1
-//! is lossless too. A malformed annotation is ignored rather than failing the conversion, since a
-//! failed conversion makes the object unreadable.
+//! or replicas) travel the other way in [`V1ALPHA1_FIELDS`]. A malformed annotation is ignored
+//! rather than failing the conversion, since a failed conversion makes the object unreadable.
+//! When a v1alpha1 client edits the object, the edit wins: stashed targets are used only while
+//! the Deployments v1alpha1 shows are unchanged. The stashed fields reach the stored object only
+//! through the v1beta1 spec, which the webhook validates (every rule of the schema's and more,
+//! and the author's permissions): the Scaler webhooks are registered for v1beta1 with
+//! `matchPolicy: Equivalent`, so the apiserver converts a v1alpha1 write before reviewing it.
 //!
-//! When a v1alpha1 client edits the object, the edit wins: stashed targets and status parts are
-//! used only while what v1alpha1 shows of them is unchanged.
+//! **Status: never read from an annotation.** Annotations are writable by whoever may update a
+//! Scaler, status only by who may update `scalers/status`; status targets feed the claims index
+//! and the controller's give-back, so a stash must not be a way to write them. v1alpha1 shows the
+//! status parts it can express (the Deployment targets, the first transition's time) and the way
+//! back fills only those: the v1beta1-only parts (`override`, each transition's replicas and the
+//! transitions after the first, targets of other kinds, each target's HPA) are left empty after a
+//! v1alpha1 write, and the controller recomputes them on its next reconcile. So status is
+//! lossless v1alpha1 → v1beta1 → v1alpha1, and v1beta1 → v1alpha1 → v1beta1 drops those parts.
 use std::collections::BTreeMap;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
@@ -65,7 +74,8 @@ pub fn scaler_crd(
 pub const V1ALPHA1: &str = "kubesteer.io/v1alpha1";
 pub const V1BETA1: &str = "kubesteer.io/v1beta1";
 
-/// The v1beta1 fields a v1alpha1 object carries in [`V1BETA1_FIELDS`].
+/// The v1beta1 spec fields a v1alpha1 object carries in [`V1BETA1_FIELDS`]; spec only (see the
+/// module doc). A `status` key, which earlier versions wrote here, is ignored.
 #[derive(Serialize, Deserialize, Default, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 struct BetaOnly {
@@ -81,19 +91,6 @@ struct BetaOnly {
     override_: Option<beta::Override>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     hpa_cooperation: Option<beta::HpaCooperation>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    status: Option<BetaOnlyStatus>,
-}
-
-#[derive(Serialize, Deserialize, Default, Debug, PartialEq)]
-#[serde(rename_all = "camelCase")]
-struct BetaOnlyStatus {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    next_transitions: Option<Vec<beta::Transition>>,
-    #[serde(default, rename = "override", skip_serializing_if = "Option::is_none")]
-    override_: Option<beta::Override>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    targets: Option<Vec<beta::TargetStatus>>,
 }
 
 /// The v1alpha1 fields a v1beta1 object carries in [`V1ALPHA1_FIELDS`]: window fields that
@@ -241,14 +238,15 @@ fn beta_target(t: &alpha::TargetStatus) -> beta::TargetStatus {
         replicas: t.replicas,
         original_replicas: t.original_replicas,
         horizontal_pod_autoscaler: None,
+        error: None,
     }
 }
 
-/// The v1beta1 status of a v1alpha1 one, with the stashed parts while they still fit.
-fn status_to_beta(s: &alpha::ScalerStatus, stash: BetaOnlyStatus) -> beta::ScalerStatus {
-    let next_transitions = match stash.next_transitions {
-        Some(full) if full.first().map(|t| &t.time) == s.next_transition.as_ref() => full,
-        _ => s
+/// The v1beta1 status of a v1alpha1 one: only what v1alpha1 shows, never anything stashed.
+fn status_to_beta(s: &alpha::ScalerStatus) -> beta::ScalerStatus {
+    beta::ScalerStatus {
+        active: s.active,
+        next_transitions: s
             .next_transition
             .iter()
             .map(|t| beta::Transition {
@@ -256,17 +254,29 @@ fn status_to_beta(s: &alpha::ScalerStatus, stash: BetaOnlyStatus) -> beta::Scale
                 replicas: None,
             })
             .collect(),
-    };
-    let targets = match stash.targets {
-        Some(full) if full.iter().map(alpha_target).eq(s.targets.iter().cloned()) => full,
-        _ => s.targets.iter().map(beta_target).collect(),
-    };
-    beta::ScalerStatus {
-        active: s.active,
-        next_transitions,
         last_transition: s.last_transition.clone(),
-        override_: stash.override_,
-        targets,
+        override_: None,
+        targets: s.targets.iter().map(beta_target).collect(),
+        observed_generation: s.observed_generation,
+        conditions: s.conditions.clone(),
+    }
+}
+
+/// The v1alpha1 status of a v1beta1 one: v1alpha1 names Deployments only, so a target of another
+/// kind is not shown (as in the spec) rather than shown as a Deployment it is not.
+fn status_to_alpha(s: &beta::ScalerStatus) -> alpha::ScalerStatus {
+    alpha::ScalerStatus {
+        active: s.active,
+        next_transition: s.next_transitions.first().map(|t| t.time.clone()),
+        last_transition: s.last_transition.clone(),
+        targets: s
+            .targets
+            .iter()
+            .filter(|t| {
+                t.api_version == beta::DEPLOYMENT_API_VERSION && t.kind == beta::DEPLOYMENT_KIND
+            })
+            .map(alpha_target)
+            .collect(),
         observed_generation: s.observed_generation,
         conditions: s.conditions.clone(),
     }
@@ -314,7 +324,6 @@ pub fn to_v1beta1(a: &alpha::Scaler) -> beta::Scaler {
     };
     put(&mut metadata.annotations, V1ALPHA1_FIELDS, &left);
 
-    let stash_status = stash.status.unwrap_or_default();
     beta::Scaler {
         metadata,
         spec: beta::ScalerSpec {
@@ -328,7 +337,7 @@ pub fn to_v1beta1(a: &alpha::Scaler) -> beta::Scaler {
             suspend: s.suspend,
             hpa_cooperation: stash.hpa_cooperation,
         },
-        status: a.status.as_ref().map(|st| status_to_beta(st, stash_status)),
+        status: a.status.as_ref().map(status_to_beta),
     }
 }
 
@@ -379,27 +388,6 @@ pub fn to_v1alpha1(b: &beta::Scaler) -> alpha::Scaler {
     stash.override_ = s.override_.clone();
     stash.hpa_cooperation = s.hpa_cooperation;
 
-    let status = b.status.as_ref().map(|st| {
-        let a = alpha::ScalerStatus {
-            active: st.active,
-            next_transition: st.next_transitions.first().map(|t| t.time.clone()),
-            last_transition: st.last_transition.clone(),
-            targets: st.targets.iter().map(alpha_target).collect(),
-            observed_generation: st.observed_generation,
-            conditions: st.conditions.clone(),
-        };
-        let back = status_to_beta(&a, BetaOnlyStatus::default());
-        let extra = BetaOnlyStatus {
-            next_transitions: (back.next_transitions != st.next_transitions)
-                .then(|| st.next_transitions.clone()),
-            override_: st.override_.clone(),
-            targets: (back.targets != st.targets).then(|| st.targets.clone()),
-        };
-        if extra != BetaOnlyStatus::default() {
-            stash.status = Some(extra);
-        }
-        a
-    });
     put(&mut metadata.annotations, V1BETA1_FIELDS, &stash);
 
     alpha::Scaler {
@@ -415,7 +403,7 @@ pub fn to_v1alpha1(b: &beta::Scaler) -> alpha::Scaler {
             jobs: s.jobs.clone(),
             suspend: s.suspend,
         },
-        status,
+        status: b.status.as_ref().map(status_to_alpha),
     }
 }
 
@@ -592,6 +580,7 @@ mod tests {
                         replicas,
                         original_replicas,
                         horizontal_pod_autoscaler: hpa,
+                        error: None,
                     }
                 },
             );
@@ -695,18 +684,46 @@ mod tests {
         serde_json::to_value(v).unwrap()
     }
 
+    /// What is left of a v1beta1 status after a trip through v1alpha1: the Deployment targets
+    /// without their HPA, the first transition's time; no override.
+    fn status_v1alpha1_can_express(s: &beta::ScalerStatus) -> beta::ScalerStatus {
+        beta::ScalerStatus {
+            next_transitions: s
+                .next_transitions
+                .iter()
+                .take(1)
+                .map(|t| beta::Transition {
+                    time: t.time.clone(),
+                    replicas: None,
+                })
+                .collect(),
+            override_: None,
+            targets: s
+                .targets
+                .iter()
+                .filter(|t| t.api_version == "apps/v1" && t.kind == "Deployment")
+                .map(|t| beta::TargetStatus {
+                    horizontal_pod_autoscaler: None,
+                    ..t.clone()
+                })
+                .collect(),
+            ..s.clone()
+        }
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(512))]
 
         #[test]
-        fn v1beta1_to_v1alpha1_and_back_is_lossless(b in arb_beta()) {
+        fn v1beta1_to_v1alpha1_and_back_keeps_the_spec_and_drops_v1beta1_only_status(b in arb_beta()) {
             let back = to_v1beta1(&to_v1alpha1(&b));
-            prop_assert_eq!((&back.metadata, &back.spec, &back.status), (&b.metadata, &b.spec, &b.status));
+            let status = b.status.as_ref().map(status_v1alpha1_can_express);
+            prop_assert_eq!((&back.metadata, &back.spec, &back.status), (&b.metadata, &b.spec, &status));
             // The same through JSON, as the webhook does it.
-            let original = json_of(&b);
-            let down = convert(&original, V1ALPHA1).unwrap();
+            let down = convert(&json_of(&b), V1ALPHA1).unwrap();
             prop_assert_eq!(down["apiVersion"].as_str(), Some(V1ALPHA1));
-            prop_assert_eq!(convert(&down, V1BETA1).unwrap(), original);
+            let expected = beta::Scaler { status, ..b.clone() };
+            prop_assert_eq!(convert(&down, V1BETA1).unwrap(), json_of(&expected));
         }
 
         #[test]
@@ -717,6 +734,22 @@ mod tests {
             let up = convert(&original, V1BETA1).unwrap();
             prop_assert_eq!(up["apiVersion"].as_str(), Some(V1BETA1));
             prop_assert_eq!(convert(&up, V1ALPHA1).unwrap(), original);
+        }
+
+        #[test]
+        fn no_annotation_reaches_the_v1beta1_status(a in arb_alpha(), b in arb_beta()) {
+            // Whatever a writer puts in the stash, even one written from a whole v1beta1 object
+            // with a status, the v1beta1 status is the one converted from the v1alpha1 status.
+            let mut smuggled = json_of(&b.status);
+            smuggled["nextTransitions"] = json!([{"time": "2030-01-01T00:00:00Z", "replicas": 9}]);
+            let mut stash = serde_json::to_value(&b.spec).unwrap();
+            stash["status"] = smuggled;
+            let mut with = a.clone();
+            with.metadata
+                .annotations
+                .get_or_insert_with(BTreeMap::new)
+                .insert(V1BETA1_FIELDS.into(), stash.to_string());
+            prop_assert_eq!(to_v1beta1(&with).status, to_v1beta1(&a).status);
         }
 
         #[test]
@@ -820,6 +853,124 @@ mod tests {
                 ],
                 "windows": [{"start": 8, "end": 17}]
             })
+        );
+    }
+
+    /// A v1alpha1 Scaler as a user with `update scalers` (not `scalers/status`) would `replace`
+    /// it: the status the apiserver keeps (an honest one) and an annotation of the user's.
+    fn alpha_with_stash(stash: Value) -> Value {
+        json!({
+            "apiVersion": V1ALPHA1, "kind": "Scaler",
+            "metadata": {"name": "s", "namespace": "team",
+                         "annotations": {V1BETA1_FIELDS: stash.to_string()}},
+            "spec": {"deployments": [{"name": "web"}], "start": 9, "end": 17, "replicas": 2},
+            "status": {"active": true, "nextTransition": "2030-01-01T17:00:00Z",
+                       "targets": [{"name": "web", "namespace": "team", "replicas": 2, "originalReplicas": 1}]}
+        })
+    }
+
+    #[test]
+    fn status_smuggled_in_the_annotation_is_not_converted() {
+        let stash = json!({"status": {
+            "override": {"replicas": 50, "until": "2099-01-01T00:00:00Z"},
+            "nextTransitions": [{"time": "2030-01-01T17:00:00Z", "replicas": 50},
+                                {"time": "2030-01-02T09:00:00Z", "replicas": 50}],
+            "targets": [
+                {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web", "namespace": "team",
+                 "replicas": 2, "originalReplicas": 1, "horizontalPodAutoscaler": "theirs"},
+                {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "payments", "namespace": "bank",
+                 "replicas": 0, "originalReplicas": 0}
+            ]
+        }});
+        let b = convert(&alpha_with_stash(stash), V1BETA1).unwrap();
+        assert_eq!(
+            b["status"],
+            json!({
+                "active": true,
+                "nextTransitions": [{"time": "2030-01-01T17:00:00Z"}],
+                "targets": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web",
+                             "namespace": "team", "replicas": 2, "originalReplicas": 1}]
+            })
+        );
+        assert!(b["metadata"]["annotations"].is_null(), "{b}");
+    }
+
+    #[test]
+    fn a_v1beta1_status_reads_as_v1alpha1_without_what_v1alpha1_cannot_name() {
+        let b = json!({
+            "apiVersion": V1BETA1, "kind": "Scaler", "metadata": {"name": "s", "namespace": "team"},
+            "spec": {"scaleTargetRefs": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+                                         {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db"}],
+                     "windows": [{"start": 9, "end": 17}]},
+            "status": {
+                "override": {"replicas": 3, "until": "2030-01-01T00:00:00Z"},
+                "nextTransitions": [{"time": "2030-01-01T17:00:00Z", "replicas": 3}],
+                "targets": [
+                    {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web", "namespace": "team",
+                     "replicas": 3, "originalReplicas": 1, "horizontalPodAutoscaler": "web"},
+                    {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db", "namespace": "team",
+                     "replicas": 3, "originalReplicas": 1}
+                ]
+            }
+        });
+        let a = convert(&b, V1ALPHA1).unwrap();
+        assert_eq!(
+            a["status"],
+            json!({"nextTransition": "2030-01-01T17:00:00Z",
+                   "targets": [{"name": "web", "namespace": "team", "replicas": 3, "originalReplicas": 1}]})
+        );
+        let stash: Value = serde_json::from_str(
+            a["metadata"]["annotations"][V1BETA1_FIELDS]
+                .as_str()
+                .unwrap(),
+        )
+        .unwrap();
+        assert!(stash.get("status").is_none(), "spec only: {stash}");
+        // Back as v1beta1 (a v1alpha1 write): the spec whole, the status as v1alpha1 showed it.
+        let back = convert(&a, V1BETA1).unwrap();
+        assert_eq!(back["spec"], b["spec"]);
+        assert_eq!(
+            back["status"],
+            json!({"nextTransitions": [{"time": "2030-01-01T17:00:00Z"}],
+                   "targets": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web",
+                                "namespace": "team", "replicas": 3, "originalReplicas": 1}]})
+        );
+    }
+
+    #[test]
+    fn a_stashed_spec_is_judged_as_v1beta1() {
+        // The webhook reviews a v1alpha1 write as v1beta1 (matchPolicy Equivalent): the stashed
+        // fields are in the spec it validates, each named by its v1beta1 path.
+        let now = crate::schedule::Instant::from_timestamp(1_900_000_000, 0).unwrap();
+        let bad = json!({
+            "windows": [{"start": 20, "end": 20}],
+            "override": {"replicas": 3, "until": "2020-01-01T00:00:00Z"},
+            "excludeDates": ["--13-40"],
+            "scaleTargetRefs": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+                                {"apiVersion": "apps/v1", "kind": "not a kind", "name": "db"}]
+        });
+        let b: beta::Scaler =
+            serde_json::from_value(convert(&alpha_with_stash(bad), V1BETA1).unwrap()).unwrap();
+        let paths: Vec<_> = b.spec.validate(now).into_iter().map(|e| e.path).collect();
+        for path in [
+            "spec.scaleTargetRefs[1].kind",
+            "spec.windows[1].end",
+            "spec.excludeDates[0]",
+            "spec.override.until",
+        ] {
+            assert!(paths.iter().any(|p| p == path), "{path} in {paths:?}");
+        }
+        // A stash that is no v1beta1 at all (an `until` that is no time) is dropped whole:
+        // nothing of it reaches the stored object unvalidated.
+        let unparsable = json!({"windows": [{"start": 20, "end": 22}],
+                                "override": {"replicas": 3, "until": "tomorrow"}});
+        let b = convert(&alpha_with_stash(unparsable), V1BETA1).unwrap();
+        assert_eq!(
+            (&b["spec"]["windows"], &b["spec"]["override"]),
+            (
+                &json!([{"start": 9, "end": 17, "replicas": 2}]),
+                &Value::Null
+            )
         );
     }
 

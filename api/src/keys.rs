@@ -92,6 +92,10 @@ pub mod reason {
     pub const INVALID_SCHEDULE: &str = "InvalidSchedule";
     pub const TARGET_NOT_FOUND: &str = "TargetNotFound";
     pub const TARGET_CLAIMED: &str = "TargetClaimed";
+    /// A change to one of a Scaler's targets failed; the others were still done.
+    pub const TARGET_FAILED: &str = "TargetFailed";
+    /// A deleted Scaler could not give a target back (a refusal no retry changes); it let go.
+    pub const RESTORE_FAILED: &str = "RestoreFailed";
     /// A Scaler target whose kind is unknown, cluster-scoped or has no /scale subresource.
     pub const TARGET_NOT_SCALABLE: &str = "TargetNotScalable";
     /// Another Scaler claims the same target and is older, so it owns the target; this one

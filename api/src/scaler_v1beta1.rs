@@ -264,6 +264,10 @@ pub struct TargetStatus {
     /// The HorizontalPodAutoscaler whose minReplicas the Scaler sets for this target, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub horizontal_pod_autoscaler: Option<String>,
+    /// Why the last change to this target failed; gone once a change succeeds. A failing target
+    /// never holds up the Scaler's other targets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// One entry of `excludeDates`, parsed.

@@ -11,6 +11,7 @@ pub mod context;
 pub mod reconcilers;
 pub mod run;
 pub mod runtime;
+pub mod storage;
 
 pub use reconcilers::{memcached, scaler, welcome};
 
@@ -49,6 +50,15 @@ pub enum Error {
     #[error(transparent)]
     Logging(#[from] kubesteer_api::runtime::logging::Error),
 
+    /// Changes to some of a Scaler's targets failed (each shown on its status entry) while the
+    /// others were made; retried as the first failure says.
+    #[error("{target}: {first} ({count} target(s) failed)")]
+    Targets {
+        count: usize,
+        target: String,
+        first: Box<Error>,
+    },
+
     /// Another error whose text held a secret, with that secret blanked out.
     #[error("{message}")]
     Redacted {
@@ -70,6 +80,7 @@ impl Error {
             Error::Io(_) => "io",
             Error::Certs(_) => "certs",
             Error::Logging(_) => "logging",
+            Error::Targets { .. } => "targets",
             Error::Redacted { label, .. } => label,
         }
     }
@@ -85,6 +96,7 @@ impl Error {
                 | kube::runtime::finalizer::Error::RemoveFinalizer(e) => is_unavailable(e),
                 _ => false,
             },
+            Error::Targets { first, .. } => first.is_unavailable(),
             _ => false,
         }
     }

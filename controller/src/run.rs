@@ -28,7 +28,7 @@ use crate::reconcilers::{self, scaler, Owner};
 use crate::runtime::metrics::Metrics;
 use crate::runtime::metrics_auth::Authorizer;
 use crate::runtime::{http, lease, stopped, STARTING};
-use crate::{Context, Result, SystemClock};
+use crate::{storage, Context, Result, SystemClock};
 use kubesteer_api::keys::label;
 
 /// Runs the controller until SIGTERM or SIGINT.
@@ -295,6 +295,7 @@ pub async fn controllers(
 ) {
     let client = base.client.clone();
     let ns = args.namespace.as_deref();
+    let migration_stop = stop.clone();
     let ctx = Arc::new(base.with_caches(Caches::empty()));
     let config = controller::Config::default().concurrency(args.concurrency);
     let owner_config = config.clone().debounce(args.debounce);
@@ -363,7 +364,17 @@ pub async fn controllers(
     // Every watch is registered now: readiness waits for them instead.
     health.release(STARTING);
     info!("controllers started");
-    tokio::join!(owners, scalers);
+    // A leader over the whole cluster stores every object at its CRD's storage version once
+    // (see `storage`); one watching a single namespace cannot see them all.
+    let migration = async {
+        if ns.is_none() {
+            tokio::select! {
+                _ = storage::migrate_all(client.clone()) => {}
+                _ = stopped(migration_stop) => {}
+            }
+        }
+    };
+    tokio::join!(owners, scalers, migration);
     info!("controllers stopped");
 }
 

@@ -579,6 +579,21 @@ fn rbac_grants_exactly_what_each_binary_uses() -> Result<()> {
         &["create", "patch"],
         None,
     ));
+    // Storage version migration: the kubesteer CRDs by name, their status only.
+    for crd in ["scalers", "welcomes", "memcacheds", "applications"] {
+        let name = format!("{crd}.kubesteer.io");
+        for (resource, verb) in [
+            ("customresourcedefinitions", "get"),
+            ("customresourcedefinitions/status", "patch"),
+        ] {
+            controller.extend(expand(
+                &["apiextensions.k8s.io"],
+                &[resource],
+                &[verb],
+                Some(&name),
+            ));
+        }
+    }
     assert_eq!(
         grants(one(&docs, "ClusterRole", &format!("{FULLNAME}-controller"))),
         controller

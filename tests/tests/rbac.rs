@@ -292,11 +292,25 @@ fn each_service_account_may_do_what_its_binary_does_and_nothing_more() -> Result
         // The reviews behind metrics auth (on by default); not the metrics themselves.
         row(true, "create tokenreviews.authentication.k8s.io"),
         row(true, "create subjectaccessreviews.authorization.k8s.io"),
-        // The CRDs are the webhook's to point at itself, not the controller's.
+        // The CRDs are the webhook's to point at itself, not the controller's; the controller
+        // reads kubesteer's and sets their status.storedVersions (storage version migration).
         row(
             false,
             "patch customresourcedefinitions.apiextensions.k8s.io/scalers.kubesteer.io",
         ),
+        row(
+            true,
+            "get customresourcedefinitions.apiextensions.k8s.io/scalers.kubesteer.io",
+        ),
+        row(
+            true,
+            "patch customresourcedefinitions.apiextensions.k8s.io/welcomes.kubesteer.io --subresource=status",
+        ),
+        row(
+            false,
+            "patch customresourcedefinitions.apiextensions.k8s.io/ingressroutes.traefik.io --subresource=status",
+        ),
+        row(false, "list customresourcedefinitions.apiextensions.k8s.io"),
         row(false, "get /metrics"),
         // Nothing of the webhook's, the cluster's or RBAC's.
         row(false, &format!("patch mutatingwebhookconfigurations/{f}")),

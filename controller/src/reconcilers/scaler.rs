@@ -24,7 +24,7 @@ use kubesteer_api::scaler::{scaler_id, Record};
 use kubesteer_api::scaler_v1beta1::{HpaCooperation, TargetStatus, Transition};
 use kubesteer_api::{Scaler, ScalerStatus};
 use serde_json::{json, Value};
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::children::{apply_params, namespace_and_name};
 use crate::context::{Pass, GATE_WAIT};
@@ -493,6 +493,12 @@ async fn autoscaler(
     Ok(autoscaler_of(&hpas.items, target).cloned())
 }
 
+/// The HPA `name` in `ns`, None when it is gone.
+async fn hpa_named(ctx: &Context, ns: &str, name: &str) -> Result<Option<HorizontalPodAutoscaler>> {
+    let api: Api<HorizontalPodAutoscaler> = Api::namespaced(ctx.client.clone(), ns);
+    Ok(api.get_opt(name).await?)
+}
+
 /// Writes `change` to the target as read (`current`): for the apps/v1 workloads the record and
 /// the replicas in one merge patch; for other kinds the record before the replicas (through
 /// `/scale`), or after them on a restore. Returns the target as written.
@@ -584,6 +590,10 @@ fn spec_replicas(object: &DynamicObject) -> Option<i32> {
 /// HPA gets its own minReplicas back whatever outsideReplicas says.
 ///
 /// `early`: what the Scaler brought from just before a boundary (see [`Early`]).
+/// `recorded_hpa`: the HPA this Scaler last worked through for the target (its status entry);
+/// when the spec no longer finds that one (`hpaCooperation` switched off, the HPA retargeted),
+/// its minReplicas goes back by that name.
+#[allow(clippy::too_many_arguments)]
 async fn reconcile_target(
     ctx: &Context,
     owner: &Scaler,
@@ -591,6 +601,7 @@ async fn reconcile_target(
     wanted: Option<i32>,
     outside: Option<i32>,
     release: bool,
+    recorded_hpa: Option<&str>,
     early: Option<&mut Early>,
 ) -> Result<Seen> {
     let (mut prefetched, pass) = match early {
@@ -627,6 +638,12 @@ async fn reconcile_target(
         let Some(current) = current else {
             return Ok(Seen::default());
         };
+        let earlier = match recorded_hpa {
+            Some(name) if hpa.as_ref().is_none_or(|h| h.name_any() != name) => {
+                hpa_named(ctx, &target.namespace, name).await?
+            }
+            _ => None,
+        };
         let record = record_of(
             ctx,
             target,
@@ -647,6 +664,11 @@ async fn reconcile_target(
             _ => ((wanted, outside), None),
         };
         let mut changes = Vec::new();
+        if let Some(earlier) = &earlier {
+            if let Some(change) = hpa_change(earlier, target, &me, None) {
+                changes.push((Some(earlier.clone()), change));
+            }
+        }
         if let Some(hpa) = &hpa {
             let hpa_record = record_of(
                 ctx,
@@ -799,6 +821,9 @@ async fn apply(scaler: &Scaler, ctx: &Context) -> Result<Action> {
     let mut unscalable = Vec::new();
     let mut claimed = Vec::new();
     let mut conflicts = Vec::new();
+    // Each target on its own: one that fails is shown on its entry and retried, never holding
+    // up the others.
+    let mut failed = Vec::new();
     for target in &wanted_targets {
         // The oldest Scaler that claims a target owns it; the others leave it alone.
         let owner = ctx
@@ -806,14 +831,14 @@ async fn apply(scaler: &Scaler, ctx: &Context) -> Result<Action> {
             .read()
             .older_claimant(&target.target(), &claimant)
             .map(Claimant::id);
+        if let Some(owner) = &owner {
+            conflicts.push(format!(
+                "{target} is owned by Scaler {owner}, which is older; it is left alone until that one lets go"
+            ));
+        }
         let seen = match owner {
-            Some(owner) => {
-                conflicts.push(format!(
-                    "{target} is owned by Scaler {owner}, which is older; it is left alone until that one lets go"
-                ));
-                look(ctx, target).await?
-            }
-            None if suspended => look(ctx, target).await?,
+            Some(_) => look(ctx, target).await,
+            None if suspended => look(ctx, target).await,
             None => {
                 reconcile_target(
                     ctx,
@@ -822,9 +847,18 @@ async fn apply(scaler: &Scaler, ctx: &Context) -> Result<Action> {
                     plan.replicas,
                     outside,
                     false,
+                    recorded_hpa(&previous, target),
                     early.as_mut(),
                 )
-                .await?
+                .await
+            }
+        };
+        let seen = match seen {
+            Ok(seen) => seen,
+            Err(e) => {
+                targets.push(failed_entry(&previous, target, &e));
+                failed.push((target.clone(), e));
+                continue;
             }
         };
         if let Some(why) = &seen.unscalable {
@@ -839,10 +873,17 @@ async fn apply(scaler: &Scaler, ctx: &Context) -> Result<Action> {
     }
     // A target that left the spec (dropped or renamed) is given back as if its window closed,
     // suspended or not: it is no longer this Scaler's to hold.
+    // One that cannot be given back stays in the status, to be tried again.
     let wanted: BTreeSet<&Named> = wanted_targets.iter().collect();
-    for old in previous.targets.iter().map(named_in_status) {
-        if !wanted.contains(&old) {
-            reconcile_target(ctx, scaler, &old, None, outside, true, None).await?;
+    for entry in &previous.targets {
+        let old = named_in_status(entry);
+        if wanted.contains(&old) {
+            continue;
+        }
+        let hpa = entry.horizontal_pod_autoscaler.as_deref();
+        if let Err(e) = reconcile_target(ctx, scaler, &old, None, outside, true, hpa, None).await {
+            targets.push(failed_entry(&previous, &old, &e));
+            failed.push((old, e));
         }
     }
     // What reports the transition (events, status) waits for the other Scalers' target writes.
@@ -850,7 +891,10 @@ async fn apply(scaler: &Scaler, ctx: &Context) -> Result<Action> {
         early.pass.leave_and_wait(GATE_WAIT).await;
     }
 
-    let condition = if !conflicts.is_empty() {
+    let condition = if !failed.is_empty() {
+        let each: Vec<String> = failed.iter().map(|(t, e)| format!("{t}: {e}")).collect();
+        ready(false, reason::TARGET_FAILED, each.join("; "))
+    } else if !conflicts.is_empty() {
         ready(false, reason::CONFLICT, conflicts.join("; "))
     } else if !unscalable.is_empty() {
         ready(false, reason::TARGET_NOT_SCALABLE, unscalable.join("; "))
@@ -911,6 +955,11 @@ async fn apply(scaler: &Scaler, ctx: &Context) -> Result<Action> {
     }
     if status != previous {
         patch_status(ctx, &ns, &name, &status).await?;
+    }
+    // The failed targets are retried with the Scaler's backoff (never past its next transition),
+    // and the failure is announced as any failed reconcile is.
+    if let Some(failed) = targets_failed(failed) {
+        return Err(failed);
     }
     // From the clock now, not from the start: the writes above took time, and the requeue's
     // timer starts when this returns.
@@ -993,22 +1042,77 @@ pub fn until(now: DateTime<Utc>, next: DateTime<Utc>) -> Duration {
     (next - now).to_std().unwrap_or_default()
 }
 
-/// A deleted Scaler gives every target it scaled back, as when its window closes.
+/// A deleted Scaler gives every target it scaled back, as when its window closes, each on its
+/// own. A target the apiserver refuses to give back (a recorded value it rejects, a write it
+/// forbids: nothing a retry changes) is reported with a Warning event and let go, so that it
+/// never holds the Scaler's deletion; other failures keep the finalizer and are retried.
 async fn cleanup(scaler: &Scaler, ctx: &Context) -> Result<Action> {
     let (ns, _) = namespace_and_name(KIND, scaler)?;
     let outside = scaler.spec.outside_replicas;
+    let status = scaler.status.clone().unwrap_or_default();
     let mut seen = BTreeSet::new();
-    let from_status = scaler
-        .status
-        .iter()
-        .flat_map(|s| &s.targets)
-        .map(named_in_status);
+    let from_status = status.targets.iter().map(named_in_status);
+    let mut retry = Vec::new();
     for target in named_in_spec(scaler, &ns).into_iter().chain(from_status) {
-        if seen.insert(target.clone()) {
-            reconcile_target(ctx, scaler, &target, None, outside, true, None).await?;
+        if !seen.insert(target.clone()) {
+            continue;
+        }
+        let hpa = recorded_hpa(&status, &target);
+        match reconcile_target(ctx, scaler, &target, None, outside, true, hpa, None).await {
+            Ok(_) => {}
+            Err(e) if refused(&e) => {
+                let note = format!("{target} could not be given back and is left as it is: {e}");
+                warn!(scaler = %scaler.name_any(), "{note}");
+                ctx.publish(scaler, EventType::Warning, reason::RESTORE_FAILED, note)
+                    .await;
+            }
+            Err(e) => retry.push((target, e)),
         }
     }
-    Ok(Action::await_change())
+    match targets_failed(retry) {
+        Some(failed) => Err(failed),
+        None => Ok(Action::await_change()),
+    }
+}
+
+/// The error of a reconcile in which the changes to these targets failed, if any did.
+fn targets_failed(failed: Vec<(Named, Error)>) -> Option<Error> {
+    let count = failed.len();
+    let (target, first) = failed.into_iter().next()?;
+    Some(Error::Targets {
+        count,
+        target: target.to_string(),
+        first: Box::new(first),
+    })
+}
+
+/// Whether the apiserver refused a write for good: a 4xx other than a conflict or throttling.
+fn refused(e: &Error) -> bool {
+    matches!(e, Error::Kube(kube::Error::Api(s))
+        if (400..500).contains(&s.code) && s.code != 409 && s.code != 429)
+}
+
+/// The HPA the Scaler last worked through for `target`, as its status recorded it.
+fn recorded_hpa<'a>(status: &'a ScalerStatus, target: &Named) -> Option<&'a str> {
+    status
+        .targets
+        .iter()
+        .find(|t| named_in_status(t) == *target)
+        .and_then(|t| t.horizontal_pod_autoscaler.as_deref())
+}
+
+/// The status entry of a target whose change failed: as it was last seen, with why it failed.
+fn failed_entry(previous: &ScalerStatus, target: &Named, error: &Error) -> TargetStatus {
+    let before = previous
+        .targets
+        .iter()
+        .find(|t| named_in_status(t) == *target)
+        .cloned()
+        .unwrap_or_else(|| target.status());
+    TargetStatus {
+        error: Some(error.to_string()),
+        ..before
+    }
 }
 
 async fn patch_status(ctx: &Context, ns: &str, name: &str, status: &ScalerStatus) -> Result<()> {
@@ -1470,6 +1574,108 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn one_failing_target_never_blocks_the_others_and_is_shown_on_its_entry() {
+        let refusal = "Deployment.apps \"web\" is invalid: spec.replicas: Invalid value: 3";
+        let s = scaler(json!({"scaleTargetRefs": [deployment("web"),
+                {"apiVersion": "apps/v1", "kind": "Deployment", "name": "api", "namespace": "other"}],
+            "windows": [{"start": 9, "end": 17, "replicas": 3}], "hpaCooperation": "Disabled"}));
+        let (ctx, verifier) = ctx_at("2025-03-03T12:00:00Z");
+        let scenario = verifier.run(calls(vec![
+            reads(WEB, meta("team", "web", None), 1),
+            vec![Call::patch(&patch_of(WEB)).error(422, refusal)],
+            reads(API, meta("other", "api", None), 1),
+            vec![
+                Call::patch(&patch_of(API))
+                    .body(|b| assert_eq!(b["spec"]["replicas"], 3))
+                    .respond(written(meta("other", "api", Some(1)), &json!({}), 3)),
+                Call::event("team")
+                    .body(|b| assert_eq!(b["reason"], "Scaled"))
+                    .respond_with_body(),
+                Call::patch(STATUS)
+                    .body(move |b| {
+                        let s = &b["status"];
+                        assert_eq!(s["conditions"][0]["reason"], "TargetFailed");
+                        let error = s["targets"][0]["error"].as_str().unwrap();
+                        assert!(error.contains(refusal), "{error}");
+                        assert_eq!(s["targets"][0]["name"], "web");
+                        assert_eq!(s["targets"][1]["replicas"], 3);
+                        assert!(s["targets"][1].get("error").is_none());
+                    })
+                    .respond_status_of(&s),
+                Call::event("team")
+                    .body(move |b| {
+                        assert_eq!(b["reason"], "ReconcileFailed");
+                        assert_eq!(b["type"], "Warning");
+                        let note = b["note"].as_str().unwrap();
+                        assert!(note.contains("Deployment team/web: "), "{note}");
+                        assert!(note.contains(refusal), "{note}");
+                        assert!(note.ends_with("(1 target(s) failed)"), "{note}");
+                    })
+                    .respond_with_body(),
+            ],
+        ]));
+        let failed = reconcile(Arc::new(s), ctx.clone()).await.unwrap_err();
+        assert!(failed.admission_denial().is_none(), "{failed}");
+        scenario.finish(ctx).await;
+    }
+
+    #[tokio::test]
+    async fn a_deleted_scaler_lets_go_of_a_target_the_apiserver_refuses_and_restores_the_others() {
+        let mut s = scaler(json!({"scaleTargetRefs": [deployment("web"),
+                {"apiVersion": "apps/v1", "kind": "Deployment", "name": "api", "namespace": "other"}],
+            "windows": [{"start": 9, "end": 17, "replicas": 3}], "hpaCooperation": "Disabled"}));
+        s.metadata.deletion_timestamp = Some(time(at("2025-03-03T12:00:00Z")));
+        let (ctx, verifier) = ctx_at("2025-03-03T12:00:01Z");
+        let scenario = verifier.run(calls(vec![
+            reads(WEB, meta("team", "web", Some(2)), 3),
+            vec![Call::patch(&patch_of(WEB)).error(403, "forbidden")],
+            vec![Call::event("team")
+                .body(|b| {
+                    assert_eq!(b["reason"], "RestoreFailed");
+                    let note = b["note"].as_str().unwrap();
+                    assert!(
+                        note.starts_with("Deployment team/web could not be given back"),
+                        "{note}"
+                    );
+                })
+                .respond_with_body()],
+            reads(API, meta("other", "api", Some(1)), 3),
+            vec![
+                Call::patch(&patch_of(API))
+                    .body(|b| assert_eq!(b["spec"]["replicas"], 1))
+                    .respond(written(meta("other", "api", None), &json!({}), 1)),
+                Call::event("team")
+                    .body(|b| assert_eq!(b["reason"], "Restored"))
+                    .respond_with_body(),
+                Call::patch(SCALER)
+                    .body(|b| assert_eq!(b[1]["op"], "remove"))
+                    .respond(serde_json::to_value(nine_to_five()).unwrap()),
+            ],
+        ]));
+        reconcile(Arc::new(s), ctx.clone()).await.unwrap();
+        scenario.finish(ctx).await;
+    }
+
+    #[tokio::test]
+    async fn a_deleted_scaler_keeps_its_finalizer_while_a_restore_can_still_succeed() {
+        let mut s = nine_to_five();
+        s.metadata.deletion_timestamp = Some(time(at("2025-03-03T12:00:00Z")));
+        let (ctx, verifier) = ctx_at("2025-03-03T12:00:01Z");
+        let scenario = verifier.run(calls(vec![
+            reads(WEB, meta("team", "web", Some(2)), 5),
+            vec![
+                Call::patch(&patch_of(WEB)).error(503, "etcd is down"),
+                Call::event("team")
+                    .body(|b| assert_eq!(b["reason"], "ReconcileFailed"))
+                    .respond_with_body(),
+            ],
+        ]));
+        let failed = reconcile(Arc::new(s), ctx.clone()).await.unwrap_err();
+        assert!(failed.is_unavailable(), "{failed}");
+        scenario.finish(ctx).await;
+    }
+
+    #[tokio::test]
     async fn a_target_that_stays_missing_is_not_announced_again() {
         let mut s = nine_to_five();
         let now = at("2025-03-03T07:00:00Z");
@@ -1723,6 +1929,7 @@ mod tests {
                     replicas: Some(3),
                     original_replicas: Some(1),
                     horizontal_pod_autoscaler: None,
+                    error: None,
                 })
                 .collect(),
             ..ScalerStatus::default()
@@ -1931,6 +2138,82 @@ mod tests {
                 Call::event("team")
                     .body(|b| assert_eq!(b["note"], "Restored HorizontalPodAutoscaler team/web-hpa minReplicas from 5 to 2"))
                     .respond_with_body(),
+                Call::patch(STATUS).respond_status_of(&s),
+            ],
+        ]));
+        reconcile(Arc::new(s), ctx.clone()).await.unwrap();
+        scenario.finish(ctx).await;
+    }
+
+    #[tokio::test]
+    async fn an_hpa_raised_before_cooperation_was_switched_off_is_restored_by_its_recorded_name() {
+        // Raised to 5 while hpaCooperation was Enabled; now Disabled inside the window.
+        let mut s = nine_to_five();
+        s.status = Some(ScalerStatus {
+            targets: vec![TargetStatus {
+                horizontal_pod_autoscaler: Some("web-hpa".into()),
+                ..named_in_spec(&s, "team")[0].status()
+            }],
+            ..ScalerStatus::default()
+        });
+        let hpa = |min: i32, original: Option<i32>| {
+            let mut h = json!({
+                "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+                "metadata": {"name": "web-hpa", "namespace": "team", "resourceVersion": "7"},
+                "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+                         "minReplicas": min, "maxReplicas": 10},
+            });
+            if let Some(o) = original {
+                h["metadata"]["annotations"] = json!({
+                    annotation::ORIGINAL_MIN_REPLICAS: o.to_string(),
+                    annotation::ORIGINAL_REPLICAS_OWNER: ME,
+                });
+            }
+            h
+        };
+        let hpa_get = "/apis/autoscaling/v2/namespaces/team/horizontalpodautoscalers/web-hpa";
+        let hpa_patch = "/apis/autoscaling/v2/namespaces/team/horizontalpodautoscalers/web-hpa?&fieldManager=kubesteer-controller";
+        let (ctx, verifier) = ctx_at("2025-03-03T12:00:00Z");
+        let scenario = verifier.run(calls(vec![
+            reads(WEB, meta("team", "web", None), 2),
+            vec![
+                Call::get(hpa_get).respond(hpa(5, Some(2))),
+                Call::patch(hpa_patch)
+                    .body(|b| {
+                        assert_eq!(b["spec"]["minReplicas"], 2);
+                        assert_eq!(
+                            b["metadata"]["annotations"],
+                            json!({annotation::ORIGINAL_MIN_REPLICAS: null, annotation::ORIGINAL_REPLICAS_OWNER: null})
+                        );
+                    })
+                    .respond(hpa(2, None)),
+                Call::event("team")
+                    .body(|b| assert_eq!(b["note"], "Restored HorizontalPodAutoscaler team/web-hpa minReplicas from 5 to 2"))
+                    .respond_with_body(),
+                Call::patch(&patch_of(WEB))
+                    .body(|b| assert_eq!(b["spec"]["replicas"], 5))
+                    .respond(written(meta("team", "web", Some(2)), &json!({}), 5)),
+                Call::event("team")
+                    .body(|b| assert_eq!(b["reason"], "Scaled"))
+                    .respond_with_body(),
+                Call::patch(STATUS)
+                    .body(|b| {
+                        let entry = &b["status"]["targets"][0];
+                        assert!(entry.get("horizontalPodAutoscaler").is_none(), "{entry}");
+                        assert_eq!(entry["replicas"], 5);
+                    })
+                    .respond_status_of(&s),
+            ],
+        ]));
+        reconcile(Arc::new(s.clone()), ctx.clone()).await.unwrap();
+        scenario.finish(ctx).await;
+
+        // An HPA recorded but gone, or no longer carrying this Scaler's record, is left alone.
+        let (ctx, verifier) = ctx_at("2025-03-03T12:00:00Z");
+        let scenario = verifier.run(calls(vec![
+            reads(WEB, meta("team", "web", Some(2)), 5),
+            vec![
+                Call::get(hpa_get).respond(hpa(3, None)),
                 Call::patch(STATUS).respond_status_of(&s),
             ],
         ]));

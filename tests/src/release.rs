@@ -1,0 +1,211 @@
+//! One release of the chart, installed for real with the project image on the cluster's real
+//! node (hack/node.sh), for the tests that exercise the installed product.
+use anyhow::{ensure, Context, Result};
+
+use crate::{helm, jsonpath, kubectl, kubectl_ok, repo_root, unique, webhook_fields};
+
+/// The node `hack/node.sh` registers; hack/real-node-values.yaml places the chart on it.
+pub const REAL_NODE: &str = "kubesteer-node";
+
+/// The image `make image` built and `hack/e2e.sh` loaded into the real node.
+pub fn image() -> (String, String) {
+    let image = std::env::var("KUBESTEER_IMAGE").unwrap_or_else(|_| "kubesteer:dev".into());
+    match image.rsplit_once(':') {
+        Some((repo, tag)) if !tag.contains('/') => (repo.to_string(), tag.to_string()),
+        _ => (image, "latest".to_string()),
+    }
+}
+
+/// One release of the chart, installed for real, admitting only the namespaces it labels and
+/// reconciling only its user namespace, so tests never affect each other.
+pub struct Release {
+    pub name: String,
+    pub namespace: String,
+    pub user_ns: String,
+}
+
+impl Release {
+    pub fn install(prefix: &str, extra: &[&str]) -> Result<Self> {
+        let ready = kubectl_ok(
+            &[
+                "get",
+                "node",
+                REAL_NODE,
+                "-o",
+                "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
+            ],
+            None,
+        )
+        .context("no real node: hack/cluster.sh up starts one when run as root")?;
+        ensure!(ready == "True", "node {REAL_NODE} is not Ready ({ready})");
+        // A kubelet and containerd report themselves; a kwok node would say kwok.
+        let runtime = kubectl_ok(
+            &[
+                "get",
+                "node",
+                REAL_NODE,
+                "-o",
+                "jsonpath={.status.nodeInfo.kubeletVersion} {.status.nodeInfo.containerRuntimeVersion}",
+            ],
+            None,
+        )?;
+        ensure!(
+            runtime.starts_with("v1.") && runtime.contains("containerd://"),
+            "node {REAL_NODE} is not a real kubelet: {runtime}"
+        );
+        let name = unique(prefix);
+        let namespace = format!("{name}-system");
+        let user_ns = format!("{name}-use");
+        kubectl_ok(&["create", "namespace", &user_ns], None)?;
+        kubectl_ok(
+            &[
+                "label",
+                "namespace",
+                &user_ns,
+                &format!("kubesteer.io/e2e={name}"),
+            ],
+            None,
+        )?;
+        let release = Self {
+            name,
+            namespace,
+            user_ns,
+        };
+        let (repository, tag) = image();
+        let chart = repo_root().join("charts/kubesteer");
+        let chart = chart.to_string_lossy();
+        let selector = format!(
+            "webhook.namespaceSelector.matchLabels.kubesteer\\.io/e2e={}",
+            release.name
+        );
+        let watch = format!(
+            r#"controller.extraEnv=[{{"name":"WATCH_NAMESPACE","value":"{}"}}]"#,
+            release.user_ns
+        );
+        let mut args = vec![
+            "install",
+            &release.name,
+            &chart,
+            "-n",
+            &release.namespace,
+            "--create-namespace",
+            "--wait",
+            "--timeout",
+            "180s",
+        ];
+        let repository = format!("image.repository={repository}");
+        let tag = format!("image.tag={tag}");
+        let values = repo_root().join("hack/real-node-values.yaml");
+        let values = values.to_string_lossy();
+        args.extend([
+            "-f",
+            &values,
+            "--set",
+            &repository,
+            "--set",
+            &tag,
+            "--set",
+            &selector,
+            "--set-json",
+            &watch,
+        ]);
+        args.extend(extra);
+        helm(&args).with_context(|| release.describe())?;
+        Ok(release)
+    }
+
+    pub fn fullname(&self) -> String {
+        format!("{}-kubesteer", self.name)
+    }
+
+    /// What the release's pods are doing, for a failure message.
+    pub fn describe(&self) -> String {
+        let pods = kubectl(&["get", "pods", "-n", &self.namespace, "-o", "wide"], None)
+            .map(|r| r.stdout + &r.stderr)
+            .unwrap_or_default();
+        let events = kubectl(
+            &[
+                "get",
+                "events",
+                "-n",
+                &self.namespace,
+                "--sort-by=.lastTimestamp",
+            ],
+            None,
+        )
+        .map(|r| r.stdout)
+        .unwrap_or_default();
+        format!("pods:\n{pods}\nevents:\n{events}")
+    }
+
+    /// `(name, node, phase, ready, image)` of the pods of one component.
+    pub fn pods(&self, component: &str) -> Result<Vec<[String; 5]>> {
+        let out = kubectl_ok(
+            &[
+                "get",
+                "pods",
+                "-n",
+                &self.namespace,
+                "-l",
+                &format!("app.kubernetes.io/component={component}"),
+                "-o",
+                "jsonpath={range .items[*]}{.metadata.name} {.spec.nodeName} {.status.phase} \
+                 {.status.conditions[?(@.type==\"Ready\")].status} {.spec.containers[0].image}\
+                 {\"\\n\"}{end}",
+            ],
+            None,
+        )?;
+        Ok(out
+            .lines()
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                (f.len() == 5).then(|| [f[0], f[1], f[2], f[3], f[4]].map(String::from))
+            })
+            .collect())
+    }
+
+    pub fn secret_ca(&self) -> Result<String> {
+        jsonpath(
+            &self.namespace,
+            &format!("secret/{}-webhook-tls", self.fullname()),
+            "{.data.ca\\.crt}",
+        )
+    }
+
+    pub fn ca_bundles(&self) -> Result<Vec<String>> {
+        webhook_fields(&self.fullname(), "{.clientConfig.caBundle}")
+    }
+
+    pub fn lease_holder(&self) -> Result<String> {
+        jsonpath(
+            &self.namespace,
+            &format!("lease/{}-controller", self.fullname()),
+            "{.spec.holderIdentity}",
+        )
+    }
+
+    pub fn apply(&self, yaml: &str) -> Result<crate::Run> {
+        kubectl(&["apply", "-n", &self.user_ns, "-f", "-"], Some(yaml))
+    }
+}
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        // While the controller still runs, so that it removes its Scaler finalizers.
+        let _ = kubectl(
+            &[
+                "delete",
+                "scalers.kubesteer.io",
+                "--all",
+                "-n",
+                &self.user_ns,
+                "--timeout=30s",
+            ],
+            None,
+        );
+        let _ = helm(&["uninstall", &self.name, "-n", &self.namespace, "--wait"]);
+        for ns in [&self.user_ns, &self.namespace] {
+            let _ = kubectl(&["delete", "namespace", ns, "--wait=false"], None);
+        }
+    }
+}
