@@ -608,7 +608,7 @@ fn rbac_grants_exactly_what_each_binary_uses() -> Result<()> {
     expected.extend(expand(
         &["coordination.k8s.io"],
         &["leases"],
-        &["get", "patch", "delete"],
+        &["get", "update"],
         Some(&format!("{FULLNAME}-controller")),
     ));
     assert_eq!(grants(lease), expected);
@@ -618,7 +618,7 @@ fn rbac_grants_exactly_what_each_binary_uses() -> Result<()> {
         "Role",
         &format!("{FULLNAME}-controller-lease")
     ))
-    .contains("coordination.k8s.io leases patch my-lease"));
+    .contains("coordination.k8s.io leases update my-lease"));
     let no_election = render(&[
         "--set",
         "controller.leaderElection=false",

@@ -269,10 +269,15 @@ fn each_service_account_may_do_what_its_binary_does_and_nothing_more() -> Result
         ),
         row(
             true,
+            &format!("update leases.coordination.k8s.io/{lease} -n {ns}"),
+        ),
+        // Every write after the create is a conditional replace: no patch, no delete.
+        row(
+            false,
             &format!("patch leases.coordination.k8s.io/{lease} -n {ns}"),
         ),
         row(
-            true,
+            false,
             &format!("delete leases.coordination.k8s.io/{lease} -n {ns}"),
         ),
         row(
@@ -281,13 +286,13 @@ fn each_service_account_may_do_what_its_binary_does_and_nothing_more() -> Result
         ),
         row(
             false,
-            &format!("patch leases.coordination.k8s.io/another-lease -n {ns}"),
+            &format!("update leases.coordination.k8s.io/another-lease -n {ns}"),
         ),
         row(false, &format!("list leases.coordination.k8s.io -n {ns}")),
         row(false, &format!("create leases.coordination.k8s.io -n {o}")),
         row(
             false,
-            &format!("patch leases.coordination.k8s.io/{lease} -n {o}"),
+            &format!("update leases.coordination.k8s.io/{lease} -n {o}"),
         ),
         // The reviews behind metrics auth (on by default); not the metrics themselves.
         row(true, "create tokenreviews.authentication.k8s.io"),
@@ -366,11 +371,11 @@ fn a_watch_namespace_confines_the_controller_to_that_namespace() -> Result<()> {
         // The Lease stays in the release namespace.
         row(
             true,
-            &format!("patch leases.coordination.k8s.io/{lease} -n {ns}"),
+            &format!("update leases.coordination.k8s.io/{lease} -n {ns}"),
         ),
         row(
             false,
-            &format!("patch leases.coordination.k8s.io/{lease} -n {w}"),
+            &format!("update leases.coordination.k8s.io/{lease} -n {w}"),
         ),
     ];
     check(&release.account("controller"), &controller)?;

@@ -4,7 +4,7 @@ use std::io::IsTerminal;
 use tracing_subscriber::{fmt, prelude::*, EnvFilter};
 
 /// The levels when `RUST_LOG` is unset or empty: the clients' per-request chatter stays out.
-pub const DEFAULT_FILTER: &str = "info,kube_client=warn,kube_runtime=warn,kube_lease_manager=warn";
+pub const DEFAULT_FILTER: &str = "info,kube_client=warn,kube_runtime=warn";
 
 /// Why logging could not start.
 #[derive(Debug, thiserror::Error)]
