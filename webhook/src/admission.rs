@@ -2,8 +2,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::extract::{FromRef, Path, State};
 use axum::http::header;
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
@@ -20,14 +19,14 @@ use kubesteer_api::{ApplicationSpec, ScalerSpec, WelcomeSpec};
 use serde::Deserialize as _;
 use serde_json::Value;
 
+use crate::budget::{Budget, Received};
 use crate::cluster::Cluster;
 use crate::error::ApiError;
 use crate::metrics::{KindLabels, Metrics, ReviewLabels};
 use crate::permissions::Permissions;
 use crate::review::{meta, Answer, Request, Response, Review};
 
-/// Largest accepted review body: an object may be 1.5 MiB, and UPDATE carries two of them.
-pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
+pub use crate::budget::MAX_BODY_BYTES;
 
 /// Shared state of the handlers.
 pub struct AppState<C> {
@@ -44,18 +43,28 @@ pub struct AppState<C> {
     pub implementation_specific_paths: bool,
     /// Whether an Application may have an Ingress for a host another namespace serves.
     pub host_sharing: bool,
+    /// Bytes of request bodies read at once (`--request-body-budget`), for every POST route.
+    pub budget: Budget,
+}
+
+impl<C> FromRef<Arc<AppState<C>>> for Budget {
+    fn from_ref(state: &Arc<AppState<C>>) -> Budget {
+        state.budget.clone()
+    }
 }
 
 impl<C: Cluster> AppState<C> {
     pub fn new(cluster: C) -> Self {
+        let metrics = Metrics::default();
         Self {
             cluster,
-            permissions: Permissions::default(),
-            metrics: Metrics::default(),
+            permissions: Permissions::default().counted(metrics.subject_access_reviews.clone()),
+            metrics,
             health: Health::default(),
             images: ImagePolicy::default(),
             implementation_specific_paths: false,
             host_sharing: false,
+            budget: Budget::default(),
         }
     }
 }
@@ -77,13 +86,13 @@ impl Endpoint {
 }
 
 /// The webhook's routes: `/mutate/<plural>`, `/validate/<plural>`, `/convert`, health and metrics.
+/// Bodies are read within `state.budget` ([`Received`]).
 pub fn router<C: Cluster>(state: Arc<AppState<C>>) -> Router {
     Router::new()
         .route("/mutate/{plural}", post(mutate::<C>))
         .route("/validate/{plural}", post(validate::<C>))
         .route(crate::conversion::PATH, post(crate::conversion::convert))
         .route("/metrics", get(metrics::<C>))
-        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state.clone())
         .merge(health::routes(state.health.clone()))
 }
@@ -101,7 +110,7 @@ async fn metrics<C: Cluster>(State(state): State<Arc<AppState<C>>>) -> impl Into
 async fn mutate<C: Cluster>(
     state: State<Arc<AppState<C>>>,
     plural: Path<String>,
-    body: Bytes,
+    body: Received,
 ) -> Result<Json<Answer>, ApiError> {
     review(state, plural, body, Endpoint::Mutate).await
 }
@@ -109,7 +118,7 @@ async fn mutate<C: Cluster>(
 async fn validate<C: Cluster>(
     state: State<Arc<AppState<C>>>,
     plural: Path<String>,
-    body: Bytes,
+    body: Received,
 ) -> Result<Json<Answer>, ApiError> {
     review(state, plural, body, Endpoint::Validate).await
 }
@@ -117,7 +126,7 @@ async fn validate<C: Cluster>(
 async fn review<C: Cluster>(
     State(state): State<Arc<AppState<C>>>,
     Path(plural): Path<String>,
-    body: Bytes,
+    body: Received,
     endpoint: Endpoint,
 ) -> Result<Json<Answer>, ApiError> {
     answer(&state, endpoint, &plural, &body).await.map(Json)

@@ -193,6 +193,14 @@ pub struct Args {
     #[arg(long, env = "KUBESTEER_MAX_CONNECTIONS_PER_IP", default_value_t = 512)]
     pub max_connections_per_ip: usize,
 
+    /// Bytes of request bodies read at once, e.g. "16Mi" (Ki, Mi, Gi; 1Mi to 1Gi): a request
+    /// the budget has no room for is answered 429 with Retry-After before its body is read, so a
+    /// flood of large bodies cannot take the webhook past its memory limit. An eighth is kept for
+    /// bodies of at most an eighth of that (the apiserver's ordinary reviews). Bodies over 7 MiB
+    /// (two objects at the apiserver's 3 MiB limit) are answered 413.
+    #[arg(long, env = "KUBESTEER_REQUEST_BODY_BUDGET", default_value = "16Mi", value_parser = crate::budget::parse_bytes)]
+    pub request_body_budget: usize,
+
     /// The flags the controller takes too: logging and readiness.
     #[command(flatten)]
     pub runtime: kubesteer_api::runtime::RuntimeArgs,

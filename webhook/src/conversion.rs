@@ -3,50 +3,149 @@
 //! Every object of a review is converted by `kubesteer_api::convert`; when one cannot be, the
 //! whole review fails with a message naming the object (its index and name) and the field, as
 //! the apiserver requires all or nothing. A body that is no ConversionReview gets a 400.
-use axum::body::Bytes;
+//!
+//! The body is read within the webhook's memory budget (`budget.rs`), and its objects are kept
+//! as the raw JSON they came as and read one at a time, each built of at most
+//! [`MAX_OBJECT_VALUES`] values and written back as JSON before the next is read: a review holds
+//! about twice its body, never a whole `serde_json::Value` of it.
 use axum::Json;
-use kube::core::conversion::{ConversionRequest, ConversionResponse, ConversionReview};
 use kube::core::Status;
 use kubesteer_api::convert::convert as convert_object;
+use serde::de::{self, Deserializer, SeqAccess, Visitor};
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 
+use crate::budget::Received;
 use crate::error::ApiError;
+use crate::review::whole_object;
 
 /// The path the CRD's `conversion.webhook.clientConfig.service.path` names.
 pub use kubesteer_api::convert::PATH;
 
+/// Values built of one object to convert. Unlike an admission review's, it is the whole stored
+/// object (metadata with managedFields, status with a Scaler's targets): a Scaler with 100
+/// targets holds a few thousand.
+pub const MAX_OBJECT_VALUES: usize = 65_536;
+
+/// Objects in one review. A Scaler as stored is over 300 bytes, so a body at the limit
+/// (`budget::MAX_BODY_BYTES`) holds fewer than 25,000; each kept takes 16 bytes.
+pub const MAX_OBJECTS: usize = 65_536;
+
+/// A ConversionReview as the apiserver sends it (what is read of it).
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Review<'a> {
+    api_version: String,
+    kind: String,
+    #[serde(borrow)]
+    request: Option<Request<'a>>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Request<'a> {
+    uid: String,
+    #[serde(rename = "desiredAPIVersion")]
+    desired_api_version: String,
+    #[serde(borrow, deserialize_with = "objects")]
+    objects: Vec<&'a RawValue>,
+}
+
+/// The answer: the review's apiVersion and kind, and the response.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Answer {
+    pub api_version: String,
+    pub kind: String,
+    pub response: Response,
+}
+
+/// The converted objects in order, or why the review failed (and none).
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Response {
+    pub uid: String,
+    pub result: Status,
+    pub converted_objects: Vec<Box<RawValue>>,
+}
+
 /// The handler of [`PATH`].
-pub async fn convert(body: Bytes) -> Result<Json<ConversionReview>, ApiError> {
+pub async fn convert(body: Received) -> Result<Json<Answer>, ApiError> {
     answer(&body).map(Json)
 }
 
 /// The whole conversion without HTTP: a raw body in, the answered review out.
-pub fn answer(body: &[u8]) -> Result<ConversionReview, ApiError> {
-    let review: ConversionReview =
+pub fn answer(body: &[u8]) -> Result<Answer, ApiError> {
+    let review: Review<'_> =
         serde_json::from_slice(body).map_err(|e| ApiError::BadConversionReview(e.to_string()))?;
-    let request = ConversionRequest::from_review(review)
-        .map_err(|e| ApiError::BadConversionReview(e.to_string()))?;
-    Ok(respond(request).into_review())
+    let request = review.request.ok_or_else(|| {
+        ApiError::BadConversionReview("the review carries no request".to_string())
+    })?;
+    let response = match respond(&request) {
+        Ok(converted_objects) => Response {
+            uid: request.uid,
+            result: Status::success(),
+            converted_objects,
+        },
+        Err(message) => {
+            tracing::warn!(
+                uid = request.uid,
+                desired = request.desired_api_version,
+                message,
+                "conversion failed"
+            );
+            Response {
+                uid: request.uid,
+                result: Status::failure(&message, "ConversionFailed").with_code(422),
+                converted_objects: Vec::new(),
+            }
+        }
+    };
+    Ok(Answer {
+        api_version: review.api_version,
+        kind: review.kind,
+        response,
+    })
 }
 
-fn respond(request: ConversionRequest) -> ConversionResponse {
-    let desired = request.desired_api_version.clone();
-    let converted: Result<Vec<_>, String> = request
-        .objects
-        .iter()
-        .enumerate()
-        .map(|(i, object)| {
-            convert_object(object, &desired).map_err(|e| format!("objects[{i}]: {e}"))
-        })
-        .collect();
-    let uid = request.uid.clone();
-    let response = ConversionResponse::for_request(request);
-    match converted {
-        Ok(objects) => response.success(objects),
-        Err(message) => {
-            tracing::warn!(uid, desired, message, "conversion failed");
-            response.failure(Status::failure(&message, "ConversionFailed").with_code(422))
+/// Every object converted and written as JSON, or the first failure naming its index.
+fn respond(request: &Request<'_>) -> Result<Vec<Box<RawValue>>, String> {
+    let desired = &request.desired_api_version;
+    let mut converted = Vec::with_capacity(request.objects.len());
+    for (i, raw) in request.objects.iter().enumerate() {
+        let at = format!("objects[{i}]");
+        let object = whole_object(raw.get(), &at, MAX_OBJECT_VALUES).map_err(|e| e.to_string())?;
+        let object = convert_object(&object, desired).map_err(|e| format!("{at}: {e}"))?;
+        converted.push(serde_json::value::to_raw_value(&object).map_err(|e| format!("{at}: {e}"))?);
+    }
+    Ok(converted)
+}
+
+/// The objects as raw JSON, at most [`MAX_OBJECTS`].
+fn objects<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<&'de RawValue>, D::Error> {
+    struct Objects;
+
+    impl<'de> Visitor<'de> for Objects {
+        type Value = Vec<&'de RawValue>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("request.objects to be a list")
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+            let mut objects = Vec::new();
+            while let Some(object) = seq.next_element()? {
+                if objects.len() == MAX_OBJECTS {
+                    return Err(de::Error::custom(format!(
+                        "request.objects: more than {MAX_OBJECTS} objects"
+                    )));
+                }
+                objects.push(object);
+            }
+            Ok(objects)
         }
     }
+
+    d.deserialize_seq(Objects)
 }
 
 #[cfg(test)]

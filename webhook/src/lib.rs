@@ -5,6 +5,7 @@
 pub mod admission;
 pub mod apiserver_auth;
 pub mod args;
+pub mod budget;
 pub mod cli;
 pub mod cluster;
 pub mod conversion;

@@ -5,12 +5,43 @@
 //! of a review in the profile). Here the object stays the JSON it came as, and the answer is
 //! written as the apiserver reads it, the patch as base64 (`[]byte` in Go), not as an array of
 //! numbers.
+//!
+//! Any pod can send a review, so what is read of one is bounded: an object keeps only the fields
+//! the rules read ([`KEPT_METADATA`] and `spec`), every other field is skipped without being
+//! built, and the values built of an object or of `userInfo` are counted ([`MAX_OBJECT_VALUES`],
+//! [`MAX_USER_VALUES`]). A whole `serde_json::Value` of a 4 MiB `[0,0,...]` takes over 64 MiB;
+//! here an `object` that is no JSON object fails at its first byte, naming `request.object`.
+use std::cell::Cell;
+use std::fmt;
+
 use base64::Engine as _;
 use k8s_openapi::api::authentication::v1::UserInfo;
 use kube::core::admission::Operation;
 use kube::core::GroupVersionKind;
+use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize, Serializer};
-use serde_json::Value;
+use serde_json::{Map, Number, Value};
+
+/// The fields of an object's metadata that the rules read; the others (labels, annotations,
+/// managedFields, ...) are skipped unread.
+pub const KEPT_METADATA: [&str; 6] = [
+    "name",
+    "namespace",
+    "generateName",
+    "uid",
+    "creationTimestamp",
+    "deletionTimestamp",
+];
+
+/// Values (each number, string, list, map and entry) built of one object's kept fields. A spec
+/// with every list at its schema's `maxItems` holds a few thousand; this bounds what an object
+/// built here takes to about 1 MiB beside its strings (at most 64 bytes a value: a `Value`, or a
+/// map entry with its key).
+pub const MAX_OBJECT_VALUES: usize = 16_384;
+
+/// Values built of `userInfo`: its groups and extra. Identity providers send at most a few
+/// hundred groups.
+pub const MAX_USER_VALUES: usize = 4_096;
 
 /// An AdmissionReview as the apiserver sends it (what is read of it).
 #[derive(Debug, Deserialize, Serialize)]
@@ -34,11 +65,13 @@ pub struct Request {
     #[serde(default)]
     pub namespace: Option<String>,
     pub operation: Operation,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "user_info")]
     pub user_info: UserInfo,
-    #[serde(default)]
+    /// The object as far as the rules read it: `spec` and [`KEPT_METADATA`].
+    #[serde(default, deserialize_with = "object")]
     pub object: Option<Value>,
-    #[serde(default)]
+    /// The stored object (UPDATE), kept as `object` is.
+    #[serde(default, deserialize_with = "old_object")]
     pub old_object: Option<Value>,
 }
 
@@ -51,6 +84,283 @@ impl Request {
             Operation::Delete => "DELETE",
             Operation::Connect => "CONNECT",
         }
+    }
+}
+
+fn object<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    d.deserialize_option(Nullable(Object("request.object")))
+}
+
+fn old_object<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    d.deserialize_option(Nullable(Object("request.oldObject")))
+}
+
+fn user_info<'de, D: Deserializer<'de>>(d: D) -> Result<UserInfo, D::Error> {
+    let left = Cell::new(MAX_USER_VALUES);
+    let value = Bounded {
+        left: &left,
+        path: "request.userInfo",
+        max: MAX_USER_VALUES,
+        object: false,
+    }
+    .deserialize(d)?;
+    if value.is_null() {
+        return Ok(UserInfo::default());
+    }
+    UserInfo::deserialize(value).map_err(|e| de::Error::custom(format!("request.userInfo: {e}")))
+}
+
+/// `null` as `None`, anything else as the seed reads it.
+struct Nullable<S>(S);
+
+impl<'de, S: DeserializeSeed<'de>> Visitor<'de> for Nullable<S> {
+    type Value = Option<S::Value>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("null or a value")
+    }
+
+    fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        self.0.deserialize(d).map(Some)
+    }
+}
+
+/// An object under review (its field path given), read as [`Request::object`] says.
+#[derive(Clone, Copy)]
+struct Object(&'static str);
+
+impl<'de> DeserializeSeed<'de> for Object {
+    type Value = Value;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        // Asks for a map, so anything else fails at its first byte.
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Object {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} to be a JSON object", self.0)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let left = Cell::new(MAX_OBJECT_VALUES);
+        let mut kept = Map::new();
+        while let Some(key) = map.next_key_seed(Pick(&["metadata", "spec"]))? {
+            match key {
+                Some(0) => {
+                    let metadata = map.next_value_seed(Metadata {
+                        path: &format!("{}.metadata", self.0),
+                        left: &left,
+                    })?;
+                    kept.insert("metadata".into(), metadata);
+                }
+                Some(_) => {
+                    let spec = map.next_value_seed(Bounded {
+                        left: &left,
+                        path: &format!("{}.spec", self.0),
+                        max: MAX_OBJECT_VALUES,
+                        object: false,
+                    })?;
+                    kept.insert("spec".into(), spec);
+                }
+                None => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(Value::Object(kept))
+    }
+}
+
+/// An object's metadata: [`KEPT_METADATA`], counted against the object's values.
+struct Metadata<'a> {
+    path: &'a str,
+    left: &'a Cell<usize>,
+}
+
+impl<'de> DeserializeSeed<'de> for Metadata<'_> {
+    type Value = Value;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Metadata<'_> {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} to be a JSON object", self.path)
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut kept = Map::new();
+        while let Some(key) = map.next_key_seed(Pick(&KEPT_METADATA))? {
+            match key {
+                Some(i) => {
+                    let value = map.next_value_seed(Bounded {
+                        left: self.left,
+                        path: self.path,
+                        max: MAX_OBJECT_VALUES,
+                        object: false,
+                    })?;
+                    kept.insert(KEPT_METADATA[i].into(), value);
+                }
+                None => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(Value::Object(kept))
+    }
+}
+
+/// A map key, as its index among the wanted ones; `None` for any other.
+struct Pick(&'static [&'static str]);
+
+impl<'de> DeserializeSeed<'de> for Pick {
+    type Value = Option<usize>;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Pick {
+    type Value = Option<usize>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a field name")
+    }
+
+    fn visit_str<E: de::Error>(self, key: &str) -> Result<Self::Value, E> {
+        Ok(self.0.iter().position(|k| *k == key))
+    }
+}
+
+/// A whole object (as a ConversionReview carries them), built as a `Value` of at most `max`
+/// values; anything but a JSON object fails at its first byte. Errors name `path`.
+pub fn whole_object(json: &str, path: &str, max: usize) -> Result<Value, serde_json::Error> {
+    let left = Cell::new(max);
+    let mut d = serde_json::Deserializer::from_str(json);
+    let object = Bounded {
+        left: &left,
+        path,
+        max,
+        object: true,
+    }
+    .deserialize(&mut d)?;
+    d.end()?;
+    Ok(object)
+}
+
+/// A JSON value (a JSON object if `object`), built as a `Value` while the count `left` lasts;
+/// past it, an error naming `path`, the field the count is of.
+#[derive(Clone, Copy)]
+struct Bounded<'a> {
+    left: &'a Cell<usize>,
+    path: &'a str,
+    max: usize,
+    object: bool,
+}
+
+impl<'de> DeserializeSeed<'de> for Bounded<'_> {
+    type Value = Value;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        match self.left.get().checked_sub(1) {
+            Some(left) => self.left.set(left),
+            None => {
+                return Err(de::Error::custom(format!(
+                    "{}: more than {} values, more than any valid object holds",
+                    self.path, self.max
+                )));
+            }
+        }
+        if self.object {
+            d.deserialize_map(Bounded {
+                object: false,
+                ..self
+            })
+        } else {
+            d.deserialize_any(self)
+        }
+    }
+}
+
+impl<'de> Visitor<'de> for Bounded<'_> {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} to be a JSON object", self.path)
+    }
+
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::Number(v.into()))
+    }
+
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::Number(v.into()))
+    }
+
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Value, E> {
+        Ok(Number::from_f64(v).map_or(Value::Null, Value::Number))
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_owned()))
+    }
+
+    fn visit_string<E: de::Error>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_none<E: de::Error>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        d.deserialize_any(self)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::new();
+        while let Some(item) = seq.next_element_seed(self)? {
+            items.push(item);
+        }
+        Ok(Value::Array(items))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut entries = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            let value = map.next_value_seed(self)?;
+            entries.insert(key, value);
+        }
+        Ok(Value::Object(entries))
     }
 }
 
@@ -194,5 +504,116 @@ mod tests {
         assert_eq!(meta(&object, "name"), Some("m"));
         assert_eq!(object["spec"]["size"], 1);
         assert!(request.old_object.is_none());
+    }
+
+    /// A review on one line whose request has `field` set to the JSON `value`.
+    fn review_with(field: &str, value: &str) -> String {
+        format!(
+            r#"{{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {{"uid": "u", "kind": {{"group": "kubesteer.io", "version": "v1beta1", "kind": "Scaler"}}, "operation": "UPDATE", "{field}": {value}}}}}"#
+        )
+    }
+
+    #[test]
+    fn an_object_that_is_no_json_object_fails_at_its_first_byte_naming_the_field() {
+        let zeros = format!("[{}0]", "0,".repeat(2 * 1024 * 1024));
+        for field in ["object", "oldObject"] {
+            let body = review_with(field, &zeros);
+            let e = serde_json::from_str::<Review>(&body).unwrap_err();
+            assert!(
+                e.to_string().starts_with(&format!(
+                    "invalid type: sequence, expected request.{field} to be a JSON object"
+                )),
+                "{e}"
+            );
+            // At the list's first byte (serde_json names the column before it): nothing of it
+            // was read, let alone built.
+            assert_eq!(e.column(), body.find('[').unwrap(), "{e}");
+        }
+        let e = serde_json::from_str::<Review>(&review_with("object", r#"{"metadata": 7}"#))
+            .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("expected request.object.metadata to be a JSON object"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn an_object_keeps_only_what_the_rules_read_and_counts_its_values() {
+        let object = json!({
+            "apiVersion": "kubesteer.io/v1beta1", "kind": "Scaler",
+            "metadata": {"name": "s", "namespace": "team", "uid": "u1", "labels": {"a": "b"},
+                "creationTimestamp": "2025-01-01T00:00:00Z", "managedFields": [{"manager": "kubectl"}]},
+            "spec": {"suspend": true, "windows": [{"start": 9, "end": 17}]},
+            "status": {"targets": [{"name": "web"}]}
+        });
+        let body = review_with("object", &object.to_string());
+        let request = serde_json::from_str::<Review>(&body)
+            .unwrap()
+            .request
+            .unwrap();
+        assert_eq!(
+            request.object.unwrap(),
+            json!({
+                "metadata": {"name": "s", "namespace": "team", "uid": "u1",
+                    "creationTimestamp": "2025-01-01T00:00:00Z"},
+                "spec": {"suspend": true, "windows": [{"start": 9, "end": 17}]}
+            })
+        );
+        // A spec of more values than any valid one holds is refused, naming it, before it is
+        // all built; the skipped status may be of any size.
+        let many = json!({"spec": {"x": vec![0; MAX_OBJECT_VALUES]}, "status": vec![0; 100_000]});
+        let e = serde_json::from_str::<Review>(&review_with("oldObject", &many.to_string()))
+            .unwrap_err();
+        assert!(
+            e.to_string().starts_with(&format!(
+                "request.oldObject.spec: more than {MAX_OBJECT_VALUES} values"
+            )),
+            "{e}"
+        );
+        let fits =
+            json!({"spec": {"x": vec![0; MAX_OBJECT_VALUES - 3]}, "status": vec![0; 100_000]});
+        assert!(serde_json::from_str::<Review>(&review_with("object", &fits.to_string())).is_ok());
+    }
+
+    #[test]
+    fn user_info_is_bounded_too() {
+        let user = |groups: usize| {
+            review_with(
+                "userInfo",
+                &json!({"username": "a", "groups": vec!["g"; groups]}).to_string(),
+            )
+        };
+        let request = serde_json::from_str::<Review>(&user(3))
+            .unwrap()
+            .request
+            .unwrap();
+        assert_eq!(request.user_info.groups.unwrap().len(), 3);
+        let e = serde_json::from_str::<Review>(&user(MAX_USER_VALUES)).unwrap_err();
+        assert!(
+            e.to_string().starts_with(&format!(
+                "request.userInfo: more than {MAX_USER_VALUES} values"
+            )),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_whole_object_is_read_bounded_and_must_be_an_object() {
+        let object = json!({"metadata": {"name": "s"}, "spec": [1, 2, {"a": null}]});
+        assert_eq!(
+            whole_object(&object.to_string(), "objects[0]", 10).unwrap(),
+            object
+        );
+        let e = whole_object(&object.to_string(), "objects[0]", 6).unwrap_err();
+        assert!(
+            e.to_string().starts_with("objects[0]: more than 6 values"),
+            "{e}"
+        );
+        let e = whole_object("[0, 0, 0]", "objects[3]", 10).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "invalid type: sequence, expected objects[3] to be a JSON object at line 1 column 0"
+        );
     }
 }
