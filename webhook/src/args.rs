@@ -80,6 +80,16 @@ pub struct Args {
     )]
     pub apiserver_client_names: Vec<String>,
 
+    /// SubjectAccessReviews per second the webhook may send about reviews' authors (answers
+    /// are cached, so this is new questions per second). Over it a check waits up to 1 s for its
+    /// turn and otherwise fails, denying the review with the reason.
+    #[arg(long, env = "KUBESTEER_SUBJECT_ACCESS_REVIEW_QPS", default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..))]
+    pub subject_access_review_qps: u32,
+
+    /// SubjectAccessReviews the webhook may send at once above --subject-access-review-qps.
+    #[arg(long, env = "KUBESTEER_SUBJECT_ACCESS_REVIEW_BURST", default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..))]
+    pub subject_access_review_burst: u32,
+
     /// Self-managed: the namespace of the Secret and the Service.
     #[arg(long, env = "POD_NAMESPACE", default_value = "kubesteer-system")]
     pub namespace: String,
@@ -223,6 +233,14 @@ impl Args {
         })
     }
 
+    /// The bound on SubjectAccessReviews.
+    pub fn sar_limit(&self) -> crate::permissions::SarLimit {
+        crate::permissions::SarLimit {
+            per_second: self.subject_access_review_qps,
+            burst: self.subject_access_review_burst,
+        }
+    }
+
     pub fn limits(&self) -> Limits {
         Limits {
             handshake: self.handshake_timeout,
@@ -304,6 +322,38 @@ mod tests {
     }
 
     #[test]
+    fn subject_access_reviews_are_bounded_by_default_and_a_zero_bound_is_refused() {
+        use crate::permissions::SarLimit;
+        let a = Args::try_parse_from(["kubesteer-webhook"]).unwrap();
+        assert_eq!(a.sar_limit(), SarLimit::default());
+        assert_eq!(
+            (SarLimit::default().per_second, SarLimit::default().burst),
+            (50, 100)
+        );
+        let a = Args::try_parse_from([
+            "kubesteer-webhook",
+            "--subject-access-review-qps=5",
+            "--subject-access-review-burst=10",
+        ])
+        .unwrap();
+        assert_eq!(
+            a.sar_limit(),
+            SarLimit {
+                per_second: 5,
+                burst: 10
+            }
+        );
+        for bad in [
+            "--subject-access-review-qps=0",
+            "--subject-access-review-burst=0",
+        ] {
+            let e = Args::try_parse_from(["kubesteer-webhook", bad]).unwrap_err();
+            let flag = bad.split('=').next().unwrap_or_default();
+            assert!(e.to_string().contains(flag), "{bad}: {e}");
+        }
+    }
+
+    #[test]
     fn connection_limits() {
         let l = Args::try_parse_from(["kubesteer-webhook"])
             .unwrap()
@@ -343,6 +393,8 @@ mod tests {
             "--watch-stale-after",
             "--apiserver-client-ca",
             "--apiserver-client-names",
+            "--subject-access-review-qps",
+            "--subject-access-review-burst",
         ] {
             assert!(help.contains(flag), "{flag} missing from --help");
         }

@@ -90,6 +90,7 @@ async fn serve(args: Args) -> Result<(), Error> {
     state.images = kubesteer_api::access::ImagePolicy::new(args.allowed_images.clone());
     state.implementation_specific_paths = args.allow_implementation_specific_paths;
     state.host_sharing = args.allow_host_sharing;
+    state.permissions.set_limit(args.sar_limit());
     state.budget = crate::budget::Budget::new(args.request_body_budget);
     let state = Arc::new(state);
     let listener = tokio::net::TcpListener::bind(args.addr)

@@ -1,5 +1,5 @@
-//! Prometheus metrics: reviews by kind, operation and result, review latency, and connections
-//! the server closed on its own.
+//! Prometheus metrics: reviews by kind, operation and result, review latency, connections the
+//! server closed on its own, and SubjectAccessReviews sent or refused by their bound.
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -30,11 +30,26 @@ pub struct ClosedLabels {
 /// Connections the server closed on its own, by reason.
 pub type ConnectionsClosed = Family<ClosedLabels, Counter>;
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SarLabels {
+    /// `sent`, or `rate_limited` (not sent: over `--subject-access-review-qps`; see
+    /// `permissions.rs`). Answers from the cache are not counted.
+    pub result: &'static str,
+}
+
+impl SarLabels {
+    pub const SENT: Self = Self { result: "sent" };
+    pub const RATE_LIMITED: Self = Self {
+        result: "rate_limited",
+    };
+}
+
 pub struct Metrics {
     registry: Registry,
     pub reviews: Family<ReviewLabels, Counter>,
     pub duration: Family<KindLabels, Histogram>,
     pub connections_closed: ConnectionsClosed,
+    pub subject_access_reviews: Family<SarLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -57,11 +72,18 @@ impl Default for Metrics {
             "Connections the server closed on its own: timeouts, and room made under the connection limits",
             connections_closed.clone(),
         );
+        let subject_access_reviews = Family::<SarLabels, Counter>::default();
+        registry.register(
+            "subject_access_reviews",
+            "SubjectAccessReviews sent about reviews' authors, and those refused by the webhook's bound on them",
+            subject_access_reviews.clone(),
+        );
         Self {
             registry,
             reviews,
             duration,
             connections_closed,
+            subject_access_reviews,
         }
     }
 }
