@@ -608,6 +608,34 @@ fn the_charts_pods_reconcile_every_kind_through_their_own_webhook() -> Result<()
         run.stderr
     );
 
+    // hpaCooperation switched off inside the window: the HPA the Scaler raised gets its own
+    // minReplicas back, found by the name the status recorded, and the Deployment is held itself.
+    kubectl_ok(
+        &[
+            "patch",
+            "-n",
+            n,
+            "scaler/fleet",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"hpaCooperation":"Disabled"}}"#,
+        ],
+        None,
+    )?;
+    user_wait(&release, "hpa/api", "{.spec.minReplicas}", "1")?;
+    user_wait(
+        &release,
+        "hpa/api",
+        "{.metadata.annotations.kubesteer\\.io/original-min-replicas}",
+        "",
+    )?;
+    user_wait(
+        &release,
+        "scaler/fleet",
+        "{.status.targets[1].horizontalPodAutoscaler}{.status.targets[1].replicas}",
+        "3",
+    )?;
+
     // Deleting the Scalers gives every target back.
     kubectl_ok(
         &[
@@ -667,6 +695,119 @@ fn the_charts_pods_reconcile_every_kind_through_their_own_webhook() -> Result<()
     assert!(
         !reasons.contains("AdmissionDenied") && !reasons.contains("ReconcileFailed"),
         "no failed reconcile: {reasons}"
+    );
+    Ok(())
+}
+
+/// A ValidatingAdmissionPolicy that refuses any change of `frozen`'s replicas in `ns`: a refusal
+/// by the apiserver that no retry changes, deleted with the guard.
+struct Freeze(String);
+
+impl Freeze {
+    fn new(ns: &str) -> Result<Self> {
+        let name = format!("{ns}-freeze");
+        let policy = format!(
+            "apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingAdmissionPolicy\nmetadata: {{name: {name}}}\nspec:\n  failurePolicy: Fail\n  matchConstraints:\n    namespaceSelector: {{matchLabels: {{kubernetes.io/metadata.name: {ns}}}}}\n    resourceRules: [{{apiGroups: [apps], apiVersions: [v1], operations: [UPDATE], resources: [deployments, deployments/scale]}}]\n  validations:\n  - expression: \"object.metadata.name != 'frozen' || object.spec.replicas == oldObject.spec.replicas\"\n    message: frozen keeps its replicas\n---\napiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingAdmissionPolicyBinding\nmetadata: {{name: {name}}}\nspec:\n  policyName: {name}\n  validationActions: [Deny]\n"
+        );
+        kubectl_ok(&["apply", "-f", "-"], Some(&policy))?;
+        Ok(Self(name))
+    }
+}
+
+impl Drop for Freeze {
+    fn drop(&mut self) {
+        for kind in [
+            "validatingadmissionpolicybinding",
+            "validatingadmissionpolicy",
+        ] {
+            let _ = kubectl(&["delete", kind, &self.0, "--ignore-not-found"], None);
+        }
+    }
+}
+
+#[test]
+fn a_target_the_apiserver_refuses_never_holds_up_the_others_nor_the_deletion() -> Result<()> {
+    let release = Release::install("frz", &[])?;
+    let n = release.user_ns.clone();
+    let n = n.as_str();
+    for name in ["web", "frozen"] {
+        kubectl_ok(
+            &[
+                "create",
+                "deployment",
+                name,
+                "-n",
+                n,
+                "--image=nginx",
+                "--replicas=1",
+            ],
+            None,
+        )?;
+    }
+    let now = kubesteer_tests::unix_now();
+    let scaler = |replicas: u32| {
+        format!(
+            "apiVersion: kubesteer.io/v1beta1\nkind: Scaler\nmetadata: {{name: pair}}\nspec:\n  hpaCooperation: Disabled\n  scaleTargetRefs:\n  - {{apiVersion: apps/v1, kind: Deployment, name: frozen}}\n  - {{apiVersion: apps/v1, kind: Deployment, name: web}}\n  windows: [{{start: \"{}\", end: \"{}\", replicas: {replicas}}}]\n",
+            kubesteer_tests::hh_mm(now - 3600),
+            kubesteer_tests::hh_mm(now + 3600)
+        )
+    };
+    let run = release.apply(&scaler(3))?;
+    ensure!(run.ok, "{run:?}");
+    user_wait(&release, "deployment/frozen", "{.spec.replicas}", "3")?;
+    user_wait(&release, "deployment/web", "{.spec.replicas}", "3")?;
+
+    // From now on the apiserver refuses any change of frozen's replicas.
+    let _freeze = Freeze::new(n)?;
+    eventually(Duration::from_secs(30), "the policy in force", || {
+        let run = kubectl(
+            // Admission without a change: a probe that went through must not make the next
+            // one a no-op.
+            &[
+                "scale",
+                "-n",
+                n,
+                "deployment/frozen",
+                "--replicas=9",
+                "--dry-run=server",
+            ],
+            None,
+        )?;
+        Ok(run
+            .stderr
+            .contains("frozen keeps its replicas")
+            .then_some(()))
+    })?;
+    let run = release.apply(&scaler(4))?;
+    ensure!(run.ok, "{run:?}");
+    // web follows; frozen's failure is on its own status entry and in the Ready condition.
+    user_wait(&release, "deployment/web", "{.spec.replicas}", "4")?;
+    user_wait(
+        &release,
+        "scaler/pair",
+        "{.status.conditions[?(@.type==\"Ready\")].reason} {.status.targets[1].replicas}",
+        "TargetFailed 4",
+    )?;
+    let error = user_get(&release, "scaler/pair", "{.status.targets[0].error}")?;
+    assert!(
+        error.contains("frozen keeps its replicas"),
+        "frozen's entry says why: {error}"
+    );
+
+    // Deleted, the Scaler gives web back and lets go of frozen, saying so.
+    kubectl_ok(&["delete", "-n", n, "scaler/pair", "--timeout=60s"], None)
+        .with_context(|| release.describe())?;
+    user_wait(&release, "deployment/web", "{.spec.replicas}", "1")?;
+    assert_eq!(
+        user_get(&release, "deployment/frozen", "{.spec.replicas}")?,
+        "3"
+    );
+    let notes = kubesteer_tests::event_notes(n, "RestoreFailed")?;
+    assert!(
+        notes
+            .iter()
+            .any(|m| m.starts_with("Deployment ") && m.contains("/frozen could not be given back")),
+        "a RestoreFailed event names frozen: {notes:?}"
     );
     Ok(())
 }
