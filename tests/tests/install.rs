@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
 use kubesteer_tests::release::{image, Release, REAL_NODE};
-use kubesteer_tests::{eventually, helm, jsonpath, kubectl, kubectl_ok, repo_root, WEBHOOKS};
+use kubesteer_tests::{
+    eventually, helm, jsonpath, kubectl, kubectl_ok, repo_root, unique, WEBHOOKS,
+};
 
 /// Every pod of `component` runs the project image on the real node, Running and Ready.
 fn on_real_node(release: &Release, component: &str, replicas: usize) -> Result<()> {
@@ -809,5 +811,86 @@ fn a_target_the_apiserver_refuses_never_holds_up_the_others_nor_the_deletion() -
             .any(|m| m.starts_with("Deployment ") && m.contains("/frozen could not be given back")),
         "a RestoreFailed event names frozen: {notes:?}"
     );
+    Ok(())
+}
+
+/// The probes of a tenant using the controller's rights, against the chart's own webhook pods:
+/// bob may edit Applications but not read the Secret one of them reads, nor create Ingresses;
+/// a host another namespace serves first is that namespace's.
+#[test]
+fn the_charts_webhook_stops_the_image_swap_the_second_key_and_the_foreign_host() -> Result<()> {
+    let release = Release::install("prb", &[])?;
+    let n = release.user_ns.clone();
+    let n = n.as_str();
+    let app = "apiVersion: kubesteer.io/v1alpha1\nkind: Application\n";
+    kubesteer_tests::grant(
+        n,
+        "app-editor",
+        "get,list,create,update,patch",
+        "applications.kubesteer.io",
+        "bob",
+    )?;
+    let run = release.apply(&format!(
+        "{app}metadata: {{name: site}}\nspec:\n  image: nginx\n  env:\n  - {{name: PW, valueFrom: {{secretKeyRef: {{name: db, key: pw}}}}}}\n"
+    ))?;
+    ensure!(run.ok, "the admin may: {run:?}");
+    let patch_as_bob =
+        |patch: &str| kubesteer_tests::merge_patch_as("bob", n, "application/site", patch);
+    let run = patch_as_bob(r#"{"spec":{"image":"evil.example/exfiltrate:1"}}"#)?;
+    assert!(!run.ok, "an image swap reads the Secret: {run:?}");
+    let want = format!(
+        "spec.env[0].valueFrom.secretKeyRef.name: Forbidden: user \"bob\" may not get secrets \"db\" in namespace \"{n}\""
+    );
+    assert!(run.stderr.contains(&want), "{want} not in {}", run.stderr);
+    let run = patch_as_bob(
+        r#"{"spec":{"env":[{"name":"PW","valueFrom":{"secretKeyRef":{"name":"db","key":"pw"}}},{"name":"ROOT","valueFrom":{"secretKeyRef":{"name":"db","key":"root"}}}]}}"#,
+    )?;
+    assert!(!run.ok, "a second key of the Secret: {run:?}");
+    assert!(
+        run.stderr
+            .contains("spec.env[1].valueFrom.secretKeyRef.name: Forbidden"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(
+        user_get(&release, "application/site", "{.spec.image}")?,
+        "nginx"
+    );
+
+    // An Application with an Ingress needs the right to create one.
+    let host = format!("{}.example.com", unique("shop"));
+    let with_ingress = |name: &str| {
+        format!(
+            "{app}metadata: {{name: {name}}}\nspec: {{image: nginx, ingress: {{host: {host}, path: /login, pathType: Exact}}}}\n"
+        )
+    };
+    let run = kubesteer_tests::apply_as("bob", n, &with_ingress("bobs"))?;
+    assert!(!run.ok, "{run:?}");
+    let want = format!(
+        "spec.ingress: Forbidden: user \"bob\" may not create ingresses (networking.k8s.io) in namespace \"{n}\""
+    );
+    assert!(run.stderr.contains(&want), "{want} not in {}", run.stderr);
+
+    // The host is another namespace's once an Ingress there serves it.
+    let shop = kubesteer_tests::Namespace::new("prb-shop")?;
+    kubectl_ok(
+        &["apply", "-n", shop.name(), "-f", "-"],
+        Some(&format!(
+            "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {{name: login}}\nspec:\n  rules:\n  - host: {host}\n    http:\n      paths:\n      - {{path: /login, pathType: Exact, backend: {{service: {{name: x, port: {{number: 80}}}}}}}}\n"
+        )),
+    )?;
+    let named = format!(
+        "spec.ingress.host: Forbidden: host \"{host}\" is served by Ingress {}/login",
+        shop.name()
+    );
+    eventually(
+        Duration::from_secs(30),
+        "the webhook pods to see the other namespace's Ingress",
+        || {
+            let run = release.apply(&with_ingress("hijack"))?;
+            Ok((!run.ok && run.stderr.contains(&named)).then_some(()))
+        },
+    )
+    .with_context(|| release.describe())?;
     Ok(())
 }
