@@ -11,6 +11,10 @@
 # KUBESTEER_AUDIT_POLICY (opt-in: an audit policy file; the log is $KUBESTEER_STATE/kwok/clusters/<name>/logs/audit.log),
 # KUBESTEER_EXTRA_ARGS (opt-in: more kwokctl --extra-args, space-separated, e.g. "kube-scheduler=v=2"),
 # KUBESTEER_REAL_NODE (1: add the real node, 0: kwok nodes only; default 1 as root, else 0).
+# The apiserver presents a client certificate to every webhook (its AdmissionConfiguration's
+# kubeconfig, user "*"), made once by `kubesteer-certs client` in $KUBESTEER_STATE/apiserver-client/;
+# hack/deploy.sh, hack/run.sh and the e2e tests give its ca.crt to the webhook, which then answers
+# reviews from the apiserver only (README, "Security model").
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=../versions.env
@@ -34,6 +38,37 @@ kwokctl=("$bin/kwokctl" --name "$name")
 kubectl=("$bin/kubectl" --kubeconfig "$kubeconfig")
 log() { printf '[cluster] %s\n' "$*" >&2; }
 
+# The apiserver's client certificate for webhooks, with its CA, and the AdmissionConfiguration
+# that hands it to the validating and mutating admission plugins for every webhook (user "*").
+admission_config() {
+  local dir=$1
+  (cd "$root" && cargo run -q -p kubesteer-certs --bin kubesteer-certs -- client --out-dir "$dir" --name kube-apiserver) >/dev/null
+  cat >"$dir/kubeconfig.yaml" <<YAML
+apiVersion: v1
+kind: Config
+users:
+  - name: "*"
+    user:
+      client-certificate: $dir/client.crt
+      client-key: $dir/client.key
+YAML
+  cat >"$dir/admission.yaml" <<YAML
+apiVersion: apiserver.config.k8s.io/v1
+kind: AdmissionConfiguration
+plugins:
+  - name: ValidatingAdmissionWebhook
+    configuration:
+      apiVersion: apiserver.config.k8s.io/v1
+      kind: WebhookAdmissionConfiguration
+      kubeConfigFile: $dir/kubeconfig.yaml
+  - name: MutatingAdmissionWebhook
+    configuration:
+      apiVersion: apiserver.config.k8s.io/v1
+      kind: WebhookAdmissionConfiguration
+      kubeConfigFile: $dir/kubeconfig.yaml
+YAML
+}
+
 answers() { [ -f "$kubeconfig" ] && "${kubectl[@]}" get --raw /readyz >/dev/null 2>&1; }
 
 up() {
@@ -53,6 +88,9 @@ up() {
       service_cidr=$(sed -n 's/^SERVICE_CIDR=//p' "$state/net.env")
       service_ip=$(sed -n 's/^SERVICE_IP=//p' "$state/net.env")
     fi
+    local client_dir
+    client_dir=$(cd "$state" && pwd)/apiserver-client
+    admission_config "$client_dir"
     cat >"$state/kwokctl.yaml" <<YAML
 kind: KwokctlConfiguration
 apiVersion: config.kwok.x-k8s.io/v1alpha1
@@ -81,6 +119,8 @@ componentsPatches:
       - {key: kubelet-preferred-address-types, value: InternalIP}
       - {key: kubelet-client-certificate, value: $KWOK_WORKDIR/clusters/$name/pki/admin.crt}
       - {key: kubelet-client-key, value: $KWOK_WORKDIR/clusters/$name/pki/admin.key}
+      # Webhooks are called with the client certificate in $client_dir (see admission_config).
+      - {key: admission-control-config-file, value: $client_dir/admission.yaml}
   - name: kwok-controller
     extraArgs:
       # Only the fake nodes: the real node's kubelet reports its own pods.

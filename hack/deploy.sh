@@ -6,6 +6,8 @@
 # Environment: KUBESTEER_RELEASE (kubesteer), KUBESTEER_RELEASE_NAMESPACE (kubesteer-system),
 # KUBESTEER_IMAGE_ARCHIVE (where `make image` exported IMG, default $KUBESTEER_STATE/image.tar),
 # KUBESTEER_DEPLOY_TIMEOUT (how long helm --wait waits for every pod to be Ready, default 5m).
+# When hack/cluster.sh made the apiserver's client certificate for webhooks, its CA goes to the
+# chart (webhook.apiserverAuth.clientCA), so the webhook answers reviews from the apiserver only.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cache=${KUBESTEER_CACHE:-$HOME/.cache/kubesteer}
@@ -21,10 +23,12 @@ up() {
   local img=$1 archive=${KUBESTEER_IMAGE_ARCHIVE:-$state/image.tar}
   [ -f "$archive" ] || { log "no $archive: make image IMG=$img first"; exit 1; }
   "$root/hack/node.sh" load "$archive"
+  local auth=() client_ca="$state/apiserver-client/ca.crt"
+  [ ! -f "$client_ca" ] || auth=(--set-file "webhook.apiserverAuth.clientCA=$client_ca")
   log "helm upgrade --install $release ($img) in $ns"
   "${helm[@]}" upgrade --install "$release" "$root/charts/kubesteer" -n "$ns" --create-namespace \
     -f "$root/hack/real-node-values.yaml" --set "image.repository=${img%:*}" --set "image.tag=${img##*:}" \
-    --wait --timeout "${KUBESTEER_DEPLOY_TIMEOUT:-5m}"
+    ${auth[@]+"${auth[@]}"} --wait --timeout "${KUBESTEER_DEPLOY_TIMEOUT:-5m}"
   "${kubectl[@]}" -n "$ns" get pods -o wide
 }
 

@@ -236,10 +236,13 @@ mkdir -p "$state/certs"
 target/debug/kubesteer-certs generate --service kubesteer-webhook --namespace kubesteer-system \
   --ip 127.0.0.1 --dns localhost --out-dir "$state/certs"
 
+# Reviews only from the apiserver, whose client certificate hack/cluster.sh made.
+apiserver_auth=()
+[ ! -f "$state/apiserver-client/ca.crt" ] || apiserver_auth=(--apiserver-client-ca "$state/apiserver-client/ca.crt")
 KUBECONFIG="$kc" target/debug/kubesteer-webhook --addr "127.0.0.1:$port" \
   --tls-cert-file "$state/certs/tls.crt" --tls-key-file "$state/certs/tls.key" \
   --conversion-crd scalers.kubesteer.io --conversion-url "https://127.0.0.1:$port" \
-  --conversion-ca-file "$state/certs/ca.crt" \
+  --conversion-ca-file "$state/certs/ca.crt" ${apiserver_auth[@]+"${apiserver_auth[@]}"} \
   >"$state/webhook.log" 2>&1 &
 pids+=($!)
 deadline=$((SECONDS + ready_timeout))

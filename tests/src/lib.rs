@@ -44,6 +44,26 @@ pub fn kubeconfig() -> PathBuf {
         .unwrap_or_else(|| state_dir().join("kubeconfig"))
 }
 
+/// The CA of the client certificate the cluster's apiserver presents to webhooks, which
+/// hack/cluster.sh makes beside the kubeconfig; `None` for a cluster started without it.
+pub fn apiserver_client_ca() -> Option<PathBuf> {
+    let ca = kubeconfig().parent()?.join("apiserver-client/ca.crt");
+    ca.is_file().then_some(ca)
+}
+
+/// The chart values that make a release's webhook answer reviews from this cluster's apiserver
+/// only (`webhook.apiserverAuth.clientCA`), or none for a cluster without that certificate.
+pub fn apiserver_auth_values() -> Vec<String> {
+    apiserver_client_ca()
+        .map(|ca| {
+            vec![
+                "--set-file".to_string(),
+                format!("webhook.apiserverAuth.clientCA={}", ca.display()),
+            ]
+        })
+        .unwrap_or_default()
+}
+
 /// The result of one kubectl call.
 #[derive(Debug)]
 pub struct Run {

@@ -109,6 +109,9 @@ impl Release {
             "--set-json",
             &watch,
         ]);
+        // Reviews from this cluster's apiserver only, as hack/deploy.sh installs the chart.
+        let auth = crate::apiserver_auth_values();
+        args.extend(auth.iter().map(String::as_str));
         args.extend(extra);
         helm(&args).with_context(|| release.describe())?;
         Ok(release)

@@ -44,6 +44,20 @@ certManager render none, so `helm upgrade` keeps the value the webhook or cainje
 {{- end -}}
 {{- end -}}
 
+{{/* The ConfigMap with the CA of the apiserver's client certificate, or nothing when that is off. */}}
+{{- define "kubesteer.apiserverClientCA" -}}
+{{- $auth := .Values.webhook.apiserverAuth -}}
+{{- if and $auth.clientCA $auth.clientCAConfigMap -}}
+{{- fail "webhook.apiserverAuth: give clientCA or clientCAConfigMap, not both" -}}
+{{- else if $auth.clientCA -}}
+{{- include "kubesteer.fullname" . }}-apiserver-client-ca
+{{- else if $auth.clientCAConfigMap -}}
+{{- $auth.clientCAConfigMap -}}
+{{- else if $auth.allowedNames -}}
+{{- fail "webhook.apiserverAuth.allowedNames needs clientCA or clientCAConfigMap" -}}
+{{- end -}}
+{{- end -}}
+
 {{/* The namespaces the webhooks apply to. */}}
 {{- define "kubesteer.namespaceSelector" -}}
 {{- if .Values.webhook.namespaceSelector -}}
