@@ -91,6 +91,8 @@ struct BetaOnly {
     override_: Option<beta::Override>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     hpa_cooperation: Option<beta::HpaCooperation>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    dry_run: Option<bool>,
 }
 
 /// The v1alpha1 fields a v1beta1 object carries in [`V1ALPHA1_FIELDS`]: window fields that
@@ -336,6 +338,7 @@ pub fn to_v1beta1(a: &alpha::Scaler) -> beta::Scaler {
             jobs: s.jobs.clone(),
             suspend: s.suspend,
             hpa_cooperation: stash.hpa_cooperation,
+            dry_run: stash.dry_run,
         },
         status: a.status.as_ref().map(status_to_beta),
     }
@@ -387,6 +390,7 @@ pub fn to_v1alpha1(b: &beta::Scaler) -> alpha::Scaler {
     stash.exclude_dates = s.exclude_dates.clone();
     stash.override_ = s.override_.clone();
     stash.hpa_cooperation = s.hpa_cooperation;
+    stash.dry_run = s.dry_run;
 
     put(&mut metadata.annotations, V1BETA1_FIELDS, &stash);
 
@@ -534,6 +538,7 @@ mod tests {
                 beta::HpaCooperation::Enabled,
                 beta::HpaCooperation::Disabled,
             ])),
+            of(any::<bool>()),
         )
             .prop_map(
                 |(
@@ -546,6 +551,7 @@ mod tests {
                     jobs,
                     suspend,
                     hpa_cooperation,
+                    dry_run,
                 )| beta::ScalerSpec {
                     scale_target_refs,
                     windows,
@@ -556,6 +562,7 @@ mod tests {
                     jobs,
                     suspend,
                     hpa_cooperation,
+                    dry_run,
                 },
             )
     }

@@ -102,4 +102,6 @@ pub mod reason {
     /// leaves the target alone until the owner lets go.
     pub const CONFLICT: &str = "Conflict";
     pub const SUSPENDED: &str = "Suspended";
+    /// A Scaler in dry run: what it would do, nothing written to its targets.
+    pub const DRY_RUN: &str = "DryRun";
 }

@@ -91,6 +91,10 @@ pub struct ScalerSpec {
     /// What to do with a target scaled by a HorizontalPodAutoscaler. Enabled (the default): the Scaler sets that HPA's minReplicas (recording and restoring the original) instead of the target's replicas. Disabled: the Scaler writes the target's replicas and the HPA may undo them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hpa_cooperation: Option<HpaCooperation>,
+
+    /// Computes and reports everything (status, nextTransitions, events "Would ...") and writes nothing to the targets while true. Switching it off applies the current state at once. Giving a target back (dropped from scaleTargetRefs, or the Scaler deleted) is still done. Defaults to false.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dry_run: Option<bool>,
 }
 
 /// A workload with a /scale subresource.
@@ -346,6 +350,10 @@ impl ScalerSpec {
 
     pub fn hpa_cooperation(&self) -> HpaCooperation {
         self.hpa_cooperation.unwrap_or_default()
+    }
+
+    pub fn dry_run(&self) -> bool {
+        self.dry_run.unwrap_or(false)
     }
 
     /// Each target with its namespace resolved against the Scaler's own.

@@ -894,3 +894,74 @@ fn the_charts_webhook_stops_the_image_swap_the_second_key_and_the_foreign_host()
     .with_context(|| release.describe())?;
     Ok(())
 }
+
+#[test]
+fn a_dry_run_scaler_reports_and_writes_nothing_until_switched_off() -> Result<()> {
+    let release = Release::install("dry", &[])?;
+    let n = release.user_ns.clone();
+    let n = n.as_str();
+    kubectl_ok(
+        &[
+            "create",
+            "deployment",
+            "web",
+            "-n",
+            n,
+            "--image=nginx",
+            "--replicas=1",
+        ],
+        None,
+    )?;
+    let now = kubesteer_tests::unix_now();
+    let run = release.apply(&format!(
+        "apiVersion: kubesteer.io/v1beta1\nkind: Scaler\nmetadata: {{name: preview}}\nspec:\n  dryRun: true\n  scaleTargetRefs: [{{apiVersion: apps/v1, kind: Deployment, name: web}}]\n  windows: [{{start: \"{}\", end: \"{}\", replicas: 3}}]\n",
+        kubesteer_tests::hh_mm(now - 3600),
+        kubesteer_tests::hh_mm(now + 3600)
+    ))?;
+    ensure!(run.ok, "{run:?}");
+    user_wait(
+        &release,
+        "scaler/preview",
+        "{.status.conditions[?(@.type==\"Ready\")].reason} {.status.targets[0].replicas}",
+        "DryRun 1",
+    )?;
+    let notes = eventually(Duration::from_secs(30), "the DryRun event", || {
+        let notes = kubesteer_tests::event_notes(n, "DryRun")?;
+        Ok((!notes.is_empty()).then_some(notes))
+    })?;
+    assert!(
+        notes.iter().any(|m| m
+            == &format!(
+                "Dry run, not done: Scaled Deployment {n}/web from 1 to 3 replicas; recorded 1 to restore"
+            )),
+        "{notes:?}"
+    );
+    assert_eq!(
+        user_get(&release, "deployment/web", "{.spec.replicas}")?,
+        "1"
+    );
+    assert_eq!(
+        user_get(
+            &release,
+            "deployment/web",
+            "{.metadata.annotations.kubesteer\\.io/original-replicas}"
+        )?,
+        "",
+        "no record either"
+    );
+    // Switched off, the current state is applied at once.
+    kubectl_ok(
+        &[
+            "patch",
+            "-n",
+            n,
+            "scaler/preview",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"dryRun":false}}"#,
+        ],
+        None,
+    )?;
+    user_wait(&release, "deployment/web", "{.spec.replicas}", "3")?;
+    Ok(())
+}

@@ -697,6 +697,16 @@ async fn reconcile_target(
         if changes.is_empty() {
             return Ok(seen(Some(current)));
         }
+        // A dry run says what it would write, and writes nothing; giving back is still done.
+        if owner.spec.dry_run() && !release {
+            for (_, change) in &changes {
+                let note = format!("Dry run, not done: {}", change.note);
+                info!(target = %target, reason = reason::DRY_RUN, "{note}");
+                ctx.publish(owner, EventType::Normal, reason::DRY_RUN, note)
+                    .await;
+            }
+            return Ok(seen(Some(current)));
+        }
         let mut conflict = false;
         let mut now = current.clone();
         for (hpa, change) in &changes {
@@ -908,6 +918,15 @@ async fn apply(scaler: &Scaler, ctx: &Context) -> Result<Action> {
         ready(false, reason::TARGET_CLAIMED, claimed.join("; "))
     } else if suspended {
         ready(true, reason::SUSPENDED, "scaling is suspended".into())
+    } else if scaler.spec.dry_run() {
+        ready(
+            true,
+            reason::DRY_RUN,
+            format!(
+                "dry run, nothing is written to the targets: {}",
+                plan.message
+            ),
+        )
     } else {
         ready(true, plan.reason, plan.message.clone())
     };
@@ -1672,6 +1691,40 @@ mod tests {
         ]));
         let failed = reconcile(Arc::new(s), ctx.clone()).await.unwrap_err();
         assert!(failed.is_unavailable(), "{failed}");
+        scenario.finish(ctx).await;
+    }
+
+    #[tokio::test]
+    async fn a_dry_run_says_what_it_would_write_and_writes_nothing() {
+        let mut s = nine_to_five();
+        s.spec.dry_run = Some(true);
+        let (ctx, verifier) = ctx_at("2025-03-03T12:00:00Z");
+        let scenario = verifier.run(calls(vec![
+            reads(WEB, meta("team", "web", None), 2),
+            vec![
+                Call::event("team")
+                    .body(|b| {
+                        assert_eq!(b["reason"], "DryRun");
+                        assert_eq!(b["type"], "Normal");
+                        assert_eq!(
+                            b["note"],
+                            "Dry run, not done: Scaled Deployment team/web from 2 to 5 replicas; recorded 2 to restore"
+                        );
+                    })
+                    .respond_with_body(),
+                Call::patch(STATUS)
+                    .body(|b| {
+                        let s = &b["status"];
+                        assert_eq!(s["conditions"][0]["reason"], "DryRun");
+                        assert_eq!(s["conditions"][0]["status"], "True");
+                        assert_eq!(s["active"], true);
+                        assert_eq!(s["targets"][0]["replicas"], 2, "as it is");
+                        assert!(s["targets"][0].get("originalReplicas").is_none());
+                    })
+                    .respond_status_of(&s),
+            ],
+        ]));
+        reconcile(Arc::new(s), ctx.clone()).await.unwrap();
         scenario.finish(ctx).await;
     }
 
