@@ -93,6 +93,8 @@ struct BetaOnly {
     hpa_cooperation: Option<beta::HpaCooperation>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     dry_run: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    outside: Option<beta::Outside>,
 }
 
 /// The v1alpha1 fields a v1beta1 object carries in [`V1ALPHA1_FIELDS`]: window fields that
@@ -339,6 +341,7 @@ pub fn to_v1beta1(a: &alpha::Scaler) -> beta::Scaler {
             suspend: s.suspend,
             hpa_cooperation: stash.hpa_cooperation,
             dry_run: stash.dry_run,
+            outside: stash.outside,
         },
         status: a.status.as_ref().map(status_to_beta),
     }
@@ -391,6 +394,7 @@ pub fn to_v1alpha1(b: &beta::Scaler) -> alpha::Scaler {
     stash.override_ = s.override_.clone();
     stash.hpa_cooperation = s.hpa_cooperation;
     stash.dry_run = s.dry_run;
+    stash.outside = s.outside.clone();
 
     put(&mut metadata.annotations, V1BETA1_FIELDS, &stash);
 
@@ -539,6 +543,11 @@ mod tests {
                 beta::HpaCooperation::Disabled,
             ])),
             of(any::<bool>()),
+            of((
+                of(select(vec![beta::OutsideMode::Release, beta::OutsideMode::Hold])),
+                of(select(vec!["15m", "1h30m"]).prop_map(String::from)),
+            )
+                .prop_map(|(mode, grace_period)| beta::Outside { mode, grace_period })),
         )
             .prop_map(
                 |(
@@ -552,6 +561,7 @@ mod tests {
                     suspend,
                     hpa_cooperation,
                     dry_run,
+                    outside,
                 )| beta::ScalerSpec {
                     scale_target_refs,
                     windows,
@@ -563,6 +573,7 @@ mod tests {
                     suspend,
                     hpa_cooperation,
                     dry_run,
+                    outside,
                 },
             )
     }

@@ -104,4 +104,6 @@ pub mod reason {
     pub const SUSPENDED: &str = "Suspended";
     /// A Scaler in dry run: what it would do, nothing written to its targets.
     pub const DRY_RUN: &str = "DryRun";
+    /// A target held outside every window was set back to outsideReplicas.
+    pub const HELD: &str = "Held";
 }

@@ -95,7 +95,40 @@ pub struct ScalerSpec {
     /// Computes and reports everything (status, nextTransitions, events "Would ...") and writes nothing to the targets while true. Switching it off applies the current state at once. Giving a target back (dropped from scaleTargetRefs, or the Scaler deleted) is still done. Defaults to false.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dry_run: Option<bool>,
+
+    /// What the Scaler does with its targets outside every window: by default a closing window restores them and they are left alone until the next one; mode Hold keeps them at outsideReplicas.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outside: Option<Outside>,
 }
+
+/// What a Scaler does with its targets outside every window.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct Outside {
+    /// Release (the default): a closing window restores each target, which is then left alone until the next window. Hold: while outside every window, a target found above outsideReplicas (a deploy, a GitOps sync, a person scaled it up) is set back to outsideReplicas once gracePeriod has passed since its creation or last pod template change, with an event naming who scaled it. Hold requires outsideReplicas.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<OutsideMode>,
+    /// How long after a target's creation or last pod template change Hold leaves it alone (a rollout), as a duration such as "15m" or "1h30m". Defaults to 15m.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 32))]
+    pub grace_period: Option<String>,
+}
+
+/// What a Scaler does with its targets outside every window.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema, Default)]
+pub enum OutsideMode {
+    /// Restore at the window's close, then leave the target alone.
+    #[default]
+    Release,
+    /// Keep the target at outsideReplicas while outside every window.
+    Hold,
+}
+
+/// How long Hold leaves a target alone after its creation or last pod template change, unless
+/// `spec.outside.gracePeriod` says otherwise (as GoKubeDownscaler's default grace period).
+pub const DEFAULT_GRACE_PERIOD: std::time::Duration = std::time::Duration::from_secs(15 * 60);
+/// The longest grace period accepted: a week, the longest a schedule repeats over.
+pub const MAX_GRACE_PERIOD: std::time::Duration = std::time::Duration::from_secs(7 * 24 * 3600);
 
 /// A workload with a /scale subresource.
 #[derive(
@@ -356,6 +389,22 @@ impl ScalerSpec {
         self.dry_run.unwrap_or(false)
     }
 
+    /// With `outside.mode: Hold` and `outsideReplicas`, the replicas targets are held at outside
+    /// every window and the grace period a target is left alone after its creation or last pod
+    /// template change. None otherwise, or when the grace period cannot be read (the webhook
+    /// denies that).
+    pub fn hold(&self) -> Option<(i32, std::time::Duration)> {
+        let outside = self.outside.as_ref()?;
+        if outside.mode != Some(OutsideMode::Hold) {
+            return None;
+        }
+        let grace = match &outside.grace_period {
+            Some(g) => humantime::parse_duration(g).ok()?,
+            None => DEFAULT_GRACE_PERIOD,
+        };
+        Some((self.outside_replicas?, grace))
+    }
+
     /// Each target with its namespace resolved against the Scaler's own.
     pub fn targets<'a>(
         &'a self,
@@ -491,6 +540,29 @@ impl ScalerSpec {
         }
         if let Some(v) = self.outside_replicas {
             check_replicas(&mut errors, "spec.outsideReplicas", v);
+        }
+        if let Some(outside) = &self.outside {
+            if outside.mode == Some(OutsideMode::Hold) && self.outside_replicas.is_none() {
+                errors.push(FieldError::required(
+                    "spec.outsideReplicas",
+                    "spec.outside.mode Hold holds the targets at outsideReplicas",
+                ));
+            }
+            if let Some(g) = &outside.grace_period {
+                match humantime::parse_duration(g) {
+                    Err(e) => errors.push(FieldError::invalid(
+                        "spec.outside.gracePeriod",
+                        g.as_str(),
+                        format!("must be a duration such as \"15m\" or \"1h30m\": {e}"),
+                    )),
+                    Ok(d) if d > MAX_GRACE_PERIOD => errors.push(FieldError::invalid(
+                        "spec.outside.gracePeriod",
+                        g.as_str(),
+                        "must be at most 7 days",
+                    )),
+                    Ok(_) => {}
+                }
+            }
         }
         errors
     }
@@ -672,6 +744,45 @@ mod tests {
             .map(|(t, ns)| (t.kind.as_str(), ns))
             .collect();
         assert_eq!(targets, [("Deployment", "team"), ("StatefulSet", "data")]);
+    }
+
+    #[test]
+    fn hold_needs_outside_replicas_and_a_readable_grace_period() {
+        let mut v = sample();
+        v["outside"] = json!({"mode": "Hold"});
+        let s = spec(v.clone());
+        assert_eq!(messages(&s), Vec::<String>::new());
+        assert_eq!(s.hold(), Some((0, DEFAULT_GRACE_PERIOD)));
+        v["outside"]["gracePeriod"] = json!("90s");
+        assert_eq!(
+            spec(v.clone()).hold(),
+            Some((0, std::time::Duration::from_secs(90)))
+        );
+        v["outside"]["gracePeriod"] = json!("soon");
+        v.as_object_mut().unwrap().remove("outsideReplicas");
+        let s = spec(v.clone());
+        let m = messages(&s);
+        assert_eq!(m.len(), 2, "{m:?}");
+        assert!(
+            m[0].starts_with("spec.outsideReplicas: Required value: spec.outside.mode Hold"),
+            "{m:?}"
+        );
+        assert!(
+            m[1].starts_with(
+                "spec.outside.gracePeriod: Invalid value: \"soon\": must be a duration"
+            ),
+            "{m:?}"
+        );
+        assert_eq!(s.hold(), None);
+        v["outside"] = json!({"mode": "Hold", "gracePeriod": "8d"});
+        v["outsideReplicas"] = json!(1);
+        assert_eq!(
+            messages(&spec(v.clone())),
+            ["spec.outside.gracePeriod: Invalid value: \"8d\": must be at most 7 days"]
+        );
+        // Release (the default) holds nothing.
+        v["outside"] = json!({"mode": "Release"});
+        assert_eq!(spec(v).hold(), None);
     }
 
     #[test]

@@ -965,3 +965,50 @@ fn a_dry_run_scaler_reports_and_writes_nothing_until_switched_off() -> Result<()
     user_wait(&release, "deployment/web", "{.spec.replicas}", "3")?;
     Ok(())
 }
+
+#[test]
+fn a_held_scaler_sets_back_a_target_scaled_up_outside_its_windows() -> Result<()> {
+    let release = Release::install("hold", &[])?;
+    let n = release.user_ns.clone();
+    let n = n.as_str();
+    kubectl_ok(
+        &[
+            "create",
+            "deployment",
+            "web",
+            "-n",
+            n,
+            "--image=nginx",
+            "--replicas=1",
+        ],
+        None,
+    )?;
+    // A window two hours from now: outside it, web is held at 1.
+    let now = kubesteer_tests::unix_now();
+    let run = release.apply(&format!(
+        "apiVersion: kubesteer.io/v1beta1\nkind: Scaler\nmetadata: {{name: nights}}\nspec:\n  scaleTargetRefs: [{{apiVersion: apps/v1, kind: Deployment, name: web}}]\n  windows: [{{start: \"{}\", end: \"{}\", replicas: 3}}]\n  outsideReplicas: 1\n  outside: {{mode: Hold, gracePeriod: 0s}}\n",
+        kubesteer_tests::hh_mm(now + 2 * 3600),
+        kubesteer_tests::hh_mm(now + 3 * 3600)
+    ))?;
+    ensure!(run.ok, "{run:?}");
+    user_wait(
+        &release,
+        "scaler/nights",
+        "{.status.conditions[?(@.type==\"Ready\")].status}",
+        "True",
+    )?;
+    // A nightly deploy scales it up: set back, naming who did it.
+    kubectl_ok(&["scale", "-n", n, "deployment/web", "--replicas=4"], None)?;
+    user_wait(&release, "deployment/web", "{.spec.replicas}", "1")?;
+    let notes = eventually(Duration::from_secs(30), "the Held event", || {
+        let notes = kubesteer_tests::event_notes(n, "Held")?;
+        Ok((!notes.is_empty()).then_some(notes))
+    })?;
+    assert!(
+        notes.iter().any(|m| m.starts_with(&format!(
+            "Set Deployment {n}/web back from 4 to 1 replicas outside every window (scaled up by kubectl"
+        ))),
+        "{notes:?}"
+    );
+    Ok(())
+}

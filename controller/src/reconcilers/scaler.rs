@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{ApiResource, DynamicObject, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
@@ -221,6 +222,88 @@ pub struct Current {
     pub annotations: BTreeMap<String, String>,
     pub resource_version: Option<String>,
     pub replicas: i32,
+    /// When the target was created or its pod template last written, whichever is later: a
+    /// held target is left alone for the grace period after it (a rollout).
+    pub settled_from: Option<DateTime<Utc>>,
+    /// The field manager that owns its replicas (who scaled it last), from managedFields.
+    pub scaled_by: Option<String>,
+}
+
+impl Current {
+    fn of(meta: &ObjectMeta, replicas: i32) -> Self {
+        let (settled_from, scaled_by) = provenance(meta);
+        Self {
+            annotations: meta.annotations.clone().unwrap_or_default(),
+            resource_version: meta.resource_version.clone(),
+            replicas,
+            settled_from,
+            scaled_by,
+        }
+    }
+}
+
+/// From a target's managedFields: the later of its creation and the last write by a manager
+/// that owns its pod template, and the manager that owns its replicas.
+fn provenance(meta: &ObjectMeta) -> (Option<DateTime<Utc>>, Option<String>) {
+    let created = meta.creation_timestamp.as_ref().map(|t| t.0);
+    let owns = |fields: &Value, field: &str| fields["f:spec"].get(field).is_some();
+    let mut settled = created
+        .and_then(|t| DateTime::from_timestamp(t.as_second(), 0))
+        .into_iter()
+        .collect::<Vec<_>>();
+    let mut scaled_by = None;
+    for entry in meta.managed_fields.iter().flatten() {
+        let Some(fields) = entry.fields_v1.as_ref().map(|f| &f.0) else {
+            continue;
+        };
+        if owns(fields, "f:template") {
+            if let Some(at) = entry
+                .time
+                .as_ref()
+                .and_then(|t| DateTime::from_timestamp(t.0.as_second(), 0))
+            {
+                settled.push(at);
+            }
+        }
+        if owns(fields, "f:replicas") {
+            scaled_by = entry.manager.clone();
+        }
+    }
+    (settled.into_iter().max(), scaled_by)
+}
+
+/// Outside every window under `outside.mode: Hold`: a target above the held replicas `to` is
+/// set back, once `grace` has passed since it settled ([`Current::settled_from`]); before that,
+/// the time to look again. None when it is at or below `to`.
+pub fn hold_change(
+    target: &Named,
+    current: &Current,
+    to: i32,
+    grace: Duration,
+    now: DateTime<Utc>,
+) -> Option<Result<TargetChange, DateTime<Utc>>> {
+    let replicas = current.replicas;
+    if replicas <= to {
+        return None;
+    }
+    let grace = chrono::Duration::from_std(grace).unwrap_or_default();
+    if let Some(until) = current.settled_from.map(|t| t + grace).filter(|u| *u > now) {
+        return Some(Err(until));
+    }
+    let by = current
+        .scaled_by
+        .as_deref()
+        .map(|m| format!(" (scaled up by {m})"))
+        .unwrap_or_default();
+    Some(Ok(TargetChange {
+        record: None,
+        replicas: Some(to),
+        restoring: false,
+        reason: reason::HELD,
+        note: format!(
+            "Set {target} back from {replicas} to {to} replicas outside every window{by}"
+        ),
+    }))
 }
 
 /// What a target needs from the Scaler `me`, given `record`, whose record of the original
@@ -396,6 +479,8 @@ struct Seen {
     unscalable: Option<String>,
     /// The HPA the Scaler works through, by name.
     autoscaler: Option<String>,
+    /// When a target held outside every window leaves its grace period, to be looked at then.
+    hold_until: Option<DateTime<Utc>>,
 }
 
 /// The record on a target as the Scaler `me` sees it. A record of another Scaler counts only
@@ -450,11 +535,10 @@ async fn read(ctx: &Context, resource: &ApiResource, target: &Named) -> Result<O
             Err(e) if is_status(&e, 404) => return Ok(None),
             Err(e) => return Err(e.into()),
         };
-        return Ok(Some(Current {
-            annotations: object.annotations().clone(),
-            resource_version: object.resource_version(),
-            replicas: spec_replicas(&object).unwrap_or(0),
-        }));
+        return Ok(Some(Current::of(
+            &object.metadata,
+            spec_replicas(&object).unwrap_or(0),
+        )));
     }
     // Both at once: a transition waits on one round trip, not two.
     let (meta, scale) = tokio::join!(
@@ -472,11 +556,12 @@ async fn read(ctx: &Context, resource: &ApiResource, target: &Named) -> Result<O
     };
     // The replicas' version: a conditional write of them fails if they changed since this read.
     let resource_version = scale.metadata.resource_version.clone();
-    Ok(Some(Current {
-        annotations: meta.annotations().clone(),
-        resource_version: resource_version.or_else(|| meta.resource_version()),
-        replicas: scale.spec.and_then(|s| s.replicas).unwrap_or(0),
-    }))
+    let mut current = Current::of(
+        &meta.metadata,
+        scale.spec.and_then(|s| s.replicas).unwrap_or(0),
+    );
+    current.resource_version = resource_version.or(current.resource_version);
+    Ok(Some(current))
 }
 
 /// The HPA that scales `target`, while the Scaler cooperates with HPAs.
@@ -685,14 +770,25 @@ async fn reconcile_target(
             }
         }
         let (w, o) = target_change_of;
+        let mut hold_until = None;
         if let Some(change) = target_change(target, &current, &me, &record, w, o) {
             changes.push((None, change));
+        } else if let (None, false, None, Record::Absent, Some((to, grace))) =
+            (w, release, &hpa, &record, owner.spec.hold())
+        {
+            // Outside every window, held: set back what was scaled up meanwhile.
+            match hold_change(target, &current, to, grace, ctx.clock.now()) {
+                Some(Ok(change)) => changes.push((None, change)),
+                Some(Err(until)) => hold_until = Some(until),
+                None => {}
+            }
         }
         let seen = |current: Option<Current>| Seen {
             current,
             claimed_by: claimed_by.clone(),
             unscalable: None,
             autoscaler: hpa.as_ref().map(|h| h.name_any()),
+            hold_until,
         };
         if changes.is_empty() {
             return Ok(seen(Some(current)));
@@ -834,6 +930,7 @@ async fn apply(scaler: &Scaler, ctx: &Context) -> Result<Action> {
     // Each target on its own: one that fails is shown on its entry and retried, never holding
     // up the others.
     let mut failed = Vec::new();
+    let mut hold_until: Option<DateTime<Utc>> = None;
     for target in &wanted_targets {
         // The oldest Scaler that claims a target owns it; the others leave it alone.
         let owner = ctx
@@ -879,6 +976,7 @@ async fn apply(scaler: &Scaler, ctx: &Context) -> Result<Action> {
         if let Some(other) = &seen.claimed_by {
             claimed.push(format!("{target} is scaled by Scaler {other}"));
         }
+        hold_until = earliest(hold_until, seen.hold_until);
         targets.push(target_status(target, &seen, &me));
     }
     // A target that left the spec (dropped or renamed) is given back as if its window closed,
@@ -982,11 +1080,9 @@ async fn apply(scaler: &Scaler, ctx: &Context) -> Result<Action> {
     }
     // From the clock now, not from the start: the writes above took time, and the requeue's
     // timer starts when this returns.
-    Ok(next_action(
-        plan.next.first().map(|t| t.at),
-        suspended,
-        ctx.clock.now(),
-    ))
+    // A held target still in its grace period is looked at again when it ends.
+    let next = earliest(plan.next.first().map(|t| t.at), hold_until);
+    Ok(next_action(next, suspended, ctx.clock.now()))
 }
 
 /// Enters the boundary's gate, reads `targets` (those that exist and can be scaled), and waits
@@ -1036,6 +1132,14 @@ async fn look(ctx: &Context, target: &Named) -> Result<Seen> {
             unscalable: Some(why.to_string()),
             ..Seen::default()
         }),
+    }
+}
+
+/// The earlier of two times, either of which may be missing.
+fn earliest(a: Option<DateTime<Utc>>, b: Option<DateTime<Utc>>) -> Option<DateTime<Utc>> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     }
 }
 
@@ -1725,6 +1829,133 @@ mod tests {
             ],
         ]));
         reconcile(Arc::new(s), ctx.clone()).await.unwrap();
+        scenario.finish(ctx).await;
+    }
+
+    /// web's metadata, created at `created`, its template last written by `deployer` at
+    /// `deployed` and its replicas owned by `scaler`.
+    fn managed_meta(created: &str, deployed: &str, scaler: &str) -> Value {
+        let mut m = meta("team", "web", None);
+        m["metadata"]["creationTimestamp"] = json!(created);
+        m["metadata"]["managedFields"] = json!([
+            {"manager": "argocd", "operation": "Apply", "apiVersion": "apps/v1", "time": deployed,
+             "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:template": {"f:spec": {}}}}},
+            {"manager": scaler, "operation": "Update", "apiVersion": "apps/v1", "time": deployed,
+             "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:replicas": {}}}, "subresource": "scale"},
+        ]);
+        m
+    }
+
+    #[test]
+    fn provenance_reads_the_last_template_write_and_who_owns_the_replicas() {
+        let m: ObjectMeta = serde_json::from_value(
+            managed_meta("2025-01-01T00:00:00Z", "2025-03-03T19:00:00Z", "ci-bot")["metadata"]
+                .clone(),
+        )
+        .unwrap();
+        assert_eq!(
+            provenance(&m),
+            (Some(at("2025-03-03T19:00:00Z")), Some("ci-bot".to_string()))
+        );
+        let bare: ObjectMeta = serde_json::from_value(json!({"name": "web",
+            "creationTimestamp": "2025-01-01T00:00:00Z"}))
+        .unwrap();
+        assert_eq!(provenance(&bare), (Some(at("2025-01-01T00:00:00Z")), None));
+    }
+
+    #[test]
+    fn a_held_target_is_set_back_only_after_its_grace_period() {
+        let mut current = Current {
+            replicas: 4,
+            settled_from: Some(at("2025-03-03T19:00:00Z")),
+            scaled_by: Some("ci-bot".into()),
+            ..Current::default()
+        };
+        let grace = Duration::from_secs(15 * 60);
+        assert_eq!(
+            hold_change(&web(), &current, 1, grace, at("2025-03-03T19:10:00Z")),
+            Some(Err(at("2025-03-03T19:15:00Z"))),
+            "in its grace period: looked at again when it ends"
+        );
+        let change = hold_change(&web(), &current, 1, grace, at("2025-03-03T19:15:00Z"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(change.replicas, Some(1));
+        assert_eq!(change.record, None, "the record of a window stays as it is");
+        assert_eq!(
+            change.note,
+            "Set Deployment team/web back from 4 to 1 replicas outside every window (scaled up by ci-bot)"
+        );
+        current.replicas = 1;
+        assert_eq!(
+            hold_change(&web(), &current, 1, grace, at("2025-03-04T00:00:00Z")),
+            None
+        );
+        current.replicas = 0;
+        assert_eq!(
+            hold_change(&web(), &current, 1, grace, at("2025-03-04T00:00:00Z")),
+            None,
+            "below the held replicas is left alone"
+        );
+    }
+
+    #[tokio::test]
+    async fn outside_every_window_a_held_target_scaled_up_is_set_back() {
+        let mut s = nine_to_five();
+        s.spec.outside_replicas = Some(1);
+        s.spec.outside = Some(kubesteer_api::scaler_v1beta1::Outside {
+            mode: Some(kubesteer_api::scaler_v1beta1::OutsideMode::Hold),
+            grace_period: Some("15m".into()),
+        });
+        // A CI deploy at 19:00 left web at 4; at 20:00 the grace period is over.
+        let (ctx, verifier) = ctx_at("2025-03-03T20:00:00Z");
+        let scenario = verifier.run(calls(vec![
+            reads(
+                WEB,
+                managed_meta("2025-01-01T00:00:00Z", "2025-03-03T19:00:00Z", "ci-bot"),
+                4,
+            ),
+            vec![
+                Call::patch(&patch_of(&scale_of(WEB)))
+                    .body(|b| {
+                        assert_eq!(
+                            b,
+                            &json!({"metadata": {"resourceVersion": "41"}, "spec": {"replicas": 1}})
+                        )
+                    })
+                    .respond(scale("team", "web", 1)),
+                Call::event("team")
+                    .body(|b| {
+                        assert_eq!(b["reason"], "Held");
+                        assert_eq!(
+                            b["note"],
+                            "Set Deployment team/web back from 4 to 1 replicas outside every window (scaled up by ci-bot)"
+                        );
+                    })
+                    .respond_with_body(),
+                Call::patch(STATUS)
+                    .body(|b| assert_eq!(b["status"]["targets"][0]["replicas"], 1))
+                    .respond_status_of(&s),
+            ],
+        ]));
+        reconcile(Arc::new(s.clone()), ctx.clone()).await.unwrap();
+        scenario.finish(ctx).await;
+
+        // At 19:05, inside the grace period: nothing written, looked at again at 19:15.
+        let (ctx, verifier) = ctx_at("2025-03-03T19:05:00Z");
+        let scenario = verifier.run(calls(vec![
+            reads(
+                WEB,
+                managed_meta("2025-01-01T00:00:00Z", "2025-03-03T19:00:00Z", "ci-bot"),
+                4,
+            ),
+            vec![Call::patch(STATUS).respond_status_of(&s)],
+        ]));
+        let action = reconcile(Arc::new(s), ctx.clone()).await.unwrap();
+        assert_eq!(
+            action,
+            Action::requeue(Duration::from_secs(600) - PREFETCH_LEAD)
+        );
         scenario.finish(ctx).await;
     }
 
@@ -2540,6 +2771,7 @@ mod tests {
                 .collect(),
             resource_version: Some("41".into()),
             replicas,
+            ..Current::default()
         }
     }
 
