@@ -1,0 +1,248 @@
+//! The writes: `override`, `suspend`, `resume`, `wake`. Each is the merge patch a user could
+//! send with `kubectl patch --type=merge`, through the apiserver, so RBAC and the webhook judge it
+//! exactly as they judge that; a refusal comes back with the apiserver's own message.
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use chrono::TimeDelta;
+use chrono_tz::Tz;
+use kube::api::{ListParams, Patch, PatchParams};
+use kube::{Api, Client, ResourceExt};
+use kubesteer_api::schedule::Instant;
+use kubesteer_api::Scaler;
+use serde_json::{json, Value};
+
+use crate::cluster::{get_scaler, scaler_name, Connection};
+use crate::table::table;
+use crate::week::local_time;
+use crate::when::rfc3339;
+use crate::{Error, Result};
+
+/// The field manager of the plugin's patches, as `kubectl get --show-managed-fields` shows it.
+pub const FIELD_MANAGER: &str = "kubectl-kubesteer";
+
+/// Until when an override holds.
+#[derive(Debug, Clone)]
+pub enum Until {
+    For(Duration),
+    At(String),
+}
+
+impl Until {
+    /// The instant, on the Scaler's clock for local forms; whole seconds, as a Time keeps it.
+    pub fn resolve(&self, tz: Tz, now: Instant) -> Result<Instant> {
+        let at = match self {
+            Until::For(d) => TimeDelta::from_std(*d)
+                .ok()
+                .and_then(|d| now.checked_add_signed(d))
+                .ok_or_else(|| {
+                    Error::Input(format!(
+                        "--for {}: too long",
+                        humantime::format_duration(*d)
+                    ))
+                })?,
+            Until::At(text) => crate::when::parse(text, tz, now)
+                .map_err(|e| Error::Input(format!("--until: {e}")))?,
+        };
+        // Round up, so that "--for 2h" holds at least two hours.
+        let secs = at.timestamp() + i64::from(at.timestamp_subsec_nanos() > 0);
+        chrono::DateTime::from_timestamp(secs, 0)
+            .ok_or_else(|| Error::Input("--until: out of range".into()))
+    }
+}
+
+async fn patch(client: &Client, namespace: &str, name: &str, body: Value) -> Result<Scaler> {
+    let api: Api<Scaler> = Api::namespaced(client.clone(), namespace);
+    let params = PatchParams {
+        field_manager: Some(FIELD_MANAGER.to_string()),
+        ..PatchParams::default()
+    };
+    Ok(api.patch(name, &params, &Patch::Merge(body)).await?)
+}
+
+/// The merge patch that sets an override.
+pub fn override_patch(replicas: i32, until: Instant) -> Value {
+    json!({"spec": {"override": {"replicas": replicas, "until": rfc3339(until)}}})
+}
+
+/// `override scaler/NAME --replicas N (--for D | --until T)`, or `--clear` (None).
+pub async fn set_override(
+    connection: &Connection,
+    scaler: &str,
+    hold: Option<(i32, Until)>,
+    now: Instant,
+) -> Result<String> {
+    let name = scaler_name(scaler)?;
+    let (client, namespace) = connection.connect().await?;
+    let Some((replicas, until)) = hold else {
+        patch(
+            &client,
+            &namespace,
+            &name,
+            json!({"spec": {"override": null}}),
+        )
+        .await?;
+        return Ok(format!(
+            "scaler.kubesteer.io/{name} override cleared: the schedule applies again\n"
+        ));
+    };
+    let current = get_scaler(&client, &namespace, &name).await?;
+    let tz: Tz = current.spec.time_zone().parse().unwrap_or(Tz::UTC);
+    let until = until.resolve(tz, now)?;
+    patch(&client, &namespace, &name, override_patch(replicas, until)).await?;
+    Ok(format!(
+        "scaler.kubesteer.io/{name} overridden: {replicas} replicas until {} ({})\n",
+        local_time(tz, until),
+        rfc3339(until)
+    ))
+}
+
+/// `suspend` (true) or `resume` (false) `scaler/NAME`.
+pub async fn suspend(connection: &Connection, scaler: &str, on: bool) -> Result<String> {
+    let name = scaler_name(scaler)?;
+    let (client, namespace) = connection.connect().await?;
+    patch(&client, &namespace, &name, json!({"spec": {"suspend": on}})).await?;
+    Ok(if on {
+        format!("scaler.kubesteer.io/{name} suspended: its targets are left as they are\n")
+    } else {
+        format!("scaler.kubesteer.io/{name} resumed: the schedule applies again\n")
+    })
+}
+
+/// The replicas a wake holds a Scaler's targets at, and why: at least what they had before the
+/// Scaler scaled them, never less than they have now; when that is nothing (all at 0, none
+/// recorded), the highest replicas its schedule sets next. None when there is nothing to go by.
+pub fn wake_replicas(scaler: &Scaler, now: Instant) -> Option<(i32, &'static str)> {
+    let targets = scaler.status.iter().flat_map(|s| &s.targets);
+    let original = targets.clone().filter_map(|t| t.original_replicas).max();
+    let current = targets.filter_map(|t| t.replicas).max();
+    match (original, current) {
+        (Some(o), c) if o > 0 && c.is_none_or(|c| o >= c) => Some((o, "original replicas")),
+        (_, Some(c)) if c > 0 => Some((c, "current replicas")),
+        _ => {
+            let plan = scaler.spec.plan(now).ok()?;
+            plan.next
+                .iter()
+                .filter_map(|t| t.replicas)
+                .max()
+                .filter(|&r| r > 0)
+                .map(|r| (r, "the schedule's next replicas"))
+        }
+    }
+}
+
+/// `wake -n NS --for D`: every Scaler of the namespace overridden at its targets' original
+/// replicas for `hold`. One Scaler refused does not stop the others; the result is then an error.
+pub async fn wake(connection: &Connection, hold: Duration, now: Instant) -> Result<String> {
+    let (client, namespace) = connection.connect().await?;
+    let api: Api<Scaler> = Api::namespaced(client.clone(), &namespace);
+    let scalers = api.list(&ListParams::default()).await?.items;
+    if scalers.is_empty() {
+        return Err(Error::Input(format!("no Scalers in namespace {namespace}")));
+    }
+    let until = Until::For(hold).resolve(chrono_tz::UTC, now)?;
+    let mut rows = Vec::new();
+    let mut failures = Vec::new();
+    for scaler in &scalers {
+        let name = scaler.name_any();
+        let tz: Tz = scaler.spec.time_zone().parse().unwrap_or(Tz::UTC);
+        let Some((replicas, why)) = wake_replicas(scaler, now) else {
+            rows.push(vec![
+                format!("scaler/{name}"),
+                "-".into(),
+                "-".into(),
+                "skipped: no replicas recorded, current or scheduled to wake to".into(),
+            ]);
+            continue;
+        };
+        match patch(&client, &namespace, &name, override_patch(replicas, until)).await {
+            Ok(_) => rows.push(vec![
+                format!("scaler/{name}"),
+                replicas.to_string(),
+                local_time(tz, until),
+                why.to_string(),
+            ]),
+            Err(e) => {
+                rows.push(vec![
+                    format!("scaler/{name}"),
+                    replicas.to_string(),
+                    "-".into(),
+                    "refused".into(),
+                ]);
+                failures.push(format!("scaler/{name}: {e}"));
+            }
+        }
+    }
+    let mut out = format!(
+        "Woke namespace {namespace} until {} ({}):\n",
+        local_time(chrono_tz::UTC, until),
+        rfc3339(until)
+    );
+    out.push_str(&table(&["SCALER", "REPLICAS", "UNTIL", "FROM"], &rows));
+    if failures.is_empty() {
+        Ok(out)
+    } else {
+        let mut message = out;
+        for f in &failures {
+            let _ = writeln!(message, "{f}");
+        }
+        Err(Error::Client(message.trim_end().to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::{TimeZone, Utc};
+
+    fn scaler(status: Value) -> Scaler {
+        serde_json::from_value(json!({
+            "apiVersion": "kubesteer.io/v1beta1", "kind": "Scaler",
+            "metadata": {"name": "s", "namespace": "team"},
+            "spec": {
+                "scaleTargetRefs": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}],
+                "windows": [{"start": 9, "end": 17, "replicas": 4}],
+                "outsideReplicas": 0
+            },
+            "status": status
+        }))
+        .unwrap_or_else(|_| Scaler::new("s", Default::default()))
+    }
+
+    fn target(replicas: Option<i32>, original: Option<i32>) -> Value {
+        json!({"apiVersion": "apps/v1", "kind": "Deployment", "name": "web", "namespace": "team",
+               "replicas": replicas, "originalReplicas": original})
+    }
+
+    #[test]
+    fn a_wake_holds_at_least_the_original_and_never_less_than_now() {
+        let now = Utc.with_ymd_and_hms(2026, 6, 1, 20, 0, 0).unwrap();
+        // Scaled down at night: back to the recorded 3.
+        let s = scaler(json!({"targets": [target(Some(0), Some(3))]}));
+        assert_eq!(wake_replicas(&s, now), Some((3, "original replicas")));
+        // Scaled up by day: kept where it is.
+        let s = scaler(json!({"targets": [target(Some(4), Some(1))]}));
+        assert_eq!(wake_replicas(&s, now), Some((4, "current replicas")));
+        // At outsideReplicas 0, nothing recorded: the next window's 4.
+        let s = scaler(json!({"targets": [target(Some(0), None)]}));
+        assert_eq!(
+            wake_replicas(&s, now),
+            Some((4, "the schedule's next replicas"))
+        );
+    }
+
+    #[test]
+    fn a_duration_rounds_up_to_whole_seconds() {
+        let now =
+            Utc.with_ymd_and_hms(2026, 6, 1, 20, 0, 0).unwrap() + TimeDelta::milliseconds(300);
+        let until = Until::For(Duration::from_secs(7200)).resolve(chrono_tz::UTC, now);
+        assert_eq!(
+            until.ok(),
+            Some(Utc.with_ymd_and_hms(2026, 6, 1, 22, 0, 1).unwrap())
+        );
+        assert_eq!(
+            override_patch(2, Utc.with_ymd_and_hms(2026, 6, 1, 22, 0, 0).unwrap()),
+            json!({"spec": {"override": {"replicas": 2, "until": "2026-06-01T22:00:00Z"}}})
+        );
+    }
+}
