@@ -1073,6 +1073,9 @@ async fn apply(scaler: &Scaler, ctx: &Context) -> Result<Action> {
     if status != previous {
         patch_status(ctx, &ns, &name, &status).await?;
     }
+    let wanted = plan.replicas.or(outside);
+    ctx.metrics
+        .scaler_observed(scaler, &previous, &status, wanted, ctx.clock.now());
     // The failed targets are retried with the Scaler's backoff (never past its next transition),
     // and the failure is announced as any failed reconcile is.
     if let Some(failed) = targets_failed(failed) {
@@ -1170,7 +1173,8 @@ pub fn until(now: DateTime<Utc>, next: DateTime<Utc>) -> Duration {
 /// forbids: nothing a retry changes) is reported with a Warning event and let go, so that it
 /// never holds the Scaler's deletion; other failures keep the finalizer and are retried.
 async fn cleanup(scaler: &Scaler, ctx: &Context) -> Result<Action> {
-    let (ns, _) = namespace_and_name(KIND, scaler)?;
+    let (ns, name) = namespace_and_name(KIND, scaler)?;
+    ctx.metrics.scaler_deleted(&ns, &name);
     let outside = scaler.spec.outside_replicas;
     let status = scaler.status.clone().unwrap_or_default();
     let mut seen = BTreeSet::new();

@@ -1,5 +1,9 @@
-//! Prometheus metrics per kind: reconciles, errors and reconcile duration.
+//! Prometheus metrics per kind: reconciles, errors and reconcile duration; and per Scaler
+//! ([`ScalerMetrics`]).
 use std::time::Instant;
+
+use chrono::{DateTime, Utc};
+use kubesteer_api::{Scaler, ScalerStatus};
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -8,6 +12,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
+use super::scaler_metrics::ScalerMetrics;
 use crate::Error;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -37,6 +42,7 @@ pub struct Metrics {
     duration: HistogramFamily,
     children: Family<ChildLabels, Counter>,
     leading: Gauge,
+    scalers: ScalerMetrics,
 }
 
 // Reconciles take milliseconds; the top buckets catch a slow or throttled apiserver.
@@ -80,6 +86,7 @@ impl Default for Metrics {
             "1 while this replica runs the controllers (as the leader, with leader election)",
             leading.clone(),
         );
+        let scalers = ScalerMetrics::register(&mut registry);
         Self {
             registry,
             reconciles,
@@ -87,6 +94,7 @@ impl Default for Metrics {
             duration,
             children,
             leading,
+            scalers,
         }
     }
 }
@@ -124,6 +132,27 @@ impl Metrics {
     /// Records whether this replica runs the controllers now.
     pub fn set_leading(&self, leading: bool) {
         self.leading.set(i64::from(leading));
+        if !leading {
+            self.scalers.clear();
+        }
+    }
+
+    /// Records a Scaler's reconcile: its status went from `previous` to `status` (written) at
+    /// `now`, its targets wanting `wanted` replicas (None: their original).
+    pub fn scaler_observed(
+        &self,
+        scaler: &Scaler,
+        previous: &ScalerStatus,
+        status: &ScalerStatus,
+        wanted: Option<i32>,
+        now: DateTime<Utc>,
+    ) {
+        self.scalers.observed(scaler, previous, status, wanted, now);
+    }
+
+    /// Drops the series of a Scaler that is being deleted.
+    pub fn scaler_deleted(&self, namespace: &str, name: &str) {
+        self.scalers.deleted(namespace, name);
     }
 
     /// The text exposition format, for `/metrics`.
