@@ -26,12 +26,14 @@ impl Access {
     /// `patch` on `<resource>/scale` of one object: what the controller does to a target (it
     /// patches the replicas, through `/scale` or, for the apps/v1 workloads, with its record in
     /// one merge patch of the object), and what the chart grants it on every scalable kind.
+    /// A kind suspended instead of scaled (a CronJob) has no `/scale`: `patch` on the object.
     pub fn scale(group: &str, resource: &str, namespace: &str, name: &str) -> Self {
+        let suspended = crate::scaler_v1beta1::suspended_instead(group, resource);
         Self {
             verb: "patch",
             group: group.into(),
             resource: resource.into(),
-            subresource: "scale",
+            subresource: if suspended { "" } else { "scale" },
             namespace: namespace.into(),
             name: name.into(),
         }

@@ -124,6 +124,13 @@ pub enum OutsideMode {
     Hold,
 }
 
+/// Whether the Scaler suspends this kind instead of scaling it: a `batch` CronJob is a target
+/// without `/scale` whose `spec.suspend` is set while its replicas would be 0 (its replicas read
+/// as 0 when suspended, 1 when not), recorded and restored like replicas.
+pub fn suspended_instead(group: &str, resource: &str) -> bool {
+    group == "batch" && resource == "cronjobs"
+}
+
 /// How long Hold leaves a target alone after its creation or last pod template change, unless
 /// `spec.outside.gracePeriod` says otherwise (as GoKubeDownscaler's default grace period).
 pub const DEFAULT_GRACE_PERIOD: std::time::Duration = std::time::Duration::from_secs(15 * 60);

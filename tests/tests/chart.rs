@@ -579,6 +579,7 @@ fn rbac_grants_exactly_what_each_binary_uses() -> Result<()> {
         &["create", "patch"],
         None,
     ));
+    controller.extend(expand(&["batch"], &["cronjobs"], &["get", "patch"], None));
     // Storage version migration: the kubesteer CRDs by name, their status only.
     for crd in ["scalers", "welcomes", "memcacheds", "applications"] {
         let name = format!("{crd}.kubesteer.io");

@@ -1012,3 +1012,45 @@ fn a_held_scaler_sets_back_a_target_scaled_up_outside_its_windows() -> Result<()
     );
     Ok(())
 }
+
+#[test]
+fn a_cron_job_is_suspended_while_its_replicas_would_be_0_and_resumed_after() -> Result<()> {
+    let release = Release::install("cron", &[])?;
+    let n = release.user_ns.clone();
+    let n = n.as_str();
+    kubectl_ok(
+        &[
+            "create",
+            "cronjob",
+            "report",
+            "-n",
+            n,
+            "--image=registry.k8s.io/pause:3.10",
+            "--schedule=0 0 1 1 *",
+        ],
+        None,
+    )?;
+    let now = kubesteer_tests::unix_now();
+    let run = release.apply(&format!(
+        "apiVersion: kubesteer.io/v1beta1\nkind: Scaler\nmetadata: {{name: quiet}}\nspec:\n  scaleTargetRefs: [{{apiVersion: batch/v1, kind: CronJob, name: report}}]\n  windows: [{{start: \"{}\", end: \"{}\", replicas: 0}}]\n",
+        kubesteer_tests::hh_mm(now - 3600),
+        kubesteer_tests::hh_mm(now + 3600)
+    ))?;
+    ensure!(run.ok, "{run:?}");
+    user_wait(&release, "cronjob/report", "{.spec.suspend}", "true")?;
+    user_wait(
+        &release,
+        "scaler/quiet",
+        "{.status.targets[0].kind} {.status.targets[0].replicas} {.status.targets[0].originalReplicas}",
+        "CronJob 0 1",
+    )?;
+    let notes = kubesteer_tests::event_notes(n, "Scaled")?;
+    assert!(
+        notes.contains(&format!("Suspended CronJob {n}/report")),
+        "{notes:?}"
+    );
+    kubectl_ok(&["delete", "-n", n, "scaler/quiet", "--timeout=60s"], None)
+        .with_context(|| release.describe())?;
+    user_wait(&release, "cronjob/report", "{.spec.suspend}", "false")?;
+    Ok(())
+}

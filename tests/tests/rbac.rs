@@ -232,6 +232,11 @@ fn each_service_account_may_do_what_its_binary_does_and_nothing_more() -> Result
             &format!("delete horizontalpodautoscalers.autoscaling -n {o}"),
         ),
         row(false, &format!("delete statefulsets.apps -n {o}")),
+        // CronJob targets are suspended, never created, updated or deleted.
+        row(true, &format!("patch cronjobs.batch -n {o}")),
+        row(false, &format!("update cronjobs.batch -n {o}")),
+        row(false, &format!("delete cronjobs.batch -n {o}")),
+        row(false, &format!("create jobs.batch -n {o}")),
         row(true, &format!("patch services -n {o}")),
         row(true, "list pods --all-namespaces"),
         row(true, &format!("patch scalers.kubesteer.io -n {o}")),

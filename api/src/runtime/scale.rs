@@ -164,6 +164,11 @@ fn mapping_of(resource: ApiResource, scope: Scope, has_scale: bool) -> Mapping {
             let (api_version, kind) = refuse(&resource);
             Err(Unscalable::ClusterScoped { api_version, kind })
         }
+        (Scope::Namespaced, false)
+            if crate::scaler_v1beta1::suspended_instead(&resource.group, &resource.plural) =>
+        {
+            Ok(resource)
+        }
         (Scope::Namespaced, false) => {
             let (api_version, kind) = refuse(&resource);
             Err(Unscalable::NoScaleSubresource { api_version, kind })
@@ -207,6 +212,18 @@ mod tests {
             mapping_of(sts, Scope::Cluster, true),
             Err(Unscalable::ClusterScoped { .. })
         ));
+        // A CronJob has no /scale, and is suspended instead.
+        let cron = ApiResource {
+            group: "batch".into(),
+            version: "v1".into(),
+            api_version: "batch/v1".into(),
+            kind: "CronJob".into(),
+            plural: "cronjobs".into(),
+        };
+        assert_eq!(
+            mapping_of(cron.clone(), Scope::Namespaced, false),
+            Ok(cron)
+        );
     }
 
     #[test]

@@ -22,7 +22,7 @@ use kubesteer_api::keys::{
 };
 use kubesteer_api::plan::Plan;
 use kubesteer_api::scaler::{scaler_id, Record};
-use kubesteer_api::scaler_v1beta1::{HpaCooperation, TargetStatus, Transition};
+use kubesteer_api::scaler_v1beta1::{suspended_instead, HpaCooperation, TargetStatus, Transition};
 use kubesteer_api::{Scaler, ScalerStatus};
 use serde_json::{json, Value};
 use tracing::{info, warn};
@@ -537,7 +537,7 @@ async fn read(ctx: &Context, resource: &ApiResource, target: &Named) -> Result<O
         };
         return Ok(Some(Current::of(
             &object.metadata,
-            spec_replicas(&object).unwrap_or(0),
+            spec_replicas(resource, &object).unwrap_or(0),
         )));
     }
     // Both at once: a transition waits on one round trip, not two.
@@ -578,6 +578,16 @@ async fn autoscaler(
     Ok(autoscaler_of(&hpas.items, target).cloned())
 }
 
+/// A change to a suspended kind (a CronJob) as its events say it: suspended or resumed.
+fn suspension(target: &Named, change: TargetChange) -> TargetChange {
+    let note = match change.replicas {
+        Some(0) => format!("Suspended {target}"),
+        Some(_) => format!("Resumed {target}"),
+        None => return change,
+    };
+    TargetChange { note, ..change }
+}
+
 /// The HPA `name` in `ns`, None when it is gone.
 async fn hpa_named(ctx: &Context, ns: &str, name: &str) -> Result<Option<HorizontalPodAutoscaler>> {
     let api: Api<HorizontalPodAutoscaler> = Api::namespaced(ctx.client.clone(), ns);
@@ -611,19 +621,25 @@ async fn write_target(
     };
     // Where /scale is the object's spec.replicas, the record and the replicas go in one write:
     // one round trip less at a boundary, and no moment with one written and not the other.
-    if let (Some(record), Some(to), true) =
-        (&change.record, change.replicas, replicas_in_spec(resource))
+    // A suspended kind has no /scale: its replicas are always written this way.
+    let suspended = suspended_instead(&resource.group, &resource.plural);
+    let one_write = match &change.record {
+        Some(record) => Some(record.clone()),
+        None if suspended => Some(json!({})),
+        None => None,
+    };
+    if let (Some(mut patch), Some(to), true) =
+        (one_write, change.replicas, replicas_in_spec(resource))
     {
-        let mut patch = record.clone();
-        patch["spec"] = json!({"replicas": to});
-        if change.restoring {
+        patch["spec"] = replicas_patch(resource, to);
+        if change.restoring || change.record.is_none() {
             patch["metadata"]["resourceVersion"] = json!(current.resource_version);
         }
         let object = api
             .patch(&target.name, &params(), &Patch::Merge(&patch))
             .await?;
         written.annotations = object.annotations().clone();
-        written.replicas = spec_replicas(&object).unwrap_or(to);
+        written.replicas = spec_replicas(resource, &object).unwrap_or(to);
         return Ok(written);
     }
     // Conditional on what was read, so a concurrent change means a retry; but right after the
@@ -657,15 +673,30 @@ async fn write_target(
 /// Whether `resource`'s /scale is its own `spec.replicas` (the apps/v1 workloads), so that one
 /// merge patch of the object can set the replicas and the record together.
 fn replicas_in_spec(resource: &ApiResource) -> bool {
-    resource.group == "apps"
+    (resource.group == "apps"
         && matches!(
             resource.plural.as_str(),
             "deployments" | "statefulsets" | "replicasets"
-        )
+        ))
+        || suspended_instead(&resource.group, &resource.plural)
 }
 
-/// The `spec.replicas` of an apps/v1 workload (defaulted by the apiserver, so always there).
-fn spec_replicas(object: &DynamicObject) -> Option<i32> {
+/// The spec part of a merge patch that gives the object `to` replicas: a suspended kind is
+/// suspended at 0 and runs at 1 or more.
+fn replicas_patch(resource: &ApiResource, to: i32) -> Value {
+    match suspended_instead(&resource.group, &resource.plural) {
+        true => json!({"suspend": to == 0}),
+        false => json!({"replicas": to}),
+    }
+}
+
+/// The `spec.replicas` of an apps/v1 workload (defaulted by the apiserver, so always there); a
+/// suspended kind's replicas, 0 while suspended and 1 while not.
+fn spec_replicas(resource: &ApiResource, object: &DynamicObject) -> Option<i32> {
+    if suspended_instead(&resource.group, &resource.plural) {
+        let suspended = object.data["spec"]["suspend"].as_bool().unwrap_or(false);
+        return Some(if suspended { 0 } else { 1 });
+    }
     object.data["spec"]["replicas"]
         .as_i64()
         .and_then(|r| i32::try_from(r).ok())
@@ -769,16 +800,33 @@ async fn reconcile_target(
                 }
             }
         }
-        let (w, o) = target_change_of;
+        let (mut w, mut o) = target_change_of;
+        let suspended = suspended_instead(&resource.group, &resource.plural);
+        if suspended {
+            // Suspended at 0; at 1 or more as it was before the Scaler (never resumed by it).
+            let running = match &record {
+                Record::Mine {
+                    replicas: Some(r), ..
+                } => (*r).clamp(0, 1),
+                _ => current.replicas,
+            };
+            let level = |n: i32| if n == 0 { 0 } else { running };
+            w = w.map(level);
+            o = o.map(level);
+        }
         let mut hold_until = None;
+        let told = |change: TargetChange| match suspended {
+            true => suspension(target, change),
+            false => change,
+        };
         if let Some(change) = target_change(target, &current, &me, &record, w, o) {
-            changes.push((None, change));
+            changes.push((None, told(change)));
         } else if let (None, false, None, Record::Absent, Some((to, grace))) =
             (w, release, &hpa, &record, owner.spec.hold())
         {
             // Outside every window, held: set back what was scaled up meanwhile.
             match hold_change(target, &current, to, grace, ctx.clock.now()) {
-                Some(Ok(change)) => changes.push((None, change)),
+                Some(Ok(change)) => changes.push((None, told(change))),
                 Some(Err(until)) => hold_until = Some(until),
                 None => {}
             }
@@ -1960,6 +2008,89 @@ mod tests {
             action,
             Action::requeue(Duration::from_secs(600) - PREFETCH_LEAD)
         );
+        scenario.finish(ctx).await;
+    }
+
+    #[tokio::test]
+    async fn a_cron_job_is_suspended_while_its_replicas_would_be_0_and_resumed_after() {
+        const REPORT: &str = "/apis/batch/v1/namespaces/team/cronjobs/report";
+        let s = scaler(
+            json!({"scaleTargetRefs": [{"apiVersion": "batch/v1", "kind": "CronJob", "name": "report"}],
+            "windows": [{"start": 9, "end": 17, "replicas": 0}], "hpaCooperation": "Disabled"}),
+        );
+        let cron = |suspend: bool, original: Option<&str>| {
+            let mut c = json!({"apiVersion": "batch/v1", "kind": "CronJob",
+                "metadata": {"name": "report", "namespace": "team", "resourceVersion": "41"},
+                "spec": {"schedule": "0 * * * *", "suspend": suspend}});
+            if let Some(o) = original {
+                c["metadata"]["annotations"] = json!({annotation::ORIGINAL_REPLICAS: o,
+                    annotation::ORIGINAL_REPLICAS_OWNER: ME});
+            }
+            c
+        };
+        let remember = |ctx: &Context| {
+            ctx.mapper.remember(
+                "batch/v1",
+                "CronJob",
+                Ok(ApiResource {
+                    group: "batch".into(),
+                    version: "v1".into(),
+                    api_version: "batch/v1".into(),
+                    kind: "CronJob".into(),
+                    plural: "cronjobs".into(),
+                }),
+            )
+        };
+        let (ctx, verifier) = ctx_at("2025-03-03T12:00:00Z");
+        remember(&ctx);
+        let scenario = verifier.run(vec![
+            Call::get(REPORT).respond(cron(false, None)),
+            Call::patch(&patch_of(REPORT))
+                .body(|b| {
+                    assert_eq!(
+                        b,
+                        &json!({"metadata": {"resourceVersion": "41", "annotations": {
+                            annotation::ORIGINAL_REPLICAS: "1", annotation::ORIGINAL_REPLICAS_OWNER: ME}},
+                            "spec": {"suspend": true}})
+                    )
+                })
+                .respond(cron(true, Some("1"))),
+            Call::event("team")
+                .body(|b| assert_eq!(b["note"], "Suspended CronJob team/report"))
+                .respond_with_body(),
+            Call::patch(STATUS)
+                .body(|b| {
+                    assert_eq!(b["status"]["targets"][0]["replicas"], 0);
+                    assert_eq!(b["status"]["targets"][0]["originalReplicas"], 1);
+                })
+                .respond_status_of(&s),
+        ]);
+        reconcile(Arc::new(s.clone()), ctx.clone()).await.unwrap();
+        scenario.finish(ctx).await;
+
+        let (ctx, verifier) = ctx_at("2025-03-03T18:00:00Z");
+        remember(&ctx);
+        let scenario = verifier.run(vec![
+            Call::get(REPORT).respond(cron(true, Some("1"))),
+            Call::patch(&patch_of(REPORT))
+                .body(|b| {
+                    assert_eq!(b["spec"], json!({"suspend": false}));
+                    assert_eq!(b["metadata"]["resourceVersion"], "41");
+                    assert_eq!(
+                        b["metadata"]["annotations"],
+                        json!({annotation::ORIGINAL_REPLICAS: null, annotation::ORIGINAL_REPLICAS_OWNER: null})
+                    );
+                })
+                .respond(cron(false, None)),
+            Call::event("team")
+                .body(|b| {
+                    assert_eq!(b["reason"], "Restored");
+                    assert_eq!(b["note"], "Resumed CronJob team/report");
+                })
+                .respond_with_body(),
+            Call::patch(STATUS).respond_status_of(&s),
+        ]);
+        reconcile(Arc::new(s), ctx.clone()).await.unwrap();
         scenario.finish(ctx).await;
     }
 
