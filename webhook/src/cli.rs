@@ -86,6 +86,7 @@ async fn serve(args: Args) -> Result<(), Error> {
         }
     };
     let mut state = AppState::new(KubeCluster::start(client, &health));
+    state.metrics.serving_certificate(store.clone());
     state.health = health;
     state.images = kubesteer_api::access::ImagePolicy::new(args.allowed_images.clone());
     state.implementation_specific_paths = args.allow_implementation_specific_paths;

@@ -1,10 +1,17 @@
 //! Prometheus metrics: reviews by kind, operation and result, review latency, connections the
-//! server closed on its own, and SubjectAccessReviews sent or refused by their bound.
-use prometheus_client::encoding::EncodeLabelSet;
+//! server closed on its own, SubjectAccessReviews sent or refused by their bound, and the
+//! validity of the serving certificate.
+use std::sync::Arc;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
+
+use crate::tls::CertStore;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReviewLabels {
@@ -89,11 +96,101 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// Reports the validity of the certificate `store` serves, read at each scrape (so a
+    /// rotated certificate shows at once).
+    pub fn serving_certificate(&mut self, store: Arc<CertStore>) {
+        self.registry
+            .register_collector(Box::new(ServingCertificate(store)));
+    }
+
     /// The text exposition format.
     pub fn encode(&self) -> String {
         let mut out = String::new();
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
+    }
+}
+
+/// `kubesteer_webhook_serving_certificate_{not_before,expiration}_timestamp_seconds`, from the
+/// leaf certificate served now.
+#[derive(Debug)]
+struct ServingCertificate(Arc<CertStore>);
+
+impl Collector for ServingCertificate {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let Some(der) = self.0.leaf() else {
+            return Ok(());
+        };
+        // The certificate loaded already; one rustls accepted but x509-parser cannot read is
+        // left out of the metrics rather than failing the scrape.
+        let Ok((_, cert)) = x509_parser::parse_x509_certificate(&der) else {
+            return Ok(());
+        };
+        let validity = cert.validity();
+        for (name, help, at) in [
+            (
+                "serving_certificate_not_before_timestamp_seconds",
+                "Start of the serving certificate's validity, in Unix seconds",
+                validity.not_before.timestamp(),
+            ),
+            (
+                "serving_certificate_expiration_timestamp_seconds",
+                "End of the serving certificate's validity (notAfter), in Unix seconds",
+                validity.not_after.timestamp(),
+            ),
+        ] {
+            let gauge = ConstGauge::new(at);
+            gauge.encode(encoder.encode_descriptor(name, help, None, gauge.metric_type())?)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_served_certificates_validity_is_reported_and_follows_a_rotation() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let issue = |until: (i32, u8, u8)| {
+            let mut params = rcgen::CertificateParams::new(vec!["webhook.test".into()]).unwrap();
+            params.not_before = rcgen::date_time_ymd(2026, 1, 1);
+            params.not_after = rcgen::date_time_ymd(until.0, until.1, until.2);
+            let key = rcgen::KeyPair::generate().unwrap();
+            let cert = params.self_signed(&key).unwrap();
+            crate::tls::certified_key(
+                cert.pem().as_bytes(),
+                key.serialize_pem().as_bytes(),
+                "test",
+            )
+            .unwrap()
+        };
+        let store = CertStore::new(issue((2026, 4, 1)));
+        let mut metrics = Metrics::default();
+        metrics.serving_certificate(store.clone());
+        let text = metrics.encode();
+        // 2026-01-01 and 2026-04-01.
+        assert!(
+            text.contains(
+                "kubesteer_webhook_serving_certificate_not_before_timestamp_seconds 1767225600\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "kubesteer_webhook_serving_certificate_expiration_timestamp_seconds 1775001600\n"
+            ),
+            "{text}"
+        );
+        store.set(issue((2027, 1, 1)));
+        assert!(
+            metrics.encode().contains(
+                "kubesteer_webhook_serving_certificate_expiration_timestamp_seconds 1798761600\n"
+            ),
+            "{}",
+            metrics.encode()
+        );
     }
 }
