@@ -101,6 +101,19 @@ GO
   stamp etcd "$v"
 }
 
+build_promtool() {
+  local v=$PROMTOOL_VERSION
+  built promtool "$v" && { log "promtool $v: cached"; return; }
+  # Prometheus 3.MM.P is the Go module version v0.3MM.P; promtool --version shows the former.
+  local minor=${v#v0.} release
+  release="3.$((10#${minor:1:2})).${minor#*.}"
+  log "promtool $v (Prometheus $release): go install"
+  GOBIN="$bin" go install \
+    -ldflags "-s -w -X github.com/prometheus/common/version.Version=$release" \
+    "github.com/prometheus/prometheus/cmd/promtool@$v"
+  stamp promtool "$v"
+}
+
 what=${1:-all}
 case $what in
   all)
@@ -109,9 +122,11 @@ case $what in
     go_install kwokctl "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwokctl
     go_install helm "$HELM_VERSION" helm.sh/helm/v3/cmd/helm
     build_kubernetes
+    build_promtool
     ;;
   etcd) build_etcd ;;
+  promtool) build_promtool ;;
   kubernetes) build_kubernetes ;;
-  *) echo "usage: $0 [all|etcd|kubernetes]" >&2; exit 2 ;;
+  *) echo "usage: $0 [all|etcd|kubernetes|promtool]" >&2; exit 2 ;;
 esac
 log "binaries in $bin"
