@@ -187,6 +187,23 @@ impl Release {
         )
     }
 
+    /// A Deployment `name` of one nginx replica in the user namespace.
+    pub fn create_deployment(&self, name: &str) -> Result<()> {
+        kubectl_ok(
+            &[
+                "create",
+                "deployment",
+                name,
+                "-n",
+                &self.user_ns,
+                "--image=nginx",
+                "--replicas=1",
+            ],
+            None,
+        )?;
+        Ok(())
+    }
+
     pub fn apply(&self, yaml: &str) -> Result<crate::Run> {
         kubectl(&["apply", "-n", &self.user_ns, "-f", "-"], Some(yaml))
     }

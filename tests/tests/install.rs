@@ -482,30 +482,8 @@ fn the_charts_pods_reconcile_every_kind_through_their_own_webhook() -> Result<()
     let release = Release::install("tier", &[])?;
     let ns = release.user_ns.clone();
     let n = ns.as_str();
-    kubectl_ok(
-        &[
-            "create",
-            "deployment",
-            "web",
-            "-n",
-            n,
-            "--image=nginx",
-            "--replicas=1",
-        ],
-        None,
-    )?;
-    kubectl_ok(
-        &[
-            "create",
-            "deployment",
-            "api",
-            "-n",
-            n,
-            "--image=nginx",
-            "--replicas=1",
-        ],
-        None,
-    )?;
+    release.create_deployment("web")?;
+    release.create_deployment("api")?;
     let workloads = "apiVersion: apps/v1\nkind: StatefulSet\nmetadata: {name: db}\nspec:\n  replicas: 1\n  serviceName: db\n  selector: {matchLabels: {app: db}}\n  template:\n    metadata: {labels: {app: db}}\n    spec: {containers: [{name: c, image: registry.k8s.io/pause:3.10}]}\n---\n\
         apiVersion: autoscaling/v2\nkind: HorizontalPodAutoscaler\nmetadata: {name: api}\nspec:\n  scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: api}\n  minReplicas: 1\n  maxReplicas: 10\n  metrics: [{type: Resource, resource: {name: cpu, target: {type: Utilization, averageUtilization: 80}}}]\n";
     let run = release.apply(workloads)?;
@@ -514,11 +492,9 @@ fn the_charts_pods_reconcile_every_kind_through_their_own_webhook() -> Result<()
     // The samples, as `make run` applies them, and a Scaler of the other two kinds of target.
     let samples = repo_root().join("config/samples");
     kubectl_ok(&["apply", "-n", n, "-f", &samples.to_string_lossy()], None)?;
-    let now = kubesteer_tests::unix_now();
     let fleet = format!(
-        "apiVersion: kubesteer.io/v1beta1\nkind: Scaler\nmetadata: {{name: fleet}}\nspec:\n  scaleTargetRefs:\n  - {{apiVersion: apps/v1, kind: StatefulSet, name: db}}\n  - {{apiVersion: apps/v1, kind: Deployment, name: api}}\n  windows: [{{start: \"{}\", end: \"{}\", replicas: 3}}]\n",
-        kubesteer_tests::hh_mm(now - 3600),
-        kubesteer_tests::hh_mm(now + 3600)
+        "apiVersion: kubesteer.io/v1beta1\nkind: Scaler\nmetadata: {{name: fleet}}\nspec:\n  scaleTargetRefs:\n  - {{apiVersion: apps/v1, kind: StatefulSet, name: db}}\n  - {{apiVersion: apps/v1, kind: Deployment, name: api}}\n  windows: [{}]\n",
+        window(-1, 1, 3)
     );
     let run = release.apply(&fleet)?;
     ensure!(run.ok, "{run:?}");
@@ -733,25 +709,12 @@ fn a_target_the_apiserver_refuses_never_holds_up_the_others_nor_the_deletion() -
     let n = release.user_ns.clone();
     let n = n.as_str();
     for name in ["web", "frozen"] {
-        kubectl_ok(
-            &[
-                "create",
-                "deployment",
-                name,
-                "-n",
-                n,
-                "--image=nginx",
-                "--replicas=1",
-            ],
-            None,
-        )?;
+        release.create_deployment(name)?;
     }
-    let now = kubesteer_tests::unix_now();
     let scaler = |replicas: u32| {
         format!(
-            "apiVersion: kubesteer.io/v1beta1\nkind: Scaler\nmetadata: {{name: pair}}\nspec:\n  hpaCooperation: Disabled\n  scaleTargetRefs:\n  - {{apiVersion: apps/v1, kind: Deployment, name: frozen}}\n  - {{apiVersion: apps/v1, kind: Deployment, name: web}}\n  windows: [{{start: \"{}\", end: \"{}\", replicas: {replicas}}}]\n",
-            kubesteer_tests::hh_mm(now - 3600),
-            kubesteer_tests::hh_mm(now + 3600)
+            "apiVersion: kubesteer.io/v1beta1\nkind: Scaler\nmetadata: {{name: pair}}\nspec:\n  hpaCooperation: Disabled\n  scaleTargetRefs:\n  - {{apiVersion: apps/v1, kind: Deployment, name: frozen}}\n  - {{apiVersion: apps/v1, kind: Deployment, name: web}}\n  windows: [{}]\n",
+            window(-1, 1, replicas)
         )
     };
     let run = release.apply(&scaler(3))?;
@@ -804,7 +767,7 @@ fn a_target_the_apiserver_refuses_never_holds_up_the_others_nor_the_deletion() -
         user_get(&release, "deployment/frozen", "{.spec.replicas}")?,
         "3"
     );
-    let notes = kubesteer_tests::event_notes(n, "RestoreFailed")?;
+    let notes = notes_of(n, "RestoreFailed")?;
     assert!(
         notes
             .iter()
@@ -900,23 +863,10 @@ fn a_dry_run_scaler_reports_and_writes_nothing_until_switched_off() -> Result<()
     let release = Release::install("dry", &[])?;
     let n = release.user_ns.clone();
     let n = n.as_str();
-    kubectl_ok(
-        &[
-            "create",
-            "deployment",
-            "web",
-            "-n",
-            n,
-            "--image=nginx",
-            "--replicas=1",
-        ],
-        None,
-    )?;
-    let now = kubesteer_tests::unix_now();
+    release.create_deployment("web")?;
     let run = release.apply(&format!(
-        "apiVersion: kubesteer.io/v1beta1\nkind: Scaler\nmetadata: {{name: preview}}\nspec:\n  dryRun: true\n  scaleTargetRefs: [{{apiVersion: apps/v1, kind: Deployment, name: web}}]\n  windows: [{{start: \"{}\", end: \"{}\", replicas: 3}}]\n",
-        kubesteer_tests::hh_mm(now - 3600),
-        kubesteer_tests::hh_mm(now + 3600)
+        "apiVersion: kubesteer.io/v1beta1\nkind: Scaler\nmetadata: {{name: preview}}\nspec:\n  dryRun: true\n  scaleTargetRefs: [{{apiVersion: apps/v1, kind: Deployment, name: web}}]\n  windows: [{}]\n",
+        window(-1, 1, 3)
     ))?;
     ensure!(run.ok, "{run:?}");
     user_wait(
@@ -925,10 +875,7 @@ fn a_dry_run_scaler_reports_and_writes_nothing_until_switched_off() -> Result<()
         "{.status.conditions[?(@.type==\"Ready\")].reason} {.status.targets[0].replicas}",
         "DryRun 1",
     )?;
-    let notes = eventually(Duration::from_secs(30), "the DryRun event", || {
-        let notes = kubesteer_tests::event_notes(n, "DryRun")?;
-        Ok((!notes.is_empty()).then_some(notes))
-    })?;
+    let notes = notes_of(n, "DryRun")?;
     assert!(
         notes.iter().any(|m| m
             == &format!(
@@ -971,24 +918,11 @@ fn a_held_scaler_sets_back_a_target_scaled_up_outside_its_windows() -> Result<()
     let release = Release::install("hold", &[])?;
     let n = release.user_ns.clone();
     let n = n.as_str();
-    kubectl_ok(
-        &[
-            "create",
-            "deployment",
-            "web",
-            "-n",
-            n,
-            "--image=nginx",
-            "--replicas=1",
-        ],
-        None,
-    )?;
+    release.create_deployment("web")?;
     // A window two hours from now: outside it, web is held at 1.
-    let now = kubesteer_tests::unix_now();
     let run = release.apply(&format!(
-        "apiVersion: kubesteer.io/v1beta1\nkind: Scaler\nmetadata: {{name: nights}}\nspec:\n  scaleTargetRefs: [{{apiVersion: apps/v1, kind: Deployment, name: web}}]\n  windows: [{{start: \"{}\", end: \"{}\", replicas: 3}}]\n  outsideReplicas: 1\n  outside: {{mode: Hold, gracePeriod: 0s}}\n",
-        kubesteer_tests::hh_mm(now + 2 * 3600),
-        kubesteer_tests::hh_mm(now + 3 * 3600)
+        "apiVersion: kubesteer.io/v1beta1\nkind: Scaler\nmetadata: {{name: nights}}\nspec:\n  scaleTargetRefs: [{{apiVersion: apps/v1, kind: Deployment, name: web}}]\n  windows: [{}]\n  outsideReplicas: 1\n  outside: {{mode: Hold, gracePeriod: 0s}}\n",
+        window(2, 3, 3)
     ))?;
     ensure!(run.ok, "{run:?}");
     user_wait(
@@ -1000,10 +934,7 @@ fn a_held_scaler_sets_back_a_target_scaled_up_outside_its_windows() -> Result<()
     // A nightly deploy scales it up: set back, naming who did it.
     kubectl_ok(&["scale", "-n", n, "deployment/web", "--replicas=4"], None)?;
     user_wait(&release, "deployment/web", "{.spec.replicas}", "1")?;
-    let notes = eventually(Duration::from_secs(30), "the Held event", || {
-        let notes = kubesteer_tests::event_notes(n, "Held")?;
-        Ok((!notes.is_empty()).then_some(notes))
-    })?;
+    let notes = notes_of(n, "Held")?;
     assert!(
         notes.iter().any(|m| m.starts_with(&format!(
             "Set Deployment {n}/web back from 4 to 1 replicas outside every window (scaled up by kubectl"
@@ -1030,11 +961,9 @@ fn a_cron_job_is_suspended_while_its_replicas_would_be_0_and_resumed_after() -> 
         ],
         None,
     )?;
-    let now = kubesteer_tests::unix_now();
     let run = release.apply(&format!(
-        "apiVersion: kubesteer.io/v1beta1\nkind: Scaler\nmetadata: {{name: quiet}}\nspec:\n  scaleTargetRefs: [{{apiVersion: batch/v1, kind: CronJob, name: report}}]\n  windows: [{{start: \"{}\", end: \"{}\", replicas: 0}}]\n",
-        kubesteer_tests::hh_mm(now - 3600),
-        kubesteer_tests::hh_mm(now + 3600)
+        "apiVersion: kubesteer.io/v1beta1\nkind: Scaler\nmetadata: {{name: quiet}}\nspec:\n  scaleTargetRefs: [{{apiVersion: batch/v1, kind: CronJob, name: report}}]\n  windows: [{}]\n",
+        window(-1, 1, 0)
     ))?;
     ensure!(run.ok, "{run:?}");
     user_wait(&release, "cronjob/report", "{.spec.suspend}", "true")?;
@@ -1044,7 +973,7 @@ fn a_cron_job_is_suspended_while_its_replicas_would_be_0_and_resumed_after() -> 
         "{.status.targets[0].kind} {.status.targets[0].replicas} {.status.targets[0].originalReplicas}",
         "CronJob 0 1",
     )?;
-    let notes = kubesteer_tests::event_notes(n, "Scaled")?;
+    let notes = notes_of(n, "Scaled")?;
     assert!(
         notes.contains(&format!("Suspended CronJob {n}/report")),
         "{notes:?}"
@@ -1053,4 +982,27 @@ fn a_cron_job_is_suspended_while_its_replicas_would_be_0_and_resumed_after() -> 
         .with_context(|| release.describe())?;
     user_wait(&release, "cronjob/report", "{.spec.suspend}", "false")?;
     Ok(())
+}
+
+/// One window, in YAML, from `from` to `to` hours from now, at `replicas`.
+fn window(from: i64, to: i64, replicas: u32) -> String {
+    let now = kubesteer_tests::unix_now() as i64;
+    let at = |hours: i64| kubesteer_tests::hh_mm(now.saturating_add(hours * 3600).max(0) as u64);
+    format!(
+        "{{start: \"{}\", end: \"{}\", replicas: {replicas}}}",
+        at(from),
+        at(to)
+    )
+}
+
+/// The notes of the events of `reason` in `ns`, once there is one.
+fn notes_of(ns: &str, reason: &str) -> Result<Vec<String>> {
+    eventually(
+        Duration::from_secs(30),
+        &format!("a {reason} event"),
+        || {
+            let notes = kubesteer_tests::event_notes(ns, reason)?;
+            Ok((!notes.is_empty()).then_some(notes))
+        },
+    )
 }

@@ -2482,27 +2482,31 @@ mod tests {
         scenario.finish(ctx).await;
     }
 
+    const HPA: &str = "/apis/autoscaling/v2/namespaces/team/horizontalpodautoscalers/web-hpa";
+    const HPA_PATCH: &str = "/apis/autoscaling/v2/namespaces/team/horizontalpodautoscalers/web-hpa?&fieldManager=kubesteer-controller";
+
+    /// HPA web-hpa of Deployment web at `min` (max 10), with this Scaler's record of `original`.
+    fn hpa(min: i32, original: Option<i32>) -> Value {
+        let mut h = json!({
+            "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+            "metadata": {"name": "web-hpa", "namespace": "team", "resourceVersion": "7"},
+            "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+                     "minReplicas": min, "maxReplicas": 10},
+        });
+        if let Some(o) = original {
+            h["metadata"]["annotations"] = json!({
+                annotation::ORIGINAL_MIN_REPLICAS: o.to_string(),
+                annotation::ORIGINAL_REPLICAS_OWNER: ME,
+            });
+        }
+        h
+    }
+
     #[tokio::test]
     async fn an_hpa_gets_its_min_replicas_raised_and_restored_instead_of_the_replicas() {
         let s = scaler(json!({"scaleTargetRefs": [deployment("web")],
             "windows": [{"start": 9, "end": 17, "replicas": 5}]}));
-        let hpa = |min: i32, original: Option<i32>| {
-            let mut h = json!({
-                "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
-                "metadata": {"name": "web-hpa", "namespace": "team", "resourceVersion": "7"},
-                "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
-                         "minReplicas": min, "maxReplicas": 10},
-            });
-            if let Some(o) = original {
-                h["metadata"]["annotations"] = json!({
-                    annotation::ORIGINAL_MIN_REPLICAS: o.to_string(),
-                    annotation::ORIGINAL_REPLICAS_OWNER: ME,
-                });
-            }
-            h
-        };
         let list = |h: Value| json!({"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscalerList", "metadata": {}, "items": [h]});
-        let hpa_patch = "/apis/autoscaling/v2/namespaces/team/horizontalpodautoscalers/web-hpa?&fieldManager=kubesteer-controller";
 
         // Inside the window: minReplicas 2 → 5, the original recorded; the Deployment untouched.
         let (ctx, verifier) = ctx_at("2025-03-03T12:00:00Z");
@@ -2510,7 +2514,7 @@ mod tests {
             reads(WEB, meta("team", "web", None), 2),
             vec![
                 Call::get(HPAS).respond(list(hpa(2, None))),
-                Call::patch(hpa_patch)
+                Call::patch(HPA_PATCH)
                     .body(|b| {
                         assert_eq!(
                             b,
@@ -2545,7 +2549,7 @@ mod tests {
             reads(WEB, meta("team", "web", None), 5),
             vec![
                 Call::get(HPAS).respond(list(hpa(5, Some(2)))),
-                Call::patch(hpa_patch)
+                Call::patch(HPA_PATCH)
                     .body(|b| {
                         assert_eq!(b["spec"]["minReplicas"], 2);
                         assert_eq!(
@@ -2575,29 +2579,12 @@ mod tests {
             }],
             ..ScalerStatus::default()
         });
-        let hpa = |min: i32, original: Option<i32>| {
-            let mut h = json!({
-                "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
-                "metadata": {"name": "web-hpa", "namespace": "team", "resourceVersion": "7"},
-                "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
-                         "minReplicas": min, "maxReplicas": 10},
-            });
-            if let Some(o) = original {
-                h["metadata"]["annotations"] = json!({
-                    annotation::ORIGINAL_MIN_REPLICAS: o.to_string(),
-                    annotation::ORIGINAL_REPLICAS_OWNER: ME,
-                });
-            }
-            h
-        };
-        let hpa_get = "/apis/autoscaling/v2/namespaces/team/horizontalpodautoscalers/web-hpa";
-        let hpa_patch = "/apis/autoscaling/v2/namespaces/team/horizontalpodautoscalers/web-hpa?&fieldManager=kubesteer-controller";
         let (ctx, verifier) = ctx_at("2025-03-03T12:00:00Z");
         let scenario = verifier.run(calls(vec![
             reads(WEB, meta("team", "web", None), 2),
             vec![
-                Call::get(hpa_get).respond(hpa(5, Some(2))),
-                Call::patch(hpa_patch)
+                Call::get(HPA).respond(hpa(5, Some(2))),
+                Call::patch(HPA_PATCH)
                     .body(|b| {
                         assert_eq!(b["spec"]["minReplicas"], 2);
                         assert_eq!(
@@ -2632,7 +2619,7 @@ mod tests {
         let scenario = verifier.run(calls(vec![
             reads(WEB, meta("team", "web", Some(2)), 5),
             vec![
-                Call::get(hpa_get).respond(hpa(3, None)),
+                Call::get(HPA).respond(hpa(3, None)),
                 Call::patch(STATUS).respond_status_of(&s),
             ],
         ]));
