@@ -1,7 +1,7 @@
 # syntax=docker/dockerfile:1
 #
-# kubesteer: one image with the three programs on PATH (links to one multi-call binary); the Helm
-# chart picks one per Deployment with `command:`.
+# kubesteer: one image with the three programs and the kubectl plugin on PATH (links to one
+# multi-call binary); the Helm chart picks one per Deployment with `command:`.
 #
 #   docker build --build-arg VERSION=$(awk -F'"' '/^version/{print $2; exit}' Cargo.toml) \
 #     --build-arg REVISION=$(git rev-parse HEAD) -t kubesteer:dev .
@@ -35,7 +35,7 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
     mkdir -p /out/bin; \
     strip --strip-all -o /out/bin/kubesteer "target/$target/image/kubesteer"; \
     if ldd /out/bin/kubesteer 2>&1 | grep -q '=>'; then echo "kubesteer is dynamically linked" >&2; exit 1; fi; \
-    for b in kubesteer-webhook kubesteer-controller kubesteer-certs; do \
+    for b in kubesteer-webhook kubesteer-controller kubesteer-certs kubectl-kubesteer; do \
       ln -s kubesteer "/out/bin/$b"; \
       "/out/bin/$b" --help >/dev/null; \
     done
@@ -52,7 +52,7 @@ LABEL org.opencontainers.image.source="https://github.com/kubesteer/kubesteer" \
       org.opencontainers.image.licenses="Apache-2.0" \
       org.opencontainers.image.title="kubesteer" \
       org.opencontainers.image.description="kubesteer: admission webhook (kubesteer-webhook), controller (kubesteer-controller) and certificates tool (kubesteer-certs) for the Scaler, Memcached, Welcome and Application resources"
-# One multi-call binary and the three program names as links to it (webhook/src/bin/kubesteer.rs).
+# One multi-call binary and the four program names as links to it (webhook/src/bin/kubesteer.rs).
 COPY --from=build --chown=0:0 --chmod=0755 /out/bin/ /usr/local/bin/
 ENV PATH=/usr/local/bin
 USER 65532:65532

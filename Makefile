@@ -14,12 +14,19 @@ IMAGE_TAR ?= .kubesteer/image.tar
 PAUSE_IMG ?= localhost/kubesteer-pause:3.10
 PAUSE_TAR ?= .kubesteer/pause.tar
 
-.PHONY: all build control-plane cluster-up cluster-down manifests install run run-once test-run deploy undeploy test fmt-check clippy unit e2e bench-webhook bench-controller fuzz
+.PHONY: all build plugin control-plane cluster-up cluster-down manifests install run run-once test-run deploy undeploy test fmt-check clippy unit e2e bench-webhook bench-controller fuzz
 
 all: build
 
 build:
 	$(CARGO) build --workspace --all-targets
+
+## plugin: build the kubectl plugin (kubesteer/) and install kubectl-kubesteer into $(PLUGIN_ROOT)/bin;
+## with that on PATH, `kubectl kubesteer --help` runs it. Cargo's cache for it is target/.
+PLUGIN_ROOT ?= $(HOME)/.local
+plugin:
+	$(CARGO) install --path kubesteer --locked --root $(PLUGIN_ROOT) --target-dir $(CURDIR)/target
+	@echo "installed $(PLUGIN_ROOT)/bin/kubectl-kubesteer; with $(PLUGIN_ROOT)/bin on PATH: kubectl kubesteer --help"
 
 ## control-plane: build the pinned Kubernetes, kwok, etcd and helm binaries into $(BIN) (cached).
 control-plane:

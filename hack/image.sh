@@ -2,8 +2,9 @@
 # Builds kubesteer's container images offline, with buildah, FROM scratch: nothing is pulled.
 #
 #   hack/image.sh image [IMG] [TAR]   one static, stripped multi-call binary, kubesteer, with
-#                                     the links kubesteer-webhook, kubesteer-controller and
-#                                     kubesteer-certs, in /usr/local/bin of one image
+#                                     the links kubesteer-webhook, kubesteer-controller,
+#                                     kubesteer-certs and kubectl-kubesteer (the kubectl plugin),
+#                                     in /usr/local/bin of one image
 #                                     (IMG default kubesteer:dev, TAR default .kubesteer/image.tar)
 #   hack/image.sh pause [IMG] [TAR]   the pod sandbox image, hack/pause/pause.c
 #                                     (IMG default localhost/kubesteer-pause:3.10,
@@ -28,11 +29,11 @@ die() { printf '[image] error: %s\n' "$*" >&2; exit 1; }
 
 # usage [CODE]: the header above, on stderr; exits CODE (default 2).
 usage() {
-  sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit "${1:-2}"
 }
 
-BINARIES=(kubesteer-webhook kubesteer-controller kubesteer-certs)
+BINARIES=(kubesteer-webhook kubesteer-controller kubesteer-certs kubectl-kubesteer)
 case $(uname -m) in
   x86_64) TARGET=x86_64-unknown-linux-gnu ARCH=amd64 ;;
   aarch64 | arm64) TARGET=aarch64-unknown-linux-gnu ARCH=arm64 ;;

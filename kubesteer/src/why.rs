@@ -190,9 +190,11 @@ pub async fn why(connection: &Connection, object: &str, now: Instant) -> Result<
         if let Some(until) = chrono::DateTime::from_timestamp(o.until.0.as_second(), 0) {
             let left = (until - now).num_seconds();
             let state = if left > 0 {
+                // To the minute: seconds would be stale by the time it is read.
+                let minutes = (left.unsigned_abs() / 60).max(1) * 60;
                 format!(
                     "in {}",
-                    humantime::format_duration(std::time::Duration::from_secs(left.unsigned_abs()))
+                    humantime::format_duration(std::time::Duration::from_secs(minutes))
                 )
             } else {
                 "over".to_string()

@@ -58,6 +58,9 @@ fn every_program_runs_from_the_image_read_only() -> Result<()> {
     }
     let out = run_in_image(&["kubesteer-certs", "generate", "--help"])?;
     assert!(out.contains("--out-dir"), "{out}");
+    // The kubectl plugin, by its link.
+    let out = run_in_image(&["kubectl-kubesteer", "--help"])?;
+    assert!(out.contains("Usage: kubectl kubesteer"), "{out}");
     // The multi-call binary itself, by subcommand.
     let out = run_in_image(&["kubesteer", "controller", "--help"])?;
     assert!(out.contains("Usage: kubesteer-controller"), "{out}");

@@ -1,6 +1,8 @@
 //! `kubesteer`: the image's multi-call binary. Called as `kubesteer-webhook`,
 //! `kubesteer-controller` or `kubesteer-certs` (links to it) it is that program; called as
-//! `kubesteer <webhook|controller|certs> [ARGS]` it runs the named one.
+//! `kubesteer <webhook|controller|certs> [ARGS]` it runs the named one. Called as
+//! `kubectl-kubesteer` it is the kubectl plugin, for `kubectl kubesteer` on a machine that has
+//! only the image.
 #![forbid(unsafe_code)]
 #![deny(rust_2018_idioms)]
 
@@ -13,7 +15,11 @@ enum Tool {
     Webhook,
     Controller,
     Certs,
+    Plugin,
 }
+
+/// The kubectl plugin's file name: kubectl runs it for `kubectl kubesteer`.
+const PLUGIN: &str = "kubectl-kubesteer";
 
 const USAGE: &str = "usage: kubesteer <webhook|controller|certs> [ARGS]... \
                      (or call it through the links kubesteer-webhook, kubesteer-controller, kubesteer-certs)";
@@ -36,6 +42,9 @@ fn route(mut args: Vec<OsString>) -> Result<(Tool, Vec<OsString>), String> {
         .and_then(|p| Path::new(p).file_name())
         .map(OsStr::to_os_string)
         .unwrap_or_default();
+    if program == PLUGIN {
+        return Ok((Tool::Plugin, args));
+    }
     if let Some(tool) = program
         .to_str()
         .and_then(|p| p.strip_prefix("kubesteer-"))
@@ -61,6 +70,7 @@ fn main() -> ExitCode {
         Ok((Tool::Webhook, args)) => kubesteer_webhook::cli::run(args),
         Ok((Tool::Controller, args)) => kubesteer_controller::cli::run(args),
         Ok((Tool::Certs, args)) => kubesteer_certs::cli::run(args),
+        Ok((Tool::Plugin, args)) => kubesteer_plugin::cli::run(args),
         Err(message) => {
             eprintln!("kubesteer: {message}");
             ExitCode::from(2)
@@ -93,6 +103,18 @@ mod tests {
         assert_eq!(
             route(args(&["kubesteer-controller"])).map(|r| r.0),
             Ok(Tool::Controller)
+        );
+        assert_eq!(
+            route(args(&[
+                "/usr/local/bin/kubectl-kubesteer",
+                "preview",
+                "-f",
+                "-"
+            ])),
+            Ok((
+                Tool::Plugin,
+                args(&["/usr/local/bin/kubectl-kubesteer", "preview", "-f", "-"])
+            ))
         );
     }
 

@@ -1,0 +1,502 @@
+//! `kubectl kubesteer`, run as a person runs it: typed into a tmux terminal (200x50) with the
+//! plugin on PATH, against the real cluster, its webhook and controller, and read back off the
+//! screen with `capture-pane`. And its SVG, opened once in headless Chromium.
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use anyhow::{bail, ensure, Context, Result};
+use kubesteer_tests::{
+    cached_tool, eventually, hh_mm, jsonpath, kubeconfig, kubectl_ok, parse_rfc3339, repo_root,
+    target_dir, unique, unix_now, workspace_bin, ControllerProcess, Namespace, Webhook,
+};
+
+const WAIT: Duration = Duration::from_secs(90);
+/// How long one typed command may take to print its last line.
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(60);
+
+static BUILD: OnceLock<std::result::Result<PathBuf, String>> = OnceLock::new();
+
+/// Builds the workspace's binaries once (the selection hack/e2e.sh builds, so nothing is
+/// rebuilt) and returns the plugin's path.
+fn plugin() -> Result<PathBuf> {
+    BUILD
+        .get_or_init(|| {
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+            let build = |selection: &[&str]| {
+                Command::new(&cargo)
+                    .args(["build", "-q"])
+                    .args(selection)
+                    .current_dir(repo_root())
+                    .output()
+                    .map_err(|e| format!("running cargo build: {e}"))
+            };
+            let mut out = build(&["--workspace", "--bins"])?;
+            if !out.status.success() {
+                // Some other crate does not build right now; the plugin alone may.
+                out = build(&["-p", "kubesteer-plugin", "--bin", "kubectl-kubesteer"])?;
+            }
+            if !out.status.success() {
+                return Err(format!(
+                    "cargo build failed: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                ));
+            }
+            Ok(workspace_bin("kubectl-kubesteer"))
+        })
+        .clone()
+        .map_err(anyhow::Error::msg)
+}
+
+/// A detached tmux session running a plain bash, with the plugin and kubectl on PATH and the
+/// e2e cluster's kubeconfig, as a user's terminal would have them. Killed on drop.
+struct Terminal {
+    session: String,
+    typed: usize,
+}
+
+/// What one command printed, and how it exited.
+#[derive(Debug)]
+struct Typed {
+    screen: String,
+    code: i32,
+}
+
+fn tmux(args: &[&str]) -> Result<String> {
+    let out = Command::new("tmux")
+        .args(args)
+        .output()
+        .context("running tmux (hack/install-prereqs.sh installs it)")?;
+    ensure!(
+        out.status.success(),
+        "tmux {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn dir_of(path: &Path) -> String {
+    path.parent()
+        .map(|p| p.display().to_string())
+        .unwrap_or_default()
+}
+
+impl Terminal {
+    fn open() -> Result<Self> {
+        let plugin = plugin()?;
+        let path = format!(
+            "{}:{}:/usr/local/bin:/usr/bin:/bin",
+            dir_of(&plugin),
+            dir_of(&cached_tool("kubectl"))
+        );
+        let session = unique("plugin-");
+        let shell = format!(
+            "env -i HOME=\"$HOME\" TERM=xterm-256color LANG=C.UTF-8 PATH='{path}' KUBECONFIG='{}' PS1='$ ' bash --norc --noprofile",
+            kubeconfig().display()
+        );
+        tmux(&[
+            "new-session",
+            "-d",
+            "-x",
+            "200",
+            "-y",
+            "50",
+            "-s",
+            &session,
+            &shell,
+        ])?;
+        Ok(Self { session, typed: 0 })
+    }
+
+    /// Types `command` and Enter, waits for it to finish, and returns what it printed (between
+    /// the typed line and the exit marker) and its exit code.
+    fn run(&mut self, command: &str) -> Result<Typed> {
+        self.typed += 1;
+        let mark = format!("done-{}", self.typed);
+        let line = format!("{command}; echo {mark}=$?");
+        tmux(&["send-keys", "-t", &self.session, "-l", &line])?;
+        tmux(&["send-keys", "-t", &self.session, "Enter"])?;
+        let finished = format!("{mark}=");
+        let screen = eventually(COMMAND_TIMEOUT, &format!("{command:?} to finish"), || {
+            let screen = tmux(&["capture-pane", "-p", "-J", "-S", "-", "-t", &self.session])?;
+            let done = screen
+                .lines()
+                .any(|l| l.starts_with(&finished) && !l.contains('$'));
+            Ok(done.then_some(screen))
+        })?;
+        let lines: Vec<&str> = screen.lines().collect();
+        let start = lines
+            .iter()
+            .rposition(|l| l.contains(&line))
+            .context("the typed line is not on the screen")?;
+        let end = lines
+            .iter()
+            .rposition(|l| l.starts_with(&finished))
+            .unwrap_or(lines.len());
+        let code = lines
+            .get(end)
+            .and_then(|l| l.strip_prefix(&finished))
+            .and_then(|c| c.trim().parse().ok())
+            .unwrap_or(-1);
+        let screen = lines.get(start + 1..end).unwrap_or_default().join("\n");
+        Ok(Typed { screen, code })
+    }
+
+    /// Like [`Terminal::run`], failing unless the command exits 0.
+    fn ok(&mut self, command: &str) -> Result<String> {
+        let typed = self.run(command)?;
+        ensure!(
+            typed.code == 0,
+            "{command} exited {}:\n{}",
+            typed.code,
+            typed.screen
+        );
+        Ok(typed.screen)
+    }
+}
+
+impl Drop for Terminal {
+    fn drop(&mut self) {
+        let _ = tmux(&["kill-session", "-t", &self.session]);
+    }
+}
+
+fn sample_scaler() -> Result<String> {
+    Ok(std::fs::read_to_string(
+        repo_root().join("config/samples/scaler.yaml"),
+    )?)
+}
+
+fn deployment_replicas(ns: &Namespace, name: &str) -> Result<String> {
+    jsonpath(ns.name(), &format!("deployment/{name}"), "{.spec.replicas}")
+}
+
+fn wait_replicas(ns: &Namespace, name: &str, want: &str) -> Result<()> {
+    eventually(WAIT, &format!("deployment/{name} at {want}"), || {
+        Ok((deployment_replicas(ns, name)? == want).then_some(()))
+    })
+}
+
+fn wait_ready(ns: &Namespace, scaler: &str) -> Result<()> {
+    kubectl_ok(
+        &[
+            "wait",
+            "-n",
+            ns.name(),
+            "--for=condition=Ready",
+            &format!("scaler/{scaler}"),
+            "--timeout=90s",
+        ],
+        None,
+    )?;
+    Ok(())
+}
+
+/// The lines of a golden picture from its hour scale down, as the terminal shows them: no
+/// trailing blanks.
+fn golden_rows(name: &str) -> Result<Vec<String>> {
+    let text = std::fs::read_to_string(repo_root().join("kubesteer/tests/golden").join(name))?;
+    Ok(text
+        .lines()
+        .skip(1)
+        .map(|l| l.trim_end().to_string())
+        .collect())
+}
+
+#[test]
+fn preview_draws_the_samples_week_and_its_target_as_it_is_now() -> Result<()> {
+    let webhook = Webhook::start("plugin-preview")?;
+    let ns = webhook.namespace("plugin-preview")?;
+    let _controller = ControllerProcess::start(ns.name())?;
+    ns.create_deployment("web", 2)?;
+    let run = ns.apply(&sample_scaler()?)?;
+    ensure!(run.ok, "{run:?}");
+    wait_ready(&ns, "office-hours")?;
+    let mut term = Terminal::open()?;
+    // The Christmas week of the sample: the same spec as the golden holiday picture.
+    let screen = term.ok(&format!(
+        "kubectl kubesteer preview scaler/office-hours -n {} --from 2026-12-21",
+        ns.name()
+    ))?;
+    let lines: Vec<String> = screen
+        .lines()
+        .map(|l| l.replace('▸', " ").trim_end().to_string())
+        .collect();
+    ensure!(
+        lines.first().is_some_and(|l| l.starts_with(&format!(
+            "scaler/office-hours -n {} · Europe/Berlin · 7 days from Mon 21 Dec 2026 · now ",
+            ns.name()
+        ))),
+        "title:\n{screen}"
+    );
+    let want = golden_rows("holiday.txt")?;
+    ensure!(
+        lines
+            .get(1..=want.len())
+            .is_some_and(|got| got == want.as_slice()),
+        "the terminal shows\n{screen}\nnot the golden rows\n{}",
+        want.join("\n")
+    );
+    // Below the picture: Ready, and the Deployment with its replicas as the cluster has them.
+    let rest = lines[want.len() + 1..].join("\n");
+    ensure!(rest.contains("Ready: True"), "{screen}");
+    let replicas = deployment_replicas(&ns, "web")?;
+    let row = format!("Deployment {}/web", ns.name());
+    let target = rest
+        .lines()
+        .find(|l| l.starts_with(&row))
+        .with_context(|| format!("no {row} row in\n{screen}"))?;
+    ensure!(
+        target.split_whitespace().nth(2) == Some(replicas.as_str()),
+        "{target:?} should show {replicas} replicas"
+    );
+    Ok(())
+}
+
+#[test]
+fn override_for_two_hours_then_why_shows_it_and_its_end_and_a_denial_is_printed() -> Result<()> {
+    let webhook = Webhook::start("plugin-override")?;
+    let ns = webhook.namespace("plugin-override")?;
+    let _controller = ControllerProcess::start(ns.name())?;
+    ns.create_deployment("web", 1)?;
+    let run = ns.apply(&sample_scaler()?)?;
+    ensure!(run.ok, "{run:?}");
+    wait_ready(&ns, "office-hours")?;
+    let mut term = Terminal::open()?;
+    let n = ns.name();
+
+    let before = unix_now();
+    let said = term.ok(&format!(
+        "kubectl kubesteer override scaler/office-hours --replicas 4 --for 2h -n {n}"
+    ))?;
+    let until = jsonpath(n, "scaler/office-hours", "{.spec.override.until}")?;
+    ensure!(
+        said.contains("scaler.kubesteer.io/office-hours overridden: 4 replicas until ")
+            && said.contains(&format!("({until})")),
+        "{said}"
+    );
+    let held = parse_rfc3339(&until)? - before as f64;
+    ensure!(
+        (7200.0..7260.0).contains(&held),
+        "until {until} is {held}s ahead"
+    );
+    wait_replicas(&ns, "web", "4")?;
+
+    // The controller scales, then writes its status and events: why shows each once there.
+    let why = eventually(WAIT, "why to show the override at work", || {
+        let screen = term.ok(&format!("kubectl kubesteer why deployment/web -n {n}"))?;
+        let settled = screen.contains("Current:      4")
+            && screen.contains("Ready:        True Override")
+            && screen.contains("Scaled");
+        Ok(settled.then_some(screen))
+    })?;
+    for want in [
+        format!("Deployment {n}/web"),
+        format!("Scaler:       {n}/office-hours"),
+        "Desired:      4 replicas (Override)".to_string(),
+        "Override:     4 replicas until ".to_string(),
+        "Next:".to_string(),
+        "Events:".to_string(),
+    ] {
+        ensure!(why.contains(&want), "{want:?} not in\n{why}");
+    }
+    ensure!(
+        why.contains(&format!("({until}, in 1h 5")) || why.contains(&format!("({until}, in 2h)")),
+        "the override's end, about 2h ahead, not in\n{why}"
+    );
+    // The first next change is the override's end.
+    let next = why
+        .lines()
+        .find(|l| l.trim_start().starts_with("Next:"))
+        .context("no Next line")?;
+    let end_local = why
+        .lines()
+        .find(|l| l.trim_start().starts_with("Override:"))
+        .and_then(|l| l.split(" until ").nth(1))
+        .and_then(|l| l.split(" (").next())
+        .context("no Override line")?;
+    ensure!(
+        next.contains(end_local),
+        "{next:?} should be at {end_local}"
+    );
+
+    // An override in the past: the webhook says no, the plugin prints it and fails.
+    let denied = term.run(&format!(
+        "kubectl kubesteer override scaler/office-hours --replicas 2 --until 2020-01-01T00:00:00Z -n {n}"
+    ))?;
+    ensure!(denied.code == 1, "{denied:?}");
+    for want in [
+        "Error from server",
+        "denied the request",
+        "spec.override.until",
+        "must be in the future",
+    ] {
+        ensure!(denied.screen.contains(want), "{want:?} not in {denied:?}");
+    }
+    ensure!(jsonpath(n, "scaler/office-hours", "{.spec.override.until}")? == until);
+
+    term.ok(&format!(
+        "kubectl kubesteer override scaler/office-hours --clear -n {n}"
+    ))?;
+    ensure!(jsonpath(n, "scaler/office-hours", "{.spec.override}")?.is_empty());
+    Ok(())
+}
+
+/// A Scaler `name` of the Deployment of the same name, scaling it to 0 in a window open now
+/// (a night window, as a downscaler's): its replicas are recorded as the original.
+fn asleep(name: &str) -> String {
+    let now = unix_now();
+    format!(
+        "apiVersion: kubesteer.io/v1beta1\nkind: Scaler\nmetadata: {{name: {name}}}\nspec:\n  scaleTargetRefs: [{{apiVersion: apps/v1, kind: Deployment, name: {name}}}]\n  windows: [{{start: \"{}\", end: \"{}\", replicas: 0}}]\n",
+        hh_mm(now - 3600),
+        hh_mm(now + 3600)
+    )
+}
+
+#[test]
+fn wake_holds_every_scaler_of_a_namespace_at_its_original_replicas() -> Result<()> {
+    let webhook = Webhook::start("plugin-wake")?;
+    let ns = webhook.namespace("plugin-wake")?;
+    let _controller = ControllerProcess::start(ns.name())?;
+    let apps = [("api", "2"), ("web", "3"), ("worker", "1")];
+    for (name, replicas) in apps {
+        ns.create_deployment(name, replicas.parse()?)?;
+        let run = ns.apply(&asleep(name))?;
+        ensure!(run.ok, "{run:?}");
+    }
+    for (name, _) in apps {
+        wait_replicas(&ns, name, "0")?;
+    }
+    // The status shows the recorded originals once the controller has written it.
+    for (name, replicas) in apps {
+        eventually(WAIT, &format!("scaler/{name} records {replicas}"), || {
+            let got = jsonpath(
+                ns.name(),
+                &format!("scaler/{name}"),
+                "{.status.targets[0].originalReplicas}",
+            )?;
+            Ok((got == replicas).then_some(()))
+        })?;
+    }
+    let mut term = Terminal::open()?;
+    let before = unix_now();
+    let screen = term.ok(&format!("kubectl kubesteer wake -n {} --for 2h", ns.name()))?;
+    ensure!(
+        screen.starts_with(&format!("Woke namespace {} until ", ns.name())),
+        "{screen}"
+    );
+    for (name, replicas) in apps {
+        let row = screen
+            .lines()
+            .find(|l| l.starts_with(&format!("scaler/{name} ")))
+            .with_context(|| format!("no row for scaler/{name} in\n{screen}"))?;
+        let cells: Vec<&str> = row.split_whitespace().collect();
+        ensure!(cells.get(1) == Some(&replicas), "{row}");
+        ensure!(row.ends_with("original replicas"), "{row}");
+    }
+    let mut untils = Vec::new();
+    for (name, replicas) in apps {
+        wait_replicas(&ns, name, replicas)?;
+        untils.push(jsonpath(
+            ns.name(),
+            &format!("scaler/{name}"),
+            "{.spec.override.until}",
+        )?);
+    }
+    ensure!(untils.iter().all(|u| u == &untils[0]), "{untils:?}");
+    let held = parse_rfc3339(&untils[0])? - before as f64;
+    ensure!(
+        (7200.0..7260.0).contains(&held),
+        "until {} is {held}s ahead",
+        untils[0]
+    );
+    Ok(())
+}
+
+/// Whether a PNG holds a picture: decodes it, and counts its distinct colours and the share of
+/// its pixels that are not the background.
+fn png_summary(path: &Path) -> Result<(u32, u32, usize, f64)> {
+    let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(path)?));
+    let mut reader = decoder.read_info()?;
+    let size = reader
+        .output_buffer_size()
+        .context("the PNG is too large to decode")?;
+    let mut buffer = vec![0; size];
+    let info = reader.next_frame(&mut buffer)?;
+    let channels = info.color_type.samples();
+    ensure!(
+        channels >= 3 && info.bit_depth == png::BitDepth::Eight,
+        "{info:?}"
+    );
+    let pixels: Vec<&[u8]> = buffer[..info.buffer_size()]
+        .chunks(channels)
+        .map(|p| &p[..3])
+        .collect();
+    let background = pixels.first().copied().unwrap_or_default();
+    let colours: std::collections::BTreeSet<&[u8]> = pixels.iter().copied().collect();
+    let drawn = pixels.iter().filter(|p| **p != background).count();
+    Ok((
+        info.width,
+        info.height,
+        colours.len(),
+        drawn as f64 / pixels.len().max(1) as f64,
+    ))
+}
+
+#[test]
+fn the_svg_renders_in_headless_chromium() -> Result<()> {
+    let plugin = plugin()?;
+    let dir = target_dir().join("e2e/plugin-svg");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)?;
+    let out = Command::new(&plugin)
+        .args(["preview", "-f"])
+        .arg(repo_root().join("config/samples/scaler.yaml"))
+        .args(["--from", "2026-12-21", "-o", "svg"])
+        .output()?;
+    ensure!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let svg = dir.join("week.svg");
+    std::fs::write(&svg, &out.stdout)?;
+    let png = dir.join("week.png");
+    let chromium = ["chromium", "chromium-browser"].into_iter().find(|c| {
+        Command::new(c)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    });
+    let Some(chromium) = chromium else {
+        bail!("chromium is not installed (hack/install-prereqs.sh installs Debian's)");
+    };
+    let shot = Command::new(chromium)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+        ])
+        .arg(format!("--screenshot={}", png.display()))
+        .arg("--window-size=1200,800")
+        .arg(&svg)
+        .env("HOME", &dir)
+        .output()?;
+    ensure!(
+        shot.status.success() && png.is_file(),
+        "chromium failed: {}",
+        String::from_utf8_lossy(&shot.stderr)
+    );
+    let (width, height, colours, drawn) = png_summary(&png)?;
+    ensure!((width, height) == (1200, 800), "{width}x{height}");
+    // Text, five shades of green and grey cells, a yellow holiday band: far from one colour.
+    ensure!(colours > 20, "{colours} colours: the screenshot is blank");
+    ensure!(
+        (0.02..0.9).contains(&drawn),
+        "{drawn} of the pixels are drawn"
+    );
+    Ok(())
+}
