@@ -18,7 +18,7 @@ use crate::{Error, Result};
 /// kubesteer's kubectl plugin: a Scaler's week as a picture, why a workload has its replicas,
 /// and the everyday actions in one line.
 #[derive(Debug, Parser)]
-#[command(name = "kubectl kubesteer", version, about, long_about = None)]
+#[command(name = "kubectl kubesteer", bin_name = "kubectl kubesteer", version, about, long_about = None)]
 pub struct Cli {
     #[command(flatten)]
     pub connection: Connection,
