@@ -114,6 +114,20 @@ build_promtool() {
   stamp promtool "$v"
 }
 
+fetch_monitoring_crds() {
+  local v=$PROMETHEUS_OPERATOR_VERSION dir="$cache/crds/prometheus-operator-$PROMETHEUS_OPERATOR_VERSION"
+  local crds=(monitoring.coreos.com_servicemonitors.yaml monitoring.coreos.com_prometheusrules.yaml)
+  [ -s "$dir/${crds[0]}" ] && [ -s "$dir/${crds[1]}" ] && { log "prometheus-operator CRDs $v: cached"; return; }
+  log "prometheus-operator CRDs $v: go mod download"
+  local src
+  src=$(cd "$cache" && go mod download -json "github.com/prometheus-operator/prometheus-operator@$v" |
+    sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+  mkdir -p "$dir"
+  for crd in "${crds[@]}"; do
+    install -m 0644 "$src/example/prometheus-operator-crd/$crd" "$dir/$crd"
+  done
+}
+
 what=${1:-all}
 case $what in
   all)
@@ -123,10 +137,11 @@ case $what in
     go_install helm "$HELM_VERSION" helm.sh/helm/v3/cmd/helm
     build_kubernetes
     build_promtool
+    fetch_monitoring_crds
     ;;
   etcd) build_etcd ;;
-  promtool) build_promtool ;;
+  monitoring) build_promtool; fetch_monitoring_crds ;;
   kubernetes) build_kubernetes ;;
-  *) echo "usage: $0 [all|etcd|kubernetes|promtool]" >&2; exit 2 ;;
+  *) echo "usage: $0 [all|etcd|kubernetes|monitoring]" >&2; exit 2 ;;
 esac
 log "binaries in $bin"

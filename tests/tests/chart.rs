@@ -1565,3 +1565,260 @@ fn extra_scale_targets_grant_the_controller_their_scale_and_nothing_else() -> Re
     assert!(base.is_subset(&with));
     Ok(())
 }
+
+const MONITORING: &[&str] = &[
+    "--set",
+    "monitoring.serviceMonitor.enabled=true",
+    "--set",
+    "monitoring.prometheusRule.enabled=true",
+    "--set",
+    "monitoring.grafanaDashboard.enabled=true",
+];
+
+fn chart_file(name: &str) -> Result<String> {
+    let path = chart().join("files").join(name);
+    std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))
+}
+
+/// Whether `selector` (matchLabels) selects an object with `labels`.
+fn selects(selector: &Value, labels: &Value) -> bool {
+    let want = selector["matchLabels"].as_mapping().expect("matchLabels");
+    !want.is_empty() && want.iter().all(|(k, v)| labels.get(k) == Some(v))
+}
+
+#[test]
+fn monitoring_is_off_by_default() -> Result<()> {
+    let docs = render(&[])?;
+    for kind in ["ServiceMonitor", "PrometheusRule"] {
+        assert!(all(&docs, kind).is_empty(), "{kind} rendered by default");
+    }
+    for name in [
+        format!("{FULLNAME}-controller-metrics"),
+        format!("{FULLNAME}-dashboard"),
+        format!("{FULLNAME}-metrics-scraper"),
+        format!("{FULLNAME}-metrics-scraper-token"),
+    ] {
+        assert!(
+            !docs.iter().any(|d| d["metadata"]["name"] == name.as_str()),
+            "{name} rendered by default"
+        );
+    }
+    Ok(())
+}
+
+#[test]
+fn the_service_monitor_scrapes_every_controller_replica_with_the_metrics_reader_token() -> Result<()>
+{
+    let docs = render(&[
+        "--set",
+        "monitoring.serviceMonitor.enabled=true",
+        "--set",
+        "monitoring.serviceMonitor.labels.release=prom",
+    ])?;
+    let monitor = one(&docs, "ServiceMonitor", &format!("{FULLNAME}-controller"));
+    assert_eq!(monitor["metadata"]["labels"]["release"], "prom");
+    assert_eq!(
+        strings(&monitor["spec"]["namespaceSelector"]["matchNames"]),
+        [NS]
+    );
+    // It selects the metrics Service, and that Service every controller pod's metrics port.
+    let service = one(&docs, "Service", &format!("{FULLNAME}-controller-metrics"));
+    assert!(selects(
+        &monitor["spec"]["selector"],
+        &service["metadata"]["labels"]
+    ));
+    let deployment = one(&docs, "Deployment", &format!("{FULLNAME}-controller"));
+    let pod_labels = &deployment["spec"]["template"]["metadata"]["labels"];
+    let service_selector = service["spec"]["selector"].as_mapping().expect("selector");
+    assert!(service_selector
+        .iter()
+        .all(|(k, v)| pod_labels.get(k) == Some(v)));
+    assert_eq!(service["spec"]["publishNotReadyAddresses"], true);
+    let port = &service["spec"]["ports"][0];
+    let ports = container(&docs, &format!("{FULLNAME}-controller"))["ports"]
+        .as_sequence()
+        .expect("ports");
+    assert!(ports.iter().any(|p| p["name"] == port["targetPort"]));
+    let endpoints = monitor["spec"]["endpoints"]
+        .as_sequence()
+        .expect("endpoints");
+    assert_eq!(endpoints.len(), 1);
+    let endpoint = &endpoints[0];
+    assert_eq!(endpoint["port"], port["name"]);
+    assert_eq!(endpoint["path"], "/metrics");
+    assert_eq!(endpoint["honorLabels"], true);
+    // HTTPS with the token of the chart's scraper, which may get /metrics and nothing else.
+    assert_eq!(endpoint["scheme"], "https");
+    assert_eq!(endpoint["tlsConfig"]["insecureSkipVerify"], true);
+    assert_eq!(endpoint["authorization"]["type"], "Bearer");
+    let token = format!("{FULLNAME}-metrics-scraper-token");
+    assert_eq!(
+        endpoint["authorization"]["credentials"]["name"],
+        token.as_str()
+    );
+    assert_eq!(endpoint["authorization"]["credentials"]["key"], "token");
+    let secret = one(&docs, "Secret", &token);
+    assert_eq!(secret["type"], "kubernetes.io/service-account-token");
+    let scraper = format!("{FULLNAME}-metrics-scraper");
+    assert_eq!(
+        secret["metadata"]["annotations"]["kubernetes.io/service-account.name"],
+        scraper.as_str()
+    );
+    one(&docs, "ServiceAccount", &scraper);
+    let binding = one(&docs, "ClusterRoleBinding", &scraper);
+    let reader = format!("{FULLNAME}-metrics-reader");
+    assert_eq!(binding["roleRef"]["name"], reader.as_str());
+    assert_eq!(binding["subjects"][0]["name"], scraper.as_str());
+    assert_eq!(binding["subjects"][0]["namespace"], NS);
+    let role = one(&docs, "ClusterRole", &reader);
+    assert_eq!(strings(&role["rules"][0]["nonResourceURLs"]), ["/metrics"]);
+    assert_eq!(strings(&role["rules"][0]["verbs"]), ["get"]);
+    assert_eq!(role["rules"].as_sequence().map(Vec::len), Some(1));
+
+    // The webhook's: its Service's port, its certificate checked against the release's CA.
+    let monitor = one(&docs, "ServiceMonitor", &format!("{FULLNAME}-webhook"));
+    let service = one(&docs, "Service", &format!("{FULLNAME}-webhook"));
+    assert!(selects(
+        &monitor["spec"]["selector"],
+        &service["metadata"]["labels"]
+    ));
+    let endpoint = &monitor["spec"]["endpoints"][0];
+    assert_eq!(endpoint["port"], service["spec"]["ports"][0]["name"]);
+    assert_eq!(endpoint["scheme"], "https");
+    assert_eq!(
+        endpoint["tlsConfig"]["serverName"],
+        format!("{FULLNAME}-webhook.{NS}.svc").as_str()
+    );
+    let ca = &endpoint["tlsConfig"]["ca"]["secret"];
+    assert_eq!(ca["name"], format!("{FULLNAME}-webhook-tls").as_str());
+    assert_eq!(ca["key"], "ca.crt");
+    assert!(endpoint.get("authorization").is_none());
+
+    // A token Secret of one's own: no scraper identity of the chart's.
+    let docs = render(&[
+        "--set",
+        "monitoring.serviceMonitor.enabled=true",
+        "--set",
+        "monitoring.serviceMonitor.tokenSecret.name=prometheus-token",
+    ])?;
+    let monitor = one(&docs, "ServiceMonitor", &format!("{FULLNAME}-controller"));
+    assert_eq!(
+        monitor["spec"]["endpoints"][0]["authorization"]["credentials"]["name"],
+        "prometheus-token"
+    );
+    assert!(all(&docs, "Secret")
+        .iter()
+        .all(|s| s["type"] != "kubernetes.io/service-account-token"));
+    assert!(!docs
+        .iter()
+        .any(|d| d["metadata"]["name"] == scraper.as_str()));
+
+    // Metrics without auth: plain HTTP, no token at all.
+    let docs = render(&[
+        "--set",
+        "monitoring.serviceMonitor.enabled=true",
+        "--set",
+        "controller.metrics.auth=false",
+    ])?;
+    let monitor = one(&docs, "ServiceMonitor", &format!("{FULLNAME}-controller"));
+    let endpoint = &monitor["spec"]["endpoints"][0];
+    assert_eq!(endpoint["scheme"], "http");
+    assert!(endpoint.get("authorization").is_none());
+    assert!(!docs
+        .iter()
+        .any(|d| d["metadata"]["name"] == scraper.as_str()));
+
+    // cert-manager's Secret, or the provided CA's ConfigMap.
+    let ca = |extra: &[&str]| -> Result<Value> {
+        let mut args = vec!["--set", "monitoring.serviceMonitor.enabled=true"];
+        args.extend_from_slice(extra);
+        let docs = render(&args)?;
+        let monitor = one(&docs, "ServiceMonitor", &format!("{FULLNAME}-webhook"));
+        Ok(monitor["spec"]["endpoints"][0]["tlsConfig"]["ca"].clone())
+    };
+    let cm = ca(&["--set", "certs.mode=certManager"])?;
+    assert_eq!(
+        cm["secret"]["name"],
+        format!("{FULLNAME}-webhook-cert").as_str()
+    );
+    let provided = ca(&[
+        "--set",
+        "certs.mode=provided",
+        "--set",
+        "certs.provided.secretName=mine",
+        "--set",
+        &format!("certs.provided.caBundle={CA_PEM}"),
+    ])?;
+    let configmap = format!("{FULLNAME}-test-ca");
+    assert_eq!(provided["configMap"]["name"], configmap.as_str());
+    assert_eq!(provided["configMap"]["key"], "ca.crt");
+    Ok(())
+}
+
+#[test]
+fn the_prometheus_rule_is_the_alerts_file_promtool_tests() -> Result<()> {
+    let docs = render(&[
+        "--set",
+        "monitoring.prometheusRule.enabled=true",
+        "--set",
+        "monitoring.prometheusRule.labels.release=prom",
+    ])?;
+    let rule = one(&docs, "PrometheusRule", FULLNAME);
+    assert_eq!(rule["apiVersion"], "monitoring.coreos.com/v1");
+    assert_eq!(rule["metadata"]["labels"]["release"], "prom");
+    let file: Value = serde_yaml::from_str(&chart_file("alerts.yaml")?)?;
+    assert_eq!(rule["spec"], file);
+    let alerts: Vec<String> = file["groups"]
+        .as_sequence()
+        .expect("groups")
+        .iter()
+        .flat_map(|g| g["rules"].as_sequence().expect("rules"))
+        .map(|r| str_of(&r["alert"]).to_string())
+        .collect();
+    for alert in [
+        "KubesteerScalerTransitionOverdue",
+        "KubesteerScalerTransitionLate",
+        "KubesteerScalerTargetFailing",
+        "KubesteerNoLeader",
+        "KubesteerWebhookDenyingUnusually",
+        "KubesteerWebhookErrors",
+        "KubesteerWebhookUnreachable",
+        "KubesteerWebhookCertificateExpiring",
+    ] {
+        assert!(alerts.iter().any(|a| a == alert), "{alert} in {alerts:?}");
+    }
+    Ok(())
+}
+
+#[test]
+fn the_grafana_dashboard_is_a_labelled_config_map_of_the_dashboard_file() -> Result<()> {
+    let docs = render(MONITORING)?;
+    let map = one(&docs, "ConfigMap", &format!("{FULLNAME}-dashboard"));
+    assert_eq!(map["metadata"]["namespace"], NS);
+    assert_eq!(map["metadata"]["labels"]["grafana_dashboard"], "1");
+    let rendered: serde_json::Value = serde_json::from_str(str_of(&map["data"]["kubesteer.json"]))?;
+    let file: serde_json::Value = serde_json::from_str(&chart_file("dashboard.json")?)?;
+    assert_eq!(rendered, file);
+    assert_eq!(file["uid"], "kubesteer");
+    // Another sidecar label instead (values merge: the default one is dropped with null), a
+    // folder, the sidecar's namespace.
+    let docs = render(&[
+        "--set",
+        "monitoring.grafanaDashboard.enabled=true",
+        "--set-json",
+        r#"monitoring.grafanaDashboard.labels={"dashboards":"kubesteer","grafana_dashboard":null}"#,
+        "--set",
+        "monitoring.grafanaDashboard.annotations.grafana_folder=Platform",
+        "--set",
+        "monitoring.grafanaDashboard.namespace=monitoring",
+    ])?;
+    let map = one(&docs, "ConfigMap", &format!("{FULLNAME}-dashboard"));
+    assert_eq!(map["metadata"]["namespace"], "monitoring");
+    assert_eq!(map["metadata"]["labels"]["dashboards"], "kubesteer");
+    assert!(map["metadata"]["labels"].get("grafana_dashboard").is_none());
+    assert_eq!(map["metadata"]["annotations"]["grafana_folder"], "Platform");
+    // Nonsense is refused by the schema.
+    let refused = render_error(&["--set", "monitoring.serviceMonitor.interval=often"])?;
+    assert!(refused.contains("interval"), "{refused}");
+    Ok(())
+}

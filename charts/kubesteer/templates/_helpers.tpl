@@ -196,3 +196,24 @@ annotations:
   cert-manager.io/inject-ca-from: {{ printf "%s/%s" .Release.Namespace (include "kubesteer.certificate" .) }}
 {{- end -}}
 {{- end -}}
+
+{{/* The Secret (key monitoring.serviceMonitor.tokenSecret.key) with the token the controller's
+ServiceMonitor sends: the one named in values, or the chart's own scraper token. */}}
+{{- define "kubesteer.scraperTokenSecret" -}}
+{{- default (printf "%s-metrics-scraper-token" (include "kubesteer.fullname" .)) .Values.monitoring.serviceMonitor.tokenSecret.name -}}
+{{- end -}}
+
+{{/* Where a scraper finds the CA of the webhook's certificate, as a ServiceMonitor's SecretOrConfigMap
+(key ca.crt): as kubesteer.testCaVolume, the rendered CA's ConfigMap outside selfManaged mode, else
+the certificate Secret. */}}
+{{- define "kubesteer.caSource" -}}
+{{- if and (ne .Values.certs.mode "selfManaged") (include "kubesteer.caBundle" .) -}}
+configMap:
+  name: {{ include "kubesteer.fullname" . }}-test-ca
+  key: ca.crt
+{{- else -}}
+secret:
+  name: {{ include "kubesteer.certSecret" . }}
+  key: ca.crt
+{{- end }}
+{{- end -}}

@@ -143,10 +143,14 @@ impl ScalerMetrics {
                 self.next_transition.remove(&labels);
             }
         }
+        // Created at zero before the first transition, so that increase() sees that one too.
+        let transitions = self.transitions.get_or_create(&labels);
+        let lateness = self.lateness.get_or_create(&labels);
         if let Some(late) = applied_transition(scaler, previous, status, now) {
-            self.transitions.get_or_create(&labels).inc();
-            self.lateness.get_or_create(&labels).observe(late);
+            transitions.inc();
+            lateness.observe(late);
         }
+        drop((transitions, lateness));
         let in_error = status.targets.iter().filter(|t| t.error.is_some()).count();
         self.targets_in_error
             .get_or_create(&labels)
@@ -279,7 +283,7 @@ mod tests {
 
     fn scaler(extra: serde_json::Value) -> Scaler {
         let mut spec = json!({
-            "timezone": "UTC",
+            "timeZone": "UTC",
             "windows": [{"days": ["Mon"], "start": "09:00", "end": "17:00", "replicas": 0}],
             "scaleTargetRefs": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}],
         });
@@ -459,6 +463,13 @@ mod tests {
         };
         metrics.scaler_observed(&s, &two, &one, Some(0), now);
         let text = metrics.encode().unwrap();
+        // No transition yet: its series are there, at zero.
+        assert!(
+            text.contains(
+                r#"kubesteer_scaler_transitions_total{namespace="team",scaler="nightly"} 0"#
+            ),
+            "{text}"
+        );
         assert!(text.contains(WEB), "{text}");
         assert!(!text.contains(API), "{text}");
 
