@@ -3,7 +3,6 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use axum::extract::{FromRef, Path, State};
-use axum::http::header;
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -13,7 +12,7 @@ use kubesteer_api::access::{Access, ImagePolicy};
 use kubesteer_api::claims::{Claimant, Target};
 use kubesteer_api::field::{summarize, FieldError, FieldErrors};
 use kubesteer_api::kind::{Kind, Spec, ALL};
-use kubesteer_api::runtime::{health, Health};
+use kubesteer_api::runtime::{exposition, health, Health};
 use kubesteer_api::scaler_v1beta1::HpaCooperation;
 use kubesteer_api::{ApplicationSpec, ScalerSpec, WelcomeSpec};
 use serde::Deserialize as _;
@@ -97,14 +96,11 @@ pub fn router<C: Cluster>(state: Arc<AppState<C>>) -> Router {
         .merge(health::routes(state.health.clone()))
 }
 
-async fn metrics<C: Cluster>(State(state): State<Arc<AppState<C>>>) -> impl IntoResponse {
-    (
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        state.metrics.encode(),
-    )
+async fn metrics<C: Cluster>(
+    State(state): State<Arc<AppState<C>>>,
+    headers: axum::http::HeaderMap,
+) -> impl IntoResponse {
+    exposition::respond(&headers, state.metrics.encode())
 }
 
 async fn mutate<C: Cluster>(

@@ -7,8 +7,10 @@
 //! - [`health::Health`]: readiness from every watch's state, and the `/healthz` and `/readyz`
 //!   handlers ([`health::routes`]).
 //! - [`watch`]: watches that skip an object they cannot decode.
+//! - [`exposition`]: `/metrics` as OpenMetrics, or the Prometheus text format when asked.
 //! - [`scale`]: a RESTMapper for Scaler targets of any kind, and their `/scale` subresource.
 //! - [`Allocator`]: the binaries' global allocator.
+pub mod exposition;
 pub mod health;
 pub mod logging;
 pub mod scale;

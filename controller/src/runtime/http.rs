@@ -5,13 +5,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::State;
-use axum::http::{header, StatusCode};
+use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::{middleware, Router};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
-use kubesteer_api::runtime::{health, Health};
+use kubesteer_api::runtime::{exposition, health, Health};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tracing::debug;
@@ -41,17 +41,12 @@ pub fn router(metrics: Arc<Metrics>, health: Health, authorizer: Option<Authoriz
     router.with_state(metrics).merge(health::routes(health))
 }
 
-async fn metrics_text(State(metrics): State<Arc<Metrics>>) -> impl IntoResponse {
+async fn metrics_text(
+    State(metrics): State<Arc<Metrics>>,
+    headers: axum::http::HeaderMap,
+) -> impl IntoResponse {
     match metrics.encode() {
-        Ok(text) => (
-            StatusCode::OK,
-            [(
-                header::CONTENT_TYPE,
-                "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            )],
-            text,
-        )
-            .into_response(),
+        Ok(text) => exposition::respond(&headers, text),
         Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
     }
 }
@@ -163,9 +158,13 @@ mod tests {
     use super::*;
 
     async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
+        get_with(addr, path, "").await
+    }
+
+    async fn get_with(addr: SocketAddr, path: &str, headers: &str) -> (u16, String) {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-        let req = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        let req = format!("GET {path} HTTP/1.1\r\nHost: x\r\n{headers}Connection: close\r\n\r\n");
         s.write_all(req.as_bytes()).await.unwrap();
         let mut out = String::new();
         s.read_to_string(&mut out).await.unwrap();
@@ -199,6 +198,16 @@ mod tests {
             body.contains("kubesteer_reconciles_total{kind=\"Welcome\"} 1"),
             "{body}"
         );
+        assert!(body.contains("application/openmetrics-text"), "{body}");
+        // The text format to a client that asks for it alone (promtool check metrics).
+        let (code, body) = get_with(addr, "/metrics", "Accept: text/plain;version=0.0.4\r\n").await;
+        assert_eq!(code, 200);
+        assert!(body.contains("text/plain; version=0.0.4"), "{body}");
+        assert!(
+            body.contains("# TYPE kubesteer_reconciles_total counter\n"),
+            "{body}"
+        );
+        assert!(!body.contains("# EOF"), "{body}");
         tx.send(()).unwrap();
         task.await.unwrap().unwrap();
     }
