@@ -14,7 +14,7 @@ IMAGE_TAR ?= .kubesteer/image.tar
 PAUSE_IMG ?= localhost/kubesteer-pause:3.10
 PAUSE_TAR ?= .kubesteer/pause.tar
 
-.PHONY: all build plugin control-plane cluster-up cluster-down manifests install run run-once test-run deploy undeploy test fmt-check clippy unit e2e bench-webhook bench-controller fuzz
+.PHONY: all build plugin control-plane monitoring-tools cluster-up cluster-down manifests install run run-once test-run deploy undeploy test fmt-check clippy unit e2e bench-webhook bench-controller fuzz
 
 all: build
 
@@ -31,6 +31,11 @@ plugin:
 ## control-plane: build the pinned Kubernetes, kwok, etcd and helm binaries into $(BIN) (cached).
 control-plane:
 	hack/build-control-plane.sh all
+
+## monitoring-tools: promtool and the ServiceMonitor/PrometheusRule CRDs at their pins (cached), for
+## the e2e tests of the chart's alerts, dashboard and scrape (tests/tests/monitoring.rs).
+monitoring-tools:
+	hack/build-control-plane.sh monitoring
 
 cluster-up: control-plane
 	hack/cluster.sh up
@@ -90,7 +95,7 @@ unit:
 ## e2e: end-to-end tests on a control plane of their own, "kubesteer-e2e" (.kubesteer/e2e/, with its
 ## own real node as root), started and torn down by hack/e2e.sh (KUBESTEER_KEEP_CLUSTER=1 keeps it);
 ## `make run`'s cluster is never touched, so both run side by side.
-e2e: control-plane
+e2e: control-plane monitoring-tools
 	hack/e2e.sh
 
 ## bench-webhook: load benchmark of the webhook; writes bench/results/webhook.json.

@@ -136,10 +136,9 @@ case $what in
     go_install kwokctl "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwokctl
     go_install helm "$HELM_VERSION" helm.sh/helm/v3/cmd/helm
     build_kubernetes
-    build_promtool
-    fetch_monitoring_crds
     ;;
   etcd) build_etcd ;;
+  # Only the tests need these (make e2e): `make run` does without the minutes promtool takes.
   monitoring) build_promtool; fetch_monitoring_crds ;;
   kubernetes) build_kubernetes ;;
   *) echo "usage: $0 [all|etcd|kubernetes|monitoring]" >&2; exit 2 ;;
