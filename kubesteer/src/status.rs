@@ -229,6 +229,25 @@ fn expiry(label: &str, der: Option<&Vec<u8>>, now: Instant) -> (String, bool) {
     }
 }
 
+/// Whether a caBundle (PEM) holds the webhook's CA (DER), in words, and whether that is fine.
+fn bundle_verdict(ca: Option<&[u8]>, bundle: &[u8]) -> (String, bool) {
+    let bundle = certificates(bundle);
+    match (ca, bundle.is_empty()) {
+        (_, true) => ("empty caBundle".to_string(), false),
+        (Some(ca), false) if bundle.iter().any(|c| c.as_slice() == ca) => {
+            ("matches the webhook's CA".to_string(), true)
+        }
+        (Some(_), false) => (
+            "MISMATCH: does not hold the webhook's CA".to_string(),
+            false,
+        ),
+        (None, false) => (
+            format!("{} certificate(s); no CA to compare with", bundle.len()),
+            true,
+        ),
+    }
+}
+
 async fn installation(client: &Client, now: Instant, out: &mut String) -> Result<()> {
     let registered = registered(client).await?;
     if registered.is_empty() {
@@ -393,14 +412,9 @@ async fn installation(client: &Client, now: Instant, out: &mut String) -> Result
     // Each registration trusts the CA that signed the serving certificate.
     let mut rows = Vec::new();
     for r in &registered {
-        let bundle = r.ca_bundle.as_deref().map(certificates).unwrap_or_default();
-        let verdict = match (&ca, bundle.is_empty()) {
-            (_, true) => "empty caBundle".to_string(),
-            (Some(ca), false) if bundle.contains(ca) => "matches the webhook's CA".to_string(),
-            (Some(_), false) => "MISMATCH: does not hold the webhook's CA".to_string(),
-            (None, false) => format!("{} certificate(s); no CA to compare with", bundle.len()),
-        };
-        if verdict.starts_with("MISMATCH") || verdict.starts_with("empty") {
+        let (verdict, ok) =
+            bundle_verdict(ca.as_deref(), r.ca_bundle.as_deref().unwrap_or_default());
+        if !ok {
             problems.push(format!("{}: {verdict}", r.what));
         }
         rows.push(vec![r.what.clone(), verdict]);
@@ -419,6 +433,50 @@ async fn installation(client: &Client, now: Instant, out: &mut String) -> Result
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn ca(days: u64) -> String {
+        let mut opts = kubesteer_certs::Options::new("kubesteer-webhook", "kubesteer-system");
+        opts.ca_validity = std::time::Duration::from_secs(days * 86400);
+        kubesteer_certs::generate_ca(&opts)
+            .map(|p| p.cert)
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn a_bundle_matches_when_it_holds_the_ca_also_during_a_rollover() {
+        let (current, old) = (ca(365), ca(365));
+        let der = certificates(current.as_bytes())
+            .into_iter()
+            .next()
+            .unwrap_or_default();
+        assert_eq!(
+            bundle_verdict(Some(&der), current.as_bytes()),
+            ("matches the webhook's CA".to_string(), true)
+        );
+        let both = format!("{old}\n{current}");
+        assert!(bundle_verdict(Some(&der), both.as_bytes()).1);
+        let (verdict, ok) = bundle_verdict(Some(&der), old.as_bytes());
+        assert!(!ok && verdict.starts_with("MISMATCH"), "{verdict}");
+        assert!(!bundle_verdict(Some(&der), b"").1);
+        assert!(bundle_verdict(None, old.as_bytes()).1);
+    }
+
+    #[test]
+    fn certificates_near_their_end_are_problems() {
+        let now = chrono::Utc::now();
+        let der = |days| certificates(ca(days).as_bytes()).into_iter().next();
+        let (line, ok) = expiry("CA", der(365).as_ref(), now);
+        assert!(
+            ok && line.starts_with("CA: expires ") && line.contains(", in 36"),
+            "{line}"
+        );
+        let (line, ok) = expiry("CA", der(10).as_ref(), now);
+        assert!(!ok && line.ends_with("(renew soon)"), "{line}");
+        assert_eq!(
+            expiry("CA", None, now),
+            ("CA: unreadable".to_string(), false)
+        );
+    }
 
     #[test]
     fn long_messages_are_cut_to_one_line() {
