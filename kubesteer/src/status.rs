@@ -1,7 +1,7 @@
 //! `status`: every kubesteer object with its Ready reason, and the installation: the webhook's
 //! and controller's pods, the leader, the serving certificate's expiry and whether every webhook
 //! configuration (and the Scaler CRD's conversion) trusts the CA that signed it.
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
 use k8s_openapi::api::admissionregistration::v1::{
@@ -27,6 +27,8 @@ const WEBHOOK_SUFFIX: &str = ".kubesteer.io";
 const COMPONENT: &str = "app.kubernetes.io/component";
 /// The controller's Lease name when its Deployment does not say.
 const DEFAULT_LEASE: &str = "kubesteer-controller";
+/// Where the chart names the Secret a self-managing webhook keeps its certificate in.
+const CERT_SECRET_ENV: &str = "KUBESTEER_CERT_SECRET";
 /// Less than this left on a certificate is worth a warning.
 const EXPIRY_WARNING_DAYS: i64 = 30;
 
@@ -229,6 +231,25 @@ fn expiry(label: &str, der: Option<&Vec<u8>>, now: Instant) -> (String, bool) {
     }
 }
 
+/// The Secret with the webhook's certificate: the one it keeps itself (self-managed, named in
+/// KUBESTEER_CERT_SECRET), else the one mounted as its `tls` volume.
+fn cert_secret(webhook: &Deployment) -> Option<String> {
+    let pod = webhook.spec.as_ref()?.template.spec.as_ref()?;
+    let kept = pod
+        .containers
+        .iter()
+        .flat_map(|c| c.env.iter().flatten())
+        .find(|e| e.name == CERT_SECRET_ENV)
+        .and_then(|e| e.value.clone());
+    kept.or_else(|| {
+        pod.volumes
+            .iter()
+            .flatten()
+            .filter(|v| v.name == "tls")
+            .find_map(|v| v.secret.as_ref()?.secret_name.clone())
+    })
+}
+
 /// Whether a caBundle (PEM) holds the webhook's CA (DER), in words, and whether that is fine.
 fn bundle_verdict(ca: Option<&[u8]>, bundle: &[u8]) -> (String, bool) {
     let bundle = certificates(bundle);
@@ -266,7 +287,8 @@ async fn installation(client: &Client, now: Instant, out: &mut String) -> Result
         );
     }
     let mut problems = Vec::new();
-    let mut ca: Option<Vec<u8>> = None;
+    // The CA each service's Secret holds, for its own registrations.
+    let mut cas: BTreeMap<(String, String), Vec<u8>> = BTreeMap::new();
     for (namespace, service) in &services {
         let _ = writeln!(out, "Webhook: service {namespace}/{service}");
         let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
@@ -354,22 +376,14 @@ async fn installation(client: &Client, now: Instant, out: &mut String) -> Result
             }
             Err(e) => return Err(e.into()),
         }
-        // The certificate, from the Secret the webhook's Deployment mounts.
-        let secret_name = deployments
+        // The certificate, from the Secret the webhook keeps (self-managed) or mounts.
+        let webhook = deployments
             .iter()
-            .filter(|d| d.labels().get(COMPONENT).map(String::as_str) == Some("webhook"))
-            .flat_map(|d| {
-                d.spec
-                    .as_ref()
-                    .and_then(|s| s.template.spec.as_ref())
-                    .and_then(|s| s.volumes.clone())
-                    .unwrap_or_default()
-            })
-            .find_map(|v| v.secret.and_then(|s| s.secret_name));
-        let Some(secret_name) = secret_name else {
+            .find(|d| d.labels().get(COMPONENT).map(String::as_str) == Some("webhook"));
+        let Some(secret_name) = webhook.and_then(cert_secret) else {
             let _ = writeln!(
                 out,
-                "Certificate: the webhook's Deployment mounts no Secret"
+                "Certificate: the webhook's Deployment names no certificate Secret"
             );
             continue;
         };
@@ -394,7 +408,7 @@ async fn installation(client: &Client, now: Instant, out: &mut String) -> Result
                     if !ok {
                         problems.push(line);
                     }
-                    ca = Some(first.clone());
+                    cas.insert((namespace.clone(), service.clone()), first.clone());
                 }
             }
             Ok(None) => problems.push(format!(
@@ -412,8 +426,11 @@ async fn installation(client: &Client, now: Instant, out: &mut String) -> Result
     // Each registration trusts the CA that signed the serving certificate.
     let mut rows = Vec::new();
     for r in &registered {
-        let (verdict, ok) =
-            bundle_verdict(ca.as_deref(), r.ca_bundle.as_deref().unwrap_or_default());
+        let ca = r.service.as_ref().and_then(|s| cas.get(s));
+        let (verdict, ok) = bundle_verdict(
+            ca.map(Vec::as_slice),
+            r.ca_bundle.as_deref().unwrap_or_default(),
+        );
         if !ok {
             problems.push(format!("{}: {verdict}", r.what));
         }
@@ -475,6 +492,38 @@ mod tests {
         assert_eq!(
             expiry("CA", None, now),
             ("CA: unreadable".to_string(), false)
+        );
+    }
+
+    #[test]
+    fn the_certificate_secret_is_the_kept_one_else_the_mounted_one() {
+        let deployment = |pod: serde_json::Value| -> Deployment {
+            serde_json::from_value(serde_json::json!({
+                "spec": {"selector": {}, "template": {"spec": pod}}
+            }))
+            .unwrap_or_default()
+        };
+        let kept = deployment(serde_json::json!({"containers": [{"name": "w", "env": [
+            {"name": "KUBESTEER_CERT_MODE", "value": "self-managed"},
+            {"name": "KUBESTEER_CERT_SECRET", "value": "r-kubesteer-webhook-tls"}
+        ]}]}));
+        assert_eq!(
+            cert_secret(&kept).as_deref(),
+            Some("r-kubesteer-webhook-tls")
+        );
+        let mounted = deployment(
+            serde_json::json!({"containers": [{"name": "w"}], "volumes": [
+                {"name": "apiserver-client-ca", "configMap": {"name": "ca"}},
+                {"name": "tls", "secret": {"secretName": "r-kubesteer-webhook-cert"}}
+            ]}),
+        );
+        assert_eq!(
+            cert_secret(&mounted).as_deref(),
+            Some("r-kubesteer-webhook-cert")
+        );
+        assert_eq!(
+            cert_secret(&deployment(serde_json::json!({"containers": []}))),
+            None
         );
     }
 

@@ -7,6 +7,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use anyhow::{bail, ensure, Context, Result};
+use kubesteer_tests::release::Release;
 use kubesteer_tests::{
     cached_tool, eventually, hh_mm, jsonpath, kubeconfig, kubectl_ok, parse_rfc3339, repo_root,
     target_dir, unique, unix_now, workspace_bin, ControllerProcess, Namespace, Webhook,
@@ -408,6 +409,77 @@ fn wake_holds_every_scaler_of_a_namespace_at_its_original_replicas() -> Result<(
         (7200.0..7260.0).contains(&held),
         "until {} is {held}s ahead",
         untils[0]
+    );
+    Ok(())
+}
+
+#[test]
+fn status_shows_an_installed_release_healthy() -> Result<()> {
+    let release = Release::install("plugin-status", &[])?;
+    let (ns, full) = (release.namespace.clone(), release.fullname());
+    release.create_deployment("web")?;
+    let run = release.apply(&sample_scaler()?)?;
+    ensure!(run.ok, "{run:?}");
+    kubectl_ok(
+        &[
+            "wait",
+            "-n",
+            &release.user_ns,
+            "--for=condition=Ready",
+            "scaler/office-hours",
+            "--timeout=90s",
+        ],
+        None,
+    )?;
+    let holder = eventually(WAIT, "a leader", || {
+        let holder = release.lease_holder()?;
+        Ok((!holder.is_empty()).then_some(holder))
+    })?;
+    let mut term = Terminal::open()?;
+    let screen = term.ok(&format!("kubectl kubesteer status -n {}", release.user_ns))?;
+    let has = |prefix: &str| screen.lines().find(|l| l.starts_with(prefix));
+    let scaler =
+        has("scaler/office-hours ").with_context(|| format!("no Scaler row in\n{screen}"))?;
+    ensure!(scaler.split_whitespace().nth(1) == Some("True"), "{scaler}");
+    ensure!(
+        has(&format!("Webhook: service {ns}/{full}-webhook")).is_some(),
+        "{screen}"
+    );
+    for component in ["webhook", "controller"] {
+        for [pod, ..] in release.pods(component)? {
+            let row = has(&format!("{pod} ")).with_context(|| format!("no {pod} in\n{screen}"))?;
+            let cells: Vec<&str> = row.split_whitespace().collect();
+            ensure!(
+                cells.get(1..4) == Some(&[component, "1/1", "Running"][..]),
+                "{row}"
+            );
+        }
+    }
+    ensure!(
+        has(&format!("Leader: {holder} (lease {ns}/{full}-controller")).is_some(),
+        "{screen}"
+    );
+    ensure!(
+        has(&format!("Certificate ({ns}/{full}-webhook-tls): expires ")).is_some(),
+        "{screen}"
+    );
+    // This release's eight registrations (four kinds, mutating and validating) trust its CA.
+    let ours: Vec<&str> = screen
+        .lines()
+        .filter(|l| {
+            l.starts_with(&format!("mutatingwebhookconfiguration/{full} "))
+                || l.starts_with(&format!("validatingwebhookconfiguration/{full} "))
+        })
+        .collect();
+    ensure!(ours.len() == 8, "{screen}");
+    for row in ours {
+        ensure!(row.ends_with("matches the webhook's CA"), "{row}");
+    }
+    ensure!(
+        !screen
+            .lines()
+            .any(|l| l.starts_with("  - ") && l.contains(&ns)),
+        "a problem with this release:\n{screen}"
     );
     Ok(())
 }
