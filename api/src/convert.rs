@@ -544,7 +544,10 @@ mod tests {
             ])),
             of(any::<bool>()),
             of((
-                of(select(vec![beta::OutsideMode::Release, beta::OutsideMode::Hold])),
+                of(select(vec![
+                    beta::OutsideMode::Release,
+                    beta::OutsideMode::Hold,
+                ])),
                 of(select(vec!["15m", "1h30m"]).prop_map(String::from)),
             )
                 .prop_map(|(mode, grace_period)| beta::Outside { mode, grace_period })),
