@@ -7,6 +7,7 @@
 #![deny(rust_2018_idioms)]
 
 mod echo;
+mod memory;
 mod report;
 mod reviews;
 
@@ -133,6 +134,48 @@ enum Command {
         endpoint: String,
         #[arg(long, default_value_t = 100_000)]
         count: u64,
+    },
+    /// The webhook at `addr` (process `pid`) under a flood of large bodies while a kept-alive
+    /// client sends ordinary reviews; its resident memory sampled from /proc (see memory.rs).
+    WebhookMemory {
+        #[arg(long)]
+        addr: std::net::SocketAddr,
+        /// PEM of the CA that signed the webhook's serving certificate.
+        #[arg(long)]
+        ca: PathBuf,
+        #[arg(long)]
+        pid: u32,
+        #[arg(long, default_value_t = 64)]
+        attackers: usize,
+        #[arg(long, default_value_t = 4 * 1024 * 1024)]
+        body_bytes: usize,
+        /// How long the flood lasts.
+        #[arg(long, default_value_t = 20)]
+        seconds: u64,
+        /// How long the ordinary client runs alone first.
+        #[arg(long, default_value_t = 5)]
+        alone_seconds: u64,
+        /// Time between the ordinary client's reviews.
+        #[arg(long, default_value_t = 10)]
+        interval_ms: u64,
+        /// An ordinary review, as PATH=FILE (e.g. /validate/memcacheds=bench/bodies/memcached.json);
+        /// repeat it to send several in turn.
+        #[arg(long = "review", required = true)]
+        reviews: Vec<String>,
+    },
+    /// The flood of webhook-memory alone, which runs it as a process of its own: `attackers`
+    /// clients sending large bodies back to back for `seconds`.
+    WebhookFlood {
+        #[arg(long)]
+        addr: std::net::SocketAddr,
+        #[arg(long)]
+        ca: PathBuf,
+        #[arg(long, default_value_t = 64)]
+        attackers: usize,
+        #[arg(long, default_value_t = 4 * 1024 * 1024)]
+        body_bytes: usize,
+        #[arg(long, default_value_t = 20)]
+        seconds: u64,
     },
     /// Reads the resident memory, open file descriptors and CPU time of process `pid`.
     Process {
@@ -279,6 +322,44 @@ async fn main() -> Result<()> {
             endpoint,
             count,
         } => reviews::run(&body, &plural, &endpoint, count).await?,
+        Command::WebhookMemory {
+            addr,
+            ca,
+            pid,
+            attackers,
+            body_bytes,
+            seconds,
+            alone_seconds,
+            interval_ms,
+            reviews,
+        } => {
+            let reviews = reviews
+                .iter()
+                .map(|r| match r.split_once('=') {
+                    Some((path, file)) => Ok((path.to_string(), PathBuf::from(file))),
+                    None => bail!("--review {r:?}: write PATH=FILE"),
+                })
+                .collect::<Result<_>>()?;
+            memory::run(memory::Options {
+                addr,
+                ca,
+                pid,
+                attackers,
+                body_bytes,
+                seconds,
+                alone_seconds,
+                interval: Duration::from_millis(interval_ms),
+                reviews,
+            })
+            .await?
+        }
+        Command::WebhookFlood {
+            addr,
+            ca,
+            attackers,
+            body_bytes,
+            seconds,
+        } => memory::flood(addr, &ca, attackers, body_bytes, seconds).await?,
         Command::Process { pid } => serde_json::to_value(report::process(pid)?)?,
         Command::Report {
             phase,

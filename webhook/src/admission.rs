@@ -23,7 +23,7 @@ use crate::cluster::Cluster;
 use crate::error::ApiError;
 use crate::metrics::{KindLabels, Metrics, ReviewLabels};
 use crate::permissions::Permissions;
-use crate::review::{meta, Answer, Request, Response, Review};
+use crate::review::{cut, meta, Answer, Request, Response, Review};
 
 pub use crate::budget::MAX_BODY_BYTES;
 
@@ -125,7 +125,12 @@ async fn review<C: Cluster>(
     body: Received,
     endpoint: Endpoint,
 ) -> Result<Json<Answer>, ApiError> {
-    answer(&state, endpoint, &plural, &body).await.map(Json)
+    let started = Instant::now();
+    let kind = kind_of(endpoint, &plural)?;
+    let review = crate::budget::apart(&body, read).await?;
+    answered(&state, kind, endpoint, review, started)
+        .await
+        .map(Json)
 }
 
 /// The whole review path without HTTP: a raw body sent to `/<endpoint>/<plural>` in, the
@@ -138,12 +143,30 @@ pub async fn answer<C: Cluster>(
     body: &[u8],
 ) -> Result<Answer, ApiError> {
     let started = Instant::now();
-    let kind = ALL
-        .into_iter()
+    let kind = kind_of(endpoint, plural)?;
+    answered(state, kind, endpoint, read(body)?, started).await
+}
+
+/// The kind `/<endpoint>/<plural>` admits.
+fn kind_of(endpoint: Endpoint, plural: &str) -> Result<Kind, ApiError> {
+    ALL.into_iter()
         .find(|k| k.plural() == plural)
-        .ok_or_else(|| ApiError::NotFound(format!("/{}/{plural}", endpoint.name())))?;
-    let review: Review =
-        serde_json::from_slice(body).map_err(|e| ApiError::BadReview(e.to_string()))?;
+        .ok_or_else(|| ApiError::NotFound(format!("/{}/{plural}", endpoint.name())))
+}
+
+/// The review in a body, as far as `review.rs` reads one.
+fn read(body: &[u8]) -> Result<Review, ApiError> {
+    serde_json::from_slice(body).map_err(|e| ApiError::BadReview(e.to_string()))
+}
+
+/// The answer to a review read, logged and counted.
+async fn answered<C: Cluster>(
+    state: &AppState<C>,
+    kind: Kind,
+    endpoint: Endpoint,
+    review: Review,
+    started: Instant,
+) -> Result<Answer, ApiError> {
     let Some(request) = review.request else {
         return Err(ApiError::BadReview(
             "the review carries no request".to_string(),
@@ -155,9 +178,10 @@ pub async fn answer<C: Cluster>(
         tracing::info!(
             kind = kind.name(),
             endpoint = endpoint.name(),
-            namespace = request.namespace.as_deref().unwrap_or(""),
-            name = request.name.as_str(),
-            user = request.user_info.username.as_deref().unwrap_or(""),
+            // Names are the sender's: a name of megabytes is no reason for a log line of them.
+            namespace = cut(request.namespace.clone().unwrap_or_default(), 256),
+            name = cut(request.name.clone(), 256),
+            user = cut(request.user_info.username.clone().unwrap_or_default(), 256),
             reason = response.message(),
             "denied"
         );

@@ -70,7 +70,7 @@ pub struct Response {
 
 /// The handler of [`PATH`].
 pub async fn convert(body: Received) -> Result<Json<Answer>, ApiError> {
-    answer(&body).map(Json)
+    crate::budget::apart(&body, answer).await.map(Json)
 }
 
 /// The whole conversion without HTTP: a raw body in, the answered review out.

@@ -39,6 +39,13 @@ pub const KEPT_METADATA: [&str; 6] = [
 /// map entry with its key).
 pub const MAX_OBJECT_VALUES: usize = 16_384;
 
+/// The longest string built of an object under review or of `userInfo`. No valid spec holds a
+/// longer one: every string of the schemas but an env value has a `maxLength` of at most 1024,
+/// and an environment string over 128 KiB fails the container's exec (Linux's
+/// `MAX_ARG_STRLEN`). A longer one is refused before it is copied into the spec, its error and
+/// the message quoting it.
+pub const MAX_STRING_BYTES: usize = 128 * 1024;
+
 /// Values built of `userInfo`: its groups and extra. Identity providers send at most a few
 /// hundred groups.
 pub const MAX_USER_VALUES: usize = 4_096;
@@ -102,6 +109,7 @@ fn user_info<'de, D: Deserializer<'de>>(d: D) -> Result<UserInfo, D::Error> {
         path: "request.userInfo",
         max: MAX_USER_VALUES,
         object: false,
+        max_string: MAX_STRING_BYTES,
     }
     .deserialize(d)?;
     if value.is_null() {
@@ -171,6 +179,7 @@ impl<'de> Visitor<'de> for Object {
                         path: &format!("{}.spec", self.0),
                         max: MAX_OBJECT_VALUES,
                         object: false,
+                        max_string: MAX_STRING_BYTES,
                     })?;
                     kept.insert("spec".into(), spec);
                 }
@@ -218,6 +227,7 @@ impl<'de> Visitor<'de> for Metadata<'_> {
                         path: self.path,
                         max: MAX_OBJECT_VALUES,
                         object: false,
+                        max_string: MAX_STRING_BYTES,
                     })?;
                     kept.insert(KEPT_METADATA[i].into(), value);
                 }
@@ -263,6 +273,8 @@ pub fn whole_object(json: &str, path: &str, max: usize) -> Result<Value, serde_j
         path,
         max,
         object: true,
+        // A stored object's annotations may hold 256 KiB (kubectl's last-applied-configuration).
+        max_string: usize::MAX,
     }
     .deserialize(&mut d)?;
     d.end()?;
@@ -277,6 +289,8 @@ struct Bounded<'a> {
     path: &'a str,
     max: usize,
     object: bool,
+    /// The longest string built.
+    max_string: usize,
 }
 
 impl<'de> DeserializeSeed<'de> for Bounded<'_> {
@@ -327,11 +341,19 @@ impl<'de> Visitor<'de> for Bounded<'_> {
     }
 
     fn visit_str<E: de::Error>(self, v: &str) -> Result<Value, E> {
+        if v.len() > self.max_string {
+            return Err(E::custom(format!(
+                "{}: a string of {} bytes, longer than any valid object holds ({})",
+                self.path,
+                v.len(),
+                self.max_string
+            )));
+        }
         Ok(Value::String(v.to_owned()))
     }
 
     fn visit_string<E: de::Error>(self, v: String) -> Result<Value, E> {
-        Ok(Value::String(v))
+        self.visit_str(&v)
     }
 
     fn visit_unit<E: de::Error>(self) -> Result<Value, E> {
@@ -357,11 +379,39 @@ impl<'de> Visitor<'de> for Bounded<'_> {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
         let mut entries = Map::new();
         while let Some(key) = map.next_key::<String>()? {
+            if key.len() > self.max_string {
+                return Err(de::Error::custom(format!(
+                    "{}: a key of {} bytes, longer than any valid object holds ({})",
+                    self.path,
+                    key.len(),
+                    self.max_string
+                )));
+            }
             let value = map.next_value_seed(self)?;
             entries.insert(key, value);
         }
         Ok(Value::Object(entries))
     }
+}
+
+/// The longest denial message. A message quotes the values it refuses, and a value may be
+/// megabytes long (a 4 MiB image name); the answer and the log line stay this short. Room for a
+/// hundred refused targets' reasons.
+pub const MAX_MESSAGE_BYTES: usize = 16 * 1024;
+
+/// `text` cut to at most `max` bytes (at a character boundary), saying how long it was.
+pub fn cut(mut text: String, max: usize) -> String {
+    if text.len() <= max {
+        return text;
+    }
+    let total = text.len();
+    let mut end = max.saturating_sub(64);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text.truncate(end);
+    text.push_str(&format!("... (cut at {end} of {total} bytes)"));
+    text
 }
 
 /// A string field of an object's metadata, if it is one.
@@ -417,7 +467,7 @@ impl Response {
         }
     }
 
-    /// Denies it as invalid (422), saying why.
+    /// Denies it as invalid (422), saying why in at most [`MAX_MESSAGE_BYTES`].
     pub fn deny(self, message: impl Into<String>) -> Self {
         Self {
             allowed: false,
@@ -425,7 +475,7 @@ impl Response {
                 status: "Failure",
                 code: 422,
                 reason: "Invalid",
-                message: message.into(),
+                message: cut(message.into(), MAX_MESSAGE_BYTES),
             }),
             patch: None,
             patch_type: None,
@@ -615,5 +665,63 @@ mod tests {
             e.to_string(),
             "invalid type: sequence, expected objects[3] to be a JSON object at line 1 column 0"
         );
+    }
+
+    #[test]
+    fn a_denial_quoting_a_huge_value_is_cut() {
+        let huge = format!("spec.image: Invalid value: \"{}\"", "é".repeat(1 << 20));
+        let response = Response::allow("u").deny(huge);
+        let message = response.message();
+        assert!(message.len() <= MAX_MESSAGE_BYTES, "{}", message.len());
+        assert!(message.starts_with("spec.image: Invalid value: \"éé"));
+        assert!(
+            message.ends_with(&format!(
+                "... (cut at {} of {} bytes)",
+                MAX_MESSAGE_BYTES - 64,
+                2 * (1 << 20) + 29
+            )),
+            "{}",
+            &message[message.len() - 80..]
+        );
+        assert_eq!(Response::allow("u").deny("short").message(), "short");
+    }
+
+    #[test]
+    fn a_string_longer_than_any_valid_object_holds_is_refused_naming_its_field() {
+        let long = "a".repeat(MAX_STRING_BYTES + 1);
+        for (field, value, path) in [
+            (
+                "object",
+                json!({"spec": {"image": long}}),
+                "request.object.spec",
+            ),
+            (
+                "oldObject",
+                json!({"metadata": {"name": long}}),
+                "request.oldObject.metadata",
+            ),
+            ("userInfo", json!({"username": long}), "request.userInfo"),
+            (
+                "object",
+                json!({"spec": {long.as_str(): 1}}),
+                "request.object.spec",
+            ),
+        ] {
+            let e = serde_json::from_str::<Review>(&review_with(field, &value.to_string()))
+                .unwrap_err();
+            assert!(
+                e.to_string().starts_with(&format!("{path}: a ")),
+                "{field}: {e}"
+            );
+            assert!(
+                e.to_string().contains("longer than any valid object holds"),
+                "{e}"
+            );
+        }
+        let fits = json!({"spec": {"env": [{"name": "A", "value": "a".repeat(MAX_STRING_BYTES)}]}});
+        assert!(serde_json::from_str::<Review>(&review_with("object", &fits.to_string())).is_ok());
+        // A converted object is stored already: its annotations may be long.
+        let stored = json!({"metadata": {"annotations": {"a": "a".repeat(256 * 1024)}}});
+        assert!(whole_object(&stored.to_string(), "objects[0]", 10).is_ok());
     }
 }

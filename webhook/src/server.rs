@@ -211,7 +211,8 @@ async fn connection(
     // Our own timers below bound every phase; hyper's header timer cannot tell idle from slow.
     http.timer(TokioTimer::new())
         .header_read_timeout(None)
-        .keep_alive(true);
+        .keep_alive(true)
+        .max_buf_size(crate::budget::READ_BUFFER_BYTES);
     let http = http.serve_connection(TokioIo::new(io), service);
     let mut http = std::pin::pin!(http);
     let mut finishing = false;
