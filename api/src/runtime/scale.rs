@@ -220,10 +220,7 @@ mod tests {
             kind: "CronJob".into(),
             plural: "cronjobs".into(),
         };
-        assert_eq!(
-            mapping_of(cron.clone(), Scope::Namespaced, false),
-            Ok(cron)
-        );
+        assert_eq!(mapping_of(cron.clone(), Scope::Namespaced, false), Ok(cron));
     }
 
     #[test]
