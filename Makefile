@@ -14,7 +14,7 @@ IMAGE_TAR ?= .kubesteer/image.tar
 PAUSE_IMG ?= localhost/kubesteer-pause:3.10
 PAUSE_TAR ?= .kubesteer/pause.tar
 
-.PHONY: all build plugin control-plane monitoring-tools cluster-up cluster-down manifests install run run-once test-run deploy undeploy test fmt-check clippy unit e2e bench-webhook bench-controller fuzz
+.PHONY: all build plugin control-plane monitoring-tools cluster-up cluster-down manifests install run run-once test-run deploy undeploy test fmt-check clippy unit e2e bench-webhook bench-webhook-memory bench-controller fuzz
 
 all: build
 
@@ -103,6 +103,11 @@ e2e: control-plane monitoring-tools
 ## BENCH_REPEATS runs each (3); medians and ratios in bench/results/webhook-peers.json.
 bench-webhook: control-plane
 	hack/bench-webhook.sh
+
+## bench-webhook-memory: 64 concurrent 4 MiB bodies against the release webhook beside a keep-alive
+## client's reviews (RSS peak, p50/p99); writes bench/results/webhook-memory.json.
+bench-webhook-memory:
+	hack/bench-webhook-memory.sh
 
 ## bench-controller: controller benchmark on a cluster of its own (KUBESTEER_CLUSTER=bench);
 ## writes bench/results/controller.json.

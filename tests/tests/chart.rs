@@ -1532,6 +1532,20 @@ fn allowed_images_reach_the_webhook_and_none_means_any() -> Result<()> {
         "webhook.subjectAccessReviews.burst=7",
     ])?;
     assert_eq!(sar(&docs), [Some("5".to_string()), Some("7".to_string())]);
+    // The memory budget of request bodies in flight: 16Mi unless set.
+    assert_eq!(
+        env_value(
+            container(&render(&[])?, &webhook),
+            "KUBESTEER_REQUEST_BODY_BUDGET"
+        )
+        .as_deref(),
+        Some("16Mi")
+    );
+    let docs = render(&["--set", "webhook.requestBodyBudget=32Mi"])?;
+    assert_eq!(
+        env_value(container(&docs, &webhook), "KUBESTEER_REQUEST_BODY_BUDGET").as_deref(),
+        Some("32Mi")
+    );
     // A bound of 0 would deny every review.
     let refused = render_error(&["--set", "webhook.subjectAccessReviews.qps=0"])?;
     assert!(refused.contains("qps"), "{refused}");
