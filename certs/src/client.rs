@@ -6,14 +6,14 @@ use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 use rcgen::{
-    CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
     KeyUsagePurpose, PKCS_ECDSA_P256_SHA256,
 };
 use time::OffsetDateTime;
 use x509_parser::extensions::GeneralName;
 
 use crate::ca::new_ca;
-use crate::pem::{after, backdate, cert_der, invalid, key_matches, parse_cert};
+use crate::pem::{after, backdate, cert_der, invalid, issuer_of, key_matches, parse_cert};
 use crate::renewal::{ca_needs_renewal, less_than_a_third_left};
 use crate::storage::{read_pair, write_atomic, CA_CERT_FILE, CA_KEY_FILE};
 use crate::{Error, Pem, Result};
@@ -90,14 +90,7 @@ pub fn issue_client(ca: &Pem, name: &str, validity: Duration) -> Result<Pem> {
     if name.is_empty() {
         return Err(invalid("client name", "must not be empty"));
     }
-    let ca_key = KeyPair::from_pem(&ca.key).map_err(|e| invalid("CA key", e))?;
-    let ca_der = cert_der(&ca.cert).map_err(|e| invalid("CA certificate", e))?;
-    let ca_not_after = {
-        let ca_cert = parse_cert(&ca_der).map_err(|e| invalid("CA certificate", e))?;
-        OffsetDateTime::from_unix_timestamp(ca_cert.validity().not_after.timestamp())
-            .map_err(|e| invalid("CA certificate", e))?
-    };
-    let issuer = Issuer::from_ca_cert_der(&ca_der, ca_key)?;
+    let (issuer, ca_not_after) = issuer_of(ca)?;
     let key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256)?;
     let mut params = CertificateParams::default();
     params.distinguished_name = DistinguishedName::new();

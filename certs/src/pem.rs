@@ -89,3 +89,19 @@ pub(crate) fn key_matches(cert: &X509Certificate<'_>, key_pem: &str) -> Result<(
     }
     Ok(())
 }
+
+/// The issuer of certificates signed by `ca`, and the CA's notAfter, which no certificate it
+/// signs outlives.
+pub(crate) fn issuer_of(
+    ca: &crate::Pem,
+) -> Result<(rcgen::Issuer<'static, KeyPair>, OffsetDateTime)> {
+    let ca_key = KeyPair::from_pem(&ca.key).map_err(|e| invalid("CA key", e))?;
+    let ca_der = cert_der(&ca.cert).map_err(|e| invalid("CA certificate", e))?;
+    let ca_not_after = {
+        let ca_cert = parse_cert(&ca_der).map_err(|e| invalid("CA certificate", e))?;
+        OffsetDateTime::from_unix_timestamp(ca_cert.validity().not_after.timestamp())
+            .map_err(|e| invalid("CA certificate", e))?
+    };
+    let issuer = rcgen::Issuer::from_ca_cert_der(&ca_der, ca_key)?;
+    Ok((issuer, ca_not_after))
+}

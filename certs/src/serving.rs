@@ -3,26 +3,19 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rcgen::{
-    CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
     KeyUsagePurpose, SanType, PKCS_ECDSA_P256_SHA256,
 };
 use rustls_pki_types::pem::PemObject as _;
 use rustls_pki_types::{CertificateDer, DnsName, PrivateKeyDer};
 use time::OffsetDateTime;
 
-use crate::pem::{after, backdate, cert_der, invalid, parse_cert};
+use crate::pem::{after, backdate, invalid, issuer_of};
 use crate::{generate_ca, Bundle, Options, Pem, Result};
 
 /// A new ECDSA P-256 serving certificate for the webhook Service, signed by `ca`.
 pub fn issue_serving(ca: &Pem, opts: &Options) -> Result<Pem> {
-    let ca_key = KeyPair::from_pem(&ca.key).map_err(|e| invalid("CA key", e))?;
-    let ca_der = cert_der(&ca.cert).map_err(|e| invalid("CA certificate", e))?;
-    let ca_not_after = {
-        let ca_cert = parse_cert(&ca_der).map_err(|e| invalid("CA certificate", e))?;
-        OffsetDateTime::from_unix_timestamp(ca_cert.validity().not_after.timestamp())
-            .map_err(|e| invalid("CA certificate", e))?
-    };
-    let issuer = Issuer::from_ca_cert_der(&ca_der, ca_key)?;
+    let (issuer, ca_not_after) = issuer_of(ca)?;
 
     let key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256)?;
     let mut params = CertificateParams::default();
@@ -92,7 +85,7 @@ mod tests {
     use rustls::{ClientConfig, ClientConnection, Connection, RootCertStore, ServerConnection};
 
     use super::*;
-    use crate::pem::CLOCK_SKEW;
+    use crate::pem::{parse_cert, CLOCK_SKEW};
     use crate::renewal::sans;
     use crate::testing::*;
     use crate::Error;

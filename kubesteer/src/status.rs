@@ -129,43 +129,32 @@ struct Registered {
 }
 
 async fn registered(client: &Client) -> Result<Vec<Registered>> {
-    let mut found = Vec::new();
     let mutating: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
-    for c in list_or_empty(mutating.list(&ListParams::default()).await)? {
-        let name = c.name_any();
-        for w in c
-            .webhooks
-            .into_iter()
-            .flatten()
-            .filter(|w| w.name.ends_with(WEBHOOK_SUFFIX))
-        {
-            let cc = w.client_config;
-            found.push(Registered {
-                what: format!("mutatingwebhookconfiguration/{name} {}", w.name),
-                service: cc.service.map(|s| (s.namespace, s.name)),
-                url: cc.url,
-                ca_bundle: cc.ca_bundle.map(|b| b.0),
-            });
-        }
-    }
     let validating: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
-    for c in list_or_empty(validating.list(&ListParams::default()).await)? {
-        let name = c.name_any();
-        for w in c
-            .webhooks
-            .into_iter()
-            .flatten()
-            .filter(|w| w.name.ends_with(WEBHOOK_SUFFIX))
-        {
-            let cc = w.client_config;
-            found.push(Registered {
-                what: format!("validatingwebhookconfiguration/{name} {}", w.name),
-                service: cc.service.map(|s| (s.namespace, s.name)),
-                url: cc.url,
-                ca_bundle: cc.ca_bundle.map(|b| b.0),
-            });
+    // Each configuration's kubesteer webhooks, as (configuration, webhook name, client config).
+    let mut webhooks = Vec::new();
+    for c in list_or_empty(mutating.list(&ListParams::default()).await)? {
+        let name = format!("mutatingwebhookconfiguration/{}", c.name_any());
+        for w in c.webhooks.into_iter().flatten() {
+            webhooks.push((name.clone(), w.name, w.client_config));
         }
     }
+    for c in list_or_empty(validating.list(&ListParams::default()).await)? {
+        let name = format!("validatingwebhookconfiguration/{}", c.name_any());
+        for w in c.webhooks.into_iter().flatten() {
+            webhooks.push((name.clone(), w.name, w.client_config));
+        }
+    }
+    let mut found: Vec<Registered> = webhooks
+        .into_iter()
+        .filter(|(_, webhook, _)| webhook.ends_with(WEBHOOK_SUFFIX))
+        .map(|(configuration, webhook, cc)| Registered {
+            what: format!("{configuration} {webhook}"),
+            service: cc.service.map(|s| (s.namespace, s.name)),
+            url: cc.url,
+            ca_bundle: cc.ca_bundle.map(|b| b.0),
+        })
+        .collect();
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     match crds.get_opt("scalers.kubesteer.io").await {
         Ok(Some(crd)) => {

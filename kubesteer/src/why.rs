@@ -163,6 +163,11 @@ pub async fn why(connection: &Connection, object: &str, now: Instant) -> Result<
         _ if owner.spec.suspend() => {
             "none: the Scaler is suspended and leaves it as it is".to_string()
         }
+        Ok(p) if owner.spec.dry_run() => format!(
+            "{} ({}; dry run: the Scaler only reports it and writes nothing)",
+            replicas_words(p.replicas, owner.spec.outside_replicas),
+            p.reason
+        ),
         Ok(p) => format!(
             "{} ({})",
             replicas_words(p.replicas, owner.spec.outside_replicas),

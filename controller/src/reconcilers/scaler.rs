@@ -1027,6 +1027,8 @@ async fn apply(scaler: &Scaler, ctx: &Context) -> Result<Action> {
         hold_until = earliest(hold_until, seen.hold_until);
         targets.push(target_status(target, &seen, &me));
     }
+    // When the boundary's writes landed: a transition's lateness, before the wait at the gate.
+    let written_at = ctx.clock.now();
     // A target that left the spec (dropped or renamed) is given back as if its window closed,
     // suspended or not: it is no longer this Scaler's to hold.
     // One that cannot be given back stays in the status, to be tried again.
@@ -1123,7 +1125,7 @@ async fn apply(scaler: &Scaler, ctx: &Context) -> Result<Action> {
     }
     let wanted = plan.replicas.or(outside);
     ctx.metrics
-        .scaler_observed(scaler, &previous, &status, wanted, ctx.clock.now());
+        .scaler_observed(scaler, &previous, &status, wanted, written_at);
     // The failed targets are retried with the Scaler's backoff (never past its next transition),
     // and the failure is announced as any failed reconcile is.
     if let Some(failed) = targets_failed(failed) {
