@@ -102,7 +102,9 @@ impl fmt::Display for Access {
         if !self.group.is_empty() {
             write!(f, " ({})", self.group)?;
         }
-        if self.name.is_empty() {
+        if self.name.is_empty() && self.namespace.is_empty() {
+            write!(f, " in every namespace")
+        } else if self.name.is_empty() {
             write!(f, " in namespace {:?}", self.namespace)
         } else {
             write!(f, " {:?} in namespace {:?}", self.name, self.namespace)
@@ -165,14 +167,14 @@ impl ScalerSpec {
     pub fn required_access(
         &self,
         own_namespace: &str,
-        resource_of: impl Fn(&crate::scaler_v1beta1::ScaleTargetRef) -> Option<String>,
+        resource_of: impl Fn(&str, &str) -> Option<String>,
     ) -> Vec<(String, Access)> {
         let cooperate = self.hpa_cooperation() == crate::scaler_v1beta1::HpaCooperation::Enabled;
         let mut seen = std::collections::BTreeSet::new();
         let mut access = Vec::new();
         for (i, (target, ns)) in self.targets(own_namespace).enumerate() {
             let path = format!("spec.scaleTargetRefs[{i}]");
-            if let Some(resource) = resource_of(target) {
+            if let Some(resource) = resource_of(&target.api_version, &target.kind) {
                 access.push((
                     path.clone(),
                     Access::scale(target.group(), &resource, ns, &target.name),
@@ -180,6 +182,37 @@ impl ScalerSpec {
             }
             if cooperate && seen.insert(ns) {
                 access.push((path, Access::patch_autoscalers(ns)));
+            }
+        }
+        // A selector: every selected kind in every listed namespace, by no name (all of them,
+        // including those created later); with a namespaceSelector, in every namespace ("").
+        if let Some(selector) = &self.selector {
+            let namespaces: Vec<&str> = match selector.listed_namespaces(own_namespace) {
+                Some(listed) => listed.into_iter().collect(),
+                None => vec![""],
+            };
+            let at = match (&selector.namespaces, &selector.namespace_selector) {
+                (_, Some(_)) => "spec.selector.namespaceSelector".to_string(),
+                (Some(_), None) => "spec.selector.namespaces".to_string(),
+                (None, None) => "spec.selector".to_string(),
+            };
+            for (i, (api_version, kind)) in selector.kinds().iter().enumerate() {
+                let Some(resource) = resource_of(api_version, kind) else {
+                    continue;
+                };
+                let group = crate::claims::group_of(api_version);
+                for ns in &namespaces {
+                    let path = match &selector.kinds {
+                        Some(_) => format!("spec.selector.kinds[{i}]"),
+                        None => at.clone(),
+                    };
+                    access.push((path, Access::scale(group, &resource, ns, "")));
+                }
+            }
+            for ns in namespaces {
+                if cooperate && seen.insert(ns) {
+                    access.push((at.clone(), Access::patch_autoscalers(ns)));
+                }
             }
         }
         access
@@ -325,7 +358,7 @@ mod tests {
                 "windows": [{"start": 1, "end": 2}]
             }))
             .unwrap();
-        let resource_of = |t: &crate::scaler_v1beta1::ScaleTargetRef| match t.kind.as_str() {
+        let resource_of = |_: &str, kind: &str| match kind {
             "StatefulSet" => Some("statefulsets".to_string()),
             "Deployment" => Some("deployments".to_string()),
             _ => None,
@@ -346,6 +379,46 @@ mod tests {
         );
         spec.hpa_cooperation = Some(crate::scaler_v1beta1::HpaCooperation::Disabled);
         assert_eq!(spec.required_access("team", resource_of).len(), 2);
+    }
+
+    #[test]
+    fn a_selector_needs_every_kind_in_every_namespace_it_searches() {
+        let resource_of = |_: &str, kind: &str| match kind {
+            "StatefulSet" => Some("statefulsets".to_string()),
+            "Deployment" => Some("deployments".to_string()),
+            _ => None,
+        };
+        let shown = |spec: serde_json::Value| -> Vec<String> {
+            let spec: crate::scaler_v1beta1::ScalerSpec =
+                serde_json::from_value(spec).expect("a spec");
+            spec.required_access("team", resource_of)
+                .iter()
+                .map(|(path, a)| format!("{path}: {a}"))
+                .collect()
+        };
+        assert_eq!(
+            shown(serde_json::json!({"selector": {}, "hpaCooperation": "Disabled"})),
+            [
+                "spec.selector: patch deployments/scale (apps) in namespace \"team\"",
+                "spec.selector: patch statefulsets/scale (apps) in namespace \"team\"",
+            ]
+        );
+        assert_eq!(
+            shown(serde_json::json!({"selector": {"kinds": [{"apiVersion": "apps/v1", "kind": "Deployment"}], "namespaces": ["a", "b"]}})),
+            [
+                "spec.selector.kinds[0]: patch deployments/scale (apps) in namespace \"a\"",
+                "spec.selector.kinds[0]: patch deployments/scale (apps) in namespace \"b\"",
+                "spec.selector.namespaces: patch horizontalpodautoscalers (autoscaling) in namespace \"a\"",
+                "spec.selector.namespaces: patch horizontalpodautoscalers (autoscaling) in namespace \"b\"",
+            ]
+        );
+        assert_eq!(
+            shown(serde_json::json!({"selector": {"namespaceSelector": {"matchLabels": {"env": "dev"}}}, "hpaCooperation": "Disabled"})),
+            [
+                "spec.selector.namespaceSelector: patch deployments/scale (apps) in every namespace",
+                "spec.selector.namespaceSelector: patch statefulsets/scale (apps) in every namespace",
+            ]
+        );
     }
 
     #[test]

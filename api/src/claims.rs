@@ -3,7 +3,7 @@
 //! race, or one made while the webhook is down, let both in; the controller then scales the
 //! target for the owner only, and the webhook looks claims up in the same index.
 use std::cmp::Ordering;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, RwLock, RwLockReadGuard};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -11,6 +11,7 @@ use k8s_openapi::jiff::Timestamp;
 
 use crate::scaler::scaler_id;
 use crate::scaler_v1beta1::ScaleTargetRef;
+use crate::selector::{Matcher, Scope, TargetSelector};
 use crate::Scaler;
 
 /// A target: its API group and kind (any version names the same object), its namespace
@@ -133,13 +134,59 @@ impl Scaler {
     }
 }
 
-/// From each target to the Scalers that claim it, for lookups in O(1) per target.
+/// What one Scaler claims: the targets its spec names, those its status still lists, and its
+/// selector.
+#[derive(Debug, Clone)]
+struct Claim {
+    claimant: Claimant,
+    targets: BTreeSet<Target>,
+    named: BTreeSet<Target>,
+    selector: Option<(TargetSelector, Matcher)>,
+}
+
+/// An object a selector may pick, as the controller's watches saw it.
+#[derive(Debug, Clone, Copy)]
+pub struct Candidate<'a> {
+    pub group: &'a str,
+    pub kind: &'a str,
+    pub namespace: &'a str,
+    pub name: &'a str,
+    pub labels: &'a BTreeMap<String, String>,
+    /// Its namespace's labels, when known.
+    pub namespace_labels: Option<&'a BTreeMap<String, String>>,
+}
+
+impl Candidate<'_> {
+    fn selected_by(&self, matcher: &Matcher) -> bool {
+        matcher.selects(
+            (self.group, self.kind),
+            self.namespace,
+            self.name,
+            self.labels,
+            self.namespace_labels,
+        )
+    }
+
+    pub fn target(&self) -> Target {
+        Target {
+            group: self.group.to_string(),
+            kind: self.kind.to_string(),
+            namespace: self.namespace.to_string(),
+            name: self.name.to_string(),
+        }
+    }
+}
+
+/// From each target to the Scalers that claim it, for lookups in O(1) per target, and every
+/// Scaler's selector.
 #[derive(Debug, Clone, Default)]
 pub struct ClaimIndex {
     /// target → claimants, oldest first.
     targets: HashMap<Target, BTreeSet<Claimant>>,
     /// (namespace, name) of each Scaler → what it claims.
-    scalers: HashMap<ScalerKey, (Claimant, BTreeSet<Target>)>,
+    scalers: HashMap<ScalerKey, Claim>,
+    /// The Scalers with a selector, oldest first.
+    selecting: BTreeSet<(Claimant, ScalerKey)>,
 }
 
 impl ClaimIndex {
@@ -161,18 +208,92 @@ impl ClaimIndex {
             .filter(|c| *c < me)
     }
 
+    /// Another Scaler whose spec names `target`: it is that one's, whatever selects it.
+    pub fn named_elsewhere(&self, target: &Target, me: &Claimant) -> Option<&Claimant> {
+        self.claimants(target).find(|c| {
+            !c.is(&me.namespace, &me.name)
+                && self
+                    .scalers
+                    .get(&(c.namespace.clone(), c.name.clone()))
+                    .is_some_and(|claim| claim.named.contains(target))
+        })
+    }
+
+    /// The oldest Scaler older than `me` whose selector picks `candidate`, which therefore
+    /// scales it rather than `me`.
+    pub fn older_selector(&self, candidate: &Candidate<'_>, me: &Claimant) -> Option<&Claimant> {
+        self.selecting
+            .iter()
+            .take_while(|(c, _)| c < me)
+            .filter(|(c, _)| !c.is(&me.namespace, &me.name))
+            .find(|(_, key)| self.selects(key, candidate))
+            .map(|(c, _)| c)
+    }
+
+    /// Every Scaler whose selector picks `candidate`.
+    pub fn selectors_of<'a>(
+        &'a self,
+        candidate: &'a Candidate<'_>,
+    ) -> impl Iterator<Item = &'a Claimant> + 'a {
+        self.selecting
+            .iter()
+            .filter(|(_, key)| self.selects(key, candidate))
+            .map(|(c, _)| c)
+    }
+
+    /// Whether the Scaler `namespace/name` selects `candidate`.
+    pub fn selected_by(&self, namespace: &str, name: &str, candidate: &Candidate<'_>) -> bool {
+        self.selects(&(namespace.to_string(), name.to_string()), candidate)
+    }
+
+    /// The selector of each Scaler that has one, with the Scaler's namespace.
+    pub fn selectors(&self) -> impl Iterator<Item = (&Claimant, &TargetSelector)> {
+        self.selecting.iter().filter_map(|(c, key)| {
+            let (selector, _) = self.scalers.get(key)?.selector.as_ref()?;
+            Some((c, selector))
+        })
+    }
+
+    fn selects(&self, key: &ScalerKey, candidate: &Candidate<'_>) -> bool {
+        self.scalers
+            .get(key)
+            .and_then(|c| c.selector.as_ref())
+            .is_some_and(|(_, m)| candidate.selected_by(m))
+    }
+
     /// Records what `scaler` claims now. Returns the other Scalers that claim a target it
-    /// claimed before or claims now, when its claims changed: whose ownership may have changed.
+    /// claimed before or claims now, when its claims changed: whose ownership may have changed;
+    /// and, when its selector changed or it is new or gone, the other Scalers whose selectors
+    /// may pick the same objects.
     pub fn upsert(&mut self, scaler: &Scaler) -> BTreeSet<Claimant> {
         let claimant = Claimant::of(&scaler.metadata);
         let targets = scaler.claimed_targets();
+        let own = claimant.namespace.clone();
+        let named: BTreeSet<Target> = scaler
+            .spec
+            .targets(&own)
+            .map(|(t, ns)| Target::of(t, ns))
+            .collect();
+        let selector = scaler.spec.selector.as_ref().and_then(|s| {
+            let matcher = s.matcher(&own).ok()?;
+            Some((s.clone(), matcher))
+        });
         let key = (claimant.namespace.clone(), claimant.name.clone());
-        let unchanged = self
-            .scalers
-            .get(&key)
-            .is_some_and(|(c, t)| *c == claimant && *t == targets);
+        let before = self.scalers.get(&key);
+        let unchanged = before.is_some_and(|c| {
+            c.claimant == claimant
+                && c.targets == targets
+                && c.named == named
+                && c.selector.as_ref().map(|s| &s.0) == selector.as_ref().map(|s| &s.0)
+        });
         if unchanged {
             return BTreeSet::new();
+        }
+        let selector_changed = before.map(|c| c.selector.as_ref().map(|s| &s.0))
+            != Some(selector.as_ref().map(|s| &s.0));
+        let mut overlapping = BTreeSet::new();
+        if selector_changed {
+            overlapping.extend(self.overlapping(&key));
         }
         let mut touched = self.forget(&key);
         for target in &targets {
@@ -182,16 +303,59 @@ impl ClaimIndex {
                 .insert(claimant.clone());
         }
         touched.extend(targets.iter().cloned());
-        self.scalers.insert(key.clone(), (claimant, targets));
-        self.others_on(&touched, &key)
+        if selector.is_some() {
+            self.selecting.insert((claimant.clone(), key.clone()));
+        }
+        self.scalers.insert(
+            key.clone(),
+            Claim {
+                claimant,
+                targets,
+                named,
+                selector,
+            },
+        );
+        if selector_changed {
+            overlapping.extend(self.overlapping(&key));
+        }
+        let mut others = self.others_on(&touched, &key);
+        others.extend(overlapping);
+        others
     }
 
     /// Forgets the Scaler `namespace/name`. Returns the other Scalers that claim a target it
-    /// claimed: whose ownership may have changed.
+    /// claimed, and those whose selectors may pick what its selector picked: whose ownership
+    /// may have changed.
     pub fn remove(&mut self, namespace: &str, name: &str) -> BTreeSet<Claimant> {
         let key = (namespace.to_string(), name.to_string());
+        let overlapping = self.overlapping(&key);
         let touched = self.forget(&key);
-        self.others_on(&touched, &key)
+        let mut others = self.others_on(&touched, &key);
+        others.extend(overlapping);
+        others
+    }
+
+    /// The other Scalers whose selectors may pick an object the selector of `key` picks: those
+    /// searching a namespace it searches (any, when either selects namespaces by label).
+    fn overlapping(&self, key: &ScalerKey) -> BTreeSet<Claimant> {
+        let Some((_, mine)) = self.scalers.get(key).and_then(|c| c.selector.as_ref()) else {
+            return BTreeSet::new();
+        };
+        self.selecting
+            .iter()
+            .filter(|(_, other)| other != key)
+            .filter(|(_, other)| {
+                let Some((_, theirs)) = self.scalers.get(other).and_then(|c| c.selector.as_ref())
+                else {
+                    return false;
+                };
+                match (&mine.scope, &theirs.scope) {
+                    (Scope::Listed(a), Scope::Listed(b)) => !a.is_disjoint(b),
+                    _ => true,
+                }
+            })
+            .map(|(c, _)| c.clone())
+            .collect()
     }
 
     /// How many Scalers the index holds.
@@ -205,9 +369,13 @@ impl ClaimIndex {
 
     /// Removes a Scaler's claims; returns the targets it claimed.
     fn forget(&mut self, key: &ScalerKey) -> BTreeSet<Target> {
-        let Some((claimant, targets)) = self.scalers.remove(key) else {
+        let Some(Claim {
+            claimant, targets, ..
+        }) = self.scalers.remove(key)
+        else {
             return BTreeSet::new();
         };
+        self.selecting.remove(&(claimant.clone(), key.clone()));
         for target in &targets {
             if let Some(claimants) = self.targets.get_mut(target) {
                 claimants.remove(&claimant);

@@ -95,6 +95,8 @@ struct BetaOnly {
     dry_run: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     outside: Option<beta::Outside>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    selector: Option<crate::selector::TargetSelector>,
 }
 
 /// The v1alpha1 fields a v1beta1 object carries in [`V1ALPHA1_FIELDS`]: window fields that
@@ -260,6 +262,7 @@ fn status_to_beta(s: &alpha::ScalerStatus) -> beta::ScalerStatus {
             .collect(),
         last_transition: s.last_transition.clone(),
         override_: None,
+        target_count: None,
         targets: s.targets.iter().map(beta_target).collect(),
         observed_generation: s.observed_generation,
         conditions: s.conditions.clone(),
@@ -342,6 +345,7 @@ pub fn to_v1beta1(a: &alpha::Scaler) -> beta::Scaler {
             hpa_cooperation: stash.hpa_cooperation,
             dry_run: stash.dry_run,
             outside: stash.outside,
+            selector: stash.selector,
         },
         status: a.status.as_ref().map(status_to_beta),
     }
@@ -395,6 +399,7 @@ pub fn to_v1alpha1(b: &beta::Scaler) -> alpha::Scaler {
     stash.hpa_cooperation = s.hpa_cooperation;
     stash.dry_run = s.dry_run;
     stash.outside = s.outside.clone();
+    stash.selector = s.selector.clone();
 
     put(&mut metadata.annotations, V1BETA1_FIELDS, &stash);
 
@@ -551,6 +556,15 @@ mod tests {
                 of(select(vec!["15m", "1h30m"]).prop_map(String::from)),
             )
                 .prop_map(|(mode, grace_period)| beta::Outside { mode, grace_period })),
+            of(
+                (of(prop::collection::vec(arb_name(), 1..3)), of(arb_name())).prop_map(
+                    |(namespaces, tier)| crate::selector::TargetSelector {
+                        namespaces,
+                        match_labels: tier.map(|t| [("tier".to_string(), t)].into()),
+                        ..Default::default()
+                    },
+                ),
+            ),
         )
             .prop_map(
                 |(
@@ -565,6 +579,7 @@ mod tests {
                     hpa_cooperation,
                     dry_run,
                     outside,
+                    selector,
                 )| beta::ScalerSpec {
                     scale_target_refs,
                     windows,
@@ -577,6 +592,7 @@ mod tests {
                     hpa_cooperation,
                     dry_run,
                     outside,
+                    selector,
                 },
             )
     }
@@ -623,6 +639,7 @@ mod tests {
                         last_transition,
                         override_,
                         targets,
+                        target_count: None,
                         observed_generation: generation,
                         conditions: Vec::new(),
                     }

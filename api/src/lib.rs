@@ -27,6 +27,7 @@ pub mod runtime;
 pub mod scaler;
 pub mod scaler_v1beta1;
 pub mod schedule;
+pub mod selector;
 pub mod welcome;
 
 pub use application::{Application, ApplicationSpec, ApplicationStatus};

@@ -58,6 +58,11 @@ pub static DNS1123_LABEL: Pattern = Pattern::new(
     r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
     "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character",
 );
+/// The name part of a label key, and a non-empty label value.
+pub static LABEL_NAME: Pattern = Pattern::new(
+    r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$",
+    "must be 1-63 characters: alphanumerics, '-', '_' or '.', beginning and ending with an alphanumeric",
+);
 pub static DNS1123_SUBDOMAIN: Pattern = Pattern::new(
     r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$",
     "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character",
@@ -131,6 +136,13 @@ pub mod scaler {
     /// v1beta1: a target's `apiVersion` (`group/version`) and `kind`.
     pub const MAX_API_VERSION: usize = 317;
     pub const MAX_KIND: usize = 63;
+    /// v1beta1 `spec.selector`: kinds, listed namespaces and exclusions.
+    pub const MAX_SELECTED_KINDS: usize = 8;
+    pub const MAX_SELECTED_NAMESPACES: usize = 100;
+    pub const MAX_EXCLUSIONS: usize = 50;
+    /// v1beta1: `status.targets` lists at most this many targets (failing ones first);
+    /// `status.targetCount` counts them all.
+    pub const MAX_STATUS_TARGETS: usize = 100;
     /// v1beta1: the status lists this many upcoming transitions.
     pub const NEXT_TRANSITIONS: usize = 3;
     /// A kind as the apiserver names one: UpperCamelCase ASCII.

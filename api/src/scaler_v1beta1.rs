@@ -15,12 +15,11 @@ use serde::{Deserialize, Serialize};
 use crate::field::{FieldError, FieldErrors};
 use crate::rules::scaler::{
     time_of_day_rule, API_VERSION, CLOCK, KIND, MAX_API_VERSION, MAX_DAYS, MAX_EXCLUDE_DATE,
-    MAX_EXCLUDE_DATES, MAX_KIND, MAX_TARGETS, MAX_TIME_ZONE, MAX_WINDOWS, MIN_DAYS, MIN_TARGETS,
-    MIN_WINDOWS, NEXT_TRANSITIONS, SAME_START_AND_END,
+    MAX_EXCLUDE_DATES, MAX_KIND, MAX_STATUS_TARGETS, MAX_TARGETS, MAX_TIME_ZONE, MAX_WINDOWS,
+    MIN_DAYS, MIN_TARGETS, MIN_WINDOWS, NEXT_TRANSITIONS, SAME_START_AND_END,
 };
 use crate::rules::{
-    check_length, check_name, check_pattern, MAX_GENERATION, MAX_INT32, MAX_LABEL, MAX_SUBDOMAIN,
-    MIN_REPLICAS,
+    check_length, check_name, MAX_GENERATION, MAX_INT32, MAX_LABEL, MAX_SUBDOMAIN, MIN_REPLICAS,
 };
 pub use crate::scaler::{Day, ScaleJob, TimeOfDay, DEFAULT_REPLICAS, DEFAULT_TIME_ZONE};
 use crate::schedule::Instant;
@@ -45,15 +44,22 @@ pub const DEPLOYMENT_KIND: &str = "Deployment";
     doc = "Scaler scales workloads with a /scale subresource on a schedule: inside windows, or at cron firings, except on excluded dates and while an override holds.",
     printcolumn = r#"{"name":"TimeZone","type":"string","jsonPath":".spec.timeZone","description":"IANA time zone of the schedule"}"#,
     printcolumn = r#"{"name":"Active","type":"boolean","jsonPath":".status.active","description":"Whether the Scaler is scaling its targets now"}"#,
+    printcolumn = r#"{"name":"Targets","type":"integer","jsonPath":".status.targetCount","description":"How many targets the Scaler scales (named and selected)"}"#,
     printcolumn = r#"{"name":"Next","type":"string","jsonPath":".status.nextTransitions[0].time","description":"When the next transition happens"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[x_kube(validation = Rule::new("has(self.windows) != has(self.jobs)").message("exactly one of windows and jobs is required"))]
+#[x_kube(validation = Rule::new("has(self.selector) || (has(self.scaleTargetRefs) && size(self.scaleTargetRefs) > 0)").message("must name at least one target, or select targets with spec.selector").field_path(".scaleTargetRefs"))]
 #[serde(rename_all = "camelCase")]
 pub struct ScalerSpec {
-    /// The workloads to scale, through their scale subresource: 1-50 entries, no duplicates. Any kind with a /scale subresource (Deployment, StatefulSet, ReplicaSet, custom resources) may be named.
-    #[schemars(length(min = MIN_TARGETS, max = MAX_TARGETS))]
+    /// The workloads to scale, through their scale subresource: up to 50 entries, no duplicates, at least one unless selector is set. Any kind with a /scale subresource (Deployment, StatefulSet, ReplicaSet, custom resources) may be named. A target named here is this Scaler's even when another Scaler's selector matches it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_TARGETS))]
     pub scale_target_refs: Vec<ScaleTargetRef>,
+
+    /// Targets chosen by kind, label and namespace (a fleet), besides those named in scaleTargetRefs. Objects that start matching later are scaled from then on; objects that stop matching are given back like a removed target. Between two Scalers whose selectors match one object, the older one scales it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<crate::selector::TargetSelector>,
 
     /// Window mode: the windows in which the targets run at the window's replicas. When windows overlap, the highest replicas of the open windows wins. Cannot be combined with jobs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -260,9 +266,14 @@ pub struct ScalerStatus {
     /// The override in force, while it holds.
     #[serde(default, rename = "override", skip_serializing_if = "Option::is_none")]
     pub override_: Option<Override>,
-    /// Each target as last seen, with its namespace resolved.
+    /// Each target as last seen, with its namespace resolved: at most 100, failing ones first; targetCount counts them all.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_STATUS_TARGETS))]
     pub targets: Vec<TargetStatus>,
+    /// How many targets the Scaler scales: those named in scaleTargetRefs and those its selector matches.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = MAX_INT32))]
+    pub target_count: Option<i32>,
     /// The generation of the spec this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = MAX_GENERATION))]
@@ -576,10 +587,13 @@ impl ScalerSpec {
 
     fn validate_targets(&self, errors: &mut FieldErrors) {
         let refs = &self.scale_target_refs;
-        if refs.len() < MIN_TARGETS {
+        if let Some(selector) = &self.selector {
+            selector.validate(errors);
+        }
+        if refs.len() < MIN_TARGETS && self.selector.is_none() {
             errors.push(FieldError::required(
                 "spec.scaleTargetRefs",
-                "must name at least one target",
+                "must name at least one target, or select targets with spec.selector",
             ));
         } else if refs.len() > MAX_TARGETS {
             errors.push(FieldError::too_many(
@@ -591,31 +605,7 @@ impl ScalerSpec {
         let mut seen = BTreeSet::new();
         for (i, t) in refs.iter().enumerate() {
             let path = format!("spec.scaleTargetRefs[{i}]");
-            if t.api_version.is_empty() {
-                errors.push(FieldError::required(format!("{path}.apiVersion"), ""));
-            } else if t.api_version.len() > MAX_API_VERSION {
-                check_length(
-                    errors,
-                    &format!("{path}.apiVersion"),
-                    &t.api_version,
-                    1,
-                    MAX_API_VERSION,
-                );
-            } else {
-                check_pattern(
-                    errors,
-                    &format!("{path}.apiVersion"),
-                    &t.api_version,
-                    &API_VERSION,
-                );
-            }
-            if t.kind.is_empty() {
-                errors.push(FieldError::required(format!("{path}.kind"), ""));
-            } else if t.kind.len() > MAX_KIND {
-                check_length(errors, &format!("{path}.kind"), &t.kind, 1, MAX_KIND);
-            } else {
-                check_pattern(errors, &format!("{path}.kind"), &t.kind, &KIND);
-            }
+            crate::selector::check_kind_ref(errors, &path, &t.api_version, &t.kind);
             check_name(errors, &format!("{path}.name"), &t.name, false);
             if let Some(ns) = &t.namespace {
                 check_name(errors, &format!("{path}.namespace"), ns, true);
@@ -868,7 +858,7 @@ mod tests {
         assert_eq!(
             messages(&s),
             [
-                "spec.scaleTargetRefs: Required value: must name at least one target",
+                "spec.scaleTargetRefs: Required value: must name at least one target, or select targets with spec.selector",
                 "spec.windows: Required value: must have at least one window when given"
             ]
         );

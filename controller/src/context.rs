@@ -52,6 +52,8 @@ pub struct Context {
     pub claims: Claims,
     /// Which resource a Scaler target's kind is, and whether it has `/scale`.
     pub mapper: Arc<RestMapper>,
+    /// What Scaler selectors may pick, kept from watches.
+    pub inventory: crate::inventory::Inventory,
     /// Failed reconciles in a row of each object, for its backoff.
     failures: PerObject<u32>,
     /// Since when the status write of each object has been held back.
@@ -205,6 +207,7 @@ impl Context {
             clock,
             caches,
             claims: Claims::default(),
+            inventory: Default::default(),
             failures: PerObject::default(),
             held: PerObject::default(),
             boundary: Gate::default(),

@@ -8,6 +8,7 @@ pub mod args;
 pub mod children;
 pub mod cli;
 pub mod context;
+pub mod inventory;
 pub mod reconcilers;
 pub mod run;
 pub mod runtime;

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::fmt::Debug;
 
 use futures::{FutureExt, Stream, StreamExt, TryStreamExt};
-use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::networking::v1::Ingress;
 use kube::core::PartialObjectMeta;
@@ -326,37 +326,22 @@ pub async fn controllers(
             }
         })
         .applied_objects();
-    let scaler_controller = Controller::for_stream(scaler_objects, store)
-        .with_config(config)
-        .reconcile_on(reconcile_claimants);
     // Any Deployment or StatefulSet may be a target, so all are watched (their metadata is
-    // enough to name them) and mapped through the claims index. Targets of other kinds are
-    // brought back at each transition.
-    let deployments = ctx.claims.clone();
-    let stateful_sets = ctx.claims.clone();
-    let scalers = scaler_controller
-        .watches_stream(
-            tracked(
-                health,
-                "Scaler target Deployment".to_string(),
-                api::<PartialObjectMeta<Deployment>>(&client, ns),
-                watcher::Config::default(),
-            )
-            .backoff(tolerant::backoff())
-            .touched_objects(),
-            move |d| scaler::scalers_targeting(&deployments.read(), "apps/v1", "Deployment", &d),
-        )
-        .watches_stream(
-            tracked(
-                health,
-                "Scaler target StatefulSet".to_string(),
-                api::<PartialObjectMeta<StatefulSet>>(&client, ns),
-                watcher::Config::default(),
-            )
-            .backoff(tolerant::backoff())
-            .touched_objects(),
-            move |s| scaler::scalers_targeting(&stateful_sets.read(), "apps/v1", "StatefulSet", &s),
-        )
+    // enough to name them, and for selectors to pick them), as is every other kind a selector
+    // names; a change wakes the Scalers that name, hold or select the object. Targets of other
+    // kinds named in scaleTargetRefs are brought back at each transition.
+    let (wake, woken) = futures::channel::mpsc::unbounded();
+    ctx.inventory.start(
+        client.clone(),
+        health.clone(),
+        ns.map(str::to_string),
+        wake,
+        stop.clone(),
+        ctx.claims.clone(),
+    );
+    let scalers = Controller::for_stream(scaler_objects, store)
+        .with_config(config)
+        .reconcile_on(futures::stream::select(reconcile_claimants, woken))
         .graceful_shutdown_on(stopped(stop))
         .run(scaler::reconcile, scaler::error_policy, ctx.clone())
         .for_each(|r| async move { log_result(scaler::KIND, r) });

@@ -579,7 +579,15 @@ fn rbac_grants_exactly_what_each_binary_uses() -> Result<()> {
         &["create", "patch"],
         None,
     ));
-    controller.extend(expand(&["batch"], &["cronjobs"], &["get", "patch"], None));
+    // CronJobs: suspended by Scalers, and watched (metadata) once a selector names them.
+    controller.extend(expand(
+        &["batch"],
+        &["cronjobs"],
+        &["get", "list", "watch", "patch"],
+        None,
+    ));
+    // A selector's namespaceSelector reads the namespaces' labels.
+    controller.extend(expand(&[""], &["namespaces"], &["list", "watch"], None));
     // Storage version migration: the kubesteer CRDs by name, their status only.
     for crd in ["scalers", "welcomes", "memcacheds", "applications"] {
         let name = format!("{crd}.kubesteer.io");
@@ -1321,10 +1329,11 @@ fn watch_namespace_confines_the_controller_to_a_role_there() -> Result<()> {
             })
             .context("the controller's Role in the watched namespace")?;
         // The same rules, namespaced, but for the cluster-wide storage version migration,
-        // which a controller of one namespace does not run.
+        // which a controller of one namespace does not run, and the namespaces' labels, which
+        // only a selector over namespaces reads.
         let namespaced: BTreeSet<String> = cluster_rules
             .iter()
-            .filter(|r| !r.starts_with("apiextensions.k8s.io "))
+            .filter(|r| !r.starts_with("apiextensions.k8s.io ") && !r.starts_with(" namespaces "))
             .cloned()
             .collect();
         assert_eq!(grants(role), namespaced, "the same rules, namespaced");
@@ -1567,14 +1576,21 @@ fn extra_scale_targets_grant_the_controller_their_scale_and_nothing_else() -> Re
     ])?;
     let with = grants(one(&docs, "ClusterRole", &format!("{FULLNAME}-controller")));
     let added: BTreeSet<String> = with.difference(&base).cloned().collect();
-    let want: BTreeSet<String> = expand(
+    // The objects watched when a selector names the kind; their /scale written.
+    let mut want: BTreeSet<String> = expand(
         &["example.com"],
-        &["widgets", "widgets/scale"],
-        &["get", "patch"],
+        &["widgets"],
+        &["get", "list", "watch", "patch"],
         None,
     )
     .into_iter()
     .collect();
+    want.extend(expand(
+        &["example.com"],
+        &["widgets/scale"],
+        &["get", "patch"],
+        None,
+    ));
     assert_eq!(added, want);
     assert!(base.is_subset(&with));
     Ok(())

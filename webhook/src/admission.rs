@@ -371,19 +371,35 @@ async fn scaler_rules<C: Cluster>(
         return;
     }
     let cluster = &state.cluster;
-    // Each target's kind through the RESTMapper: one the cluster cannot scale is denied here.
-    let mut resources = Vec::new();
-    for (i, target) in spec.scale_target_refs.iter().enumerate() {
-        let path = format!("spec.scaleTargetRefs[{i}].kind");
-        match cluster.resolve(&target.api_version, &target.kind).await {
-            Ok(Ok(resource)) => resources.push(Some(resource.plural)),
+    // Each target's and selected kind's kind through the RESTMapper: one the cluster cannot
+    // scale is denied here.
+    let selected = spec
+        .selector
+        .as_ref()
+        .map(|s| s.kinds())
+        .unwrap_or_default();
+    let named = spec.scale_target_refs.iter().enumerate().map(|(i, t)| {
+        (
+            format!("spec.scaleTargetRefs[{i}].kind"),
+            &t.api_version,
+            &t.kind,
+        )
+    });
+    let chosen = selected.iter().enumerate().map(|(i, (v, k))| {
+        let path = match spec.selector.as_ref().and_then(|s| s.kinds.as_ref()) {
+            Some(_) => format!("spec.selector.kinds[{i}].kind"),
+            None => "spec.selector".to_string(),
+        };
+        (path, v, k)
+    });
+    let mut resources = std::collections::BTreeMap::new();
+    for (path, api_version, kind) in named.chain(chosen) {
+        match cluster.resolve(api_version, kind).await {
+            Ok(Ok(resource)) => {
+                resources.insert((api_version.clone(), kind.clone()), resource.plural);
+            }
             Ok(Err(why)) => {
-                errors.push(FieldError::invalid(
-                    path,
-                    target.kind.as_str(),
-                    why.to_string(),
-                ));
-                resources.push(None);
+                errors.push(FieldError::invalid(path, kind.as_str(), why.to_string()));
             }
             Err(e) => {
                 errors.push(FieldError::forbidden(
@@ -392,16 +408,16 @@ async fn scaler_rules<C: Cluster>(
                         "could not look the kind up in the cluster's discovery, try again: {e}"
                     ),
                 ));
-                resources.push(None);
             }
         }
     }
     if !errors.is_empty() {
         return;
     }
-    let required = spec.required_access(&me.namespace, |t| {
-        let i = spec.scale_target_refs.iter().position(|r| r == t)?;
-        resources.get(i).cloned().flatten()
+    let required = spec.required_access(&me.namespace, |api_version, kind| {
+        resources
+            .get(&(api_version.to_string(), kind.to_string()))
+            .cloned()
     });
     // Targets are unique (checked above), so each SubjectAccessReview is asked once.
     let answers = ask_all(state, request, &required).await;

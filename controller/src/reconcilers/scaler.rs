@@ -21,6 +21,7 @@ use kubesteer_api::keys::{
     annotation, reason, CONTROLLER_FIELD_MANAGER, RESTORE_TARGETS_FINALIZER,
 };
 use kubesteer_api::plan::Plan;
+use kubesteer_api::rules::scaler::MAX_STATUS_TARGETS;
 use kubesteer_api::scaler::{scaler_id, Record};
 use kubesteer_api::scaler_v1beta1::{suspended_instead, HpaCooperation, TargetStatus, Transition};
 use kubesteer_api::{Scaler, ScalerStatus};
@@ -503,8 +504,14 @@ async fn record_of(
         return Ok(Record::Absent);
     };
     let api: Api<Scaler> = Api::namespaced(ctx.client.clone(), owner_ns);
+    let claims_it = |other: &Scaler| {
+        other.claimed_targets().contains(&target.target())
+            || ctx
+                .inventory
+                .selects(&ctx.claims.read(), (owner_ns, owner_name), &target.target())
+    };
     match api.get(owner_name).await {
-        Ok(other) if !other.claimed_targets().contains(&target.target()) => Ok(Record::Absent),
+        Ok(other) if !claims_it(&other) => Ok(Record::Absent),
         Ok(other) if Claimant::of(&other.metadata) > *me => Ok(Record::Mine {
             replicas: annotations.get(key).and_then(|v| v.trim().parse().ok()),
             owner_recorded: false,
@@ -912,7 +919,12 @@ async fn apply(scaler: &Scaler, ctx: &Context) -> Result<Action> {
     let generation = scaler.meta().generation;
     let previous = scaler.status.clone().unwrap_or_default();
     let suspended = scaler.spec.suspend();
-    let wanted_targets = named_in_spec(scaler, &ns);
+    let me = scaler_id(&ns, &name);
+    let claimant = Claimant::of(scaler.meta());
+    let selected = select(scaler, &claimant, ctx).await;
+    let mut wanted_targets = named_in_spec(scaler, &ns);
+    let named: BTreeSet<Named> = wanted_targets.iter().cloned().collect();
+    wanted_targets.extend(selected.mine.into_iter().filter(|t| !named.contains(t)));
     // Close before a transition: read the targets now and wait for it, so that the boundary
     // costs only the writes. (A target read as missing is read again at the boundary.)
     let boundary = match suspended {
@@ -968,8 +980,6 @@ async fn apply(scaler: &Scaler, ctx: &Context) -> Result<Action> {
     };
     let outside = scaler.spec.outside_replicas;
 
-    let me = scaler_id(&ns, &name);
-    let claimant = Claimant::of(scaler.meta());
     let mut targets = Vec::new();
     let mut missing = Vec::new();
     let mut unscalable = Vec::new();
@@ -1032,13 +1042,27 @@ async fn apply(scaler: &Scaler, ctx: &Context) -> Result<Action> {
     // A target that left the spec (dropped or renamed) is given back as if its window closed,
     // suspended or not: it is no longer this Scaler's to hold.
     // One that cannot be given back stays in the status, to be tried again.
+    // Those it holds by its record but no longer lists (beyond the status' bound) likewise,
+    // once every selected kind has been listed.
     let wanted: BTreeSet<&Named> = wanted_targets.iter().collect();
-    for entry in &previous.targets {
-        let old = named_in_status(entry);
+    let listed: BTreeSet<Named> = previous.targets.iter().map(named_in_status).collect();
+    let held = match selected.complete {
+        true => ctx.inventory.held_by(&me),
+        false => Vec::new(),
+    };
+    let given_back = previous
+        .targets
+        .iter()
+        .map(|e| (named_in_status(e), e.horizontal_pod_autoscaler.as_deref()))
+        .chain(
+            held.into_iter()
+                .filter(|h| !listed.contains(h))
+                .map(|h| (h, None)),
+        );
+    for (old, hpa) in given_back {
         if wanted.contains(&old) {
             continue;
         }
-        let hpa = entry.horizontal_pod_autoscaler.as_deref();
         if let Err(e) = reconcile_target(ctx, scaler, &old, None, outside, true, hpa, None).await {
             targets.push(failed_entry(&previous, &old, &e));
             failed.push((old, e));
@@ -1051,19 +1075,23 @@ async fn apply(scaler: &Scaler, ctx: &Context) -> Result<Action> {
 
     let condition = if !failed.is_empty() {
         let each: Vec<String> = failed.iter().map(|(t, e)| format!("{t}: {e}")).collect();
-        ready(false, reason::TARGET_FAILED, each.join("; "))
+        ready(false, reason::TARGET_FAILED, listing(&each, "; "))
     } else if !conflicts.is_empty() {
-        ready(false, reason::CONFLICT, conflicts.join("; "))
+        ready(false, reason::CONFLICT, listing(&conflicts, "; "))
     } else if !unscalable.is_empty() {
-        ready(false, reason::TARGET_NOT_SCALABLE, unscalable.join("; "))
+        ready(
+            false,
+            reason::TARGET_NOT_SCALABLE,
+            listing(&unscalable, "; "),
+        )
     } else if !missing.is_empty() {
         ready(
             false,
             reason::TARGET_NOT_FOUND,
-            format!("{} not found", missing.join(", ")),
+            format!("{} not found", listing(&missing, ", ")),
         )
     } else if !claimed.is_empty() {
-        ready(false, reason::TARGET_CLAIMED, claimed.join("; "))
+        ready(false, reason::TARGET_CLAIMED, listing(&claimed, "; "))
     } else if suspended {
         ready(true, reason::SUSPENDED, "scaling is suspended".into())
     } else if scaler.spec.dry_run() {
@@ -1078,8 +1106,13 @@ async fn apply(scaler: &Scaler, ctx: &Context) -> Result<Action> {
     } else {
         ready(true, plan.reason, plan.message.clone())
     };
+    // Bounded: the failing first, then in order; the count has them all.
+    let target_count = i32::try_from(targets.len()).unwrap_or(i32::MAX);
+    targets.sort_by_key(|t| t.error.is_none());
+    targets.truncate(MAX_STATUS_TARGETS);
     let status = ScalerStatus {
         active: Some(!suspended && plan.replicas.is_some()),
+        target_count: Some(target_count),
         next_transitions: if suspended {
             Vec::new()
         } else {
@@ -1136,6 +1169,42 @@ async fn apply(scaler: &Scaler, ctx: &Context) -> Result<Action> {
     // A held target still in its grace period is looked at again when it ends.
     let next = earliest(plan.next.first().map(|t| t.at), hold_until);
     Ok(next_action(next, suspended, ctx.clock.now()))
+}
+
+/// The first few of `items`, joined with `by`, and how many more there are: a condition's
+/// message stays readable for a fleet.
+fn listing(items: &[String], by: &str) -> String {
+    const SHOWN: usize = 10;
+    let shown = items[..items.len().min(SHOWN)].join(by);
+    match items.len().checked_sub(SHOWN) {
+        Some(more) if more > 0 => format!("{shown}{by}and {more} more"),
+        _ => shown,
+    }
+}
+
+/// What the Scaler's selector picks now. The watches of the kinds it names (and of the
+/// namespaces, for a namespaceSelector) are started the first time; until they have listed
+/// everything once, the pick is incomplete and nothing is given back for no longer matching.
+async fn select(scaler: &Scaler, me: &Claimant, ctx: &Context) -> crate::inventory::Selected {
+    let Some(selector) = &scaler.spec.selector else {
+        return crate::inventory::Selected {
+            complete: true,
+            ..Default::default()
+        };
+    };
+    for (api_version, kind) in selector.kinds() {
+        match ctx.mapper.resolve(&api_version, &kind).await {
+            Ok(Ok(resource)) => ctx.inventory.watch(&resource, &ctx.claims),
+            Ok(Err(why)) => warn!(scaler = %scaler.name_any(), kind, "{why}"),
+            Err(e) => {
+                warn!(scaler = %scaler.name_any(), kind, error = %e, "could not look the kind up")
+            }
+        }
+    }
+    if selector.namespace_selector.is_some() {
+        ctx.inventory.watch_namespaces(&ctx.claims);
+    }
+    ctx.inventory.selected(scaler, me, &ctx.claims.read())
 }
 
 /// Enters the boundary's gate, reads `targets` (those that exist and can be scaled), and waits
@@ -1229,8 +1298,14 @@ async fn cleanup(scaler: &Scaler, ctx: &Context) -> Result<Action> {
     let status = scaler.status.clone().unwrap_or_default();
     let mut seen = BTreeSet::new();
     let from_status = status.targets.iter().map(named_in_status);
+    // And the selected ones beyond the status' bound, by the record they carry.
+    let held = ctx.inventory.held_by(&scaler_id(&ns, &name));
     let mut retry = Vec::new();
-    for target in named_in_spec(scaler, &ns).into_iter().chain(from_status) {
+    for target in named_in_spec(scaler, &ns)
+        .into_iter()
+        .chain(from_status)
+        .chain(held)
+    {
         if !seen.insert(target.clone()) {
             continue;
         }
@@ -2128,6 +2203,7 @@ mod tests {
                 namespace: "team".into(),
                 ..TargetStatus::default()
             }],
+            target_count: Some(1),
             observed_generation: Some(3),
             conditions: vec![missing],
             ..ScalerStatus::default()

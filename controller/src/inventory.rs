@@ -1,0 +1,485 @@
+//! What Scaler selectors may pick: every object of each selected kind and every namespace's
+//! labels, kept from watches of their metadata (names, labels and the Scaler whose record an
+//! object carries, nothing else), and which Scalers to wake when one of them changes.
+//!
+//! Deployments and StatefulSets are watched from the start (any of them may be a named target
+//! too); another kind from the first time a selector names it. An object that starts or stops
+//! matching wakes the Scalers concerned from its watch event, never by polling.
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
+
+use futures::channel::mpsc::UnboundedSender;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{ApiResource, DynamicObject};
+use kube::core::PartialObjectMeta;
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher::{self, watcher, Event};
+use kube::runtime::WatchStreamExt;
+use kube::{Api, Client, ResourceExt};
+use kubesteer_api::claims::{Candidate, ClaimIndex, Claimant, Claims, Target};
+use kubesteer_api::keys::annotation::ORIGINAL_REPLICAS_OWNER;
+use kubesteer_api::runtime::health::{self, Health};
+use kubesteer_api::runtime::watch as tolerant;
+use kubesteer_api::Scaler;
+use tokio::sync::watch;
+use tracing::warn;
+
+use crate::reconcilers::scaler::Named;
+
+/// (group, kind).
+type KindKey = (String, String);
+
+/// One watched object: its labels and the Scaler (`namespace/name`) whose record it carries.
+#[derive(Debug, Clone, PartialEq)]
+struct Entry {
+    labels: BTreeMap<String, String>,
+    holder: Option<String>,
+}
+
+impl Entry {
+    fn of(meta: &kube::core::ObjectMeta) -> Self {
+        Self {
+            labels: meta.labels.clone().unwrap_or_default(),
+            holder: meta
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(ORIGINAL_REPLICAS_OWNER))
+                .cloned(),
+        }
+    }
+}
+
+/// The objects of one kind: namespace → name → entry.
+#[derive(Debug, Default)]
+struct Objects {
+    api_version: String,
+    /// Whether the watch has listed them all once.
+    synced: bool,
+    by_namespace: BTreeMap<String, BTreeMap<String, Entry>>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    kinds: HashMap<KindKey, Objects>,
+    /// Every namespace's labels, once a selector needs them.
+    namespaces: Option<HashMap<String, BTreeMap<String, String>>>,
+}
+
+/// What a watch needs to run: set once per run of the controllers.
+#[derive(Clone)]
+struct Runner {
+    client: Client,
+    health: Health,
+    namespace: Option<String>,
+    wake: UnboundedSender<ObjectRef<Scaler>>,
+    stop: watch::Receiver<bool>,
+}
+
+/// The objects selectors may pick (see the module docs). Cheap to clone: one shared state.
+#[derive(Clone, Default)]
+pub struct Inventory {
+    state: Arc<RwLock<State>>,
+    watching: Arc<Mutex<BTreeSet<KindKey>>>,
+    runner: Arc<OnceLock<Runner>>,
+}
+
+/// What a Scaler's selector picks now.
+#[derive(Debug, Default)]
+pub struct Selected {
+    /// Picked and this Scaler's: no other Scaler names them, no older selector picks them.
+    pub mine: Vec<Named>,
+    /// Whether every selected kind has been listed once (before that, nothing is given back
+    /// for having stopped matching).
+    pub complete: bool,
+}
+
+impl Inventory {
+    /// Starts the watches of this run: Deployments and StatefulSets now, other kinds when a
+    /// selector names them. Objects that change wake the Scalers that name, hold or select them
+    /// through `wake`; the watches end when `stop` turns true.
+    pub fn start(
+        &self,
+        client: Client,
+        health: Health,
+        namespace: Option<String>,
+        wake: UnboundedSender<ObjectRef<Scaler>>,
+        stop: watch::Receiver<bool>,
+        claims: Claims,
+    ) {
+        let runner = Runner {
+            client,
+            health,
+            namespace,
+            wake,
+            stop,
+        };
+        if self.runner.set(runner).is_err() {
+            return;
+        }
+        for (group, version, kind, plural) in [
+            ("apps", "v1", "Deployment", "deployments"),
+            ("apps", "v1", "StatefulSet", "statefulsets"),
+        ] {
+            let resource = ApiResource {
+                group: group.into(),
+                version: version.into(),
+                api_version: format!("{group}/{version}"),
+                kind: kind.into(),
+                plural: plural.into(),
+            };
+            self.watch(&resource, &claims);
+        }
+    }
+
+    /// Watches the kind `resource` from now on, if not already.
+    pub fn watch(&self, resource: &ApiResource, claims: &Claims) {
+        let Some(runner) = self.runner.get().cloned() else {
+            return;
+        };
+        let key = (resource.group.clone(), resource.kind.clone());
+        {
+            let mut watching = self.watching.lock().unwrap_or_else(|p| p.into_inner());
+            if !watching.insert(key.clone()) {
+                return;
+            }
+        }
+        self.write().kinds.insert(
+            key.clone(),
+            Objects {
+                api_version: resource.api_version.clone(),
+                ..Objects::default()
+            },
+        );
+        let api: Api<PartialObjectMeta<DynamicObject>> = match &runner.namespace {
+            Some(ns) => Api::namespaced_with(runner.client.clone(), ns, resource),
+            None => Api::all_with(runner.client.clone(), resource),
+        };
+        let config = watcher::Config::default();
+        let what = format!("Scaler target {}", resource.kind);
+        let stream = runner
+            .health
+            .track(what, health::key(&api, &config), watcher(api, config))
+            .backoff(tolerant::backoff());
+        let inventory = self.clone();
+        let claims = claims.clone();
+        let mut stop = runner.stop.clone();
+        tokio::spawn(async move {
+            let mut stream = std::pin::pin!(stream);
+            let mut relisted: Option<BTreeMap<String, BTreeMap<String, Entry>>> = None;
+            loop {
+                let event = tokio::select! {
+                    e = stream.next() => e,
+                    _ = stop.wait_for(|s| *s) => None,
+                };
+                let Some(event) = event else { break };
+                match event {
+                    Ok(event) => inventory.apply(&key, event, &mut relisted, &claims, &runner.wake),
+                    Err(e) => warn!(kind = %key.1, error = %e, "Scaler target watch"),
+                }
+            }
+        });
+    }
+
+    /// Watches the namespaces' labels from now on, if not already (a namespaceSelector).
+    pub fn watch_namespaces(&self, claims: &Claims) {
+        let Some(runner) = self.runner.get().cloned() else {
+            return;
+        };
+        {
+            let mut state = self.write();
+            if state.namespaces.is_some() {
+                return;
+            }
+            state.namespaces = Some(HashMap::new());
+        }
+        let api: Api<PartialObjectMeta<Namespace>> = Api::all(runner.client.clone());
+        let config = watcher::Config::default();
+        let stream = runner
+            .health
+            .track(
+                "Scaler namespaces",
+                health::key(&api, &config),
+                watcher(api, config),
+            )
+            .backoff(tolerant::backoff());
+        let inventory = self.clone();
+        let claims = claims.clone();
+        let mut stop = runner.stop.clone();
+        tokio::spawn(async move {
+            let mut stream = std::pin::pin!(stream);
+            loop {
+                let event = tokio::select! {
+                    e = stream.next() => e,
+                    _ = stop.wait_for(|s| *s) => None,
+                };
+                let Some(event) = event else { break };
+                let Ok(event) = event else { continue };
+                let changed = match &event {
+                    Event::Apply(ns) | Event::InitApply(ns) => Some(ns),
+                    Event::Delete(ns) => Some(ns),
+                    _ => None,
+                };
+                if let Some(ns) = changed {
+                    let mut state = inventory.write();
+                    let map = state.namespaces.get_or_insert_with(HashMap::new);
+                    match &event {
+                        Event::Delete(_) => map.remove(&ns.name_any()),
+                        _ => map.insert(ns.name_any(), ns.labels().clone()),
+                    };
+                }
+                // A namespace's labels changed: every Scaler selecting by them looks again.
+                if matches!(event, Event::Apply(_) | Event::InitDone) {
+                    let index = claims.read();
+                    for (c, s) in index.selectors() {
+                        if s.namespace_selector.is_some() {
+                            let _ = runner
+                                .wake
+                                .unbounded_send(ObjectRef::new(&c.name).within(&c.namespace));
+                        }
+                    }
+                }
+            }
+        });
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, State> {
+        self.state.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, State> {
+        self.state.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Keeps one watch event and wakes the Scalers it concerns: those that name or claim the
+    /// object, hold its record, or select it before or after the change.
+    fn apply(
+        &self,
+        key: &KindKey,
+        event: Event<PartialObjectMeta<DynamicObject>>,
+        relisted: &mut Option<BTreeMap<String, BTreeMap<String, Entry>>>,
+        claims: &Claims,
+        wake: &UnboundedSender<ObjectRef<Scaler>>,
+    ) {
+        let mut woken: BTreeSet<Claimant> = BTreeSet::new();
+        let mut touched = Vec::new();
+        match event {
+            Event::Init => *relisted = Some(BTreeMap::new()),
+            Event::InitApply(o) => {
+                let (ns, name) = (o.namespace().unwrap_or_default(), o.name_any());
+                relisted
+                    .get_or_insert_with(BTreeMap::new)
+                    .entry(ns)
+                    .or_default()
+                    .insert(name, Entry::of(&o.metadata));
+            }
+            Event::InitDone => {
+                let fresh = relisted.take().unwrap_or_default();
+                let mut state = self.write();
+                if let Some(objects) = state.kinds.get_mut(key) {
+                    objects.by_namespace = fresh;
+                    objects.synced = true;
+                }
+                drop(state);
+                // Listed whole: every Scaler selecting this kind looks again.
+                let index = claims.read();
+                for (c, s) in index.selectors() {
+                    let selects_kind = s
+                        .kinds()
+                        .iter()
+                        .any(|(v, k)| kubesteer_api::claims::group_of(v) == key.0 && *k == key.1);
+                    if selects_kind {
+                        woken.insert(c.clone());
+                    }
+                }
+            }
+            Event::Apply(o) => {
+                let (ns, name) = (o.namespace().unwrap_or_default(), o.name_any());
+                let entry = Entry::of(&o.metadata);
+                let before = self.put(key, &ns, &name, Some(entry.clone()));
+                touched.push((ns, name, before, Some(entry)));
+            }
+            Event::Delete(o) => {
+                let (ns, name) = (o.namespace().unwrap_or_default(), o.name_any());
+                let before = self.put(key, &ns, &name, None);
+                touched.push((ns, name, before, None));
+            }
+        }
+        if !touched.is_empty() {
+            let index = claims.read();
+            let state = self.read();
+            for (ns, name, before, after) in &touched {
+                let ns_labels = state.namespaces.as_ref().and_then(|n| n.get(ns));
+                let target = Target {
+                    group: key.0.clone(),
+                    kind: key.1.clone(),
+                    namespace: ns.clone(),
+                    name: name.clone(),
+                };
+                woken.extend(index.claimants(&target).cloned());
+                for entry in [before, after].into_iter().flatten() {
+                    let candidate = Candidate {
+                        group: &key.0,
+                        kind: &key.1,
+                        namespace: ns,
+                        name,
+                        labels: &entry.labels,
+                        namespace_labels: ns_labels,
+                    };
+                    woken.extend(index.selectors_of(&candidate).cloned());
+                    if let Some((hns, hname)) =
+                        entry.holder.as_deref().and_then(|h| h.split_once('/'))
+                    {
+                        let _ = wake.unbounded_send(ObjectRef::new(hname).within(hns));
+                    }
+                }
+            }
+        }
+        for c in woken {
+            let _ = wake.unbounded_send(ObjectRef::new(&c.name).within(&c.namespace));
+        }
+    }
+
+    /// Sets (or, with None, removes) one object's entry; returns the one it replaced.
+    fn put(&self, key: &KindKey, ns: &str, name: &str, entry: Option<Entry>) -> Option<Entry> {
+        let mut state = self.write();
+        let objects = state.kinds.get_mut(key)?;
+        match entry {
+            Some(e) => objects
+                .by_namespace
+                .entry(ns.to_string())
+                .or_default()
+                .insert(name.to_string(), e),
+            None => {
+                let names = objects.by_namespace.get_mut(ns)?;
+                let before = names.remove(name);
+                if names.is_empty() {
+                    objects.by_namespace.remove(ns);
+                }
+                before
+            }
+        }
+    }
+
+    /// What the selector of `scaler` (the claimant `me`, in namespace `own`) picks now, as
+    /// `claims` arbitrates: an object another Scaler names is that one's; of two selectors
+    /// that pick one object, the older Scaler's.
+    pub fn selected(&self, scaler: &Scaler, me: &Claimant, claims: &ClaimIndex) -> Selected {
+        let own = me.namespace.as_str();
+        let Some(selector) = &scaler.spec.selector else {
+            return Selected {
+                complete: true,
+                ..Selected::default()
+            };
+        };
+        let Ok(matcher) = selector.matcher(own) else {
+            return Selected::default();
+        };
+        let state = self.read();
+        let mut mine = Vec::new();
+        let mut complete = true;
+        let listed = selector.listed_namespaces(own);
+        if listed.is_none() && state.namespaces.is_none() {
+            complete = false;
+        }
+        for (api_version, kind) in selector.kinds() {
+            let group = kubesteer_api::claims::group_of(&api_version).to_string();
+            let Some(objects) = state.kinds.get(&(group.clone(), kind.clone())) else {
+                complete = false;
+                continue;
+            };
+            complete &= objects.synced;
+            let namespaces: Box<dyn Iterator<Item = (&String, &BTreeMap<String, Entry>)>> =
+                match &listed {
+                    Some(names) => Box::new(
+                        names
+                            .iter()
+                            .filter_map(|n| objects.by_namespace.get_key_value(*n)),
+                    ),
+                    None => Box::new(objects.by_namespace.iter()),
+                };
+            for (ns, names) in namespaces {
+                let ns_labels = state.namespaces.as_ref().and_then(|n| n.get(ns));
+                for (name, entry) in names {
+                    let candidate = Candidate {
+                        group: &group,
+                        kind: &kind,
+                        namespace: ns,
+                        name,
+                        labels: &entry.labels,
+                        namespace_labels: ns_labels,
+                    };
+                    if !matcher.selects((&group, &kind), ns, name, &entry.labels, ns_labels) {
+                        continue;
+                    }
+                    let target = candidate.target();
+                    if claims.named_elsewhere(&target, me).is_some()
+                        || claims.older_selector(&candidate, me).is_some()
+                    {
+                        continue;
+                    }
+                    mine.push(Named {
+                        api_version: objects.api_version.clone(),
+                        kind: target.kind,
+                        namespace: target.namespace,
+                        name: target.name,
+                    });
+                }
+            }
+        }
+        Selected { mine, complete }
+    }
+
+    /// The objects whose record names the Scaler `me` (`namespace/name`): what it holds,
+    /// selected or not.
+    pub fn held_by(&self, me: &str) -> Vec<Named> {
+        let state = self.read();
+        let mut held = Vec::new();
+        for ((_, kind), objects) in &state.kinds {
+            for (ns, names) in &objects.by_namespace {
+                for (name, entry) in names {
+                    if entry.holder.as_deref() == Some(me) {
+                        held.push(Named {
+                            api_version: objects.api_version.clone(),
+                            kind: kind.clone(),
+                            namespace: ns.clone(),
+                            name: name.clone(),
+                        });
+                    }
+                }
+            }
+        }
+        held
+    }
+
+    /// Whether the selector of the Scaler `namespace/name` picks the object `target` (group,
+    /// kind, namespace, name), as far as the watches know it.
+    pub fn selects(&self, claims: &ClaimIndex, scaler: (&str, &str), target: &Target) -> bool {
+        let state = self.read();
+        let Some(objects) = state
+            .kinds
+            .get(&(target.group.clone(), target.kind.clone()))
+        else {
+            return false;
+        };
+        let Some(entry) = objects
+            .by_namespace
+            .get(&target.namespace)
+            .and_then(|n| n.get(&target.name))
+        else {
+            return false;
+        };
+        let candidate = Candidate {
+            group: &target.group,
+            kind: &target.kind,
+            namespace: &target.namespace,
+            name: &target.name,
+            labels: &entry.labels,
+            namespace_labels: state
+                .namespaces
+                .as_ref()
+                .and_then(|n| n.get(&target.namespace)),
+        };
+        claims.selected_by(scaler.0, scaler.1, &candidate)
+    }
+}
