@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use futures::channel::mpsc::UnboundedSender;
 use futures::StreamExt;
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{ApiResource, DynamicObject};
 use kube::core::PartialObjectMeta;
@@ -29,6 +30,10 @@ use crate::reconcilers::scaler::Named;
 
 /// (group, kind).
 type KindKey = (String, String);
+/// A target an HPA scales: (group, kind, name).
+type Scaled = (String, String, String);
+/// Per namespace, each target HPAs scale and how many.
+type Autoscaled = HashMap<String, BTreeMap<Scaled, usize>>;
 
 /// One watched object: its labels and the Scaler (`namespace/name`) whose record it carries.
 #[derive(Debug, Clone, PartialEq)]
@@ -62,6 +67,9 @@ struct Objects {
 #[derive(Debug, Default)]
 struct State {
     kinds: HashMap<KindKey, Objects>,
+    /// The targets HorizontalPodAutoscalers scale, per namespace: (group, kind, name) → how
+    /// many HPAs; None until the watch has listed them all once.
+    autoscaled: Option<Autoscaled>,
     /// Every namespace's labels, once a selector needs them.
     namespaces: Option<HashMap<String, BTreeMap<String, String>>>,
 }
@@ -114,9 +122,10 @@ impl Inventory {
             wake,
             stop,
         };
-        if self.runner.set(runner).is_err() {
+        if self.runner.set(runner.clone()).is_err() {
             return;
         }
+        self.watch_autoscalers(&runner, &claims);
         for (group, version, kind, plural) in [
             ("apps", "v1", "Deployment", "deployments"),
             ("apps", "v1", "StatefulSet", "statefulsets"),
@@ -241,6 +250,175 @@ impl Inventory {
                 }
             }
         });
+    }
+
+    /// Watches the HorizontalPodAutoscalers, to know which targets none scales (most of a
+    /// fleet): those need no read of their namespace's HPAs. A change wakes the Scalers of the
+    /// target it scales.
+    fn watch_autoscalers(&self, runner: &Runner, claims: &Claims) {
+        let api: Api<HorizontalPodAutoscaler> = match &runner.namespace {
+            Some(ns) => Api::namespaced(runner.client.clone(), ns),
+            None => Api::all(runner.client.clone()),
+        };
+        let config = watcher::Config::default();
+        let stream = runner
+            .health
+            .track(
+                "Scaler target HorizontalPodAutoscaler",
+                health::key(&api, &config),
+                watcher(api, config),
+            )
+            .backoff(tolerant::backoff());
+        let inventory = self.clone();
+        let claims = claims.clone();
+        let runner = runner.clone();
+        let mut stop = runner.stop.clone();
+        tokio::spawn(async move {
+            let mut stream = std::pin::pin!(stream);
+            let mut relisted: Option<Autoscaled> = None;
+            // Each HPA's target as last seen, to take it off when the HPA changes or goes.
+            let mut seen: HashMap<(String, String), Scaled> = HashMap::new();
+            loop {
+                let event = tokio::select! {
+                    e = stream.next() => e,
+                    _ = stop.wait_for(|s| *s) => None,
+                };
+                let Some(event) = event else { break };
+                let Ok(event) = event else { continue };
+                let scaled = |h: &HorizontalPodAutoscaler| {
+                    let r = &h.spec.as_ref()?.scale_target_ref;
+                    let group = kubesteer_api::claims::group_of(
+                        r.api_version.as_deref().unwrap_or_default(),
+                    );
+                    Some((group.to_string(), r.kind.clone(), r.name.clone()))
+                };
+                let key =
+                    |h: &HorizontalPodAutoscaler| (h.namespace().unwrap_or_default(), h.name_any());
+                let mut woken = Vec::new();
+                match event {
+                    Event::Init => {
+                        relisted = Some(HashMap::new());
+                        seen.clear();
+                    }
+                    Event::InitApply(h) => {
+                        if let Some(t) = scaled(&h) {
+                            let (ns, _) = key(&h);
+                            *relisted
+                                .get_or_insert_with(HashMap::new)
+                                .entry(ns)
+                                .or_default()
+                                .entry(t.clone())
+                                .or_default() += 1;
+                            seen.insert(key(&h), t);
+                        }
+                    }
+                    Event::InitDone => {
+                        inventory.write().autoscaled = Some(relisted.take().unwrap_or_default());
+                    }
+                    Event::Apply(h) => {
+                        let (ns, name) = key(&h);
+                        let before = seen.remove(&(ns.clone(), name.clone()));
+                        let after = scaled(&h);
+                        inventory.count(&ns, before.as_ref(), after.as_ref());
+                        if let Some(t) = &after {
+                            seen.insert((ns.clone(), name), t.clone());
+                        }
+                        woken.extend(
+                            [before, after]
+                                .into_iter()
+                                .flatten()
+                                .map(|t| (ns.clone(), t)),
+                        );
+                    }
+                    Event::Delete(h) => {
+                        let (ns, name) = key(&h);
+                        let before = seen.remove(&(ns.clone(), name));
+                        inventory.count(&ns, before.as_ref(), None);
+                        woken.extend(before.map(|t| (ns, t)));
+                    }
+                }
+                for (ns, (group, kind, name)) in woken {
+                    inventory.wake_for(&claims, &runner.wake, &group, &kind, &ns, &name);
+                }
+            }
+        });
+    }
+
+    /// Moves one HPA's count from the target `before` to `after` in `ns`.
+    fn count(&self, ns: &str, before: Option<&Scaled>, after: Option<&Scaled>) {
+        let mut state = self.write();
+        let Some(autoscaled) = state.autoscaled.as_mut() else {
+            return;
+        };
+        let targets = autoscaled.entry(ns.to_string()).or_default();
+        if let Some(t) = before {
+            if let Some(n) = targets.get_mut(t) {
+                *n -= 1;
+                if *n == 0 {
+                    targets.remove(t);
+                }
+            }
+        }
+        if let Some(t) = after {
+            *targets.entry(t.clone()).or_default() += 1;
+        }
+    }
+
+    /// Whether no HorizontalPodAutoscaler scales `target`, as the watch knows: false until it
+    /// has listed them once (then the HPAs are read).
+    pub fn surely_unscaled(&self, target: &Named) -> bool {
+        let state = self.read();
+        let Some(autoscaled) = &state.autoscaled else {
+            return false;
+        };
+        let key = (
+            kubesteer_api::claims::group_of(&target.api_version).to_string(),
+            target.kind.clone(),
+            target.name.clone(),
+        );
+        !autoscaled
+            .get(&target.namespace)
+            .is_some_and(|t| t.contains_key(&key))
+    }
+
+    /// Wakes the Scalers that name, claim or select the object `group`/`kind` `ns`/`name`.
+    fn wake_for(
+        &self,
+        claims: &Claims,
+        wake: &UnboundedSender<ObjectRef<Scaler>>,
+        group: &str,
+        kind: &str,
+        ns: &str,
+        name: &str,
+    ) {
+        let index = claims.read();
+        let state = self.read();
+        let target = Target {
+            group: group.into(),
+            kind: kind.into(),
+            namespace: ns.into(),
+            name: name.into(),
+        };
+        let mut woken: BTreeSet<&Claimant> = index.claimants(&target).collect();
+        let entry = state
+            .kinds
+            .get(&(group.to_string(), kind.to_string()))
+            .and_then(|o| o.by_namespace.get(ns))
+            .and_then(|n| n.get(name));
+        let candidate = entry.map(|e| Candidate {
+            group,
+            kind,
+            namespace: ns,
+            name,
+            labels: &e.labels,
+            namespace_labels: state.namespaces.as_ref().and_then(|n| n.get(ns)),
+        });
+        if let Some(candidate) = &candidate {
+            woken.extend(index.selectors_of(candidate));
+        }
+        for c in woken {
+            let _ = wake.unbounded_send(ObjectRef::new(&c.name).within(&c.namespace));
+        }
     }
 
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, State> {

@@ -554,7 +554,7 @@ fn rbac_grants_exactly_what_each_binary_uses() -> Result<()> {
     controller.extend(expand(
         &["autoscaling"],
         &["horizontalpodautoscalers"],
-        &["get", "list", "patch"],
+        &["get", "list", "watch", "patch"],
         None,
     ));
     controller.extend(expand(&[""], &["services"], &write, None));

@@ -1006,3 +1006,150 @@ fn notes_of(ns: &str, reason: &str) -> Result<Vec<String>> {
         },
     )
 }
+
+/// The Targets column of `kubectl get scaler` for `name` in the user namespace.
+fn targets_column(release: &Release, name: &str) -> Result<String> {
+    let run = kubectl_ok(
+        &[
+            "get",
+            "-n",
+            &release.user_ns,
+            "scaler",
+            name,
+            "--no-headers",
+        ],
+        None,
+    )?;
+    let header = kubectl_ok(&["get", "-n", &release.user_ns, "scaler", name], None)?;
+    let columns: Vec<&str> = header
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    let at = columns
+        .iter()
+        .position(|c| *c == "TARGETS")
+        .context("a TARGETS column")?;
+    Ok(run
+        .split_whitespace()
+        .nth(at)
+        .unwrap_or_default()
+        .to_string())
+}
+
+#[test]
+fn a_selector_scales_what_matches_picks_up_newcomers_gives_back_leavers_and_yields_to_names(
+) -> Result<()> {
+    let release = Release::install("sel", &[])?;
+    let n = release.user_ns.clone();
+    let n = n.as_str();
+    for name in ["web-a", "web-b", "keep", "db"] {
+        release.create_deployment(name)?;
+        let tier = if name == "db" { "db" } else { "web" };
+        kubectl_ok(
+            &[
+                "label",
+                "-n",
+                n,
+                &format!("deployment/{name}"),
+                &format!("tier={tier}"),
+            ],
+            None,
+        )?;
+    }
+    let scaler = |name: &str, replicas: u32, targets: &str| {
+        format!(
+            "apiVersion: kubesteer.io/v1beta1\nkind: Scaler\nmetadata: {{name: {name}}}\nspec:\n{targets}  windows: [{}]\n",
+            window(-1, 1, replicas)
+        )
+    };
+    let selector = "  selector: {matchLabels: {tier: web}, exclude: [{name: keep}]}\n";
+    let run = release.apply(&scaler("fleet", 3, selector))?;
+    ensure!(run.ok, "{run:?}");
+    for web in ["web-a", "web-b"] {
+        user_wait(
+            &release,
+            &format!("deployment/{web}"),
+            "{.spec.replicas}",
+            "3",
+        )?;
+    }
+    user_wait(&release, "scaler/fleet", "{.status.targetCount}", "2")?;
+    assert_eq!(targets_column(&release, "fleet")?, "2");
+    assert_eq!(
+        user_get(&release, "deployment/keep", "{.spec.replicas}")?,
+        "1",
+        "excluded by name"
+    );
+    assert_eq!(
+        user_get(&release, "deployment/db", "{.spec.replicas}")?,
+        "1",
+        "another tier"
+    );
+
+    // A newcomer that matches is picked up from the watch; a leaver is given back.
+    release.create_deployment("web-c")?;
+    kubectl_ok(&["label", "-n", n, "deployment/web-c", "tier=web"], None)?;
+    user_wait(&release, "deployment/web-c", "{.spec.replicas}", "3")?;
+    kubectl_ok(&["label", "-n", n, "deployment/web-b", "tier-"], None)?;
+    user_wait(&release, "deployment/web-b", "{.spec.replicas}", "1")?;
+    user_wait(&release, "scaler/fleet", "{.status.targetCount}", "2")?;
+
+    // A younger Scaler with the same selector picks nothing: the older one scales them.
+    let run = release.apply(&scaler("younger", 5, selector))?;
+    ensure!(run.ok, "{run:?}");
+    user_wait(&release, "scaler/younger", "{.status.targetCount}", "0")?;
+    assert_eq!(
+        user_get(&release, "deployment/web-a", "{.spec.replicas}")?,
+        "3"
+    );
+    kubectl_ok(
+        &["delete", "-n", n, "scaler/younger", "--timeout=60s"],
+        None,
+    )?;
+
+    // A Scaler that names a target beats any selector: the fleet lets web-a go to it.
+    let named = "  scaleTargetRefs: [{apiVersion: apps/v1, kind: Deployment, name: web-a}]\n";
+    let run = release.apply(&scaler("named", 4, named))?;
+    ensure!(run.ok, "{run:?}");
+    user_wait(&release, "deployment/web-a", "{.spec.replicas}", "4")?;
+    user_wait(&release, "scaler/fleet", "{.status.targetCount}", "1")?;
+
+    // The author must be able to scale every selected kind wherever the selector searches.
+    kubesteer_tests::grant(
+        n,
+        "scaler-author",
+        "get,list,create,update,patch",
+        "scalers.kubesteer.io",
+        "carol",
+    )?;
+    let run = kubesteer_tests::apply_as("carol", n, &scaler("carols", 0, selector))?;
+    assert!(!run.ok, "{run:?}");
+    assert!(
+        run.stderr.contains(&format!(
+            "spec.selector: Forbidden: user \"carol\" may not patch deployments/scale (apps) in namespace \"{n}\""
+        )),
+        "{}",
+        run.stderr
+    );
+    let everywhere = "  selector: {namespaceSelector: {matchLabels: {env: dev}}}\n";
+    let run = kubesteer_tests::apply_as("carol", n, &scaler("carols", 0, everywhere))?;
+    assert!(!run.ok, "{run:?}");
+    assert!(
+        run.stderr.contains("spec.selector.namespaceSelector: Forbidden: user \"carol\" may not patch deployments/scale (apps) in every namespace"),
+        "{}",
+        run.stderr
+    );
+
+    // Deleted, the fleet gives back what it scaled.
+    kubectl_ok(&["delete", "-n", n, "scaler/fleet", "--timeout=60s"], None)
+        .with_context(|| release.describe())?;
+    user_wait(&release, "deployment/web-c", "{.spec.replicas}", "1")?;
+    assert_eq!(
+        user_get(&release, "deployment/web-a", "{.spec.replicas}")?,
+        "4",
+        "still the named Scaler's"
+    );
+    Ok(())
+}

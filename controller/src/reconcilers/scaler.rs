@@ -580,6 +580,10 @@ async fn autoscaler(
     if scaler.spec.hpa_cooperation() != HpaCooperation::Enabled {
         return Ok(None);
     }
+    // Most targets of a fleet have none: known from the watch, without a read.
+    if ctx.inventory.surely_unscaled(target) {
+        return Ok(None);
+    }
     let api: Api<HorizontalPodAutoscaler> = Api::namespaced(ctx.client.clone(), &target.namespace);
     let hpas = api.list(&ListParams::default()).await?;
     Ok(autoscaler_of(&hpas.items, target).cloned())
