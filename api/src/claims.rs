@@ -210,13 +210,23 @@ impl ClaimIndex {
 
     /// Another Scaler whose spec names `target`: it is that one's, whatever selects it.
     pub fn named_elsewhere(&self, target: &Target, me: &Claimant) -> Option<&Claimant> {
-        self.claimants(target).find(|c| {
-            !c.is(&me.namespace, &me.name)
-                && self
-                    .scalers
-                    .get(&(c.namespace.clone(), c.name.clone()))
-                    .is_some_and(|claim| claim.named.contains(target))
-        })
+        self.claimants(target)
+            .find(|c| !c.is(&me.namespace, &me.name) && self.names(c, target))
+    }
+
+    /// The oldest Scaler older than `me` whose spec names `target`: a second name for it is
+    /// refused at admission. (One that holds it only by its selector, or until it has given
+    /// it back, lets it go to `me`.)
+    pub fn older_naming(&self, target: &Target, me: &Claimant) -> Option<&Claimant> {
+        self.claimants(target)
+            .find(|c| !c.is(&me.namespace, &me.name) && self.names(c, target))
+            .filter(|c| *c < me)
+    }
+
+    fn names(&self, c: &Claimant, target: &Target) -> bool {
+        self.scalers
+            .get(&(c.namespace.clone(), c.name.clone()))
+            .is_some_and(|claim| claim.named.contains(target))
     }
 
     /// The oldest Scaler older than `me` whose selector picks `candidate`, which therefore

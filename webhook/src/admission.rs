@@ -440,6 +440,10 @@ async fn scaler_rules<C: Cluster>(
                 path.clone(),
                 format!("{target} is already scaled by Scaler {other}"),
             ));
+        } else if let Some(other) = cluster.holder(&target, me) {
+            warnings.push(format!(
+                "{path}: {target} is scaled now by Scaler {other}, which does not name it; it lets it go to this Scaler"
+            ));
         }
         if cluster.target_exists(&target) == Some(false) {
             warnings.push(format!(

@@ -37,9 +37,14 @@ pub trait Cluster: Send + Sync + 'static {
         api_version: &str,
         kind: &str,
     ) -> impl Future<Output = Result<Mapping, String>> + Send;
-    /// The other Scaler (`namespace/name`) that claims this target and is older than `me`,
-    /// so owns it, if any (`kubesteer_api::claims`: a Scaler under CREATE is the youngest).
+    /// The other Scaler (`namespace/name`) that names this target in its spec and is older than
+    /// `me`, so owns it, if any (`kubesteer_api::claims`: a Scaler under CREATE is the youngest).
     fn claimant(&self, target: &Target, me: &Claimant) -> Option<String>;
+    /// The older Scaler that holds the target without naming it (by its selector, or until it
+    /// has given it back), which lets it go to one that names it.
+    fn holder(&self, _target: &Target, _me: &Claimant) -> Option<String> {
+        None
+    }
     /// Whether the target exists; None while the cache is not yet filled, or for a kind the
     /// webhook keeps no cache of (only Deployments are cached).
     fn target_exists(&self, target: &Target) -> Option<bool>;
@@ -212,6 +217,13 @@ impl Cluster for KubeCluster {
     }
 
     fn claimant(&self, target: &Target, me: &Claimant) -> Option<String> {
+        self.claims
+            .read()
+            .older_naming(target, me)
+            .map(Claimant::id)
+    }
+
+    fn holder(&self, target: &Target, me: &Claimant) -> Option<String> {
         self.claims
             .read()
             .older_claimant(target, me)
