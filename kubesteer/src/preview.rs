@@ -135,9 +135,23 @@ async fn targets_now(client: &Client, scaler: &kubesteer_api::Scaler, namespace:
         }
     }
     let mut rows = Vec::new();
-    for (target, ns) in scaler.spec.targets(namespace) {
-        let t = Target::of(target, ns);
-        let seen = look(client, &target.api_version, &t).await;
+    let named = scaler
+        .spec
+        .targets(namespace)
+        .map(|(target, ns)| (target.api_version.clone(), Target::of(target, ns)));
+    // And those its selector picked, as its status lists them.
+    let selected = scaler.status.iter().flat_map(|s| &s.targets).map(|t| {
+        (
+            t.api_version.clone(),
+            Target::new(&t.api_version, &t.kind, &t.namespace, &t.name),
+        )
+    });
+    let mut seen_targets = std::collections::BTreeSet::new();
+    for (api_version, t) in named.chain(selected) {
+        if !seen_targets.insert(t.clone()) {
+            continue;
+        }
+        let seen = look(client, &api_version, &t).await;
         let replicas = match (&seen.error, seen.replicas) {
             (Some(e), _) => format!("error: {e}"),
             (None, Some(r)) => r.to_string(),

@@ -86,7 +86,17 @@ pub async fn why(connection: &Connection, object: &str, now: Instant) -> Result<
                 && query.matches(&target.group, &target.kind))
             .then(|| (target, t.api_version.clone()))
         });
-        found
+        // A target its selector picked is listed in its status.
+        let selected = || {
+            s.status.iter().flat_map(|st| &st.targets).find_map(|t| {
+                let target = Target::new(&t.api_version, &t.kind, &t.namespace, &t.name);
+                (target.namespace == namespace
+                    && target.name == name
+                    && query.matches(&target.group, &target.kind))
+                .then(|| (target, t.api_version.clone()))
+            })
+        };
+        found.or_else(selected)
     });
     let mut out = String::new();
     let Some((target, api_version)) = claimed else {

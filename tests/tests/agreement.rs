@@ -275,6 +275,29 @@ fn scaler_cases() -> Vec<Case> {
         |i| json!({"apiVersion": "apps/v1", "kind": "Deployment", "name": format!("web-{i}")}),
     );
     c.spec(
+        "a selector instead of targets",
+        json!({"selector": {"matchLabels": {"tier": "web"}, "namespaces": ["a", "b"], "exclude": [{"name": "keep"}]},
+               "windows": [{"start": 9, "end": 17}]}),
+        Accept,
+    );
+    c.spec(
+        "neither targets nor a selector",
+        json!({"windows": [{"start": 9, "end": 17}]}),
+        Refuse,
+    );
+    c.items(
+        "/selector/namespaces",
+        1,
+        sc::MAX_SELECTED_NAMESPACES,
+        |i| json!(format!("ns-{i}")),
+    );
+    c.items(
+        "/selector/kinds",
+        1,
+        sc::MAX_SELECTED_KINDS,
+        |i| json!({"apiVersion": "apps/v1", "kind": format!("Kind{i}")}),
+    );
+    c.spec(
         "two identical targets",
         json!({"scaleTargetRefs": [web, web], "windows": [{"start": 9, "end": 17}]}),
         Refuse,
