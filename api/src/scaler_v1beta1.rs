@@ -460,6 +460,38 @@ impl ScalerSpec {
         errors
     }
 
+    /// Every part of the spec that reaches beyond the Scaler's namespace `own`, refused where
+    /// the installation allows Scalers their own namespace only.
+    pub fn beyond_own_namespace(&self, own: &str) -> FieldErrors {
+        const WHY: &str = "this installation allows Scalers to reach their own namespace only (chart value webhook.scalersAcrossNamespaces)";
+        let mut errors = FieldErrors::new();
+        for (i, (_, ns)) in self.targets(own).enumerate() {
+            if ns != own {
+                errors.push(FieldError::forbidden(
+                    format!("spec.scaleTargetRefs[{i}].namespace"),
+                    WHY,
+                ));
+            }
+        }
+        if let Some(selector) = &self.selector {
+            if selector.namespace_selector.is_some() {
+                errors.push(FieldError::forbidden(
+                    "spec.selector.namespaceSelector",
+                    WHY,
+                ));
+            }
+            for (i, ns) in selector.namespaces.iter().flatten().enumerate() {
+                if ns != own {
+                    errors.push(FieldError::forbidden(
+                        format!("spec.selector.namespaces[{i}]"),
+                        WHY,
+                    ));
+                }
+            }
+        }
+        errors
+    }
+
     /// The parsed `excludeDates`, skipping malformed entries (validation reports them).
     pub fn exclude_dates(&self) -> Vec<ExcludeDate> {
         self.exclude_dates
@@ -728,6 +760,39 @@ mod tests {
             "outsideReplicas": 0,
             "hpaCooperation": "Disabled"
         })
+    }
+
+    #[test]
+    fn reaching_beyond_the_own_namespace_is_named_where_it_happens() {
+        let spec: ScalerSpec = serde_json::from_value(serde_json::json!({
+            "scaleTargetRefs": [
+                {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+                {"apiVersion": "apps/v1", "kind": "Deployment", "name": "db", "namespace": "data"},
+            ],
+            "selector": {"namespaces": ["team", "prod"]},
+            "windows": [{"start": 9, "end": 17}],
+        }))
+        .expect("a spec");
+        let paths: Vec<String> = spec
+            .beyond_own_namespace("team")
+            .into_iter()
+            .map(|e| e.path)
+            .collect();
+        assert_eq!(
+            paths,
+            [
+                "spec.scaleTargetRefs[1].namespace",
+                "spec.selector.namespaces[1]"
+            ]
+        );
+        let everywhere: ScalerSpec = serde_json::from_value(serde_json::json!({
+            "selector": {"namespaceSelector": {}}, "windows": [{"start": 9, "end": 17}],
+        }))
+        .expect("a spec");
+        assert_eq!(
+            everywhere.beyond_own_namespace("team")[0].path,
+            "spec.selector.namespaceSelector"
+        );
     }
 
     #[test]

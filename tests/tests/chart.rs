@@ -1522,6 +1522,14 @@ fn allowed_images_reach_the_webhook_and_none_means_any() -> Result<()> {
             "{value}"
         );
     }
+    // Scalers across namespaces: allowed unless the value says no.
+    let own_only = "KUBESTEER_SCALERS_OWN_NAMESPACE_ONLY";
+    assert_eq!(env(container(&render(&[])?, &webhook), own_only), None);
+    let docs = render(&["--set", "webhook.scalersAcrossNamespaces=false"])?;
+    assert_eq!(
+        env_value(container(&docs, &webhook), own_only).as_deref(),
+        Some("true")
+    );
     // The bound on SubjectAccessReviews: 50 per second, bursts of 100, unless set; never 0.
     let sar = |docs: &[Value]| {
         [

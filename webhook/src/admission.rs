@@ -42,6 +42,9 @@ pub struct AppState<C> {
     pub implementation_specific_paths: bool,
     /// Whether an Application may have an Ingress for a host another namespace serves.
     pub host_sharing: bool,
+    /// Whether a Scaler may reach only its own namespace (the chart's
+    /// `webhook.scalersAcrossNamespaces: false`).
+    pub scalers_own_namespace_only: bool,
     /// Bytes of request bodies read at once (`--request-body-budget`), for every POST route.
     pub budget: Budget,
 }
@@ -63,6 +66,7 @@ impl<C: Cluster> AppState<C> {
             images: ImagePolicy::default(),
             implementation_specific_paths: false,
             host_sharing: false,
+            scalers_own_namespace_only: false,
             budget: Budget::default(),
         }
     }
@@ -369,6 +373,13 @@ async fn scaler_rules<C: Cluster>(
     if !duplicates.is_empty() {
         errors.extend(duplicates);
         return;
+    }
+    if state.scalers_own_namespace_only {
+        let outside = spec.beyond_own_namespace(&me.namespace);
+        if !outside.is_empty() {
+            errors.extend(outside);
+            return;
+        }
     }
     let cluster = &state.cluster;
     // Each target's and selected kind's kind through the RESTMapper: one the cluster cannot

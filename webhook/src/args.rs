@@ -63,6 +63,16 @@ pub struct Args {
     #[arg(long, env = "KUBESTEER_ALLOW_HOST_SHARING", default_value_t = false)]
     pub allow_host_sharing: bool,
 
+    /// Refuse Scalers that reach beyond their own namespace: a target in another namespace, a
+    /// selector listing other namespaces or selecting namespaces by label (off: allowed, with
+    /// the author's permission there checked).
+    #[arg(
+        long,
+        env = "KUBESTEER_SCALERS_OWN_NAMESPACE_ONLY",
+        default_value_t = false
+    )]
+    pub scalers_own_namespace_only: bool,
+
     /// PEM file of the CA(s) that sign the client certificate the apiserver presents to webhooks
     /// (through its AdmissionConfiguration's kubeconfig); reloaded when it changes. Set: /mutate
     /// and /validate answer only clients with such a certificate (401 otherwise), since anyone

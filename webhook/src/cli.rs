@@ -91,6 +91,7 @@ async fn serve(args: Args) -> Result<(), Error> {
     state.images = kubesteer_api::access::ImagePolicy::new(args.allowed_images.clone());
     state.implementation_specific_paths = args.allow_implementation_specific_paths;
     state.host_sharing = args.allow_host_sharing;
+    state.scalers_own_namespace_only = args.scalers_own_namespace_only;
     state.permissions.set_limit(args.sar_limit());
     state.budget = crate::budget::Budget::new(args.request_body_budget);
     let state = Arc::new(state);

@@ -193,6 +193,34 @@ async fn a_cross_namespace_target_needs_permission_to_scale_there() {
 }
 
 #[tokio::test]
+async fn where_scalers_keep_to_their_namespace_a_selector_elsewhere_is_refused() {
+    let review = with_spec(
+        "scaler-create.json",
+        json!({"selector": {"namespaces": ["team", "prod"]}, "windows": [{"start": 9, "end": 17}], "hpaCooperation": "Disabled"}),
+    );
+    let allowed = FakeCluster {
+        may_scale_in: vec!["team".into(), "prod".into()],
+        ..cluster()
+    };
+    let reply = send(allowed.clone(), "/validate/scalers", &review).await;
+    assert!(reply.allowed(), "{}", reply.body);
+    let mut state = kubesteer_webhook::AppState::new(allowed);
+    state.scalers_own_namespace_only = true;
+    let reply = send_to(
+        &Arc::new(state),
+        "/validate/scalers",
+        serde_json::to_vec(&review).unwrap(),
+    )
+    .await;
+    assert!(!reply.allowed());
+    assert!(
+        reply.message().contains("spec.selector.namespaces[1]: Forbidden: this installation allows Scalers to reach their own namespace only"),
+        "{}",
+        reply.message()
+    );
+}
+
+#[tokio::test]
 async fn a_target_claimed_by_another_scaler_is_denied_with_its_name() {
     let mut c = cluster();
     c.claims
