@@ -113,6 +113,9 @@ bench-webhook-memory:
 ## writes bench/results/controller.json.
 ## BENCH_SUBJECT=peers: convergence only; ceiling, kubesteer and the Go peer with kubebuilder's defaults
 ## and tuned, each on a fresh cluster, BENCH_REPEATS runs (3); bench/results/controller-peers.json.
+## BENCH_PHASES=fleet: on a fresh cluster, one selector Scaler per namespace switching BENCH_FLEET_NAMESPACES
+## (100) x BENCH_FLEET_PER_NAMESPACE (100) Deployments to 0 at one boundary, then Hold setting back
+## BENCH_FLEET_HOLD (1,000) scale-ups; bench/results/controller-fleet.json.
 bench-controller: control-plane
 	hack/bench-controller.sh
 

@@ -19,6 +19,14 @@
 #                BENCH_IDLE_SECONDS of quiet (twice: with the controller-manager running, and
 #                paused so that nothing changes), and the lateness of 30 more Scalers switching
 #                at once.
+#   fleet        on a fresh cluster of its own (bench/src/fleet.rs): BENCH_FLEET_NAMESPACES (default
+#                100) namespaces fleet-0.. with BENCH_FLEET_PER_NAMESPACE (default 100) Deployments
+#                each (label tier: web, BENCH_FLEET_REPLICAS replicas, default 2, on enough kwok
+#                nodes for their pods, BENCH_FLEET_NODES), one selector Scaler per namespace, every
+#                window closing at one minute boundary (every Deployment to 0 then: lateness seen by
+#                a watch, the controller's requests per target, its RSS); then BENCH_FLEET_HOLD
+#                (default 1,000) of them scaled back up by a plain client, which outside.mode Hold
+#                sets back to 0. Writes bench/results/controller-fleet.json (and nothing else).
 # Each phase merges its section into bench/results/controller.json as soon as it is done.
 # A benchmark, not a test: numbers vary with the machine and whatever else runs on it.
 #
@@ -44,6 +52,10 @@ late_scalers=${BENCH_LATENESS_SCALERS:-30}
 scale_memcacheds=${BENCH_SCALE_MEMCACHEDS:-50000}
 scale_scalers=${BENCH_SCALE_SCALERS:-10000}
 scale_namespaces=${BENCH_SCALE_NAMESPACES:-50}
+fleet_namespaces=${BENCH_FLEET_NAMESPACES:-100}
+fleet_per=${BENCH_FLEET_PER_NAMESPACE:-100}
+fleet_replicas=${BENCH_FLEET_REPLICAS:-2}
+fleet_hold=${BENCH_FLEET_HOLD:-1000}
 subject=${BENCH_SUBJECT:-kubesteer}
 case $subject in
   kubesteer) repeats=${BENCH_REPEATS:-1} ;;
@@ -385,5 +397,24 @@ if has scale; then
   process "$work/scale-process-end.json"
   report scale --seconds "$idle_seconds"
 fi
+if has fleet; then
+  stop_controller
+  # Enough kwok nodes (110 pods each) for every pod of the fleet, and two more.
+  fleet_pods=$((fleet_namespaces * fleet_per * fleet_replicas))
+  export KUBESTEER_NODES=${BENCH_FLEET_NODES:-$(((fleet_pods + 109) / 110 + 2))}
+  log "fleet: $fleet_namespaces namespaces x $fleet_per Deployments of $fleet_replicas replicas on $KUBESTEER_NODES kwok nodes, $fleet_namespaces Scalers, hold $fleet_hold"
+  fresh_cluster
+  start_controller "$work/fleet-controller.log"
+  fleet_notes=()
+  if [ -n "${BENCH_FLEET_NOTE:-}" ]; then fleet_notes=(--note "$BENCH_FLEET_NOTE"); fi
+  "${bench[@]}" fleet --namespaces "$fleet_namespaces" --per-namespace "$fleet_per" \
+    --replicas "$fleet_replicas" --hold "$fleet_hold" --concurrency "$concurrency" \
+    --lead-secs "${BENCH_FLEET_LEAD_SECS:-75}" --audit-dir "$logs" --user "$user" \
+    --controller-pid "$controller_pid" --controller-log "$work/fleet-controller.log" \
+    --nodes "$KUBESTEER_NODES" --commit "$(git rev-parse --short HEAD)" --k8s "$K8S_VERSION" \
+    ${fleet_notes[@]+"${fleet_notes[@]}"} --out bench/results/controller-fleet.json >"$work/fleet.json"
+  stop_controller
+  log "fleet: results in bench/results/controller-fleet.json"
+fi
 stop_controller
-log "results in bench/results/controller.json"
+if [[ $phases != " fleet " ]]; then log "results in bench/results/controller.json"; fi

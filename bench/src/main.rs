@@ -7,6 +7,7 @@
 #![deny(rust_2018_idioms)]
 
 mod echo;
+mod fleet;
 mod memory;
 mod report;
 mod reviews;
@@ -97,6 +98,49 @@ enum Command {
         /// watch saw them.
         #[arg(long)]
         controller_log: Option<PathBuf>,
+    },
+    /// The fleet phase (see fleet.rs): `namespaces` x `per_namespace` Deployments, one selector
+    /// Scaler per namespace whose window closes at one minute boundary, then `hold` of them
+    /// scaled up by a plain client for Hold to set back. Writes the results to `out`.
+    Fleet {
+        #[arg(long, default_value = "fleet")]
+        prefix: String,
+        #[arg(long, default_value_t = 100)]
+        namespaces: usize,
+        #[arg(long, default_value_t = 100)]
+        per_namespace: usize,
+        #[arg(long, default_value_t = 2)]
+        replicas: i32,
+        #[arg(long, default_value_t = 1000)]
+        hold: usize,
+        #[arg(long, default_value_t = 32)]
+        concurrency: usize,
+        #[arg(long, default_value_t = 75)]
+        lead_secs: i64,
+        /// The apiserver's log directory, with audit*.log.
+        #[arg(long)]
+        audit_dir: PathBuf,
+        /// The controller's user in the audit log.
+        #[arg(long)]
+        user: String,
+        #[arg(long)]
+        controller_pid: u32,
+        #[arg(long)]
+        controller_log: Option<PathBuf>,
+        /// Creating the fleet until rolled out, and each wait for the Scalers.
+        #[arg(long, default_value_t = 3600)]
+        setup_timeout_secs: u64,
+        /// Facts for the results file: fake nodes, commit, Kubernetes version, notes.
+        #[arg(long, default_value_t = 0)]
+        nodes: usize,
+        #[arg(long, default_value = "?")]
+        commit: String,
+        #[arg(long, default_value = "?")]
+        k8s: String,
+        #[arg(long = "note")]
+        notes: Vec<String>,
+        #[arg(long, default_value = "bench/results/controller-fleet.json")]
+        out: PathBuf,
     },
     /// Counts the requests of `user` in an apiserver audit log (Metadata level, one
     /// ResponseComplete event per request), received between `since` and `until`.
@@ -290,6 +334,54 @@ async fn main() -> Result<()> {
                 out["written"] = written_lateness(&log, &namespace, &out)?;
             }
             out
+        }
+        Command::Fleet {
+            prefix,
+            namespaces,
+            per_namespace,
+            replicas,
+            hold,
+            concurrency,
+            lead_secs,
+            audit_dir,
+            user,
+            controller_pid,
+            controller_log,
+            setup_timeout_secs,
+            nodes,
+            commit,
+            k8s,
+            notes,
+            out,
+        } => {
+            let client = Client::try_default().await?;
+            let o = fleet::Options {
+                prefix,
+                namespaces,
+                per_namespace,
+                replicas,
+                hold,
+                concurrency,
+                lead_secs,
+                audit_dir,
+                user,
+                controller_pid,
+                controller_log,
+                setup_timeout: Duration::from_secs(setup_timeout_secs),
+            };
+            let started = Instant::now();
+            let measured = fleet::run(client, &o).await?;
+            let facts = fleet::Facts {
+                nodes,
+                commit,
+                k8s,
+                notes,
+                took: started.elapsed(),
+            };
+            let doc = fleet::document(&o, &facts, measured)?;
+            std::fs::write(&out, serde_json::to_string_pretty(&doc)? + "\n")
+                .with_context(|| format!("writing {}", out.display()))?;
+            doc
         }
         Command::Audit {
             log,
