@@ -1077,6 +1077,14 @@ fn a_selector_scales_what_matches_picks_up_newcomers_gives_back_leavers_and_yiel
     }
     user_wait(&release, "scaler/fleet", "{.status.targetCount}", "2")?;
     assert_eq!(targets_column(&release, "fleet")?, "2");
+    // One event for the selected targets, not one each.
+    let notes = notes_of(n, "Scaled")?;
+    assert!(
+        notes
+            .iter()
+            .any(|m| m.starts_with("2 selected targets: Scaled Deployment ")),
+        "{notes:?}"
+    );
     assert_eq!(
         user_get(&release, "deployment/keep", "{.spec.replicas}")?,
         "1",

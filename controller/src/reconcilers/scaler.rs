@@ -482,6 +482,9 @@ struct Seen {
     autoscaler: Option<String>,
     /// When a target held outside every window leaves its grace period, to be looked at then.
     hold_until: Option<DateTime<Utc>>,
+    /// What was done (or, in a dry run, would be), as (reason, note), when the caller tells of
+    /// it itself: a selector's targets are told of in one event per reason.
+    told: Vec<(&'static str, String)>,
 }
 
 /// The record on a target as the Scaler `me` sees it. A record of another Scaler counts only
@@ -730,7 +733,9 @@ async fn reconcile_target(
     release: bool,
     recorded_hpa: Option<&str>,
     early: Option<&mut Early>,
+    gather: bool,
 ) -> Result<Seen> {
+    let mut done = Vec::new();
     let (mut prefetched, pass) = match early {
         Some(e) => (e.read.remove(target), Some(&e.pass)),
         None => (None, None),
@@ -842,25 +847,31 @@ async fn reconcile_target(
                 None => {}
             }
         }
-        let seen = |current: Option<Current>| Seen {
+        let seen = |current: Option<Current>, told: Vec<(&'static str, String)>| Seen {
             current,
             claimed_by: claimed_by.clone(),
             unscalable: None,
             autoscaler: hpa.as_ref().map(|h| h.name_any()),
             hold_until,
+            told,
         };
         if changes.is_empty() {
-            return Ok(seen(Some(current)));
+            return Ok(seen(Some(current), done));
         }
         // A dry run says what it would write, and writes nothing; giving back is still done.
         if owner.spec.dry_run() && !release {
             for (_, change) in &changes {
                 let note = format!("Dry run, not done: {}", change.note);
                 info!(target = %target, reason = reason::DRY_RUN, "{note}");
-                ctx.publish(owner, EventType::Normal, reason::DRY_RUN, note)
-                    .await;
+                match gather {
+                    true => done.push((reason::DRY_RUN, note)),
+                    false => {
+                        ctx.publish(owner, EventType::Normal, reason::DRY_RUN, note)
+                            .await
+                    }
+                }
             }
-            return Ok(seen(Some(current)));
+            return Ok(seen(Some(current), done));
         }
         let mut conflict = false;
         let mut now = current.clone();
@@ -880,6 +891,10 @@ async fn reconcile_target(
                 Ok(written) => {
                     now = written;
                     info!(target = %target, reason = change.reason, "{}", change.note);
+                    if gather {
+                        done.push((change.reason, change.note.clone()));
+                        continue;
+                    }
                     if let Some(pass) = pass {
                         pass.leave_and_wait(GATE_WAIT).await;
                     }
@@ -897,7 +912,7 @@ async fn reconcile_target(
             attempt += 1;
             continue;
         }
-        return Ok(seen(Some(now)));
+        return Ok(seen(Some(now), done));
     }
 }
 
@@ -993,6 +1008,8 @@ async fn apply(scaler: &Scaler, ctx: &Context) -> Result<Action> {
     // up the others.
     let mut failed = Vec::new();
     let mut hold_until: Option<DateTime<Utc>> = None;
+    // What was done to selected targets, told of in one event per reason below.
+    let mut told: Vec<(&'static str, String)> = Vec::new();
     for target in &wanted_targets {
         // The oldest Scaler that claims a target owns it; the others leave it alone.
         let owner = ctx
@@ -1018,6 +1035,7 @@ async fn apply(scaler: &Scaler, ctx: &Context) -> Result<Action> {
                     false,
                     recorded_hpa(&previous, target),
                     early.as_mut(),
+                    !named.contains(target),
                 )
                 .await
             }
@@ -1040,6 +1058,7 @@ async fn apply(scaler: &Scaler, ctx: &Context) -> Result<Action> {
         }
         hold_until = earliest(hold_until, seen.hold_until);
         targets.push(target_status(target, &seen, &me));
+        told.extend(seen.told);
     }
     // When the boundary's writes landed: a transition's lateness, before the wait at the gate.
     let written_at = ctx.clock.now();
@@ -1067,14 +1086,22 @@ async fn apply(scaler: &Scaler, ctx: &Context) -> Result<Action> {
         if wanted.contains(&old) {
             continue;
         }
-        if let Err(e) = reconcile_target(ctx, scaler, &old, None, outside, true, hpa, None).await {
-            targets.push(failed_entry(&previous, &old, &e));
-            failed.push((old, e));
+        let gather = !named.contains(&old);
+        let given = reconcile_target(ctx, scaler, &old, None, outside, true, hpa, None, gather);
+        match given.await {
+            Ok(seen) => told.extend(seen.told),
+            Err(e) => {
+                targets.push(failed_entry(&previous, &old, &e));
+                failed.push((old, e));
+            }
         }
     }
     // What reports the transition (events, status) waits for the other Scalers' target writes.
     if let Some(early) = &early {
         early.pass.leave_and_wait(GATE_WAIT).await;
+    }
+    for (reason, note) in summaries(told) {
+        ctx.publish(scaler, EventType::Normal, reason, note).await;
     }
 
     let condition = if !failed.is_empty() {
@@ -1173,6 +1200,26 @@ async fn apply(scaler: &Scaler, ctx: &Context) -> Result<Action> {
     // A held target still in its grace period is looked at again when it ends.
     let next = earliest(plan.next.first().map(|t| t.at), hold_until);
     Ok(next_action(next, suspended, ctx.clock.now()))
+}
+
+/// One event note per reason for what was done to a selector's targets: the first few notes
+/// and how many more.
+fn summaries(told: Vec<(&'static str, String)>) -> Vec<(&'static str, String)> {
+    let mut by_reason: BTreeMap<&'static str, Vec<String>> = BTreeMap::new();
+    for (reason, note) in told {
+        info!(reason, "{note}");
+        by_reason.entry(reason).or_default().push(note);
+    }
+    by_reason
+        .into_iter()
+        .map(|(reason, notes)| {
+            let note = match notes.len() {
+                1 => notes.join(""),
+                n => format!("{n} selected targets: {}", listing(&notes, "; ")),
+            };
+            (reason, note)
+        })
+        .collect()
 }
 
 /// The first few of `items`, joined with `by`, and how many more there are: a condition's
@@ -1314,7 +1361,7 @@ async fn cleanup(scaler: &Scaler, ctx: &Context) -> Result<Action> {
             continue;
         }
         let hpa = recorded_hpa(&status, &target);
-        match reconcile_target(ctx, scaler, &target, None, outside, true, hpa, None).await {
+        match reconcile_target(ctx, scaler, &target, None, outside, true, hpa, None, false).await {
             Ok(_) => {}
             Err(e) if refused(&e) => {
                 let note = format!("{target} could not be given back and is left as it is: {e}");
