@@ -53,6 +53,20 @@ impl Access {
         }
     }
 
+    /// `patch` on the KEDA ScaledObjects of a namespace: what the controller does, instead of
+    /// setting an HPA's minReplicas, to a target whose HPA a ScaledObject owns (KEDA's
+    /// `paused-replicas` annotation). Asked where the cluster serves KEDA.
+    pub fn patch_scaled_objects(namespace: &str) -> Self {
+        Self {
+            verb: "patch",
+            group: "keda.sh".into(),
+            resource: "scaledobjects".into(),
+            subresource: "",
+            namespace: namespace.into(),
+            name: String::new(),
+        }
+    }
+
     /// `get` on one Secret: what the controller does with a referenced password.
     pub fn get_secret(namespace: &str, name: &str) -> Self {
         Self::get_core("secrets", namespace, name)

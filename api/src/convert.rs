@@ -244,6 +244,7 @@ fn beta_target(t: &alpha::TargetStatus) -> beta::TargetStatus {
         replicas: t.replicas,
         original_replicas: t.original_replicas,
         horizontal_pod_autoscaler: None,
+        scaled_object: None,
         error: None,
     }
 }
@@ -617,6 +618,7 @@ mod tests {
                         replicas,
                         original_replicas,
                         horizontal_pod_autoscaler: hpa,
+                        scaled_object: None,
                         error: None,
                     }
                 },
@@ -742,6 +744,7 @@ mod tests {
                 .filter(|t| t.api_version == "apps/v1" && t.kind == "Deployment")
                 .map(|t| beta::TargetStatus {
                     horizontal_pod_autoscaler: None,
+                    scaled_object: None,
                     ..t.clone()
                 })
                 .collect(),

@@ -11,6 +11,13 @@ pub mod annotation {
     /// On a HorizontalPodAutoscaler a Scaler cooperates with: its minReplicas from before the
     /// Scaler raised it, with [`ORIGINAL_REPLICAS_OWNER`] naming that Scaler.
     pub const ORIGINAL_MIN_REPLICAS: &str = "kubesteer.io/original-min-replicas";
+    /// On a KEDA ScaledObject a Scaler pauses: KEDA's `autoscaling.keda.sh/paused-replicas`
+    /// as it was before ("" when it was not paused), with [`ORIGINAL_REPLICAS_OWNER`] naming
+    /// that Scaler.
+    pub const ORIGINAL_PAUSED_REPLICAS: &str = "kubesteer.io/original-paused-replicas";
+    /// KEDA's own annotation on a ScaledObject: while present, KEDA deletes the HPA it made and
+    /// holds the target at this many replicas (KEDA 2.x).
+    pub const KEDA_PAUSED_REPLICAS: &str = "autoscaling.keda.sh/paused-replicas";
     /// On an owned child: a digest of what the controller last applied, to see drift.
     pub const APPLIED: &str = "kubesteer.io/applied";
     /// On a Welcome's Deployment: the uid of the credentials Secret the controller wrote.

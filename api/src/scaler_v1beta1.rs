@@ -319,6 +319,9 @@ pub struct TargetStatus {
     /// The HorizontalPodAutoscaler whose minReplicas the Scaler sets for this target, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub horizontal_pod_autoscaler: Option<String>,
+    /// The KEDA ScaledObject that scales this target, paused by the Scaler through KEDA's autoscaling.keda.sh/paused-replicas annotation instead of setting its HPA's minReplicas (KEDA would set that back).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scaled_object: Option<String>,
     /// Why the last change to this target failed; gone once a change succeeds. A failing target
     /// never holds up the Scaler's other targets.
     #[serde(default, skip_serializing_if = "Option::is_none")]

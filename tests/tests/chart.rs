@@ -586,6 +586,13 @@ fn rbac_grants_exactly_what_each_binary_uses() -> Result<()> {
         &["get", "list", "watch", "patch"],
         None,
     ));
+    // KEDA's ScaledObjects, paused instead of their HPAs.
+    controller.extend(expand(
+        &["keda.sh"],
+        &["scaledobjects"],
+        &["get", "patch"],
+        None,
+    ));
     // A selector's namespaceSelector reads the namespaces' labels.
     controller.extend(expand(&[""], &["namespaces"], &["list", "watch"], None));
     // Storage version migration: the kubesteer CRDs by name, their status only.

@@ -12,6 +12,7 @@ use kubesteer_api::access::{Access, ImagePolicy};
 use kubesteer_api::claims::{Claimant, Target};
 use kubesteer_api::field::{summarize, FieldError, FieldErrors};
 use kubesteer_api::kind::{Kind, Spec, ALL};
+use kubesteer_api::runtime::scale::Unscalable;
 use kubesteer_api::runtime::{exposition, health, Health};
 use kubesteer_api::scaler_v1beta1::HpaCooperation;
 use kubesteer_api::{ApplicationSpec, ScalerSpec, WelcomeSpec};
@@ -425,11 +426,25 @@ async fn scaler_rules<C: Cluster>(
     if !errors.is_empty() {
         return;
     }
-    let required = spec.required_access(&me.namespace, |api_version, kind| {
+    let mut required = spec.required_access(&me.namespace, |api_version, kind| {
         resources
             .get(&(api_version.to_string(), kind.to_string()))
             .cloned()
     });
+    // Where the cluster serves KEDA, a target's HPA may be a ScaledObject's: the controller
+    // then pauses that ScaledObject instead, which its author must be able to do too.
+    let keda = cluster.resolve("keda.sh/v1alpha1", "ScaledObject").await;
+    if matches!(
+        keda,
+        Ok(Err(Unscalable::NoScaleSubresource { .. })) | Ok(Ok(_))
+    ) {
+        let scaled_objects: Vec<_> = required
+            .iter()
+            .filter(|(_, a)| a.resource == "horizontalpodautoscalers")
+            .map(|(path, a)| (path.clone(), Access::patch_scaled_objects(&a.namespace)))
+            .collect();
+        required.extend(scaled_objects);
+    }
     // Targets are unique (checked above), so each SubjectAccessReview is asked once.
     let answers = ask_all(state, request, &required).await;
     let mut refused = std::collections::BTreeSet::new();

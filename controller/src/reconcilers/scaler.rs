@@ -480,6 +480,8 @@ struct Seen {
     unscalable: Option<String>,
     /// The HPA the Scaler works through, by name.
     autoscaler: Option<String>,
+    /// The KEDA ScaledObject the Scaler pauses instead, by name.
+    scaled_object: Option<String>,
     /// When a target held outside every window leaves its grace period, to be looked at then.
     hold_until: Option<DateTime<Utc>>,
     /// What was done (or, in a dry run, would be), as (reason, note), when the caller tells of
@@ -602,6 +604,122 @@ fn suspension(target: &Named, change: TargetChange) -> TargetChange {
     TargetChange { note, ..change }
 }
 
+/// What a change is written to.
+enum Via {
+    Target,
+    /// An HPA, by name.
+    Autoscaler(String),
+    /// A KEDA ScaledObject, by name.
+    ScaledObject(String),
+}
+
+/// KEDA's ScaledObject kind (KEDA 2.x); it has no `/scale`, so it is addressed directly.
+fn scaled_objects() -> ApiResource {
+    ApiResource {
+        group: "keda.sh".into(),
+        version: "v1alpha1".into(),
+        api_version: "keda.sh/v1alpha1".into(),
+        kind: "ScaledObject".into(),
+        plural: "scaledobjects".into(),
+    }
+}
+
+/// The KEDA ScaledObject behind a target, by name, while the Scaler cooperates with
+/// autoscalers: the owner of its HPA, or the one the Scaler paused (KEDA deletes its HPA while
+/// paused), as the target's status entry recorded it.
+fn scaled_object_name(
+    hpa: Option<&HorizontalPodAutoscaler>,
+    recorded: Option<&TargetStatus>,
+    owner: &Scaler,
+) -> Option<String> {
+    let recorded = recorded.and_then(|r| r.scaled_object.clone());
+    if owner.spec.hpa_cooperation() != HpaCooperation::Enabled {
+        return recorded;
+    }
+    let owned = hpa.and_then(|h| {
+        h.owner_references()
+            .iter()
+            .find(|o| o.kind == "ScaledObject" && o.api_version.starts_with("keda.sh/"))
+            .map(|o| o.name.clone())
+    });
+    owned.or(recorded)
+}
+
+/// The ScaledObject `name` in `ns`, None when it (or KEDA) is gone.
+async fn scaled_object(ctx: &Context, ns: &str, name: &str) -> Result<Option<DynamicObject>> {
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, &scaled_objects());
+    Ok(api.get_opt(name).await?)
+}
+
+/// What a KEDA ScaledObject needs from the Scaler `me` for `target`: paused at `paused`
+/// replicas through KEDA's own annotation (KEDA then deletes its HPA and holds the target
+/// there; setting the HPA's minReplicas would be undone by KEDA), recording the annotation as
+/// it was; with None, the annotation as it was before. None when it is as it should be, or when
+/// another Scaler paused it.
+pub fn keda_change(
+    so: &DynamicObject,
+    target: &Named,
+    me: &str,
+    paused: Option<i32>,
+) -> Option<TargetChange> {
+    let annotations = so.annotations();
+    let name = format!(
+        "ScaledObject {}/{}",
+        so.namespace().unwrap_or_default(),
+        so.name_any()
+    );
+    let now = annotations.get(annotation::KEDA_PAUSED_REPLICAS);
+    let owner = annotations.get(annotation::ORIGINAL_REPLICAS_OWNER);
+    let rv = so.resource_version();
+    let patch = |annotations: Value| json!({"metadata": {"resourceVersion": rv, "annotations": annotations}});
+    match (paused, owner) {
+        (_, Some(other)) if other != me => None,
+        (Some(n), _) => {
+            let to = n.to_string();
+            if now == Some(&to) && owner.is_some() {
+                return None;
+            }
+            let mut record = json!({
+                annotation::KEDA_PAUSED_REPLICAS: to,
+                annotation::ORIGINAL_REPLICAS_OWNER: me,
+            });
+            if owner.is_none() {
+                record[annotation::ORIGINAL_PAUSED_REPLICAS] =
+                    json!(now.cloned().unwrap_or_default());
+            }
+            Some(TargetChange {
+                record: Some(patch(record)),
+                replicas: Some(n),
+                restoring: false,
+                reason: reason::SCALED,
+                note: format!("Paused {name} at {n} replicas for {target}; KEDA scales the target"),
+            })
+        }
+        (None, Some(_)) => {
+            let before = annotations
+                .get(annotation::ORIGINAL_PAUSED_REPLICAS)
+                .filter(|v| !v.is_empty());
+            let record = json!({
+                annotation::KEDA_PAUSED_REPLICAS: before,
+                annotation::ORIGINAL_PAUSED_REPLICAS: null,
+                annotation::ORIGINAL_REPLICAS_OWNER: null,
+            });
+            let note = match before {
+                Some(v) => format!("Restored {name} to paused at {v} replicas, as it was"),
+                None => format!("Resumed {name}: KEDA scales {target} again"),
+            };
+            Some(TargetChange {
+                record: Some(patch(record)),
+                replicas: None,
+                restoring: true,
+                reason: reason::RESTORED,
+                note,
+            })
+        }
+        (None, None) => None,
+    }
+}
+
 /// The HPA `name` in `ns`, None when it is gone.
 async fn hpa_named(ctx: &Context, ns: &str, name: &str) -> Result<Option<HorizontalPodAutoscaler>> {
     let api: Api<HorizontalPodAutoscaler> = Api::namespaced(ctx.client.clone(), ns);
@@ -720,9 +838,10 @@ fn spec_replicas(resource: &ApiResource, object: &DynamicObject) -> Option<i32> 
 /// HPA gets its own minReplicas back whatever outsideReplicas says.
 ///
 /// `early`: what the Scaler brought from just before a boundary (see [`Early`]).
-/// `recorded_hpa`: the HPA this Scaler last worked through for the target (its status entry);
-/// when the spec no longer finds that one (`hpaCooperation` switched off, the HPA retargeted),
-/// its minReplicas goes back by that name.
+/// `recorded`: the target's status entry: the HPA this Scaler last worked through for it, when
+/// the spec no longer finds that one (`hpaCooperation` switched off, the HPA retargeted), has
+/// its minReplicas given back by that name; the KEDA ScaledObject it paused (whose HPA KEDA
+/// deleted meanwhile) is found again by its name.
 #[allow(clippy::too_many_arguments)]
 async fn reconcile_target(
     ctx: &Context,
@@ -731,7 +850,7 @@ async fn reconcile_target(
     wanted: Option<i32>,
     outside: Option<i32>,
     release: bool,
-    recorded_hpa: Option<&str>,
+    recorded: Option<&TargetStatus>,
     early: Option<&mut Early>,
     gather: bool,
 ) -> Result<Seen> {
@@ -770,6 +889,13 @@ async fn reconcile_target(
         let Some(current) = current else {
             return Ok(Seen::default());
         };
+        // A target KEDA scales (its HPA owned by a ScaledObject, or a ScaledObject this Scaler
+        // paused, whose HPA KEDA deleted meanwhile) is paused through KEDA instead.
+        let keda = match scaled_object_name(hpa.as_ref(), recorded, owner) {
+            Some(name) => scaled_object(ctx, &target.namespace, &name).await?,
+            None => None,
+        };
+        let recorded_hpa = recorded.and_then(|r| r.horizontal_pod_autoscaler.as_deref());
         let earlier = match recorded_hpa {
             Some(name) if hpa.as_ref().is_none_or(|h| h.name_any() != name) => {
                 hpa_named(ctx, &target.namespace, name).await?
@@ -796,12 +922,21 @@ async fn reconcile_target(
             _ => ((wanted, outside), None),
         };
         let mut changes = Vec::new();
-        if let Some(earlier) = &earlier {
+        if let Some(earlier) = earlier.as_ref().filter(|_| keda.is_none()) {
             if let Some(change) = hpa_change(earlier, target, &me, None) {
-                changes.push((Some(earlier.clone()), change));
+                changes.push((Via::Autoscaler(earlier.name_any()), change));
             }
         }
-        if let Some(hpa) = &hpa {
+        // Paused while the schedule says so; resumed on the way back, or once cooperation is
+        // switched off (the target is then written itself from the next reconcile).
+        let cooperate = owner.spec.hpa_cooperation() == HpaCooperation::Enabled;
+        let paused = effective.filter(|_| !release && cooperate);
+        if let Some(so) = &keda {
+            if let Some(change) = keda_change(so, target, &me, paused) {
+                changes.push((Via::ScaledObject(so.name_any()), change));
+            }
+        }
+        if let Some(hpa) = hpa.as_ref().filter(|_| keda.is_none()) {
             let hpa_record = record_of(
                 ctx,
                 target,
@@ -812,7 +947,7 @@ async fn reconcile_target(
             .await?;
             if !matches!(hpa_record, Record::Other(_)) {
                 if let Some(change) = hpa_change(hpa, target, &me, hpa_wanted) {
-                    changes.push((Some(hpa.clone()), change));
+                    changes.push((Via::Autoscaler(hpa.name_any()), change));
                 }
             }
         }
@@ -835,14 +970,16 @@ async fn reconcile_target(
             true => suspension(target, change),
             false => change,
         };
-        if let Some(change) = target_change(target, &current, &me, &record, w, o) {
-            changes.push((None, told(change)));
+        // KEDA scales a paused target itself: it is never written here.
+        if keda.is_some() {
+        } else if let Some(change) = target_change(target, &current, &me, &record, w, o) {
+            changes.push((Via::Target, told(change)));
         } else if let (None, false, None, Record::Absent, Some((to, grace))) =
             (w, release, &hpa, &record, owner.spec.hold())
         {
             // Outside every window, held: set back what was scaled up meanwhile.
             match hold_change(target, &current, to, grace, ctx.clock.now()) {
-                Some(Ok(change)) => changes.push((None, told(change))),
+                Some(Ok(change)) => changes.push((Via::Target, told(change))),
                 Some(Err(until)) => hold_until = Some(until),
                 None => {}
             }
@@ -851,7 +988,14 @@ async fn reconcile_target(
             current,
             claimed_by: claimed_by.clone(),
             unscalable: None,
-            autoscaler: hpa.as_ref().map(|h| h.name_any()),
+            autoscaler: hpa
+                .as_ref()
+                .filter(|_| keda.is_none())
+                .map(|h| h.name_any()),
+            scaled_object: keda
+                .as_ref()
+                .filter(|_| paused.is_some())
+                .map(|so| so.name_any()),
             hold_until,
             told,
         };
@@ -875,17 +1019,27 @@ async fn reconcile_target(
         }
         let mut conflict = false;
         let mut now = current.clone();
-        for (hpa, change) in &changes {
-            let written = match hpa {
-                Some(hpa) => {
+        for (via, change) in &changes {
+            let patch = change.record.clone().unwrap_or_default();
+            let written = match via {
+                Via::Autoscaler(hpa) => {
                     let api: Api<HorizontalPodAutoscaler> =
                         Api::namespaced(ctx.client.clone(), &target.namespace);
-                    let patch = change.record.clone().unwrap_or_default();
-                    api.patch(&hpa.name_any(), &params(), &Patch::Merge(patch))
+                    api.patch(hpa, &params(), &Patch::Merge(patch))
                         .await
                         .map(|_| now.clone())
                 }
-                None => write_target(ctx, &resource, target, &current, change).await,
+                Via::ScaledObject(name) => {
+                    let api: Api<DynamicObject> = Api::namespaced_with(
+                        ctx.client.clone(),
+                        &target.namespace,
+                        &scaled_objects(),
+                    );
+                    api.patch(name, &params(), &Patch::Merge(patch))
+                        .await
+                        .map(|_| now.clone())
+                }
+                Via::Target => write_target(ctx, &resource, target, &current, change).await,
             };
             match written {
                 Ok(written) => {
@@ -929,6 +1083,7 @@ fn target_status(target: &Named, seen: &Seen, me: &str) -> TargetStatus {
         replicas: seen.current.as_ref().map(|c| c.replicas),
         original_replicas,
         horizontal_pod_autoscaler: seen.autoscaler.clone(),
+        scaled_object: seen.scaled_object.clone(),
         ..target.status()
     }
 }
@@ -1033,7 +1188,7 @@ async fn apply(scaler: &Scaler, ctx: &Context) -> Result<Action> {
                     plan.replicas,
                     outside,
                     false,
-                    recorded_hpa(&previous, target),
+                    recorded_entry(&previous, target),
                     early.as_mut(),
                     !named.contains(target),
                 )
@@ -1076,7 +1231,7 @@ async fn apply(scaler: &Scaler, ctx: &Context) -> Result<Action> {
     let given_back = previous
         .targets
         .iter()
-        .map(|e| (named_in_status(e), e.horizontal_pod_autoscaler.as_deref()))
+        .map(|e| (named_in_status(e), Some(e)))
         .chain(
             held.into_iter()
                 .filter(|h| !listed.contains(h))
@@ -1360,7 +1515,7 @@ async fn cleanup(scaler: &Scaler, ctx: &Context) -> Result<Action> {
         if !seen.insert(target.clone()) {
             continue;
         }
-        let hpa = recorded_hpa(&status, &target);
+        let hpa = recorded_entry(&status, &target);
         match reconcile_target(ctx, scaler, &target, None, outside, true, hpa, None, false).await {
             Ok(_) => {}
             Err(e) if refused(&e) => {
@@ -1395,13 +1550,13 @@ fn refused(e: &Error) -> bool {
         if (400..500).contains(&s.code) && s.code != 409 && s.code != 429)
 }
 
-/// The HPA the Scaler last worked through for `target`, as its status recorded it.
-fn recorded_hpa<'a>(status: &'a ScalerStatus, target: &Named) -> Option<&'a str> {
+/// The status entry of `target`: what the Scaler last worked through for it (an HPA, a KEDA
+/// ScaledObject).
+fn recorded_entry<'a>(status: &'a ScalerStatus, target: &Named) -> Option<&'a TargetStatus> {
     status
         .targets
         .iter()
         .find(|t| named_in_status(t) == *target)
-        .and_then(|t| t.horizontal_pod_autoscaler.as_deref())
 }
 
 /// The status entry of a target whose change failed: as it was last seen, with why it failed.
@@ -2477,6 +2632,7 @@ mod tests {
                     replicas: Some(3),
                     original_replicas: Some(1),
                     horizontal_pod_autoscaler: None,
+                    scaled_object: None,
                     error: None,
                 })
                 .collect(),
@@ -3265,5 +3421,72 @@ mod tests {
             Action::await_change()
         );
         scenario.finish(ctx).await;
+    }
+
+    #[test]
+    fn a_keda_scaled_object_is_paused_with_its_own_annotation_and_given_back_as_it_was() {
+        let target = Named {
+            api_version: "apps/v1".into(),
+            kind: "Deployment".into(),
+            namespace: "team".into(),
+            name: "web".into(),
+        };
+        let so = |annotations: serde_json::Value| -> DynamicObject {
+            serde_json::from_value(json!({
+                "apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
+                "metadata": {"name": "web", "namespace": "team", "resourceVersion": "7", "annotations": annotations},
+            }))
+            .expect("a ScaledObject")
+        };
+        let paused = keda_change(&so(json!({})), &target, "team/nightly", Some(0)).expect("paused");
+        assert_eq!(
+            paused.record,
+            Some(json!({"metadata": {"resourceVersion": "7", "annotations": {
+                "autoscaling.keda.sh/paused-replicas": "0",
+                "kubesteer.io/original-replicas-owner": "team/nightly",
+                "kubesteer.io/original-paused-replicas": "",
+            }}}))
+        );
+        assert_eq!(paused.note, "Paused ScaledObject team/web at 0 replicas for Deployment team/web; KEDA scales the target");
+        let mine = so(json!({
+            "autoscaling.keda.sh/paused-replicas": "0",
+            "kubesteer.io/original-replicas-owner": "team/nightly",
+            "kubesteer.io/original-paused-replicas": "",
+        }));
+        assert_eq!(
+            keda_change(&mine, &target, "team/nightly", Some(0)),
+            None,
+            "as it should be"
+        );
+        assert_eq!(
+            keda_change(&mine, &target, "team/other", Some(3)),
+            None,
+            "another Scaler's"
+        );
+        let resumed = keda_change(&mine, &target, "team/nightly", None).expect("resumed");
+        assert_eq!(
+            resumed.record,
+            Some(json!({"metadata": {"resourceVersion": "7", "annotations": {
+                "autoscaling.keda.sh/paused-replicas": null,
+                "kubesteer.io/original-replicas-owner": null,
+                "kubesteer.io/original-paused-replicas": null,
+            }}}))
+        );
+        // Paused by its owner before the Scaler: that pause is what comes back.
+        let before = so(json!({
+            "autoscaling.keda.sh/paused-replicas": "2",
+            "kubesteer.io/original-replicas-owner": "team/nightly",
+            "kubesteer.io/original-paused-replicas": "2",
+        }));
+        let back = keda_change(&before, &target, "team/nightly", None).expect("given back");
+        assert_eq!(
+            back.record.expect("a patch")["metadata"]["annotations"]
+                ["autoscaling.keda.sh/paused-replicas"],
+            "2"
+        );
+        assert_eq!(
+            keda_change(&so(json!({})), &target, "team/nightly", None),
+            None
+        );
     }
 }
