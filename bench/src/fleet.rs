@@ -366,6 +366,13 @@ fn memory(pid: u32) -> Result<Value> {
         "peak_rss_mib": mib(p.hwm_kib),
         "cpu_s": p.cpu_s,
         "open_fds": p.open_fds,
+        // The machine's, as a hint of what else ran (the control plane, other work).
+        "machine_loadavg": std::fs::read_to_string("/proc/loadavg")
+            .unwrap_or_default()
+            .split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" "),
     }))
 }
 
@@ -613,11 +620,16 @@ pub async fn run(client: Client, o: &Options) -> Result<Value> {
         boundary - TimeDelta::seconds(5),
         boundary + TimeDelta::seconds(60),
     );
-    let wait = (to + TimeDelta::seconds(3) - Utc::now())
+    // And over the whole transition, until 5 s after the last Deployment was seen at 0, which
+    // may be later than T+60s.
+    let done =
+        boundary + TimeDelta::milliseconds((last_zero_s * 1000.0) as i64) + TimeDelta::seconds(5);
+    let wait = (to.max(done) + TimeDelta::seconds(3) - Utc::now())
         .to_std()
         .unwrap_or_default();
     tokio::time::sleep(wait).await;
     let transition_requests = requests(o, from, to, (total, "per_target"))?;
+    let whole_requests = requests(o, from, done, (total, "per_target"))?;
     let transition = json!({
         "boundary": boundary.to_rfc3339(),
         "lead_s": lead_s,
@@ -628,6 +640,7 @@ pub async fn run(client: Client, o: &Options) -> Result<Value> {
         "missed_first": missed.iter().take(10).collect::<Vec<_>>(),
         "written": written_at.as_ref().map(|w| latencies(w.values().map(|at| ms(*at, boundary)).collect(), 10_000.0)),
         "requests": transition_requests,
+        "requests_until_all_at_0": whole_requests,
         "controller_before": before,
         "controller_after": after,
     });
@@ -805,7 +818,8 @@ pub fn document(o: &Options, facts: &Facts, mut measured: Value) -> Result<Value
          transition.written: the same from the controller's log line of each answered write. \
          transition.requests: the controller's non-watch requests (its own user in the apiserver's \
          audit log, Metadata level) received in [T-5s, T+60s], per target = divided by {total}; \
-         writes = create/update/patch/delete, reads = get/list. controller_before/after: VmRSS and \
+         writes = create/update/patch/delete, reads = get/list; requests_until_all_at_0: the same \
+         over [T-5s, 5 s after the last Deployment was seen at 0]. controller_before/after: VmRSS and \
          VmHWM of the controller process (a host binary, default flags), just before T and once \
          every Deployment was seen at 0. hold: outside every window, {hold} of the Deployments \
          (the first in every namespace, then the second, ...) are scaled back to {replicas} by this \
