@@ -14,7 +14,7 @@ IMAGE_TAR ?= .kubesteer/image.tar
 PAUSE_IMG ?= localhost/kubesteer-pause:3.10
 PAUSE_TAR ?= .kubesteer/pause.tar
 
-.PHONY: all build plugin control-plane monitoring-tools cluster-up cluster-down manifests install run run-once test-run deploy undeploy test fmt-check clippy unit e2e bench-webhook bench-webhook-memory bench-controller fuzz
+.PHONY: all build plugin control-plane monitoring-tools cluster-up cluster-down manifests install run run-once test-run deploy undeploy test fmt-check clippy unit e2e bench-webhook bench-webhook-memory bench-controller fuzz keda
 
 all: build
 
@@ -95,8 +95,13 @@ unit:
 ## e2e: end-to-end tests on a control plane of their own, "kubesteer-e2e" (.kubesteer/e2e/, with its
 ## own real node as root), started and torn down by hack/e2e.sh (KUBESTEER_KEEP_CLUSTER=1 keeps it);
 ## `make run`'s cluster is never touched, so both run side by side.
-e2e: control-plane monitoring-tools
+e2e: control-plane monitoring-tools keda
 	hack/e2e.sh
+
+## keda: the real KEDA operator (pinned in hack/keda.sh) built from the Go module proxy and cached
+## under ~/.cache/kubesteer (8-17 min the first time), for the Scaler's KEDA e2e test.
+keda:
+	hack/keda.sh
 
 ## bench-webhook: load benchmark of the webhook; writes bench/results/webhook.json.
 ## BENCH_SUBJECT=peers: kubesteer and the controller-runtime peer (bench/peers, needs Go) alternately,

@@ -1161,3 +1161,68 @@ fn a_selector_scales_what_matches_picks_up_newcomers_gives_back_leavers_and_yiel
     );
     Ok(())
 }
+
+#[test]
+fn a_target_keda_scales_is_paused_through_its_scaled_object_and_resumed_after() -> Result<()> {
+    use kubesteer_tests::keda;
+    keda::ensure_keda()?;
+    let release = Release::install("keda", &[])?;
+    let n = release.user_ns.clone();
+    let n = n.as_str();
+    release.create_deployment("web")?;
+    kubectl_ok(
+        &["apply", "-n", n, "-f", "-"],
+        Some(&keda::scaled_object_yaml("web", "web", 1, 3, 2)),
+    )?;
+    let hpa = keda::hpa_name("web");
+    user_wait(
+        &release,
+        &format!("hpa/{hpa}"),
+        "{.metadata.ownerReferences[0].kind}",
+        "ScaledObject",
+    )?;
+    // Off now: KEDA is told to hold web at 0, instead of the HPA's minReplicas it would undo.
+    let run = release.apply(&format!(
+        "apiVersion: kubesteer.io/v1beta1\nkind: Scaler\nmetadata: {{name: quiet}}\nspec:\n  scaleTargetRefs: [{{apiVersion: apps/v1, kind: Deployment, name: web}}]\n  windows: [{}]\n",
+        window(-1, 1, 0)
+    ))?;
+    ensure!(run.ok, "{run:?}");
+    let paused = format!(
+        "{{.metadata.annotations.{}}}",
+        keda::PAUSED_REPLICAS.replace('.', "\\.")
+    );
+    user_wait(&release, "scaledobject/web", &paused, "0")?;
+    user_wait(&release, "deployment/web", "{.spec.replicas}", "0")?;
+    user_wait(
+        &release,
+        "scaler/quiet",
+        "{.status.targets[0].scaledObject}",
+        "web",
+    )?;
+    eventually(
+        Duration::from_secs(60),
+        "KEDA to delete its HPA while paused",
+        || {
+            let run = kubectl(&["get", "-n", n, "hpa", &hpa], None)?;
+            Ok((!run.ok).then_some(()))
+        },
+    )?;
+    let notes = notes_of(n, "Scaled")?;
+    assert!(
+        notes.contains(&format!(
+            "Paused ScaledObject {n}/web at 0 replicas for Deployment {n}/web; KEDA scales the target"
+        )),
+        "{notes:?}"
+    );
+    // Deleted, the Scaler gives the ScaledObject back as it was: KEDA scales web again.
+    kubectl_ok(&["delete", "-n", n, "scaler/quiet", "--timeout=60s"], None)
+        .with_context(|| release.describe())?;
+    user_wait(&release, "scaledobject/web", &paused, "")?;
+    user_wait(
+        &release,
+        &format!("hpa/{hpa}"),
+        "{.metadata.ownerReferences[0].kind}",
+        "ScaledObject",
+    )?;
+    Ok(())
+}

@@ -431,19 +431,40 @@ async fn scaler_rules<C: Cluster>(
             .get(&(api_version.to_string(), kind.to_string()))
             .cloned()
     });
-    // Where the cluster serves KEDA, a target's HPA may be a ScaledObject's: the controller
-    // then pauses that ScaledObject instead, which its author must be able to do too.
-    let keda = cluster.resolve("keda.sh/v1alpha1", "ScaledObject").await;
-    if matches!(
-        keda,
-        Ok(Err(Unscalable::NoScaleSubresource { .. })) | Ok(Ok(_))
-    ) {
-        let scaled_objects: Vec<_> = required
-            .iter()
-            .filter(|(_, a)| a.resource == "horizontalpodautoscalers")
-            .map(|(path, a)| (path.clone(), Access::patch_scaled_objects(&a.namespace)))
-            .collect();
-        required.extend(scaled_objects);
+    // A target whose HPA is a KEDA ScaledObject's is paused through that ScaledObject, which
+    // its author must be able to do too: a named one whose HPA is KEDA's now, and, where the
+    // cluster serves KEDA, any a selector may pick.
+    if spec.hpa_cooperation() == HpaCooperation::Enabled {
+        let mut keda_namespaces = std::collections::BTreeMap::new();
+        for (i, (target, ns)) in spec.targets(&me.namespace).enumerate() {
+            if cluster.keda_scales(&Target::of(target, ns)) {
+                keda_namespaces
+                    .entry(ns.to_string())
+                    .or_insert(format!("spec.scaleTargetRefs[{i}]"));
+            }
+        }
+        if let Some(selector) = &spec.selector {
+            let keda = cluster.resolve("keda.sh/v1alpha1", "ScaledObject").await;
+            if matches!(
+                keda,
+                Ok(Err(Unscalable::NoScaleSubresource { .. })) | Ok(Ok(_))
+            ) {
+                let searched: Vec<&str> = match selector.listed_namespaces(&me.namespace) {
+                    Some(listed) => listed.into_iter().collect(),
+                    None => vec![""],
+                };
+                for ns in searched {
+                    keda_namespaces
+                        .entry(ns.to_string())
+                        .or_insert("spec.selector".to_string());
+                }
+            }
+        }
+        required.extend(
+            keda_namespaces
+                .into_iter()
+                .map(|(ns, path)| (path, Access::patch_scaled_objects(&ns))),
+        );
     }
     // Targets are unique (checked above), so each SubjectAccessReview is asked once.
     let answers = ask_all(state, request, &required).await;

@@ -50,6 +50,10 @@ pub trait Cluster: Send + Sync + 'static {
     fn target_exists(&self, target: &Target) -> Option<bool>;
     /// The HorizontalPodAutoscaler that scales this target, if any.
     fn hpa_for(&self, target: &Target) -> Option<String>;
+    /// Whether the HPA that scales this target is a KEDA ScaledObject's.
+    fn keda_scales(&self, _target: &Target) -> bool {
+        false
+    }
     /// Whether an IngressClass of this name exists; None while the cache is not yet filled.
     fn ingress_class_exists(&self, name: &str) -> Option<bool>;
     /// The Ingresses (namespace, name), other than `me`, with a rule for `host` and `path`.
@@ -284,6 +288,24 @@ impl Cluster for KubeCluster {
             .min()?;
         let (_, ns, name) = first;
         (ns != namespace).then_some((ns, name))
+    }
+
+    fn keda_scales(&self, target: &Target) -> bool {
+        self.hpas.state().iter().any(|h| {
+            let Some(t) = h.spec.as_ref().map(|s| &s.scale_target_ref) else {
+                return false;
+            };
+            let scales = Target::new(
+                t.api_version.as_deref().unwrap_or_default(),
+                &t.kind,
+                &h.namespace().unwrap_or_default(),
+                &t.name,
+            );
+            scales == *target
+                && h.owner_references()
+                    .iter()
+                    .any(|o| o.kind == "ScaledObject" && o.api_version.starts_with("keda.sh/"))
+        })
     }
 
     fn hpa_for(&self, target: &Target) -> Option<String> {
