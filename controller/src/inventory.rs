@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use futures::channel::mpsc::UnboundedSender;
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{ApiResource, DynamicObject};
@@ -26,7 +26,9 @@ use kubesteer_api::Scaler;
 use tokio::sync::watch;
 use tracing::warn;
 
-use crate::reconcilers::scaler::Named;
+use crate::reconcilers::scaler::{
+    replicas_in_spec, replicas_in_spec_kind, spec_replicas, Current, Named,
+};
 
 /// (group, kind).
 type KindKey = (String, String);
@@ -40,10 +42,13 @@ type Autoscaled = HashMap<String, BTreeMap<Scaled, usize>>;
 struct Entry {
     labels: BTreeMap<String, String>,
     holder: Option<String>,
+    /// For the kinds watched whole (Deployments, StatefulSets): the target as a reconcile
+    /// reads it, with kubesteer's annotations only, so a reconcile needs no read of it.
+    current: Option<Current>,
 }
 
 impl Entry {
-    fn of(meta: &kube::core::ObjectMeta) -> Self {
+    fn of(meta: &kube::core::ObjectMeta, replicas: Option<i32>) -> Self {
         Self {
             labels: meta.labels.clone().unwrap_or_default(),
             holder: meta
@@ -51,7 +56,31 @@ impl Entry {
                 .as_ref()
                 .and_then(|a| a.get(ORIGINAL_REPLICAS_OWNER))
                 .cloned(),
+            current: replicas.map(|r| {
+                let mut current = Current::of(meta, r);
+                current
+                    .annotations
+                    .retain(|k, _| k.starts_with(KUBESTEER_PREFIX));
+                current
+            }),
         }
+    }
+}
+
+/// The prefix of the annotations a reconcile reads on a target (its records).
+const KUBESTEER_PREFIX: &str = "kubesteer.io/";
+
+/// One watch event, as the inventory keeps it: namespace, name and entry.
+type Kept = (String, String, Entry);
+
+/// `event` with each object made into what the inventory keeps of it.
+fn kept<K>(event: Event<K>, keep: impl Fn(K) -> Kept) -> Event<Kept> {
+    match event {
+        Event::Apply(o) => Event::Apply(keep(o)),
+        Event::Delete(o) => Event::Delete(keep(o)),
+        Event::Init => Event::Init,
+        Event::InitApply(o) => Event::InitApply(keep(o)),
+        Event::InitDone => Event::InitDone,
     }
 }
 
@@ -160,16 +189,48 @@ impl Inventory {
                 ..Objects::default()
             },
         );
-        let api: Api<PartialObjectMeta<DynamicObject>> = match &runner.namespace {
-            Some(ns) => Api::namespaced_with(runner.client.clone(), ns, resource),
-            None => Api::all_with(runner.client.clone(), resource),
-        };
         let config = watcher::Config::default();
         let what = format!("Scaler target {}", resource.kind);
-        let stream = runner
-            .health
-            .track(what, health::key(&api, &config), watcher(api, config))
-            .backoff(tolerant::backoff());
+        // The apps/v1 workloads whole (their replicas are in the spec), so that a reconcile
+        // reads them from here; other kinds by their metadata.
+        let stream = match replicas_in_spec(resource) {
+            true => {
+                let api: Api<DynamicObject> = match &runner.namespace {
+                    Some(ns) => Api::namespaced_with(runner.client.clone(), ns, resource),
+                    None => Api::all_with(runner.client.clone(), resource),
+                };
+                let resource = resource.clone();
+                runner
+                    .health
+                    .track(what, health::key(&api, &config), watcher(api, config))
+                    .backoff(tolerant::backoff())
+                    .map_ok(move |e| {
+                        kept(e, |o: DynamicObject| {
+                            let replicas = spec_replicas(&resource, &o).unwrap_or(0);
+                            let entry = Entry::of(&o.metadata, Some(replicas));
+                            (o.namespace().unwrap_or_default(), o.name_any(), entry)
+                        })
+                    })
+                    .boxed()
+            }
+            false => {
+                let api: Api<PartialObjectMeta<DynamicObject>> = match &runner.namespace {
+                    Some(ns) => Api::namespaced_with(runner.client.clone(), ns, resource),
+                    None => Api::all_with(runner.client.clone(), resource),
+                };
+                runner
+                    .health
+                    .track(what, health::key(&api, &config), watcher(api, config))
+                    .backoff(tolerant::backoff())
+                    .map_ok(|e| {
+                        kept(e, |o: PartialObjectMeta<DynamicObject>| {
+                            let entry = Entry::of(&o.metadata, None);
+                            (o.namespace().unwrap_or_default(), o.name_any(), entry)
+                        })
+                    })
+                    .boxed()
+            }
+        };
         let inventory = self.clone();
         let claims = claims.clone();
         let mut stop = runner.stop.clone();
@@ -434,7 +495,7 @@ impl Inventory {
     fn apply(
         &self,
         key: &KindKey,
-        event: Event<PartialObjectMeta<DynamicObject>>,
+        event: Event<Kept>,
         relisted: &mut Option<BTreeMap<String, BTreeMap<String, Entry>>>,
         claims: &Claims,
         wake: &UnboundedSender<ObjectRef<Scaler>>,
@@ -443,13 +504,12 @@ impl Inventory {
         let mut touched = Vec::new();
         match event {
             Event::Init => *relisted = Some(BTreeMap::new()),
-            Event::InitApply(o) => {
-                let (ns, name) = (o.namespace().unwrap_or_default(), o.name_any());
+            Event::InitApply((ns, name, entry)) => {
                 relisted
                     .get_or_insert_with(BTreeMap::new)
                     .entry(ns)
                     .or_default()
-                    .insert(name, Entry::of(&o.metadata));
+                    .insert(name, entry);
             }
             Event::InitDone => {
                 let fresh = relisted.take().unwrap_or_default();
@@ -471,14 +531,11 @@ impl Inventory {
                     }
                 }
             }
-            Event::Apply(o) => {
-                let (ns, name) = (o.namespace().unwrap_or_default(), o.name_any());
-                let entry = Entry::of(&o.metadata);
+            Event::Apply((ns, name, entry)) => {
                 let before = self.put(key, &ns, &name, Some(entry.clone()));
                 touched.push((ns, name, before, Some(entry)));
             }
-            Event::Delete(o) => {
-                let (ns, name) = (o.namespace().unwrap_or_default(), o.name_any());
+            Event::Delete((ns, name, _)) => {
                 let before = self.put(key, &ns, &name, None);
                 touched.push((ns, name, before, None));
             }
@@ -628,6 +685,61 @@ impl Inventory {
             }
         }
         held
+    }
+
+    /// The target as a reconcile reads it, from the watch of its kind: Some(None) when that
+    /// watch has listed everything and it is not there; None when this kind is not watched
+    /// whole or not listed yet (then it is read from the apiserver).
+    pub fn current(&self, target: &Named) -> Option<Option<Current>> {
+        let state = self.read();
+        let group = kubesteer_api::claims::group_of(&target.api_version);
+        let objects = state.kinds.get(&(group.to_string(), target.kind.clone()))?;
+        if !objects.synced {
+            return None;
+        }
+        let entry = objects
+            .by_namespace
+            .get(&target.namespace)
+            .and_then(|n| n.get(&target.name));
+        match entry {
+            Some(e) => Some(Some(e.current.clone()?)),
+            // Only a kind watched whole knows that an object is not there.
+            None if replicas_in_spec_kind(group, &target.kind) => Some(None),
+            None => None,
+        }
+    }
+
+    /// Keeps what the Scaler itself just wrote to `target` (the apiserver's answer), unless
+    /// the watch already brought something newer: a reconcile right after its own write then
+    /// reads what it wrote.
+    pub fn remember(&self, target: &Named, written: &Current) {
+        let mut state = self.write();
+        let group = kubesteer_api::claims::group_of(&target.api_version);
+        let Some(entry) = state
+            .kinds
+            .get_mut(&(group.to_string(), target.kind.clone()))
+            .and_then(|o| o.by_namespace.get_mut(&target.namespace))
+            .and_then(|n| n.get_mut(&target.name))
+        else {
+            return;
+        };
+        let version = |c: &Current| {
+            c.resource_version
+                .as_deref()
+                .and_then(|v| v.parse::<u64>().ok())
+        };
+        let newer = match (entry.current.as_ref().and_then(version), version(written)) {
+            (Some(have), Some(got)) => got > have,
+            _ => false,
+        };
+        if newer {
+            let mut current = written.clone();
+            current
+                .annotations
+                .retain(|k, _| k.starts_with(KUBESTEER_PREFIX));
+            entry.holder = current.annotations.get(ORIGINAL_REPLICAS_OWNER).cloned();
+            entry.current = Some(current);
+        }
     }
 
     /// Whether the selector of the Scaler `namespace/name` picks the object `target` (group,

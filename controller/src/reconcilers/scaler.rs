@@ -218,7 +218,7 @@ struct Early {
 }
 
 /// One target as read: its metadata and its replicas from `/scale`.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Current {
     pub annotations: BTreeMap<String, String>,
     pub resource_version: Option<String>,
@@ -228,10 +228,13 @@ pub struct Current {
     pub settled_from: Option<DateTime<Utc>>,
     /// The field manager that owns its replicas (who scaled it last), from managedFields.
     pub scaled_by: Option<String>,
+    /// Read from the watch's cache rather than from the apiserver: every write of it is then
+    /// conditional on its resourceVersion, and a conflict reads it afresh.
+    pub cached: bool,
 }
 
 impl Current {
-    fn of(meta: &ObjectMeta, replicas: i32) -> Self {
+    pub fn of(meta: &ObjectMeta, replicas: i32) -> Self {
         let (settled_from, scaled_by) = provenance(meta);
         Self {
             annotations: meta.annotations.clone().unwrap_or_default(),
@@ -239,6 +242,7 @@ impl Current {
             replicas,
             settled_from,
             scaled_by,
+            cached: false,
         }
     }
 }
@@ -764,14 +768,15 @@ async fn write_target(
         (one_write, change.replicas, replicas_in_spec(resource))
     {
         patch["spec"] = replicas_patch(resource, to);
-        if change.restoring || change.record.is_none() {
+        if change.restoring || change.record.is_none() || current.cached {
             patch["metadata"]["resourceVersion"] = json!(current.resource_version);
         }
         let object = api
             .patch(&target.name, &params(), &Patch::Merge(&patch))
             .await?;
-        written.annotations = object.annotations().clone();
-        written.replicas = spec_replicas(resource, &object).unwrap_or(to);
+        let replicas = spec_replicas(resource, &object).unwrap_or(to);
+        written = Current::of(&object.metadata, replicas);
+        ctx.inventory.remember(target, &written);
         return Ok(written);
     }
     // Conditional on what was read, so a concurrent change means a retry; but right after the
@@ -804,13 +809,16 @@ async fn write_target(
 
 /// Whether `resource`'s /scale is its own `spec.replicas` (the apps/v1 workloads), so that one
 /// merge patch of the object can set the replicas and the record together.
-fn replicas_in_spec(resource: &ApiResource) -> bool {
-    (resource.group == "apps"
-        && matches!(
-            resource.plural.as_str(),
-            "deployments" | "statefulsets" | "replicasets"
-        ))
-        || suspended_instead(&resource.group, &resource.plural)
+pub fn replicas_in_spec(resource: &ApiResource) -> bool {
+    replicas_in_spec_kind(&resource.group, &resource.kind)
+}
+
+/// [`replicas_in_spec`] of the kind `group`/`kind`.
+pub fn replicas_in_spec_kind(group: &str, kind: &str) -> bool {
+    matches!(
+        (group, kind),
+        ("apps", "Deployment" | "StatefulSet" | "ReplicaSet") | ("batch", "CronJob")
+    )
 }
 
 /// The spec part of a merge patch that gives the object `to` replicas: a suspended kind is
@@ -824,7 +832,7 @@ fn replicas_patch(resource: &ApiResource, to: i32) -> Value {
 
 /// The `spec.replicas` of an apps/v1 workload (defaulted by the apiserver, so always there); a
 /// suspended kind's replicas, 0 while suspended and 1 while not.
-fn spec_replicas(resource: &ApiResource, object: &DynamicObject) -> Option<i32> {
+pub fn spec_replicas(resource: &ApiResource, object: &DynamicObject) -> Option<i32> {
     if suspended_instead(&resource.group, &resource.plural) {
         let suspended = object.data["spec"]["suspend"].as_bool().unwrap_or(false);
         return Some(if suspended { 0 } else { 1 });
@@ -882,6 +890,11 @@ async fn reconcile_target(
         let current = async {
             match prefetched.take() {
                 Some(read_before) => Ok(Some(read_before)),
+                // From the watch first; after a conflict, from the apiserver.
+                None if attempt == 0 => match ctx.inventory.current(target) {
+                    Some(cached) => Ok(cached.map(|c| Current { cached: true, ..c })),
+                    None => read(ctx, &resource, target).await,
+                },
                 None => read(ctx, &resource, target).await,
             }
         };
@@ -1453,7 +1466,10 @@ async fn look(ctx: &Context, target: &Named) -> Result<Seen> {
         .await?
     {
         Ok(resource) => Ok(Seen {
-            current: read(ctx, &resource, target).await?,
+            current: match ctx.inventory.current(target) {
+                Some(cached) => cached.map(|c| Current { cached: true, ..c }),
+                None => read(ctx, &resource, target).await?,
+            },
             ..Seen::default()
         }),
         Err(why) => Ok(Seen {
