@@ -233,21 +233,11 @@ impl Inventory {
         };
         let inventory = self.clone();
         let claims = claims.clone();
-        let mut stop = runner.stop.clone();
-        tokio::spawn(async move {
-            let mut stream = std::pin::pin!(stream);
-            let mut relisted: Option<BTreeMap<String, BTreeMap<String, Entry>>> = None;
-            loop {
-                let event = tokio::select! {
-                    e = stream.next() => e,
-                    _ = stop.wait_for(|s| *s) => None,
-                };
-                let Some(event) = event else { break };
-                match event {
-                    Ok(event) => inventory.apply(&key, event, &mut relisted, &claims, &runner.wake),
-                    Err(e) => warn!(kind = %key.1, error = %e, "Scaler target watch"),
-                }
-            }
+        let stop = runner.stop.clone();
+        let mut relisted: Option<BTreeMap<String, BTreeMap<String, Entry>>> = None;
+        spawn_until_stopped(stream, stop, move |event| match event {
+            Ok(event) => inventory.apply(&key, event, &mut relisted, &claims, &runner.wake),
+            Err(e) => warn!(kind = %key.1, error = %e, "Scaler target watch"),
         });
     }
 
@@ -275,38 +265,30 @@ impl Inventory {
             .backoff(tolerant::backoff());
         let inventory = self.clone();
         let claims = claims.clone();
-        let mut stop = runner.stop.clone();
-        tokio::spawn(async move {
-            let mut stream = std::pin::pin!(stream);
-            loop {
-                let event = tokio::select! {
-                    e = stream.next() => e,
-                    _ = stop.wait_for(|s| *s) => None,
+        let stop = runner.stop.clone();
+        spawn_until_stopped(stream, stop, move |event| {
+            let Ok(event) = event else { return };
+            let changed = match &event {
+                Event::Apply(ns) | Event::InitApply(ns) => Some(ns),
+                Event::Delete(ns) => Some(ns),
+                _ => None,
+            };
+            if let Some(ns) = changed {
+                let mut state = inventory.write();
+                let map = state.namespaces.get_or_insert_with(HashMap::new);
+                match &event {
+                    Event::Delete(_) => map.remove(&ns.name_any()),
+                    _ => map.insert(ns.name_any(), ns.labels().clone()),
                 };
-                let Some(event) = event else { break };
-                let Ok(event) = event else { continue };
-                let changed = match &event {
-                    Event::Apply(ns) | Event::InitApply(ns) => Some(ns),
-                    Event::Delete(ns) => Some(ns),
-                    _ => None,
-                };
-                if let Some(ns) = changed {
-                    let mut state = inventory.write();
-                    let map = state.namespaces.get_or_insert_with(HashMap::new);
-                    match &event {
-                        Event::Delete(_) => map.remove(&ns.name_any()),
-                        _ => map.insert(ns.name_any(), ns.labels().clone()),
-                    };
-                }
-                // A namespace's labels changed: every Scaler selecting by them looks again.
-                if matches!(event, Event::Apply(_) | Event::InitDone) {
-                    let index = claims.read();
-                    for (c, s) in index.selectors() {
-                        if s.namespace_selector.is_some() {
-                            let _ = runner
-                                .wake
-                                .unbounded_send(ObjectRef::new(&c.name).within(&c.namespace));
-                        }
+            }
+            // A namespace's labels changed: every Scaler selecting by them looks again.
+            if matches!(event, Event::Apply(_) | Event::InitDone) {
+                let index = claims.read();
+                for (c, s) in index.selectors() {
+                    if s.namespace_selector.is_some() {
+                        let _ = runner
+                            .wake
+                            .unbounded_send(ObjectRef::new(&c.name).within(&c.namespace));
                     }
                 }
             }
@@ -333,74 +315,65 @@ impl Inventory {
         let inventory = self.clone();
         let claims = claims.clone();
         let runner = runner.clone();
-        let mut stop = runner.stop.clone();
-        tokio::spawn(async move {
-            let mut stream = std::pin::pin!(stream);
-            let mut relisted: Option<Autoscaled> = None;
-            // Each HPA's target as last seen, to take it off when the HPA changes or goes.
-            let mut seen: HashMap<(String, String), Scaled> = HashMap::new();
-            loop {
-                let event = tokio::select! {
-                    e = stream.next() => e,
-                    _ = stop.wait_for(|s| *s) => None,
-                };
-                let Some(event) = event else { break };
-                let Ok(event) = event else { continue };
-                let scaled = |h: &HorizontalPodAutoscaler| {
-                    let r = &h.spec.as_ref()?.scale_target_ref;
-                    let group = kubesteer_api::claims::group_of(
-                        r.api_version.as_deref().unwrap_or_default(),
+        let stop = runner.stop.clone();
+        let mut relisted: Option<Autoscaled> = None;
+        // Each HPA's target as last seen, to take it off when the HPA changes or goes.
+        let mut seen: HashMap<(String, String), Scaled> = HashMap::new();
+        spawn_until_stopped(stream, stop, move |event| {
+            let Ok(event) = event else { return };
+            let scaled = |h: &HorizontalPodAutoscaler| {
+                let r = &h.spec.as_ref()?.scale_target_ref;
+                let group =
+                    kubesteer_api::claims::group_of(r.api_version.as_deref().unwrap_or_default());
+                Some((group.to_string(), r.kind.clone(), r.name.clone()))
+            };
+            let key =
+                |h: &HorizontalPodAutoscaler| (h.namespace().unwrap_or_default(), h.name_any());
+            let mut woken = Vec::new();
+            match event {
+                Event::Init => {
+                    relisted = Some(HashMap::new());
+                    seen.clear();
+                }
+                Event::InitApply(h) => {
+                    if let Some(t) = scaled(&h) {
+                        let (ns, _) = key(&h);
+                        *relisted
+                            .get_or_insert_with(HashMap::new)
+                            .entry(ns)
+                            .or_default()
+                            .entry(t.clone())
+                            .or_default() += 1;
+                        seen.insert(key(&h), t);
+                    }
+                }
+                Event::InitDone => {
+                    inventory.write().autoscaled = Some(relisted.take().unwrap_or_default());
+                }
+                Event::Apply(h) => {
+                    let (ns, name) = key(&h);
+                    let before = seen.remove(&(ns.clone(), name.clone()));
+                    let after = scaled(&h);
+                    inventory.count(&ns, before.as_ref(), after.as_ref());
+                    if let Some(t) = &after {
+                        seen.insert((ns.clone(), name), t.clone());
+                    }
+                    woken.extend(
+                        [before, after]
+                            .into_iter()
+                            .flatten()
+                            .map(|t| (ns.clone(), t)),
                     );
-                    Some((group.to_string(), r.kind.clone(), r.name.clone()))
-                };
-                let key =
-                    |h: &HorizontalPodAutoscaler| (h.namespace().unwrap_or_default(), h.name_any());
-                let mut woken = Vec::new();
-                match event {
-                    Event::Init => {
-                        relisted = Some(HashMap::new());
-                        seen.clear();
-                    }
-                    Event::InitApply(h) => {
-                        if let Some(t) = scaled(&h) {
-                            let (ns, _) = key(&h);
-                            *relisted
-                                .get_or_insert_with(HashMap::new)
-                                .entry(ns)
-                                .or_default()
-                                .entry(t.clone())
-                                .or_default() += 1;
-                            seen.insert(key(&h), t);
-                        }
-                    }
-                    Event::InitDone => {
-                        inventory.write().autoscaled = Some(relisted.take().unwrap_or_default());
-                    }
-                    Event::Apply(h) => {
-                        let (ns, name) = key(&h);
-                        let before = seen.remove(&(ns.clone(), name.clone()));
-                        let after = scaled(&h);
-                        inventory.count(&ns, before.as_ref(), after.as_ref());
-                        if let Some(t) = &after {
-                            seen.insert((ns.clone(), name), t.clone());
-                        }
-                        woken.extend(
-                            [before, after]
-                                .into_iter()
-                                .flatten()
-                                .map(|t| (ns.clone(), t)),
-                        );
-                    }
-                    Event::Delete(h) => {
-                        let (ns, name) = key(&h);
-                        let before = seen.remove(&(ns.clone(), name));
-                        inventory.count(&ns, before.as_ref(), None);
-                        woken.extend(before.map(|t| (ns, t)));
-                    }
                 }
-                for (ns, (group, kind, name)) in woken {
-                    inventory.wake_for(&claims, &runner.wake, &group, &kind, &ns, &name);
+                Event::Delete(h) => {
+                    let (ns, name) = key(&h);
+                    let before = seen.remove(&(ns.clone(), name));
+                    inventory.count(&ns, before.as_ref(), None);
+                    woken.extend(before.map(|t| (ns, t)));
                 }
+            }
+            for (ns, (group, kind, name)) in woken {
+                inventory.wake_for(&claims, &runner.wake, &group, &kind, &ns, &name);
             }
         });
     }
@@ -772,4 +745,27 @@ impl Inventory {
         };
         claims.selected_by(scaler.0, scaler.1, &candidate)
     }
+}
+
+/// Hands each item of `stream` to `each`, on a task of its own, until the stream ends or
+/// `stop` turns true.
+fn spawn_until_stopped<S, T>(
+    stream: S,
+    mut stop: watch::Receiver<bool>,
+    mut each: impl FnMut(T) + Send + 'static,
+) where
+    S: futures::Stream<Item = T> + Send + 'static,
+    T: Send + 'static,
+{
+    tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        loop {
+            let item = tokio::select! {
+                e = stream.next() => e,
+                _ = stop.wait_for(|s| *s) => None,
+            };
+            let Some(item) = item else { break };
+            each(item);
+        }
+    });
 }
