@@ -1308,6 +1308,8 @@ async fn apply(scaler: &Scaler, ctx: &Context) -> Result<Action> {
     // Bounded: the failing first, then in order; the count has them all.
     let target_count = i32::try_from(targets.len()).unwrap_or(i32::MAX);
     targets.sort_by_key(|t| t.error.is_none());
+    // The metrics count them all (in error, held below original); the status lists the first.
+    let all_targets = targets.clone();
     targets.truncate(MAX_STATUS_TARGETS);
     let status = ScalerStatus {
         active: Some(!suspended && plan.replicas.is_some()),
@@ -1356,8 +1358,12 @@ async fn apply(scaler: &Scaler, ctx: &Context) -> Result<Action> {
         patch_status(ctx, &ns, &name, &status).await?;
     }
     let wanted = plan.replicas.or(outside);
+    let observed = ScalerStatus {
+        targets: all_targets,
+        ..status.clone()
+    };
     ctx.metrics
-        .scaler_observed(scaler, &previous, &status, wanted, written_at);
+        .scaler_observed(scaler, &previous, &observed, wanted, written_at);
     // The failed targets are retried with the Scaler's backoff (never past its next transition),
     // and the failure is announced as any failed reconcile is.
     if let Some(failed) = targets_failed(failed) {

@@ -2,13 +2,15 @@
 //! next transition, transitions applied and how late, targets in error, and the replicas held
 //! below their original (the savings). Labels are the Scaler's `namespace` and `scaler`, plus the
 //! target's kind, namespace and name on per-target series, so a Scaler adds at most a few series
-//! per target (its targets are bounded by `MAX_TARGETS`); its series go when it is deleted, and
+//! per target (at most `MAX_STATUS_TARGETS` targets each, those its status lists; the counts
+//! of targets in error and held below original take them all); its series go when it is deleted, and
 //! all of them when this replica stops leading, so only the leader reports Scalers.
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
 
 use chrono::{DateTime, Utc};
 use kube::ResourceExt;
+use kubesteer_api::rules::scaler::MAX_STATUS_TARGETS;
 use kubesteer_api::scaler_v1beta1::TargetStatus;
 use kubesteer_api::{Scaler, ScalerStatus};
 use prometheus_client::encoding::EncodeLabelSet;
@@ -119,8 +121,9 @@ impl ScalerMetrics {
         metrics
     }
 
-    /// Records a reconcile of `scaler` that went from `previous` to `status` (already written)
-    /// at `now`, its targets wanting `wanted` replicas (None: back to their original).
+    /// Records a reconcile of `scaler` that went from `previous` to `status` (already written,
+    /// but with every target, not only those the written one lists) at `now`, its targets
+    /// wanting `wanted` replicas (None: back to their original).
     pub fn observed(
         &self,
         scaler: &Scaler,
@@ -159,8 +162,9 @@ impl ScalerMetrics {
             .get_or_create(&labels)
             .set(held_below_original(&status.targets));
 
+        // Per-target series for the targets a status lists, so a fleet adds a bounded number.
         let mut now_present = BTreeSet::new();
-        for target in &status.targets {
+        for target in status.targets.iter().take(MAX_STATUS_TARGETS) {
             let target_labels = TargetLabels {
                 namespace: labels.namespace.clone(),
                 scaler: labels.scaler.clone(),
