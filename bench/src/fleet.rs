@@ -39,8 +39,6 @@ const GITOPS_MANAGER: &str = "fleet-gitops";
 const CREATE_MANAGER: &str = "fleet-bench";
 /// Hold's grace period: the Deployments are created minutes before the boundary.
 const GRACE_PERIOD: &str = "1m";
-/// How long after a boundary (or the last scale-up) the bench waits for the fleet.
-const SETTLE_TIMEOUT: Duration = Duration::from_secs(600);
 
 pub struct Options {
     /// Namespaces `PREFIX-0` .. `PREFIX-{namespaces-1}`.
@@ -60,6 +58,8 @@ pub struct Options {
     /// The controller's log: when its writes were answered, beside when the watch saw them.
     pub controller_log: Option<PathBuf>,
     pub setup_timeout: Duration,
+    /// How long after the boundary, and after the scale-ups, the bench waits for the fleet.
+    pub settle_timeout: Duration,
 }
 
 /// What the watches saw.
@@ -399,7 +399,9 @@ fn written(
         if t < since {
             continue;
         }
-        let Some(i) = rest.find(&needle) else {
+        // The line of each write names its target; the Scaler's summary of them repeats the
+        // note without it.
+        let Some(i) = rest.find(&needle).filter(|_| rest.contains(" target=")) else {
             continue;
         };
         let what = &rest[i + needle.len() - prefix.len() - 1..];
@@ -421,6 +423,7 @@ pub async fn run(client: Client, o: &Options) -> Result<Value> {
                 .map(move |ns| (ns.clone(), format!("web-{i:03}")))
         })
         .collect();
+    let settle = o.settle_timeout;
     let mut notes: Vec<String> = Vec::new();
     spread.ensure(&client).await?;
     let fleet: Shared = Arc::default();
@@ -534,6 +537,7 @@ pub async fn run(client: Client, o: &Options) -> Result<Value> {
         field_manager: Some(CREATE_MANAGER.into()),
         ..PatchParams::default()
     };
+    let patched_at = Utc::now();
     futures::stream::iter(spread.names.iter())
         .map(|ns| {
             let api: Api<Scaler> = Api::namespaced(client.clone(), ns);
@@ -567,7 +571,12 @@ pub async fn run(client: Client, o: &Options) -> Result<Value> {
             "not every Scaler showed the boundary as its next transition 5 s before it".into(),
         );
     }
-    let lead_s = secs((boundary - Utc::now()).to_std().unwrap_or_default());
+    let lead_s = secs((boundary - patched_at).to_std().unwrap_or_default());
+    let shown = lock(&fleet)
+        .scalers
+        .values()
+        .filter(|s| s.next == Some(boundary))
+        .count();
     let before = memory(o.controller_pid)?;
 
     // 3. The boundary: every Deployment from `replicas` to 0.
@@ -583,7 +592,7 @@ pub async fn run(client: Client, o: &Options) -> Result<Value> {
     let key_names: Vec<String> = keys.iter().map(|(ns, n)| format!("{ns}/{n}")).collect();
     // Early writes (before the boundary) would count too: take them from a second before.
     let early = boundary - TimeDelta::seconds(1);
-    let all_zero = wait_for(&fleet, "transition", SETTLE_TIMEOUT, |f| {
+    let all_zero = wait_for(&fleet, "transition", o.settle_timeout, |f| {
         let n = key_names
             .iter()
             .filter(|k| zero_after(f, k, early).is_some())
@@ -607,7 +616,7 @@ pub async fn run(client: Client, o: &Options) -> Result<Value> {
     let last_zero_s = seen.iter().copied().fold(0.0, f64::max) / 1000.0;
     if !all_zero {
         notes.push(format!(
-            "{} Deployments were not seen at 0 within {SETTLE_TIMEOUT:?} of the boundary",
+            "{} Deployments were not seen at 0 within {settle:?} of the boundary",
             missed.len()
         ));
     }
@@ -630,10 +639,10 @@ pub async fn run(client: Client, o: &Options) -> Result<Value> {
     tokio::time::sleep(wait).await;
     let transition_requests = requests(o, from, to, (total, "per_target"))?;
     let whole_requests = requests(o, from, done, (total, "per_target"))?;
-    let transition = json!({
+    let mut transition = json!({
         "boundary": boundary.to_rfc3339(),
-        "lead_s": lead_s,
-        "every_scaler_ready_before": ready,
+        "window_end_patched_s_before": lead_s,
+        "scalers_showing_the_boundary_before": shown,
         "seen_at_0": latencies(seen, 10_000.0),
         "all_seen_at_0_s": last_zero_s,
         "missed": missed.len(),
@@ -647,8 +656,24 @@ pub async fn run(client: Client, o: &Options) -> Result<Value> {
 
     // 4. Hold: a GitOps-style sync scales `hold` Deployments (spread over every namespace) back
     // up, as fast as this client can; the controller sets each back to 0.
-    let hold = o.hold.min(total);
-    let held: Vec<String> = key_names.iter().take(hold).cloned().collect();
+    // Only Deployments the transition brought to 0: a scale-up of one still at its replicas
+    // would change nothing.
+    let held: Vec<String> = {
+        let f = lock(&fleet);
+        key_names
+            .iter()
+            .filter(|k| zero_after(&f, k, early).is_some())
+            .take(o.hold)
+            .cloned()
+            .collect()
+    };
+    let hold = held.len();
+    if hold < o.hold.min(total) {
+        notes.push(format!(
+            "only {hold} Deployments were at 0 to be scaled up for Hold, not {}",
+            o.hold.min(total)
+        ));
+    }
     log(format!(
         "fleet: hold: scaling {hold} Deployments back to {}",
         o.replicas
@@ -685,7 +710,7 @@ pub async fn run(client: Client, o: &Options) -> Result<Value> {
             .position(|(r, at)| *r == o.replicas && *at >= hold_from)?;
         changes[up..].iter().find(|(r, _)| *r == 0).map(|c| c.1)
     };
-    let all_back = wait_for(&fleet, "set back", SETTLE_TIMEOUT, |f| {
+    let all_back = wait_for(&fleet, "set back", o.settle_timeout, |f| {
         let n = held.iter().filter(|k| set_back(f, k).is_some()).count();
         (n >= hold, format!("{n}/{hold} set back"))
     })
@@ -709,7 +734,7 @@ pub async fn run(client: Client, o: &Options) -> Result<Value> {
     };
     if !all_back {
         notes.push(format!(
-            "{} scaled-up Deployments were not set back within {SETTLE_TIMEOUT:?}",
+            "{} scaled-up Deployments were not set back within {settle:?}",
             not_back.len()
         ));
     }
@@ -737,6 +762,19 @@ pub async fn run(client: Client, o: &Options) -> Result<Value> {
         hold_to,
         (back.len(), "per_set_back"),
     )?;
+    // Deployments the transition had not reached within the settle time, when they got to 0
+    // after all (before the end of the run).
+    let eventually: Vec<f64> = {
+        let f = lock(&fleet);
+        missed
+            .iter()
+            .filter_map(|k| zero_after(&f, k, early))
+            .map(|at| ms(at, boundary))
+            .collect()
+    };
+    if !missed.is_empty() {
+        transition["missed_seen_at_0_later"] = latencies(eventually, 10_000.0);
+    }
     let hold_section = json!({
         "scaled_up": hold,
         "scale_ups_accepted_s": scale_ups_s,
@@ -812,10 +850,15 @@ pub fn document(o: &Options, facts: &Facts, mut measured: Value) -> Result<Value
          6 hours later), so the controller records every target's original replicas; once every \
          Scaler has status.targetCount {per} and every Deployment carries the record, every \
          Scaler's window end is patched to the boundary T, the first minute boundary at least \
-         {lead} s away. At T every window closes and every Deployment goes from {replicas} to 0 \
+         {lead} s away (transition.window_end_patched_s_before; \
+         scalers_showing_the_boundary_before: how many Scalers' status.nextTransitions showed T \
+         5 s before it). At T every window closes and every Deployment goes from {replicas} to 0 \
          (outsideReplicas). transition.seen_at_0: per Deployment, when a watch of the fleet's \
          Deployments in this client (niced, on the same machine) first saw spec.replicas 0, minus T; \
-         transition.written: the same from the controller's log line of each answered write. \
+         transition.written: the same from the controller's log line of each answered write; \
+         the bench waits up to {settle} s after T (and after the scale-ups) for the fleet; \
+         missed: Deployments not at 0 by then, missed_seen_at_0_later: when those reached 0 \
+         before the end of the run. Hold scales up only Deployments the transition brought to 0. \
          transition.requests: the controller's non-watch requests (its own user in the apiserver's \
          audit log, Metadata level) received in [T-5s, T+60s], per target = divided by {total}; \
          writes = create/update/patch/delete, reads = get/list; requests_until_all_at_0: the same \
@@ -836,6 +879,7 @@ pub fn document(o: &Options, facts: &Facts, mut measured: Value) -> Result<Value
         concurrency = o.concurrency,
         lead = o.lead_secs,
         hold = o.hold.min(total),
+        settle = o.settle_timeout.as_secs(),
     );
     let mut doc = json!({
         "benchmark": "controller fleet: selector Scalers switching a fleet of Deployments at one boundary, then Hold",

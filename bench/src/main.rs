@@ -130,6 +130,9 @@ enum Command {
         /// Creating the fleet until rolled out, and each wait for the Scalers.
         #[arg(long, default_value_t = 3600)]
         setup_timeout_secs: u64,
+        /// How long after the boundary, and after the scale-ups, to wait for the fleet.
+        #[arg(long, default_value_t = 1800)]
+        settle_timeout_secs: u64,
         /// Facts for the results file: fake nodes, commit, Kubernetes version, notes.
         #[arg(long, default_value_t = 0)]
         nodes: usize,
@@ -348,6 +351,7 @@ async fn main() -> Result<()> {
             controller_pid,
             controller_log,
             setup_timeout_secs,
+            settle_timeout_secs,
             nodes,
             commit,
             k8s,
@@ -368,6 +372,7 @@ async fn main() -> Result<()> {
                 controller_pid,
                 controller_log,
                 setup_timeout: Duration::from_secs(setup_timeout_secs),
+                settle_timeout: Duration::from_secs(settle_timeout_secs),
             };
             let started = Instant::now();
             let measured = fleet::run(client, &o).await?;
