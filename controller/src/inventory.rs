@@ -99,6 +99,9 @@ struct State {
     /// The targets HorizontalPodAutoscalers scale, per namespace: (group, kind, name) → how
     /// many HPAs; None until the watch has listed them all once.
     autoscaled: Option<Autoscaled>,
+    /// Each target whose HPA a KEDA ScaledObject owned when last seen: (namespace, group, kind,
+    /// name) → the ScaledObject. Kept after the HPA goes, since KEDA deletes it while paused.
+    keda: HashMap<(String, String, String, String), String>,
     /// Every namespace's labels, once a selector needs them.
     namespaces: Option<HashMap<String, BTreeMap<String, String>>>,
 }
@@ -336,6 +339,7 @@ impl Inventory {
                     seen.clear();
                 }
                 Event::InitApply(h) => {
+                    inventory.remember_keda(&h);
                     if let Some(t) = scaled(&h) {
                         let (ns, _) = key(&h);
                         *relisted
@@ -351,6 +355,7 @@ impl Inventory {
                     inventory.write().autoscaled = Some(relisted.take().unwrap_or_default());
                 }
                 Event::Apply(h) => {
+                    inventory.remember_keda(&h);
                     let (ns, name) = key(&h);
                     let before = seen.remove(&(ns.clone(), name.clone()));
                     let after = scaled(&h);
@@ -376,6 +381,41 @@ impl Inventory {
                 inventory.wake_for(&claims, &runner.wake, &group, &kind, &ns, &name);
             }
         });
+    }
+
+    /// Remembers the ScaledObject that owns `hpa`, if one does, for the target it scales.
+    fn remember_keda(&self, hpa: &HorizontalPodAutoscaler) {
+        let Some(so) = hpa
+            .owner_references()
+            .iter()
+            .find(|o| o.kind == "ScaledObject" && o.api_version.starts_with("keda.sh/"))
+        else {
+            return;
+        };
+        let Some(r) = hpa.spec.as_ref().map(|s| &s.scale_target_ref) else {
+            return;
+        };
+        let group = kubesteer_api::claims::group_of(r.api_version.as_deref().unwrap_or_default());
+        let key = (
+            hpa.namespace().unwrap_or_default(),
+            group.to_string(),
+            r.kind.clone(),
+            r.name.clone(),
+        );
+        self.write().keda.insert(key, so.name.clone());
+    }
+
+    /// The KEDA ScaledObject whose HPA scaled `target` when last seen (it may be paused now,
+    /// its HPA deleted).
+    pub fn scaled_object_of(&self, target: &Named) -> Option<String> {
+        let group = kubesteer_api::claims::group_of(&target.api_version);
+        let key = (
+            target.namespace.clone(),
+            group.to_string(),
+            target.kind.clone(),
+            target.name.clone(),
+        );
+        self.read().keda.get(&key).cloned()
     }
 
     /// Moves one HPA's count from the target `before` to `after` in `ns`.

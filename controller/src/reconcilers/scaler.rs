@@ -630,13 +630,16 @@ fn scaled_objects() -> ApiResource {
 
 /// The KEDA ScaledObject behind a target, by name, while the Scaler cooperates with
 /// autoscalers: the owner of its HPA, or the one the Scaler paused (KEDA deletes its HPA while
-/// paused), as the target's status entry recorded it.
+/// paused), as the HPA watch last saw it or the target's status entry recorded it.
 fn scaled_object_name(
     hpa: Option<&HorizontalPodAutoscaler>,
     recorded: Option<&TargetStatus>,
+    remembered: Option<String>,
     owner: &Scaler,
 ) -> Option<String> {
     let recorded = recorded.and_then(|r| r.scaled_object.clone());
+    // Switched off: only one this Scaler paused, to give it back (once resumed, its status no
+    // longer names it, and the target is written itself).
     if owner.spec.hpa_cooperation() != HpaCooperation::Enabled {
         return recorded;
     }
@@ -646,7 +649,9 @@ fn scaled_object_name(
             .find(|o| o.kind == "ScaledObject" && o.api_version.starts_with("keda.sh/"))
             .map(|o| o.name.clone())
     });
-    owned.or(recorded)
+    // The status may lag behind (a reconcile woken by the HPA's deletion may see the Scaler
+    // before its own last status write): what the HPA watch saw comes before it.
+    owned.or(remembered).or(recorded)
 }
 
 /// The ScaledObject `name` in `ns`, None when it (or KEDA) is gone.
@@ -904,7 +909,8 @@ async fn reconcile_target(
         };
         // A target KEDA scales (its HPA owned by a ScaledObject, or a ScaledObject this Scaler
         // paused, whose HPA KEDA deleted meanwhile) is paused through KEDA instead.
-        let keda = match scaled_object_name(hpa.as_ref(), recorded, owner) {
+        let remembered = ctx.inventory.scaled_object_of(target);
+        let keda = match scaled_object_name(hpa.as_ref(), recorded, remembered, owner) {
             Some(name) => scaled_object(ctx, &target.namespace, &name).await?,
             None => None,
         };
