@@ -15,9 +15,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context as _, Result};
 use chrono::{DateTime, DurationRound, TimeDelta, Utc};
 use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
-use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
@@ -211,41 +209,20 @@ async fn wait_for(
     }
 }
 
+/// The benchmark's other target Deployments, with the fleet's label on them and their pods.
 fn deployment(name: &str, namespace: &str, replicas: i32) -> Deployment {
-    let app = BTreeMap::from([("app".to_string(), name.to_string())]);
-    let mut labels = app.clone();
-    labels.insert(TIER.0.into(), TIER.1.into());
-    Deployment {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            namespace: Some(namespace.into()),
-            labels: Some(labels.clone()),
-            ..ObjectMeta::default()
-        },
-        spec: Some(DeploymentSpec {
-            replicas: Some(replicas),
-            selector: LabelSelector {
-                match_labels: Some(app),
-                ..LabelSelector::default()
-            },
-            template: PodTemplateSpec {
-                metadata: Some(ObjectMeta {
-                    labels: Some(labels),
-                    ..ObjectMeta::default()
-                }),
-                spec: Some(PodSpec {
-                    containers: vec![Container {
-                        name: "app".into(),
-                        image: Some("registry.k8s.io/pause:3.10".into()),
-                        ..Container::default()
-                    }],
-                    ..PodSpec::default()
-                }),
-            },
-            ..DeploymentSpec::default()
-        }),
-        ..Deployment::default()
+    let mut d = crate::target_deployment(name, namespace, replicas);
+    let tier = (TIER.0.to_string(), TIER.1.to_string());
+    d.metadata
+        .labels
+        .get_or_insert_with(BTreeMap::new)
+        .insert(tier.0.clone(), tier.1.clone());
+    if let Some(meta) = d.spec.as_mut().and_then(|s| s.template.metadata.as_mut()) {
+        meta.labels
+            .get_or_insert_with(BTreeMap::new)
+            .insert(tier.0, tier.1);
     }
+    d
 }
 
 fn window(start: &TimeOfDay, end: TimeOfDay, replicas: i32) -> ScaleWindow {

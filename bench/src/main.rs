@@ -791,7 +791,7 @@ async fn converge(
     }))
 }
 
-fn target_deployment(name: &str, namespace: &str, replicas: i32) -> Deployment {
+pub(crate) fn target_deployment(name: &str, namespace: &str, replicas: i32) -> Deployment {
     let labels = BTreeMap::from([("app".to_string(), name.to_string())]);
     Deployment {
         metadata: ObjectMeta {
