@@ -32,6 +32,7 @@ use crate::children::{apply_params, namespace_and_name};
 use crate::context::{Pass, GATE_WAIT};
 use crate::reconcilers::{status_patch, time};
 use crate::{is_status, Context, Error, Result};
+use futures::StreamExt;
 
 pub const KIND: &str = "Scaler";
 /// A reconcile this close before the boundary it was requeued for acts as at the boundary: the
@@ -40,6 +41,8 @@ const BOUNDARY_TOLERANCE: Duration = Duration::from_millis(20);
 /// A Scaler with a transition ahead wakes this much before it, reads its targets, and waits
 /// for the boundary with what it read: at the boundary only the writes are left.
 pub const PREFETCH_LEAD: Duration = Duration::from_millis(250);
+/// How many of a selector's targets one Scaler writes at once (named targets go one by one).
+const SELECTED_AT_ONCE: usize = 16;
 // Enough to ride out a burst of concurrent writers; after that the reconcile is requeued.
 const CONFLICT_RETRIES: usize = 3;
 /// How often a Scaler that owes a transition retries while the apiserver is unreachable: the
@@ -850,7 +853,8 @@ pub fn spec_replicas(resource: &ApiResource, object: &DynamicObject) -> Option<i
 /// `release`: the Scaler lets go of the target (deleted, or the target left its spec), so an
 /// HPA gets its own minReplicas back whatever outsideReplicas says.
 ///
-/// `early`: what the Scaler brought from just before a boundary (see [`Early`]).
+/// `prefetched`, `pass`: what the Scaler read of the target just before a boundary, and its
+/// place at the boundary's gate (see [`Early`]).
 /// `recorded`: the target's status entry: the HPA this Scaler last worked through for it, when
 /// the spec no longer finds that one (`hpaCooperation` switched off, the HPA retargeted), has
 /// its minReplicas given back by that name; the KEDA ScaledObject it paused (whose HPA KEDA
@@ -864,14 +868,10 @@ async fn reconcile_target(
     outside: Option<i32>,
     release: bool,
     recorded: Option<&TargetStatus>,
-    early: Option<&mut Early>,
+    (mut prefetched, pass): (Option<Current>, Option<&Pass>),
     gather: bool,
 ) -> Result<Seen> {
     let mut done = Vec::new();
-    let (mut prefetched, pass) = match early {
-        Some(e) => (e.read.remove(target), Some(&e.pass)),
-        None => (None, None),
-    };
     let resource = match ctx
         .mapper
         .resolve(&target.api_version, &target.kind)
@@ -1184,36 +1184,67 @@ async fn apply(scaler: &Scaler, ctx: &Context) -> Result<Action> {
     let mut hold_until: Option<DateTime<Utc>> = None;
     // What was done to selected targets, told of in one event per reason below.
     let mut told: Vec<(&'static str, String)> = Vec::new();
-    for target in &wanted_targets {
+    let mut prefetched = early
+        .as_mut()
+        .map(|e| std::mem::take(&mut e.read))
+        .unwrap_or_default();
+    let pass = early.as_ref().map(|e| &e.pass);
+    // One target: whether an older Scaler owns it, and what was seen or done.
+    let visit = |i: usize, read_before: Option<Current>| {
+        let target = &wanted_targets[i];
         // The oldest Scaler that claims a target owns it; the others leave it alone.
         let owner = ctx
             .claims
             .read()
             .older_claimant(&target.target(), &claimant)
             .map(Claimant::id);
+        let recorded = recorded_entry(&previous, target);
+        let gather = !named.contains(target);
+        async move {
+            let seen = match &owner {
+                Some(_) => look(ctx, target).await,
+                None if suspended => look(ctx, target).await,
+                None => {
+                    reconcile_target(
+                        ctx,
+                        scaler,
+                        target,
+                        plan.replicas,
+                        outside,
+                        false,
+                        recorded,
+                        (read_before, pass),
+                        gather,
+                    )
+                    .await
+                }
+            };
+            (target, owner, seen)
+        }
+    };
+    // Named targets one after another; a selector's (a fleet) several at once.
+    let mut visited = Vec::new();
+    let (one_by_one, together): (Vec<usize>, Vec<usize>) =
+        (0..wanted_targets.len()).partition(|i| named.contains(&wanted_targets[*i]));
+    for i in one_by_one {
+        let read_before = prefetched.remove(&wanted_targets[i]);
+        visited.push(visit(i, read_before).await);
+    }
+    let at_once: Vec<_> = futures::stream::iter(together)
+        .map(|i| {
+            let read_before = prefetched.remove(&wanted_targets[i]);
+            visit(i, read_before)
+        })
+        .buffered(SELECTED_AT_ONCE)
+        .collect()
+        .await;
+    visited.extend(at_once);
+    for (target, owner, seen) in visited {
         if let Some(owner) = &owner {
             conflicts.push(format!(
                 "{target} is owned by Scaler {owner}, which is older; it is left alone until that one lets go"
             ));
         }
-        let seen = match owner {
-            Some(_) => look(ctx, target).await,
-            None if suspended => look(ctx, target).await,
-            None => {
-                reconcile_target(
-                    ctx,
-                    scaler,
-                    target,
-                    plan.replicas,
-                    outside,
-                    false,
-                    recorded_entry(&previous, target),
-                    early.as_mut(),
-                    !named.contains(target),
-                )
-                .await
-            }
-        };
         let seen = match seen {
             Ok(seen) => seen,
             Err(e) => {
@@ -1261,7 +1292,17 @@ async fn apply(scaler: &Scaler, ctx: &Context) -> Result<Action> {
             continue;
         }
         let gather = !named.contains(&old);
-        let given = reconcile_target(ctx, scaler, &old, None, outside, true, hpa, None, gather);
+        let given = reconcile_target(
+            ctx,
+            scaler,
+            &old,
+            None,
+            outside,
+            true,
+            hpa,
+            (None, None),
+            gather,
+        );
         match given.await {
             Ok(seen) => told.extend(seen.told),
             Err(e) => {
@@ -1544,7 +1585,19 @@ async fn cleanup(scaler: &Scaler, ctx: &Context) -> Result<Action> {
             continue;
         }
         let hpa = recorded_entry(&status, &target);
-        match reconcile_target(ctx, scaler, &target, None, outside, true, hpa, None, false).await {
+        match reconcile_target(
+            ctx,
+            scaler,
+            &target,
+            None,
+            outside,
+            true,
+            hpa,
+            (None, None),
+            false,
+        )
+        .await
+        {
             Ok(_) => {}
             Err(e) if refused(&e) => {
                 let note = format!("{target} could not be given back and is left as it is: {e}");
