@@ -39,7 +39,9 @@ fn kubectl_get_shows_the_columns_of_each_kind() -> Result<()> {
         .map(|l| l.split_whitespace().collect())
         .collect();
     assert!(
-        headers.contains(&vec!["NAME", "TIMEZONE", "ACTIVE", "NEXT", "AGE"]),
+        headers.contains(&vec![
+            "NAME", "TIMEZONE", "ACTIVE", "TARGETS", "NEXT", "AGE"
+        ]),
         "{out}"
     );
     assert!(
