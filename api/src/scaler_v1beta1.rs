@@ -137,6 +137,17 @@ pub fn suspended_instead(group: &str, resource: &str) -> bool {
     group == "batch" && resource == "cronjobs"
 }
 
+/// The KEDA ScaledObject among an HPA's `owners`, by name: KEDA made that HPA, and a Scaler
+/// pauses the ScaledObject instead of setting the HPA's minReplicas (KEDA would set it back).
+pub fn keda_owner(
+    owners: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference],
+) -> Option<&str> {
+    owners
+        .iter()
+        .find(|o| o.kind == "ScaledObject" && o.api_version.starts_with("keda.sh/"))
+        .map(|o| o.name.as_str())
+}
+
 /// How long Hold leaves a target alone after its creation or last pod template change, unless
 /// `spec.outside.gracePeriod` says otherwise (as GoKubeDownscaler's default grace period).
 pub const DEFAULT_GRACE_PERIOD: std::time::Duration = std::time::Duration::from_secs(15 * 60);

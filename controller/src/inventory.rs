@@ -385,11 +385,7 @@ impl Inventory {
 
     /// Remembers the ScaledObject that owns `hpa`, if one does, for the target it scales.
     fn remember_keda(&self, hpa: &HorizontalPodAutoscaler) {
-        let Some(so) = hpa
-            .owner_references()
-            .iter()
-            .find(|o| o.kind == "ScaledObject" && o.api_version.starts_with("keda.sh/"))
-        else {
+        let Some(so) = kubesteer_api::scaler_v1beta1::keda_owner(hpa.owner_references()) else {
             return;
         };
         let Some(r) = hpa.spec.as_ref().map(|s| &s.scale_target_ref) else {
@@ -402,7 +398,7 @@ impl Inventory {
             r.kind.clone(),
             r.name.clone(),
         );
-        self.write().keda.insert(key, so.name.clone());
+        self.write().keda.insert(key, so.to_string());
     }
 
     /// The KEDA ScaledObject whose HPA scaled `target` when last seen (it may be paused now,

@@ -302,9 +302,7 @@ impl Cluster for KubeCluster {
                 &t.name,
             );
             scales == *target
-                && h.owner_references()
-                    .iter()
-                    .any(|o| o.kind == "ScaledObject" && o.api_version.starts_with("keda.sh/"))
+                && kubesteer_api::scaler_v1beta1::keda_owner(h.owner_references()).is_some()
         })
     }
 

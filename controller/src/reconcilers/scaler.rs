@@ -23,7 +23,9 @@ use kubesteer_api::keys::{
 use kubesteer_api::plan::Plan;
 use kubesteer_api::rules::scaler::MAX_STATUS_TARGETS;
 use kubesteer_api::scaler::{scaler_id, Record};
-use kubesteer_api::scaler_v1beta1::{suspended_instead, HpaCooperation, TargetStatus, Transition};
+use kubesteer_api::scaler_v1beta1::{
+    keda_owner, suspended_instead, HpaCooperation, TargetStatus, Transition,
+};
 use kubesteer_api::{Scaler, ScalerStatus};
 use serde_json::{json, Value};
 use tracing::{info, warn};
@@ -646,12 +648,7 @@ fn scaled_object_name(
     if owner.spec.hpa_cooperation() != HpaCooperation::Enabled {
         return recorded;
     }
-    let owned = hpa.and_then(|h| {
-        h.owner_references()
-            .iter()
-            .find(|o| o.kind == "ScaledObject" && o.api_version.starts_with("keda.sh/"))
-            .map(|o| o.name.clone())
-    });
+    let owned = hpa.and_then(|h| keda_owner(h.owner_references()).map(str::to_string));
     // The status may lag behind (a reconcile woken by the HPA's deletion may see the Scaler
     // before its own last status write): what the HPA watch saw comes before it.
     owned.or(remembered).or(recorded)
