@@ -278,11 +278,26 @@ pub fn cached_tool(name: &str) -> PathBuf {
     cache_bin().join(name)
 }
 
-/// A free TCP port on 127.0.0.1.
+/// A free TCP port on 127.0.0.1 for a process a test starts.
+///
+/// It comes from below the kernel's ephemeral range (32768 and up), so the source port of some
+/// other outgoing connection (kubectl, curl, the apiserver's clients) cannot take it between
+/// this check and the process binding it, and no port is handed out twice in one test binary.
 pub fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
+    use std::sync::atomic::{AtomicU16, Ordering};
+    const FIRST: u16 = 20_000;
+    const SPAN: u16 = 12_000;
+    // Each test binary starts at its own offset, so two binaries never walk the same ports.
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    let start = (std::process::id() % u32::from(SPAN)) as u16;
+    for _ in 0..SPAN {
+        let step = NEXT.fetch_add(1, Ordering::Relaxed) % SPAN;
+        let port = FIRST + (start + step) % SPAN;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return Ok(port);
+        }
+    }
+    bail!("no free port between {FIRST} and {}", FIRST + SPAN)
 }
 
 /// Applies the committed CRDs as `make install` does (`hack/crds.sh`), and waits until they are
