@@ -26,7 +26,9 @@
 #                window closing at one minute boundary (every Deployment to 0 then: lateness seen by
 #                a watch, the controller's requests per target, its RSS); then BENCH_FLEET_HOLD
 #                (default 1,000) of them scaled back up by a plain client, which outside.mode Hold
-#                sets back to 0. Writes bench/results/controller-fleet.json (and nothing else).
+#                sets back to 0; then, with the controller stopped, a plain client's PATCH of every
+#                Deployment, BENCH_FLEET_CEILING_CONCURRENCY (200, 0 skips it) at a time: the
+#                apiserver's ceiling line. Writes bench/results/controller-fleet.json (and nothing else).
 # Each phase merges its section into bench/results/controller.json as soon as it is done.
 # A benchmark, not a test: numbers vary with the machine and whatever else runs on it.
 #
@@ -409,6 +411,7 @@ if has fleet; then
   if [ -n "${BENCH_FLEET_NOTE:-}" ]; then fleet_notes=(--note "$BENCH_FLEET_NOTE"); fi
   "${bench[@]}" fleet --namespaces "$fleet_namespaces" --per-namespace "$fleet_per" \
     --replicas "$fleet_replicas" --hold "$fleet_hold" --concurrency "$concurrency" \
+    --ceiling-concurrency "${BENCH_FLEET_CEILING_CONCURRENCY:-200}" \
     --lead-secs "${BENCH_FLEET_LEAD_SECS:-75}" --audit-dir "$logs" --user "$user" \
     --controller-pid "$controller_pid" --controller-log "$work/fleet-controller.log" \
     --nodes "$KUBESTEER_NODES" --commit "$(git rev-parse --short HEAD)" --k8s "$K8S_VERSION" \

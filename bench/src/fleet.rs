@@ -47,6 +47,8 @@ pub struct Options {
     pub replicas: i32,
     pub hold: usize,
     pub concurrency: usize,
+    /// The ceiling line's PATCHes in flight (0: no ceiling line).
+    pub ceiling_concurrency: usize,
     /// The boundary is the first minute boundary at least this far after the window is set.
     pub lead_secs: i64,
     /// The apiserver's log directory (audit*.log, rotated ones too).
@@ -763,7 +765,17 @@ pub async fn run(client: Client, o: &Options) -> Result<Value> {
         "controller_after": hold_after,
     });
 
+    // 5. The ceiling line: with the controller stopped, a plain client PATCHes every Deployment
+    // once (an annotation; their replicas stay at 0), as many at a time as the controller may
+    // have in flight, to tell the apiserver's share of the transition from the controller's.
+    let ceiling = if o.ceiling_concurrency > 0 {
+        Some(ceiling(&client, o, &keys).await?)
+    } else {
+        None
+    };
+
     Ok(json!({
+        "ceiling": ceiling,
         "setup": {
             "deployments_created_s": created_s,
             "rolled_out_s": rolled_out_s,
@@ -773,6 +785,61 @@ pub async fn run(client: Client, o: &Options) -> Result<Value> {
         "transition": transition,
         "hold": hold_section,
         "notes": notes,
+    }))
+}
+
+/// Sends SIGSTOP or SIGCONT to the controller.
+fn signal(pid: u32, sig: &str) -> Result<()> {
+    let status = std::process::Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .context("running kill")?;
+    if !status.success() {
+        bail!("kill {sig} {pid}: {status}");
+    }
+    Ok(())
+}
+
+/// Every Deployment PATCHed once by this client, `ceiling_concurrency` at a time, with the
+/// controller stopped: per PATCH when it was answered (from the first one sent), and the
+/// whole pass.
+async fn ceiling(client: &Client, o: &Options, keys: &[(String, String)]) -> Result<Value> {
+    log(format!(
+        "fleet: ceiling: {} PATCHes, {} at a time, controller stopped",
+        keys.len(),
+        o.ceiling_concurrency
+    ));
+    signal(o.controller_pid, "-STOP")?;
+    let pp = PatchParams {
+        field_manager: Some(CREATE_MANAGER.into()),
+        ..PatchParams::default()
+    };
+    let patch = json!({"metadata": {"annotations": {"bench.kubesteer.io/ceiling": Utc::now().to_rfc3339()}}});
+    let from = Utc::now();
+    let t = Instant::now();
+    let answered: Result<Vec<f64>> = futures::stream::iter(keys.iter())
+        .map(|(ns, name)| {
+            let api: Api<Deployment> = Api::namespaced(client.clone(), ns);
+            let (patch, pp) = (&patch, &pp);
+            async move {
+                api.patch(name, pp, &Patch::Merge(patch))
+                    .await
+                    .with_context(|| format!("ceiling PATCH of {ns}/{name}"))?;
+                Ok(ms(Utc::now(), from))
+            }
+        })
+        .buffer_unordered(o.ceiling_concurrency)
+        .try_collect()
+        .await;
+    let took_s = secs(t.elapsed());
+    signal(o.controller_pid, "-CONT")?;
+    let answered = answered?;
+    Ok(json!({
+        "patches": keys.len(),
+        "concurrency": o.ceiling_concurrency,
+        "all_answered_s": took_s,
+        "answered": latencies(answered, 10_000.0),
+        "per_second": (keys.len() as f64 / took_s.max(0.001)).round(),
     }))
 }
 
@@ -847,7 +914,10 @@ pub fn document(o: &Options, facts: &Facts, mut measured: Value) -> Result<Value
          creator, so the grace period is not restarted), {concurrency} at a time as fast as the \
          apiserver answers; hold.set_back: per Deployment, from when its scale-up patch was answered \
          until the watch saw spec.replicas 0 again; hold.requests: the controller's requests from the \
-         first scale-up (minus 1 s) until 5 s after the last set-back, per set-back.",
+         first scale-up (minus 1 s) until 5 s after the last set-back, per set-back. ceiling (the \
+         apiserver's line): after Hold, with the controller stopped (SIGSTOP), this client sends one \
+         merge PATCH (an annotation) to every Deployment, {ceiling} at a time; answered: per PATCH, \
+         from the first one sent until it was answered.",
         namespaces = o.namespaces,
         prefix = o.prefix,
         per = o.per_namespace,
@@ -857,6 +927,7 @@ pub fn document(o: &Options, facts: &Facts, mut measured: Value) -> Result<Value
         lead = o.lead_secs,
         hold = o.hold.min(total),
         settle = o.settle_timeout.as_secs(),
+        ceiling = o.ceiling_concurrency,
     );
     let mut doc = json!({
         "benchmark": "controller fleet: selector Scalers switching a fleet of Deployments at one boundary, then Hold",

@@ -115,6 +115,10 @@ enum Command {
         hold: usize,
         #[arg(long, default_value_t = 32)]
         concurrency: usize,
+        /// The ceiling line: a plain client's PATCH of every Deployment, this many at a time,
+        /// with the controller stopped (0 skips it).
+        #[arg(long, default_value_t = 200)]
+        ceiling_concurrency: usize,
         #[arg(long, default_value_t = 75)]
         lead_secs: i64,
         /// The apiserver's log directory, with audit*.log.
@@ -345,6 +349,7 @@ async fn main() -> Result<()> {
             replicas,
             hold,
             concurrency,
+            ceiling_concurrency,
             lead_secs,
             audit_dir,
             user,
@@ -366,6 +371,7 @@ async fn main() -> Result<()> {
                 replicas,
                 hold,
                 concurrency,
+                ceiling_concurrency,
                 lead_secs,
                 audit_dir,
                 user,
