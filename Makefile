@@ -33,7 +33,7 @@ control-plane:
 	hack/build-control-plane.sh all
 
 ## monitoring-tools: promtool and the ServiceMonitor/PrometheusRule CRDs at their pins (cached), for
-## the e2e tests of the chart's alerts, dashboard and scrape (tests/tests/monitoring.rs).
+## the e2e tests of the chart's alerts, dashboard and scrape (tests/e2e/install/monitoring.rs).
 monitoring-tools:
 	hack/build-control-plane.sh monitoring
 

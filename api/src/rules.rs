@@ -1,6 +1,6 @@
 //! Every field rule, once. The schema attributes on the types (`#[schemars(...)]`), the CEL rules
 //! of the CRDs (`x-kubernetes-validations`) and the Rust validation read these same constants, so
-//! the apiserver and the webhook cannot drift apart; `tests/tests/agreement.rs` feeds both the same
+//! the apiserver and the webhook cannot drift apart; `tests/e2e/webhook/agreement.rs` feeds both the same
 //! bad objects to prove it.
 use std::sync::OnceLock;
 

@@ -51,7 +51,7 @@ fn defaults_are_stored_and_reapplying_is_unchanged() -> Result<()> {
     assert!(ns.apply(&scl)?.ok);
     let spec = &get_json(ns.name(), "scaler/hours")?["spec"];
     // Nothing is stored inside a target (its namespace is resolved when read), so the
-    // re-apply is `unchanged` (tests/tests/scaler_reapply.rs goes further).
+    // re-apply is `unchanged` (tests/e2e/scaler/reapply.rs goes further).
     assert_eq!(
         spec["scaleTargetRefs"],
         serde_json::json!([{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}]),
@@ -141,7 +141,7 @@ fn invalid_objects_of_every_kind_are_denied_naming_each_field() -> Result<()> {
     ] {
         expect_denied(&ns, &yaml, &fields)?;
     }
-    // The schema refuses the rest before the validating webhook is asked (tests/tests/agreement.rs).
+    // The schema refuses the rest before the validating webhook is asked (tests/e2e/webhook/agreement.rs).
     let denials = webhook.log().matches("denied").count();
     assert!(
         denials >= 3,
@@ -307,7 +307,7 @@ fn cross_namespace_targets_need_permission_and_targets_are_not_shared() -> Resul
         None,
     )?;
     // HPA cooperation off: it would also need `patch` on that namespace's HPAs, and this test
-    // is about the scale permission alone (tests/tests/scaler_v1beta1.rs covers HPAs).
+    // is about the scale permission alone (tests/e2e/scaler/v1beta1.rs covers HPAs).
     let yaml = format!("{SCL}metadata: {{name: remote}}\nspec: {{scaleTargetRefs: [{{apiVersion: apps/v1, kind: Deployment, name: web, namespace: {}}}], windows: [{{start: 1, end: 2}}], hpaCooperation: Disabled}}\n", other.name());
     let run = kubectl(
         &["apply", "--as=bob", "-n", ns.name(), "-f", "-"],

@@ -1,0 +1,11 @@
+//! The product as installed: the chart, its certificates, RBAC, monitoring and metrics, the image,
+//! the release on the real node, the kubectl plugin and the README.
+mod certificates;
+mod chart;
+mod image;
+mod metrics;
+mod monitoring;
+mod plugin;
+mod rbac;
+mod readme;
+mod release;

@@ -1,0 +1,5 @@
+//! The controller and the kinds that own children (Application, Memcached, Welcome), end to end.
+mod application;
+mod memcached;
+mod name_conflict;
+mod welcome;
