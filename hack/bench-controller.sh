@@ -39,12 +39,9 @@
 # each on a fresh cluster, pinned to the same cores (BENCH_CONTROLLER_CPUS, default 0), with the
 # same client certificate and the same load client; the order rotates from run to run. Writes
 # the medians and ratios to bench/results/controller-peers.json (controller.json is left alone).
-set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
+. "$(dirname "$0")/lib.sh"
 cd "$root"
 # shellcheck source=../versions.env
-. "$root/versions.env"
-cache=${KUBESTEER_CACHE:-$HOME/.cache/kubesteer}
 phases=" ${BENCH_PHASES:-convergence memory idle lateness} "
 count=${BENCH_CONVERGE_COUNT:-1000}
 memory_total=${BENCH_MEMORY_COUNT:-5000}

@@ -9,8 +9,7 @@
 # in the background, and the ordinary reviews are ones no cluster fact decides (a Memcached
 # validated, a Scaler defaulted). BENCH_WEBHOOK=path runs another build of the webhook (say, an
 # older commit's) under the same flood.
-set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
+. "$(dirname "$0")/lib.sh"
 cd "$root"
 port=${BENCH_PORT:-19653}
 profile=${BENCH_CARGO_PROFILE:-release}

@@ -7,10 +7,8 @@
 # alternately, BENCH_REPEATS times each (default 3), under identical conditions (same core, same
 # certificates, same oha runs), and writes the medians and the kubesteer/peer ratios to
 # bench/results/webhook-peers.json instead.
-set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
+. "$(dirname "$0")/lib.sh"
 cd "$root"
-cache=${KUBESTEER_CACHE:-$HOME/.cache/kubesteer}
 oha="$cache/tools/bin/oha"
 duration=${BENCH_DURATION:-10s}
 rates=${BENCH_RATES:-"500 2000"}

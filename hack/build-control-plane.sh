@@ -1,16 +1,12 @@
 #!/usr/bin/env bash
 # Builds the local control plane from the Go module proxy at the pins in versions.env,
 # into a cache outside the repository (like setup-envtest). Skips whatever is already built.
-set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
+. "$(dirname "$0")/lib.sh"
+tag=control-plane
 # shellcheck source=../versions.env
-. "$root/versions.env"
-cache=${KUBESTEER_CACHE:-$HOME/.cache/kubesteer}
-bin="$cache/bin"
 mkdir -p "$bin"
 export GOFLAGS=${GOFLAGS:--trimpath}
 export CGO_ENABLED=0
-log() { printf '[control-plane] %s\n' "$*" >&2; }
 
 # A binary counts as built when its stamp file names the pinned version.
 built() { [ -x "$bin/$1" ] && [ "$(cat "$bin/.$1.version" 2>/dev/null)" = "$2" ]; }

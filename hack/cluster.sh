@@ -15,12 +15,8 @@
 # kubeconfig, user "*"), made once by `kubesteer-certs client` in $KUBESTEER_STATE/apiserver-client/;
 # hack/deploy.sh, hack/run.sh and the e2e tests give its ca.crt to the webhook, which then answers
 # reviews from the apiserver only (README, "Security model").
-set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
+. "$(dirname "$0")/lib.sh"
 # shellcheck source=../versions.env
-. "$root/versions.env"
-cache=${KUBESTEER_CACHE:-$HOME/.cache/kubesteer}
-bin="$cache/bin"
 state=${KUBESTEER_STATE:-$root/.kubesteer}
 name=${KUBESTEER_CLUSTER:-kubesteer}
 nodes=${KUBESTEER_NODES:-3}
@@ -36,7 +32,6 @@ real_node=${KUBESTEER_REAL_NODE:-$([ "$(id -u)" = 0 ] && echo 1 || echo 0)}
 export KWOK_WORKDIR="$state/kwok"
 kwokctl=("$bin/kwokctl" --name "$name")
 kubectl=("$bin/kubectl" --kubeconfig "$kubeconfig")
-log() { printf '[cluster] %s\n' "$*" >&2; }
 
 # The apiserver's client certificate for webhooks, with its CA, and the AdmissionConfiguration
 # that hands it to the validating and mutating admission plugins for every webhook (user "*").

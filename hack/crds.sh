@@ -6,8 +6,7 @@
 # an apply cannot remove a field another manager wrote, while the apiserver wants exactly one of
 # the two: so the committed Service is put back first. A running webhook points the conversion at
 # itself again within its next check round.
-set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
+. "$(dirname "$0")/lib.sh"
 kubectl=("$@")
 crds="$root/charts/kubesteer/crds/"
 url=$("${kubectl[@]}" get crd scalers.kubesteer.io --ignore-not-found \

@@ -8,16 +8,13 @@
 # KUBESTEER_DEPLOY_TIMEOUT (how long helm --wait waits for every pod to be Ready, default 5m).
 # When hack/cluster.sh made the apiserver's client certificate for webhooks, its CA goes to the
 # chart (webhook.apiserverAuth.clientCA), so the webhook answers reviews from the apiserver only.
-set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
-cache=${KUBESTEER_CACHE:-$HOME/.cache/kubesteer}
+. "$(dirname "$0")/lib.sh"
 state=${KUBESTEER_STATE:-$root/.kubesteer}
 release=${KUBESTEER_RELEASE:-kubesteer}
 ns=${KUBESTEER_RELEASE_NAMESPACE:-kubesteer-system}
 kc=${KUBECONFIG:-$state/kubeconfig}
 helm=("$cache/bin/helm" --kubeconfig "$kc")
 kubectl=("$cache/bin/kubectl" --kubeconfig "$kc")
-log() { printf '[deploy] %s\n' "$*" >&2; }
 
 up() {
   local img=$1 archive=${KUBESTEER_IMAGE_ARCHIVE:-$state/image.tar}

@@ -7,11 +7,9 @@
 # tests/e2e/install/release.rs.
 # The cluster is started here and torn down afterwards; KUBESTEER_KEEP_CLUSTER=1 keeps it, and
 # the next run reuses it. KUBESTEER_E2E_CLUSTER and KUBESTEER_E2E_STATE name another one.
-set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
+. "$(dirname "$0")/lib.sh"
 cd "$root"
-. hack/own-cluster.sh
-own_cluster e2e "${KUBESTEER_E2E_CLUSTER:-kubesteer-e2e}" "${KUBESTEER_E2E_STATE:-$root/.kubesteer/e2e}"
+own_cluster "${KUBESTEER_E2E_CLUSTER:-kubesteer-e2e}" "${KUBESTEER_E2E_STATE:-$root/.kubesteer/e2e}"
 # Everything that reads a kubeconfig (the tests, kubectl, helm, hack/deploy.sh) gets this one,
 # whatever KUBECONFIG the calling shell exported.
 export KUBESTEER_KUBECONFIG=$KUBESTEER_STATE/kubeconfig

@@ -20,12 +20,9 @@
 # The image mirrors the repository's Dockerfile: same files, user, env and labels. Its version
 # label is the workspace version of Cargo.toml. Image timestamps are the last commit's, so
 # rebuilding unchanged binaries gives back the same image ID. Safe to re-run.
-set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
+. "$(dirname "$0")/lib.sh"
 cd "$root"
 
-log() { printf '[image] %s\n' "$*" >&2; }
-die() { printf '[image] error: %s\n' "$*" >&2; exit 1; }
 
 # usage [CODE]: the header above, on stderr; exits CODE (default 2).
 usage() {

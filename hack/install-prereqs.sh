@@ -4,7 +4,7 @@
 # plugins, iptables), and what the plugin's end-to-end test drives: tmux (a terminal to type
 # `kubectl kubesteer` into) and chromium (renders its SVG headless). Safe to re-run: installs only
 # what is missing.
-set -euo pipefail
+. "$(dirname "$0")/lib.sh"
 if command -v rustup >/dev/null; then
   rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt
   rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy

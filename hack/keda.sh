@@ -20,10 +20,9 @@
 # --enable-cert-rotation is off (its default). This binary has no admission webhooks and no
 # metrics apiserver: KEDA makes and deletes HPAs and scales targets, but HPAs find no external
 # metrics.
-set -euo pipefail
+. "$(dirname "$0")/lib.sh"
 KEDA_VERSION=v2.21.0
 
-cache=${KUBESTEER_CACHE:-$HOME/.cache/kubesteer}
 bin="$cache/bin/keda-operator-$KEDA_VERSION"
 crds="$cache/crds/keda-$KEDA_VERSION"
 rbac="$cache/rbac/keda-$KEDA_VERSION"
@@ -31,8 +30,6 @@ src="$cache/src/keda-$KEDA_VERSION"
 image=${KEDA_IMAGE:-kubesteer-keda:$KEDA_VERSION}
 # The namespace KEDA runs in: KEDA's own RBAC (config/rbac/role.yaml) names it.
 ns=keda
-log() { printf '[keda] %s\n' "$*" >&2; }
-die() { printf '[keda] error: %s\n' "$*" >&2; exit 1; }
 
 # build: the operator binary, its CRDs and its RBAC in the cache (nothing to do when cached).
 build() {

@@ -18,10 +18,7 @@
 #   the node's own kube-proxy (iptables, --masquerade-all) answers for the ClusterIPs, so the
 #   host's kube-apiserver reaches webhooks through their Service and the host's iptables are
 #   never touched. Nothing is written under /etc. It needs root.
-set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
-cache=${KUBESTEER_CACHE:-$HOME/.cache/kubesteer}
-bin="$cache/bin"
+. "$(dirname "$0")/lib.sh"
 state=${KUBESTEER_STATE:-$root/.kubesteer}
 state=$(mkdir -p "$state" && cd "$state" && pwd)
 kubeconfig="$state/kubeconfig"
@@ -35,8 +32,6 @@ kubectl=("$bin/kubectl" --kubeconfig "$kubeconfig")
 ctr=(ctr --address "$sock" -n k8s.io)
 # The taint and label that keep every pod but kubesteer's own off this node.
 taint_key=kubesteer.io/real-node
-log() { printf '[node] %s\n' "$*" >&2; }
-die() { printf '[node] %s\n' "$*" >&2; exit 1; }
 
 # net_vars N: the node network of slot N.
 net_vars() {

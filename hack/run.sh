@@ -13,10 +13,8 @@
 # KUBESTEER_RUN_ONCE=1: the same, without the foreground: once every sample is Ready it runs the
 # try-it lines of the README's "Two commands" section, then tears down what it started and
 # exits 0 (`make test` runs it this way, on a cluster of its own).
-set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
+. "$(dirname "$0")/lib.sh"
 cd "$root"
-cache=${KUBESTEER_CACHE:-$HOME/.cache/kubesteer}
 export KUBESTEER_CLUSTER=${KUBESTEER_CLUSTER:-kubesteer}
 export KUBESTEER_STATE=${KUBESTEER_STATE:-$root/.kubesteer}
 state=$KUBESTEER_STATE
@@ -38,7 +36,6 @@ started_cluster=0 installed_release=0 installed_hooks=0 created_web=0 applied_sa
 # The step under way, named when it fails.
 current_step="starting"
 log() { printf '[run +%ss] %s\n' "$SECONDS" "$*" >&2; }
-die() { printf '[run] error: %s\n' "$*" >&2; exit 1; }
 step() { current_step=$*; log "$*"; }
 if [ "$(id -u)" = 0 ]; then
   # The container tools of the image and the real node, as `make test` installs them.

@@ -5,12 +5,9 @@
 #      the README's try-it lines; it exits 0 and the cluster it started is gone.
 #   2. A run that fails (the samples given 1 s to be Ready): it exits non-zero, names the step,
 #      prints what explains it, keeps the cluster and says how to remove it. Then it is removed.
-set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
+. "$(dirname "$0")/lib.sh"
 cd "$root"
-. hack/own-cluster.sh
-own_cluster test-run "${KUBESTEER_RUN_CLUSTER:-kubesteer-run}" "${KUBESTEER_RUN_STATE:-$root/.kubesteer/run}"
-log() { printf '[test-run] %s\n' "$*" >&2; }
+own_cluster "${KUBESTEER_RUN_CLUSTER:-kubesteer-run}" "${KUBESTEER_RUN_STATE:-$root/.kubesteer/run}"
 fail() { printf '[test-run] FAILED: %s\n' "$*" >&2; exit 1; }
 trap 'hack/cluster.sh down >/dev/null 2>&1 || true' EXIT
 mkdir -p "$KUBESTEER_STATE"
