@@ -16,12 +16,7 @@ ARG TARGETARCH
 WORKDIR /src
 COPY . .
 # Static glibc binaries: crt-static on the gnu target (the explicit --target keeps build scripts
-# and proc macros dynamic), in the profile `image`: release with fat LTO, one codegen unit and
-# opt-level s, defined here and in hack/image.sh only. The copies are stripped.
-ENV CARGO_PROFILE_IMAGE_INHERITS=release \
-    CARGO_PROFILE_IMAGE_LTO=fat \
-    CARGO_PROFILE_IMAGE_CODEGEN_UNITS=1 \
-    CARGO_PROFILE_IMAGE_OPT_LEVEL=s
+# and proc macros dynamic), in the profile `image` of Cargo.toml. The copies are stripped.
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target,sharing=locked \
     set -eux; \
@@ -31,7 +26,7 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
       *) echo "unsupported TARGETARCH ${TARGETARCH}" >&2; exit 1 ;; \
     esac; \
     RUSTFLAGS='-C target-feature=+crt-static' cargo build --profile image --locked --target "$target" \
-      -p kubesteer-webhook --features kubesteer-webhook/multicall --bin kubesteer; \
+      -p kubesteer --bin kubesteer; \
     mkdir -p /out/bin; \
     strip --strip-all -o /out/bin/kubesteer "target/$target/image/kubesteer"; \
     if ldd /out/bin/kubesteer 2>&1 | grep -q '=>'; then echo "kubesteer is dynamically linked" >&2; exit 1; fi; \
@@ -52,7 +47,7 @@ LABEL org.opencontainers.image.source="https://github.com/kubesteer/kubesteer" \
       org.opencontainers.image.licenses="Apache-2.0" \
       org.opencontainers.image.title="kubesteer" \
       org.opencontainers.image.description="kubesteer: admission webhook (kubesteer-webhook), controller (kubesteer-controller) and certificates tool (kubesteer-certs) for the Scaler, Memcached, Welcome and Application resources"
-# One multi-call binary and the four program names as links to it (webhook/src/bin/kubesteer.rs).
+# One multi-call binary and the four program names as links to it (kubesteer/src/bin/kubesteer.rs).
 COPY --from=build --chown=0:0 --chmod=0755 /out/bin/ /usr/local/bin/
 ENV PATH=/usr/local/bin
 USER 65532:65532

@@ -25,7 +25,7 @@ build:
 ## with that on PATH, `kubectl kubesteer --help` runs it. Cargo's cache for it is target/.
 PLUGIN_ROOT ?= $(HOME)/.local
 plugin:
-	$(CARGO) install --path kubesteer --locked --root $(PLUGIN_ROOT) --target-dir $(CURDIR)/target
+	$(CARGO) install --path kubesteer --bin kubectl-kubesteer --locked --root $(PLUGIN_ROOT) --target-dir $(CURDIR)/target
 	@echo "installed $(PLUGIN_ROOT)/bin/kubectl-kubesteer; with $(PLUGIN_ROOT)/bin on PATH: kubectl kubesteer --help"
 
 ## control-plane: build the pinned Kubernetes, kwok, etcd and helm binaries into $(BIN) (cached).
@@ -85,12 +85,11 @@ fmt-check:
 	$(CARGO) fmt --all -- --check
 
 clippy:
-	$(CARGO) clippy --workspace --all-targets --features kubesteer-webhook/multicall -- -D warnings
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
-## unit: every crate's tests but the e2e ones, and the image's multi-call binary (feature multicall).
+## unit: every crate's tests but the e2e ones (the image's multi-call binary's too, in kubesteer/).
 unit:
 	$(CARGO) test --workspace --exclude kubesteer-tests
-	$(CARGO) test -p kubesteer-webhook --features multicall --bin kubesteer
 
 ## e2e: end-to-end tests on a control plane of their own, "kubesteer-e2e" (.kubesteer/e2e/, with its
 ## own real node as root), started and torn down by hack/e2e.sh (KUBESTEER_KEEP_CLUSTER=1 keeps it);

@@ -128,20 +128,14 @@ build_image() {
 
   # Static glibc binaries: crt-static on the gnu target. The explicit --target keeps build
   # scripts and proc macros dynamic and the output in target/$TARGET/, apart from the normal
-  # target/ cache. The profile `image` is the release profile made small (fat LTO, one codegen
-  # unit, opt-level s): defined here through CARGO_PROFILE_IMAGE_* (each overridable from the
-  # environment), not in Cargo.toml, so `cargo build --release` is unchanged; its output,
+  # target/ cache. The profile `image` is defined once, in Cargo.toml (release made small: fat
+  # LTO, one codegen unit, opt-level s; CARGO_PROFILE_IMAGE_* override it); its output,
   # target/$TARGET/image, is a cache of its own. Cargo skips what is up to date.
-  export CARGO_PROFILE_IMAGE_INHERITS=release
-  export CARGO_PROFILE_IMAGE_LTO=${CARGO_PROFILE_IMAGE_LTO:-fat}
-  export CARGO_PROFILE_IMAGE_CODEGEN_UNITS=${CARGO_PROFILE_IMAGE_CODEGEN_UNITS:-1}
-  export CARGO_PROFILE_IMAGE_OPT_LEVEL=${CARGO_PROFILE_IMAGE_OPT_LEVEL:-s}
-  log "building static binaries (kubesteer $version, profile image: lto=$CARGO_PROFILE_IMAGE_LTO" \
-    "codegen-units=$CARGO_PROFILE_IMAGE_CODEGEN_UNITS opt-level=$CARGO_PROFILE_IMAGE_OPT_LEVEL)"
+  log "building static binaries (kubesteer $version, profile image of Cargo.toml)"
   local start=$SECONDS
   RUSTFLAGS="${RUSTFLAGS:+$RUSTFLAGS }-C target-feature=+crt-static" \
     "$CARGO" build --profile image --locked --target "$TARGET" \
-    -p kubesteer-webhook --features kubesteer-webhook/multicall --bin kubesteer
+    -p kubesteer --bin kubesteer
   log "cargo build took $((SECONDS - start))s"
 
   # One stripped multi-call binary (the profile keeps symbols, handy in target/), and the three

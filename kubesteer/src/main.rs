@@ -2,5 +2,5 @@
 #![forbid(unsafe_code)]
 
 fn main() -> std::process::ExitCode {
-    kubesteer_plugin::cli::run(std::env::args_os())
+    kubesteer::cli::run(std::env::args_os())
 }

@@ -36,7 +36,7 @@ fn plugin() -> Result<PathBuf> {
             let mut out = build(&["--workspace", "--bins"])?;
             if !out.status.success() {
                 // Some other crate does not build right now; the plugin alone may.
-                out = build(&["-p", "kubesteer-plugin", "--bin", "kubectl-kubesteer"])?;
+                out = build(&["-p", "kubesteer", "--bin", "kubectl-kubesteer"])?;
             }
             if !out.status.success() {
                 return Err(format!(

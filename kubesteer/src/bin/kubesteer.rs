@@ -70,7 +70,7 @@ fn main() -> ExitCode {
         Ok((Tool::Webhook, args)) => kubesteer_webhook::cli::run(args),
         Ok((Tool::Controller, args)) => kubesteer_controller::cli::run(args),
         Ok((Tool::Certs, args)) => kubesteer_certs::cli::run(args),
-        Ok((Tool::Plugin, args)) => kubesteer_plugin::cli::run(args),
+        Ok((Tool::Plugin, args)) => kubesteer::cli::run(args),
         Err(message) => {
             eprintln!("kubesteer: {message}");
             ExitCode::from(2)
