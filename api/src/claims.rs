@@ -418,45 +418,12 @@ impl Claims {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    #[cfg(feature = "runtime")]
-    fn write(&self) -> std::sync::RwLockWriteGuard<'_, ClaimIndex> {
+    /// The index to change, as a watch of Scalers does (`kubesteer_runtime::claims::follow`);
+    /// hold it only briefly (never across an await).
+    pub fn write(&self) -> std::sync::RwLockWriteGuard<'_, ClaimIndex> {
         self.0
             .write()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    /// A function that keeps the index in step with a watch of Scalers, event by event, and
-    /// returns the Scalers whose ownership of a target may have changed with the event. A
-    /// relist replaces the index whole when it is done, as a reflector's store is.
-    #[cfg(feature = "runtime")]
-    pub fn follow(
-        &self,
-    ) -> impl FnMut(&kube::runtime::watcher::Event<Scaler>) -> BTreeSet<Claimant> {
-        use kube::runtime::watcher::Event;
-        let claims = self.clone();
-        let mut relisted: Option<ClaimIndex> = None;
-        move |event| match event {
-            Event::Apply(s) => claims.write().upsert(s),
-            Event::Delete(s) => claims.write().remove(
-                s.metadata.namespace.as_deref().unwrap_or_default(),
-                s.metadata.name.as_deref().unwrap_or_default(),
-            ),
-            Event::Init => {
-                relisted = Some(ClaimIndex::default());
-                BTreeSet::new()
-            }
-            Event::InitApply(s) => {
-                relisted.get_or_insert_with(ClaimIndex::default).upsert(s);
-                BTreeSet::new()
-            }
-            // Every Scaler is reconciled after a relist anyway, so none is named here.
-            Event::InitDone => {
-                if let Some(index) = relisted.take() {
-                    *claims.write() = index;
-                }
-                BTreeSet::new()
-            }
-        }
     }
 }
 
@@ -594,47 +561,6 @@ mod tests {
         assert_eq!(index.len(), 1);
         assert!(index.remove("team", "b").is_empty());
         assert!(index.is_empty() && index.targets.is_empty(), "{index:?}");
-    }
-
-    #[cfg(feature = "runtime")]
-    #[test]
-    fn the_watch_keeps_the_index_and_a_relist_replaces_it_when_done() {
-        use kube::runtime::watcher::Event;
-        let claims = Claims::default();
-        let mut follow = claims.follow();
-        let a = scaler(
-            "a",
-            "2026-01-01T00:00:00Z",
-            "u1",
-            json!([{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}]),
-        );
-        let b = scaler(
-            "b",
-            "2026-01-02T00:00:00Z",
-            "u2",
-            json!([{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}]),
-        );
-        assert!(follow(&Event::Apply(a.clone())).is_empty());
-        assert_eq!(names(&follow(&Event::Apply(b.clone()))), vec!["team/a"]);
-        // A relist in which only b is left: the old picture holds until it is done.
-        follow(&Event::Init);
-        follow(&Event::InitApply(b.clone()));
-        assert_eq!(claims.read().len(), 2);
-        follow(&Event::InitDone);
-        assert_eq!(
-            names(claims.read().claimants(&web_in("team", "web"))),
-            vec!["team/b"]
-        );
-        follow(&Event::Apply(a.clone()));
-        assert_eq!(names(&follow(&Event::Delete(a))), vec!["team/b"]);
-        assert_eq!(
-            claims
-                .read()
-                .owner(&web_in("team", "web"))
-                .map(Claimant::id)
-                .as_deref(),
-            Some("team/b")
-        );
     }
 
     #[test]

@@ -1,8 +1,8 @@
 //! kubesteer's custom resources, shared by the webhook and the controller.
 //!
-//! Everything here is pure: types, defaults, validation and schedule math, with no I/O; the
-//! one exception, the run-time pieces both binaries share (logging, signals, readiness and
-//! watches), sits behind the `runtime` feature.
+//! Everything here is pure: types, defaults, validation and schedule math, with no I/O, no
+//! async runtime, no HTTP and no CLI; what both binaries share at run time is the
+//! `kubesteer-runtime` crate (runtime/).
 //! [`rules`] holds every field limit once (the schema attributes, the CEL rules and the
 //! validation read it); [`keys`] every name written into the cluster (annotations, labels,
 //! finalizer, field manager, condition types and reasons).
@@ -22,8 +22,6 @@ pub mod kind;
 pub mod memcached;
 pub mod plan;
 pub mod rules;
-#[cfg(feature = "runtime")]
-pub mod runtime;
 pub mod scaler;
 pub mod scaler_v1beta1;
 pub mod schedule;

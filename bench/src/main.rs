@@ -416,7 +416,7 @@ async fn main() -> Result<()> {
             audit(&log, &user, since, until)?
         }
         Command::EchoWebhook { flags } => {
-            echo::serve(flags, kubesteer_api::runtime::signal::shutdown()).await?;
+            echo::serve(flags, kubesteer_runtime::signal::shutdown()).await?;
             return Ok(());
         }
         Command::Reviews {

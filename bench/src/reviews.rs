@@ -9,7 +9,7 @@ use k8s_openapi::api::authentication::v1::UserInfo;
 use kube::discovery::ApiResource;
 use kubesteer_api::access::Access;
 use kubesteer_api::claims::{Claimant, Target};
-use kubesteer_api::runtime::scale::Mapping;
+use kubesteer_runtime::scale::Mapping;
 use kubesteer_webhook::admission::{answer, Endpoint};
 use kubesteer_webhook::cluster::Cluster;
 use kubesteer_webhook::AppState;

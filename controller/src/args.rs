@@ -66,7 +66,7 @@ pub struct Args {
 
     /// The flags the webhook takes too: logging and readiness.
     #[command(flatten)]
-    pub runtime: kubesteer_api::runtime::RuntimeArgs,
+    pub runtime: kubesteer_runtime::RuntimeArgs,
 }
 
 impl Args {

@@ -10,7 +10,7 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Client, Resource, ResourceExt};
 use kubesteer_api::claims::Claims;
 use kubesteer_api::keys::{reason, CONTROLLER_FIELD_MANAGER};
-use kubesteer_api::runtime::scale::RestMapper;
+use kubesteer_runtime::scale::RestMapper;
 use tracing::{debug, warn};
 
 use crate::children::Caches;

@@ -20,9 +20,9 @@ use kube::runtime::WatchStreamExt;
 use kube::{Api, Client, ResourceExt};
 use kubesteer_api::claims::{Candidate, ClaimIndex, Claimant, Claims, Target};
 use kubesteer_api::keys::annotation::ORIGINAL_REPLICAS_OWNER;
-use kubesteer_api::runtime::health::{self, Health};
-use kubesteer_api::runtime::watch as tolerant;
 use kubesteer_api::Scaler;
+use kubesteer_runtime::health::{self, Health};
+use kubesteer_runtime::watch as tolerant;
 use tokio::sync::watch;
 use tracing::warn;
 

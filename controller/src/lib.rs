@@ -49,7 +49,7 @@ pub enum Error {
     Certs(#[from] kubesteer_certs::Error),
 
     #[error(transparent)]
-    Logging(#[from] kubesteer_api::runtime::logging::Error),
+    Logging(#[from] kubesteer_runtime::logging::Error),
 
     /// Changes to some of a Scaler's targets failed (each shown on its status entry) while the
     /// others were made; retried as the first failure says.

@@ -14,9 +14,9 @@ use kube::runtime::reflector::{self, store::Writer, ObjectRef};
 use kube::runtime::watcher::{self, watcher, Event};
 use kube::runtime::WatchStreamExt;
 use kube::{Api, Client, Resource, ResourceExt};
-use kubesteer_api::runtime::watch::{self as tolerant, Undecodable};
-use kubesteer_api::runtime::{health, logging, signal, Health};
 use kubesteer_api::{Application, Memcached, Scaler, Welcome};
+use kubesteer_runtime::watch::{self as tolerant, Undecodable};
+use kubesteer_runtime::{health, logging, signal, Health};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio::sync::watch;
@@ -314,7 +314,7 @@ pub async fn controllers(
     // deleted, a target added or dropped or given back), the others that claim one of those
     // targets are reconciled at once, so a younger one takes over when the owner lets go.
     let (claims_changed, reconcile_claimants) = futures::channel::mpsc::unbounded();
-    let mut follow = ctx.claims.follow();
+    let mut follow = kubesteer_runtime::claims::follow(&ctx.claims);
     let scaler_objects = tolerant_watch::<Scaler>(health, &client, ns)
         .backoff(tolerant::backoff())
         .modify(children::trim::<Scaler>)

@@ -12,10 +12,10 @@ use kubesteer_api::access::{Access, ImagePolicy};
 use kubesteer_api::claims::{Claimant, Target};
 use kubesteer_api::field::{summarize, FieldError, FieldErrors};
 use kubesteer_api::kind::{Kind, Spec, ALL};
-use kubesteer_api::runtime::scale::Unscalable;
-use kubesteer_api::runtime::{exposition, health, Health};
 use kubesteer_api::scaler_v1beta1::HpaCooperation;
 use kubesteer_api::{ApplicationSpec, ScalerSpec, WelcomeSpec};
+use kubesteer_runtime::scale::Unscalable;
+use kubesteer_runtime::{exposition, health, Health};
 use serde::Deserialize as _;
 use serde_json::Value;
 

@@ -14,7 +14,7 @@ use crate::server;
 use crate::tls::{self, CertFiles, CertStore};
 use crate::{apiserver_auth, router, AppState, Error};
 use clap::Parser;
-use kubesteer_api::runtime::{health, logging, signal};
+use kubesteer_runtime::{health, logging, signal};
 
 /// Runs `kubesteer-webhook` with `args` (program name first) until a termination signal.
 #[tokio::main]

@@ -17,10 +17,10 @@ use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Client, Resource, ResourceExt};
 use kubesteer_api::access::Access;
 use kubesteer_api::claims::{Claimant, Claims, Target};
-use kubesteer_api::runtime::scale::{Mapping, RestMapper};
-use kubesteer_api::runtime::watch::{self as tolerant, Undecodable};
-use kubesteer_api::runtime::{health, Health};
 use kubesteer_api::Scaler;
+use kubesteer_runtime::scale::{Mapping, RestMapper};
+use kubesteer_runtime::watch::{self as tolerant, Undecodable};
+use kubesteer_runtime::{health, Health};
 
 /// The cluster facts the Scaler rules depend on.
 pub trait Cluster: Send + Sync + 'static {
@@ -99,7 +99,7 @@ impl KubeCluster {
         let scalers_api = tolerant::api::<Scaler>(client.clone(), None);
         let key = health::key(&scalers_api, &cfg);
         let scaler_watch = tolerant::watcher::<Scaler>(scalers_api, cfg.clone(), skipped);
-        let mut follow = claims.follow();
+        let mut follow = kubesteer_runtime::claims::follow(&claims);
         tokio::spawn(
             health
                 .track("Scaler", key, scaler_watch)

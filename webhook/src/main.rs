@@ -2,7 +2,7 @@
 #![deny(rust_2018_idioms)]
 
 #[global_allocator]
-static ALLOCATOR: kubesteer_api::runtime::Allocator = kubesteer_api::runtime::Allocator;
+static ALLOCATOR: kubesteer_runtime::Allocator = kubesteer_runtime::Allocator;
 
 fn main() -> std::process::ExitCode {
     kubesteer_webhook::cli::run(std::env::args_os())

@@ -392,7 +392,7 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     use kubesteer_api::claims::{Claimant, Target};
-    use kubesteer_api::runtime::scale::Mapping;
+    use kubesteer_runtime::scale::Mapping;
     use tokio::time::Instant as TokioInstant;
 
     use super::*;

@@ -10,7 +10,7 @@ use std::time::Duration;
 use axum::body::Body;
 use http_body_util::BodyExt;
 use hyper_util::rt::TokioIo;
-use kubesteer_api::runtime::Health;
+use kubesteer_runtime::Health;
 use kubesteer_webhook::metrics::{ClosedLabels, ConnectionsClosed};
 use kubesteer_webhook::server::{serve, Limits};
 use kubesteer_webhook::tls::{server_config, CertFiles, CertStore};

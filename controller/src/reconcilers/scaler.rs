@@ -1662,7 +1662,7 @@ async fn patch_status(ctx: &Context, ns: &str, name: &str, status: &ScalerStatus
 mod tests {
     use super::*;
     use crate::fixtures::{self, at, Call};
-    use kubesteer_api::runtime::scale::Unscalable;
+    use kubesteer_runtime::scale::Unscalable;
     use serde_json::json;
 
     const STATUS: &str = "/apis/kubesteer.io/v1beta1/namespaces/team/scalers/nightly/status?&force=true&fieldManager=kubesteer-controller";
@@ -3398,7 +3398,7 @@ mod tests {
         let older = aged(nine_to_five(), "early", "2025-03-01T00:00:00Z", "uid-b");
         let me = aged(nine_to_five(), "nightly", "2025-03-02T00:00:00Z", "uid-a");
         let (ctx, verifier) = ctx_at("2025-03-03T12:00:00Z");
-        let mut follow = ctx.claims.follow();
+        let mut follow = kubesteer_runtime::claims::follow(&ctx.claims);
         follow(&kube::runtime::watcher::Event::Apply(older));
         follow(&kube::runtime::watcher::Event::Apply(me.clone()));
         let written = Arc::new(std::sync::Mutex::new(Value::Null));
@@ -3436,7 +3436,7 @@ mod tests {
         let mut again = me;
         again.status = Some(serde_json::from_value(written.lock().unwrap().clone()).unwrap());
         let (ctx2, verifier) = ctx_at("2025-03-03T12:00:05Z");
-        let mut follow = ctx2.claims.follow();
+        let mut follow = kubesteer_runtime::claims::follow(&ctx2.claims);
         for s in [
             aged(nine_to_five(), "early", "2025-03-01T00:00:00Z", "uid-b"),
             again.clone(),

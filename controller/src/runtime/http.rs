@@ -11,7 +11,7 @@ use axum::routing::get;
 use axum::{middleware, Router};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
-use kubesteer_api::runtime::{exposition, health, Health};
+use kubesteer_runtime::{exposition, health, Health};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tracing::debug;

@@ -15,7 +15,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{ObjectMeta, PostParams};
 use kube::{Api, Client, Config};
-use kubesteer_api::runtime::Health;
+use kubesteer_runtime::Health;
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};

@@ -178,7 +178,7 @@ mod tests {
 
     use super::*;
     use crate::fixtures::{self, Call};
-    use kubesteer_api::runtime::Health;
+    use kubesteer_runtime::Health;
 
     use crate::runtime::http::router;
     use crate::runtime::metrics::Metrics;

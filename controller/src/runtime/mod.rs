@@ -1,7 +1,7 @@
 //! The controller's run-time pieces, apart from the domain: the HTTP server for /metrics and the
 //! probes ([`http`]), its metrics and their authorization ([`metrics`], [`metrics_auth`]), and
 //! leader election ([`lease`]). Logging, the shutdown signal, readiness and tolerant watches are
-//! shared with the webhook in `kubesteer_api::runtime`.
+//! shared with the webhook in `kubesteer_runtime`.
 //!
 //! Readiness (`/readyz`): not ready until the controller has started; then, while this replica
 //! runs the controllers, until every watch has listed once, and again while one has been

@@ -63,7 +63,7 @@ fn route(mut args: Vec<OsString>) -> Result<(Tool, Vec<OsString>), String> {
 }
 
 #[global_allocator]
-static ALLOCATOR: kubesteer_api::runtime::Allocator = kubesteer_api::runtime::Allocator;
+static ALLOCATOR: kubesteer_runtime::Allocator = kubesteer_runtime::Allocator;
 
 fn main() -> ExitCode {
     match route(std::env::args_os().collect()) {

@@ -13,7 +13,7 @@ use k8s_openapi::api::authentication::v1::UserInfo;
 use kube::discovery::ApiResource;
 use kubesteer_api::access::Access;
 use kubesteer_api::claims::{Claimant, Target};
-use kubesteer_api::runtime::scale::{Mapping, Unscalable};
+use kubesteer_runtime::scale::{Mapping, Unscalable};
 use kubesteer_webhook::cluster::Cluster;
 use kubesteer_webhook::{router, AppState};
 use serde_json::Value;

@@ -8,7 +8,7 @@ use kube::core::admission::Operation;
 use kubesteer_api::access::Access;
 use kubesteer_api::claims::{Claimant, Target};
 use kubesteer_api::kind::Kind;
-use kubesteer_api::runtime::scale::Mapping;
+use kubesteer_runtime::scale::Mapping;
 use kubesteer_webhook::admission::{answer, Endpoint};
 use kubesteer_webhook::cluster::Cluster;
 use kubesteer_webhook::error::ApiError;

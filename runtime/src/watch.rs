@@ -108,7 +108,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::Memcached;
+    use kubesteer_api::Memcached;
 
     fn memcached(name: &str, size: serde_json::Value) -> DynamicObject {
         serde_json::from_value(json!({

@@ -165,7 +165,10 @@ fn mapping_of(resource: ApiResource, scope: Scope, has_scale: bool) -> Mapping {
             Err(Unscalable::ClusterScoped { api_version, kind })
         }
         (Scope::Namespaced, false)
-            if crate::scaler_v1beta1::suspended_instead(&resource.group, &resource.plural) =>
+            if kubesteer_api::scaler_v1beta1::suspended_instead(
+                &resource.group,
+                &resource.plural,
+            ) =>
         {
             Ok(resource)
         }

@@ -1,4 +1,4 @@
-//! What the webhook and the controller share at run time (feature `runtime`): one way to log,
+//! What the webhook and the controller share at run time: one way to log,
 //! to hear the shutdown signal, to tell readiness, and to watch.
 //!
 //! - [`RuntimeArgs`]: the flags both binaries take (`--log-json`, `--watch-stale-after`).
@@ -9,7 +9,9 @@
 //! - [`watch`]: watches that skip an object they cannot decode.
 //! - [`exposition`]: `/metrics` as OpenMetrics, or the Prometheus text format when asked.
 //! - [`scale`]: a RESTMapper for Scaler targets of any kind, and their `/scale` subresource.
+//! - [`claims::follow`]: the Scalers' claim index kept in step with their watch.
 //! - [`Allocator`]: the binaries' global allocator.
+pub mod claims;
 pub mod exposition;
 pub mod health;
 pub mod logging;
