@@ -28,7 +28,7 @@ impl Access {
     /// one merge patch of the object), and what the chart grants it on every scalable kind.
     /// A kind suspended instead of scaled (a CronJob) has no `/scale`: `patch` on the object.
     pub fn scale(group: &str, resource: &str, namespace: &str, name: &str) -> Self {
-        let suspended = crate::scaler_v1beta1::suspended_instead(group, resource);
+        let suspended = crate::scaler::v1beta1::suspended_instead(group, resource);
         Self {
             verb: "patch",
             group: group.into(),
@@ -183,7 +183,7 @@ impl ScalerSpec {
         own_namespace: &str,
         resource_of: impl Fn(&str, &str) -> Option<String>,
     ) -> Vec<(String, Access)> {
-        let cooperate = self.hpa_cooperation() == crate::scaler_v1beta1::HpaCooperation::Enabled;
+        let cooperate = self.hpa_cooperation() == crate::scaler::v1beta1::HpaCooperation::Enabled;
         let mut seen = std::collections::BTreeSet::new();
         let mut access = Vec::new();
         for (i, (target, ns)) in self.targets(own_namespace).enumerate() {
@@ -214,7 +214,7 @@ impl ScalerSpec {
                 let Some(resource) = resource_of(api_version, kind) else {
                     continue;
                 };
-                let group = crate::claims::group_of(api_version);
+                let group = crate::scaler::claims::group_of(api_version);
                 for ns in &namespaces {
                     let path = match &selector.kinds {
                         Some(_) => format!("spec.selector.kinds[{i}]"),
@@ -362,7 +362,7 @@ mod tests {
 
     #[test]
     fn a_v1beta1_target_needs_its_scale_and_the_autoscalers_unless_cooperation_is_off() {
-        let mut spec: crate::scaler_v1beta1::ScalerSpec =
+        let mut spec: crate::scaler::v1beta1::ScalerSpec =
             serde_json::from_value(serde_json::json!({
                 "scaleTargetRefs": [
                     {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db"},
@@ -391,7 +391,7 @@ mod tests {
                 "spec.scaleTargetRefs[2]: patch horizontalpodautoscalers (autoscaling) in namespace \"prod\"",
             ]
         );
-        spec.hpa_cooperation = Some(crate::scaler_v1beta1::HpaCooperation::Disabled);
+        spec.hpa_cooperation = Some(crate::scaler::v1beta1::HpaCooperation::Disabled);
         assert_eq!(spec.required_access("team", resource_of).len(), 2);
     }
 
@@ -403,7 +403,7 @@ mod tests {
             _ => None,
         };
         let shown = |spec: serde_json::Value| -> Vec<String> {
-            let spec: crate::scaler_v1beta1::ScalerSpec =
+            let spec: crate::scaler::v1beta1::ScalerSpec =
                 serde_json::from_value(spec).expect("a spec");
             spec.required_access("team", resource_of)
                 .iter()

@@ -13,7 +13,7 @@ pub const CONVERSION_SERVICE: (&str, &str) = ("kubesteer-system", "kubesteer-web
 /// The Scaler CRD as committed: v1beta1 stored, v1alpha1 served through the conversion webhook.
 pub fn scaler() -> Result<CustomResourceDefinition, kube::core::crd::MergeError> {
     let (namespace, name) = CONVERSION_SERVICE;
-    crate::convert::scaler_crd(Some(ServiceReference {
+    crate::scaler::convert::scaler_crd(Some(ServiceReference {
         namespace: namespace.to_string(),
         name: name.to_string(),
         port: Some(443),

@@ -46,7 +46,7 @@ impl Kind {
     /// The version the webhook and the controller work with (the stored one).
     pub fn version(self) -> &'static str {
         match self {
-            Kind::Scaler => crate::scaler_v1beta1::VERSION,
+            Kind::Scaler => crate::scaler::v1beta1::VERSION,
             Kind::Welcome | Kind::Memcached | Kind::Application => crate::VERSION,
         }
     }
@@ -98,7 +98,7 @@ impl Kind {
     pub fn validate(
         self,
         object: &Value,
-        now: crate::schedule::Instant,
+        now: crate::scaler::schedule::Instant,
     ) -> Result<Vec<String>, FieldErrors> {
         self.spec(object)?.validate(now)
     }
@@ -131,7 +131,10 @@ pub enum Spec {
 impl Spec {
     /// `Ok(warnings)` when the spec is admitted, every violation otherwise; `now` as in
     /// [`Kind::validate`].
-    pub fn validate(&self, now: crate::schedule::Instant) -> Result<Vec<String>, FieldErrors> {
+    pub fn validate(
+        &self,
+        now: crate::scaler::schedule::Instant,
+    ) -> Result<Vec<String>, FieldErrors> {
         let (errors, warnings) = match self {
             Spec::Scaler(s) => (s.validate(now), Vec::new()),
             Spec::Welcome(s) => (s.validate(), s.warnings()),
@@ -268,7 +271,7 @@ mod tests {
         assert_eq!(ALL.len(), crate::crd::all().unwrap().len());
     }
 
-    fn now() -> crate::schedule::Instant {
+    fn now() -> crate::scaler::schedule::Instant {
         chrono::DateTime::UNIX_EPOCH
     }
 

@@ -11,33 +11,27 @@
 
 pub mod access;
 pub mod application;
-pub mod claims;
 pub mod common;
-pub mod convert;
 pub mod crd;
 pub mod defaults;
 pub mod field;
 pub mod keys;
 pub mod kind;
 pub mod memcached;
-pub mod plan;
 pub mod rules;
 pub mod scaler;
-pub mod scaler_v1beta1;
-pub mod schedule;
-pub mod selector;
 pub mod welcome;
 
 pub use application::{Application, ApplicationSpec, ApplicationStatus};
 pub use memcached::{Memcached, MemcachedSpec, MemcachedStatus};
 /// Scaler as the webhook and the controller see it: v1beta1, the stored version. v1alpha1
-/// ([`scaler`]) exists only at the API edge, through [`convert`].
-pub use scaler_v1beta1::{Scaler, ScalerSpec, ScalerStatus};
+/// ([`scaler::v1alpha1`]) exists only at the API edge, through [`scaler::convert`].
+pub use scaler::v1beta1::{Scaler, ScalerSpec, ScalerStatus};
 pub use welcome::{Welcome, WelcomeSpec, WelcomeStatus};
 
 /// The API group of every kubesteer kind.
 pub const GROUP: &str = "kubesteer.io";
-/// The served and stored version of Welcome, Memcached and Application (Scaler: [`convert::V1BETA1`]).
+/// The served and stored version of Welcome, Memcached and Application (Scaler: [`scaler::convert::V1BETA1`]).
 pub const VERSION: &str = "v1alpha1";
 /// `apiVersion` of every kubesteer object.
 pub const API_VERSION: &str = "kubesteer.io/v1alpha1";

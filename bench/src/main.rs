@@ -30,7 +30,7 @@ use kube::api::PostParams;
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
 use kube::{Api, Client, Resource, ResourceExt};
-use kubesteer_api::scaler_v1beta1::{HpaCooperation, ScaleTargetRef, ScaleWindow, TimeOfDay};
+use kubesteer_api::scaler::v1beta1::{HpaCooperation, ScaleTargetRef, ScaleWindow, TimeOfDay};
 use kubesteer_api::{Memcached, MemcachedSpec, Scaler, ScalerSpec};
 use serde_json::{json, Value};
 use tokio::sync::oneshot;

@@ -8,7 +8,7 @@ use anyhow::{bail, Context as _, Result};
 use k8s_openapi::api::authentication::v1::UserInfo;
 use kube::discovery::ApiResource;
 use kubesteer_api::access::Access;
-use kubesteer_api::claims::{Claimant, Target};
+use kubesteer_api::scaler::claims::{Claimant, Target};
 use kubesteer_runtime::scale::Mapping;
 use kubesteer_webhook::admission::{answer, Endpoint};
 use kubesteer_webhook::cluster::Cluster;

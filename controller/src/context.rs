@@ -8,8 +8,8 @@ use chrono::{DateTime, Utc};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Client, Resource, ResourceExt};
-use kubesteer_api::claims::Claims;
 use kubesteer_api::keys::{reason, CONTROLLER_FIELD_MANAGER};
+use kubesteer_api::scaler::claims::Claims;
 use kubesteer_runtime::scale::RestMapper;
 use tracing::{debug, warn};
 

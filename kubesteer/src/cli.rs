@@ -131,7 +131,7 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> ExitCode {
 }
 
 /// What one command prints, at `now`.
-pub async fn execute(cli: &Cli, now: kubesteer_api::schedule::Instant) -> Result<String> {
+pub async fn execute(cli: &Cli, now: kubesteer_api::scaler::schedule::Instant) -> Result<String> {
     let connection = &cli.connection;
     match &cli.command {
         Command::Preview {

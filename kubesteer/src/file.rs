@@ -1,9 +1,9 @@
 //! A Scaler from a file, checked as the webhook checks it: v1alpha1 converted to v1beta1 as the
 //! apiserver would, then the api crate's own rules, each error naming its field path.
-use kubesteer_api::convert::{convert, V1ALPHA1, V1BETA1};
 use kubesteer_api::field::summarize;
 use kubesteer_api::kind::{Kind, Spec};
-use kubesteer_api::schedule::Instant;
+use kubesteer_api::scaler::convert::{convert, V1ALPHA1, V1BETA1};
+use kubesteer_api::scaler::schedule::Instant;
 use kubesteer_api::ScalerSpec;
 use serde::Deserialize;
 use serde_json::Value;

@@ -7,9 +7,9 @@ use std::path::Path;
 use chrono::NaiveDate;
 use chrono_tz::Tz;
 use kube::Client;
-use kubesteer_api::claims::Target;
 use kubesteer_api::field::summarize;
-use kubesteer_api::schedule::Instant;
+use kubesteer_api::scaler::claims::Target;
+use kubesteer_api::scaler::schedule::Instant;
 use kubesteer_api::ScalerSpec;
 
 use crate::cluster::{get_scaler, look, ready_of, scaler_name, Connection};

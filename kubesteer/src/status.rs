@@ -14,7 +14,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{DynamicObject, ListParams};
 use kube::{Api, Client, ResourceExt};
 use kubesteer_api::kind::ALL;
-use kubesteer_api::schedule::Instant;
+use kubesteer_api::scaler::schedule::Instant;
 use rustls_pki_types::pem::PemObject as _;
 use rustls_pki_types::CertificateDer;
 

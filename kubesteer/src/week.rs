@@ -1,14 +1,14 @@
 //! A Scaler's schedule over some days as a grid: one row per local day in its timeZone, two
 //! cells per hour, each cell the replicas the schedule sets then. Every answer comes from the
-//! api crate's plan ([`kubesteer_api::plan`]), the controller's own, so the picture and the
+//! api crate's plan ([`kubesteer_api::scaler::plan`]), the controller's own, so the picture and the
 //! controller never disagree; this module only samples it.
 use chrono::{Datelike, Days, NaiveDate, NaiveTime, Offset, TimeDelta, TimeZone};
 use chrono_tz::Tz;
 use kubesteer_api::field::FieldErrors;
 use kubesteer_api::keys::reason;
-use kubesteer_api::plan::{BetaSchedule, MAX_NEXT};
-use kubesteer_api::scaler_v1beta1::ExcludeDate;
-use kubesteer_api::schedule::{resolve_local, Instant};
+use kubesteer_api::scaler::plan::{BetaSchedule, MAX_NEXT};
+use kubesteer_api::scaler::schedule::{resolve_local, Instant};
+use kubesteer_api::scaler::v1beta1::ExcludeDate;
 use kubesteer_api::ScalerSpec;
 
 /// Cells per hour: 48 across a day fit an 80-column terminal beside the day's label.

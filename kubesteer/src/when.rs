@@ -3,7 +3,7 @@
 //! (`resolve_local`: a time in a spring-forward gap moves past it, a repeated one means its first).
 use chrono::{DateTime, Days, NaiveDate, NaiveDateTime, NaiveTime, Utc};
 use chrono_tz::Tz;
-use kubesteer_api::schedule::{resolve_local, Instant};
+use kubesteer_api::scaler::schedule::{resolve_local, Instant};
 
 /// What a time may look like, for error messages.
 pub const FORMS: &str = "an RFC 3339 time (\"2026-12-18T18:00:00Z\"), a date or a date and time on the Scaler's clock (\"2026-12-18\", \"2026-12-18T18:00\"), or a time of day (\"18:00\", the next one)";

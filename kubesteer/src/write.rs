@@ -8,7 +8,7 @@ use chrono::TimeDelta;
 use chrono_tz::Tz;
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
-use kubesteer_api::schedule::Instant;
+use kubesteer_api::scaler::schedule::Instant;
 use kubesteer_api::Scaler;
 use serde_json::{json, Value};
 

@@ -1,8 +1,8 @@
-//! The claim index (`kubesteer_api::claims`) kept in step with a watch of Scalers.
+//! The claim index (`kubesteer_api::scaler::claims`) kept in step with a watch of Scalers.
 use std::collections::BTreeSet;
 
 use kube::runtime::watcher::Event;
-use kubesteer_api::claims::{ClaimIndex, Claimant, Claims};
+use kubesteer_api::scaler::claims::{ClaimIndex, Claimant, Claims};
 use kubesteer_api::Scaler;
 
 /// A function that keeps `claims` in step with a watch of Scalers, event by event, and returns
@@ -37,7 +37,7 @@ pub fn follow(claims: &Claims) -> impl FnMut(&Event<Scaler>) -> BTreeSet<Claiman
 
 #[cfg(test)]
 mod tests {
-    use kubesteer_api::claims::Target;
+    use kubesteer_api::scaler::claims::Target;
     use serde_json::json;
 
     use super::*;

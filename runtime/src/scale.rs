@@ -165,7 +165,7 @@ fn mapping_of(resource: ApiResource, scope: Scope, has_scale: bool) -> Mapping {
             Err(Unscalable::ClusterScoped { api_version, kind })
         }
         (Scope::Namespaced, false)
-            if kubesteer_api::scaler_v1beta1::suspended_instead(
+            if kubesteer_api::scaler::v1beta1::suspended_instead(
                 &resource.group,
                 &resource.plural,
             ) =>

@@ -16,7 +16,7 @@ use kube::runtime::reflector::{self, reflector, store::Writer, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Client, Resource, ResourceExt};
 use kubesteer_api::access::Access;
-use kubesteer_api::claims::{Claimant, Claims, Target};
+use kubesteer_api::scaler::claims::{Claimant, Claims, Target};
 use kubesteer_api::Scaler;
 use kubesteer_runtime::scale::{Mapping, RestMapper};
 use kubesteer_runtime::watch::{self as tolerant, Undecodable};
@@ -38,7 +38,7 @@ pub trait Cluster: Send + Sync + 'static {
         kind: &str,
     ) -> impl Future<Output = Result<Mapping, String>> + Send;
     /// The other Scaler (`namespace/name`) that names this target in its spec and is older than
-    /// `me`, so owns it, if any (`kubesteer_api::claims`: a Scaler under CREATE is the youngest).
+    /// `me`, so owns it, if any (`kubesteer_api::scaler::claims`: a Scaler under CREATE is the youngest).
     fn claimant(&self, target: &Target, me: &Claimant) -> Option<String>;
     /// The older Scaler that holds the target without naming it (by its selector, or until it
     /// has given it back), which lets it go to one that names it.
@@ -302,7 +302,7 @@ impl Cluster for KubeCluster {
                 &t.name,
             );
             scales == *target
-                && kubesteer_api::scaler_v1beta1::keda_owner(h.owner_references()).is_some()
+                && kubesteer_api::scaler::v1beta1::keda_owner(h.owner_references()).is_some()
         })
     }
 

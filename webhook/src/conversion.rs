@@ -1,6 +1,6 @@
 //! `/convert`: the CRD conversion webhook (ConversionReview, `apiextensions.k8s.io/v1`).
 //!
-//! Every object of a review is converted by `kubesteer_api::convert`; when one cannot be, the
+//! Every object of a review is converted by `kubesteer_api::scaler::convert`; when one cannot be, the
 //! whole review fails with a message naming the object (its index and name) and the field, as
 //! the apiserver requires all or nothing. A body that is no ConversionReview gets a 400.
 //!
@@ -10,7 +10,7 @@
 //! about twice its body, never a whole `serde_json::Value` of it.
 use axum::Json;
 use kube::core::Status;
-use kubesteer_api::convert::convert as convert_object;
+use kubesteer_api::scaler::convert::convert as convert_object;
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
@@ -20,7 +20,7 @@ use crate::error::ApiError;
 use crate::review::whole_object;
 
 /// The path the CRD's `conversion.webhook.clientConfig.service.path` names.
-pub use kubesteer_api::convert::PATH;
+pub use kubesteer_api::scaler::convert::PATH;
 
 /// Values built of one object to convert. Unlike an admission review's, it is the whole stored
 /// object (metadata with managedFields, status with a Scaler's targets): a Scaler with 100
@@ -151,7 +151,7 @@ fn objects<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<&'de RawValue>, D::Err
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kubesteer_api::convert::{V1ALPHA1, V1BETA1};
+    use kubesteer_api::scaler::convert::{V1ALPHA1, V1BETA1};
     use proptest::prelude::*;
     use serde_json::{json, Value};
 

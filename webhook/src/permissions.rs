@@ -391,7 +391,7 @@ impl Drop for Asking<'_> {
 mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
-    use kubesteer_api::claims::{Claimant, Target};
+    use kubesteer_api::scaler::claims::{Claimant, Target};
     use kubesteer_runtime::scale::Mapping;
     use tokio::time::Instant as TokioInstant;
 

@@ -14,16 +14,16 @@ use kube::runtime::events::EventType;
 use kube::runtime::finalizer::{finalizer, Event as Finalizer};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
-use kubesteer_api::claims::{group_of, ClaimIndex, Claimant, Target};
 use kubesteer_api::common::condition;
 use kubesteer_api::keys::condition::READY;
 use kubesteer_api::keys::{
     annotation, reason, CONTROLLER_FIELD_MANAGER, RESTORE_TARGETS_FINALIZER,
 };
-use kubesteer_api::plan::Plan;
 use kubesteer_api::rules::scaler::MAX_STATUS_TARGETS;
-use kubesteer_api::scaler::{scaler_id, Record};
-use kubesteer_api::scaler_v1beta1::{
+use kubesteer_api::scaler::claims::{group_of, ClaimIndex, Claimant, Target};
+use kubesteer_api::scaler::plan::Plan;
+use kubesteer_api::scaler::v1alpha1::{scaler_id, Record};
+use kubesteer_api::scaler::v1beta1::{
     keda_owner, suspended_instead, HpaCooperation, TargetStatus, Transition,
 };
 use kubesteer_api::{Scaler, ScalerStatus};
@@ -2316,8 +2316,8 @@ mod tests {
     async fn outside_every_window_a_held_target_scaled_up_is_set_back() {
         let mut s = nine_to_five();
         s.spec.outside_replicas = Some(1);
-        s.spec.outside = Some(kubesteer_api::scaler_v1beta1::Outside {
-            mode: Some(kubesteer_api::scaler_v1beta1::OutsideMode::Hold),
+        s.spec.outside = Some(kubesteer_api::scaler::v1beta1::Outside {
+            mode: Some(kubesteer_api::scaler::v1beta1::OutsideMode::Hold),
             grace_period: Some("15m".into()),
         });
         // A CI deploy at 19:00 left web at 4; at 20:00 the grace period is over.

@@ -11,7 +11,7 @@ use std::sync::Mutex;
 use chrono::{DateTime, Utc};
 use kube::ResourceExt;
 use kubesteer_api::rules::scaler::MAX_STATUS_TARGETS;
-use kubesteer_api::scaler_v1beta1::TargetStatus;
+use kubesteer_api::scaler::v1beta1::TargetStatus;
 use kubesteer_api::{Scaler, ScalerStatus};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -282,7 +282,7 @@ mod tests {
     use super::*;
     use crate::metrics::Metrics;
     use crate::reconcilers::time;
-    use kubesteer_api::scaler_v1beta1::Transition;
+    use kubesteer_api::scaler::v1beta1::Transition;
     use serde_json::json;
 
     fn scaler(extra: serde_json::Value) -> Scaler {

@@ -334,7 +334,7 @@ fn cross_namespace_targets_need_permission_and_targets_are_not_shared() -> Resul
         },
     )?;
     assert!(dry.stderr.contains(&want), "{}", dry.stderr);
-    // Claims are ordered by creationTimestamp, whole seconds, then by uid (api/src/claims.rs):
+    // Claims are ordered by creationTimestamp, whole seconds, then by uid (api/src/scaler/claims.rs):
     // created within the same second as `remote`, `rival` would win or lose by its random uid.
     let created = kubectl_ok(
         &[

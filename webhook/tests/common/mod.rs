@@ -12,7 +12,7 @@ use http_body_util::BodyExt;
 use k8s_openapi::api::authentication::v1::UserInfo;
 use kube::discovery::ApiResource;
 use kubesteer_api::access::Access;
-use kubesteer_api::claims::{Claimant, Target};
+use kubesteer_api::scaler::claims::{Claimant, Target};
 use kubesteer_runtime::scale::{Mapping, Unscalable};
 use kubesteer_webhook::cluster::Cluster;
 use kubesteer_webhook::{router, AppState};

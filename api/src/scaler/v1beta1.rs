@@ -2,7 +2,7 @@
 //! override, any kind with a `/scale` subresource, and cooperation with HorizontalPodAutoscalers.
 //!
 //! Only the types, their validation and the parsing of `excludeDates` live here; conversion from
-//! and to v1alpha1 is in [`crate::convert`].
+//! and to v1alpha1 is in [`crate::scaler::convert`].
 use std::collections::BTreeSet;
 
 use chrono::{Datelike, NaiveDate};
@@ -21,8 +21,8 @@ use crate::rules::scaler::{
 use crate::rules::{
     check_length, check_name, MAX_GENERATION, MAX_INT32, MAX_LABEL, MAX_SUBDOMAIN, MIN_REPLICAS,
 };
-pub use crate::scaler::{Day, ScaleJob, TimeOfDay, DEFAULT_REPLICAS, DEFAULT_TIME_ZONE};
-use crate::schedule::Instant;
+use crate::scaler::schedule::Instant;
+pub use crate::scaler::v1alpha1::{Day, ScaleJob, TimeOfDay, DEFAULT_REPLICAS, DEFAULT_TIME_ZONE};
 
 /// This version, the stored one.
 pub const VERSION: &str = "v1beta1";
@@ -59,7 +59,7 @@ pub struct ScalerSpec {
 
     /// Targets chosen by kind, label and namespace (a fleet), besides those named in scaleTargetRefs. Objects that start matching later are scaled from then on; objects that stop matching are given back like a removed target. Between two Scalers whose selectors match one object, the older one scales it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub selector: Option<crate::selector::TargetSelector>,
+    pub selector: Option<crate::scaler::selector::TargetSelector>,
 
     /// Window mode: the windows in which the targets run at the window's replicas. When windows overlap, the highest replicas of the open windows wins. Cannot be combined with jobs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -464,7 +464,7 @@ impl ScalerSpec {
         let mut seen = BTreeSet::new();
         let mut errors = FieldErrors::new();
         for (i, (t, ns)) in self.targets(own_namespace).enumerate() {
-            if !seen.insert(crate::claims::Target::of(t, ns)) {
+            if !seen.insert(crate::scaler::claims::Target::of(t, ns)) {
                 errors.push(FieldError::duplicate(
                     format!("spec.scaleTargetRefs[{i}]"),
                     serde_json::to_value(t).unwrap_or_default(),
@@ -541,8 +541,8 @@ impl ScalerSpec {
         }
         if self.jobs.is_some() {
             // The jobs are v1alpha1's: the same checks, on the same paths.
-            let alpha = crate::scaler::ScalerSpec {
-                deployments: vec![crate::scaler::ScaleTarget {
+            let alpha = crate::scaler::v1alpha1::ScalerSpec {
+                deployments: vec![crate::scaler::v1alpha1::ScaleTarget {
                     name: "x".into(),
                     namespace: None,
                 }],
@@ -651,7 +651,7 @@ impl ScalerSpec {
         let mut seen = BTreeSet::new();
         for (i, t) in refs.iter().enumerate() {
             let path = format!("spec.scaleTargetRefs[{i}]");
-            crate::selector::check_kind_ref(errors, &path, &t.api_version, &t.kind);
+            crate::scaler::selector::check_kind_ref(errors, &path, &t.api_version, &t.kind);
             check_name(errors, &format!("{path}.name"), &t.name, false);
             if let Some(ns) = &t.namespace {
                 check_name(errors, &format!("{path}.namespace"), ns, true);

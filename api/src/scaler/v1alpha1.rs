@@ -16,7 +16,7 @@ use crate::rules::scaler::{
 use crate::rules::{
     check_length, check_name, MAX_GENERATION, MAX_INT32, MAX_LABEL, MAX_SUBDOMAIN, MIN_REPLICAS,
 };
-use crate::schedule::{self, CronSchedule, ScheduleError, Window};
+use crate::scaler::schedule::{self, CronSchedule, ScheduleError, Window};
 
 /// Replicas inside the window when `replicas` is not given.
 pub const DEFAULT_REPLICAS: i32 = 1;

@@ -9,9 +9,9 @@ use std::sync::{Arc, RwLock, RwLockReadGuard};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 
-use crate::scaler::scaler_id;
-use crate::scaler_v1beta1::ScaleTargetRef;
-use crate::selector::{Matcher, Scope, TargetSelector};
+use crate::scaler::selector::{Matcher, Scope, TargetSelector};
+use crate::scaler::v1alpha1::scaler_id;
+use crate::scaler::v1beta1::ScaleTargetRef;
 use crate::Scaler;
 
 /// A target: its API group and kind (any version names the same object), its namespace
@@ -60,8 +60,8 @@ pub fn group_of(api_version: &str) -> &str {
 
 /// The `apiVersion` and kind of every v1alpha1 target.
 const DEPLOYMENT: (&str, &str) = (
-    crate::scaler_v1beta1::DEPLOYMENT_API_VERSION,
-    crate::scaler_v1beta1::DEPLOYMENT_KIND,
+    crate::scaler::v1beta1::DEPLOYMENT_API_VERSION,
+    crate::scaler::v1beta1::DEPLOYMENT_KIND,
 );
 
 /// A Scaler as `(namespace, name)`.
@@ -595,7 +595,7 @@ mod tests {
             json!([{"apiVersion": "apps/v1", "kind": "Deployment", "name": "api"}]),
         );
         a.status = Some(crate::ScalerStatus {
-            targets: vec![crate::scaler_v1beta1::TargetStatus {
+            targets: vec![crate::scaler::v1beta1::TargetStatus {
                 api_version: "apps/v1".into(),
                 kind: "Deployment".into(),
                 name: "web".into(),

@@ -30,8 +30,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::keys::annotation::{V1ALPHA1_FIELDS, V1BETA1_FIELDS};
-use crate::scaler as alpha;
-use crate::scaler_v1beta1 as beta;
+use crate::scaler::v1alpha1 as alpha;
+use crate::scaler::v1beta1 as beta;
 
 /// The path of the webhook's conversion endpoint, as the CRD names it.
 pub const PATH: &str = "/convert";
@@ -96,7 +96,7 @@ struct BetaOnly {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     outside: Option<beta::Outside>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    selector: Option<crate::selector::TargetSelector>,
+    selector: Option<crate::scaler::selector::TargetSelector>,
 }
 
 /// The v1alpha1 fields a v1beta1 object carries in [`V1ALPHA1_FIELDS`]: window fields that
@@ -559,7 +559,7 @@ mod tests {
                 .prop_map(|(mode, grace_period)| beta::Outside { mode, grace_period })),
             of(
                 (of(prop::collection::vec(arb_name(), 1..3)), of(arb_name())).prop_map(
-                    |(namespaces, tier)| crate::selector::TargetSelector {
+                    |(namespaces, tier)| crate::scaler::selector::TargetSelector {
                         namespaces,
                         match_labels: tier.map(|t| [("tier".to_string(), t)].into()),
                         ..Default::default()
@@ -982,7 +982,7 @@ mod tests {
     fn a_stashed_spec_is_judged_as_v1beta1() {
         // The webhook reviews a v1alpha1 write as v1beta1 (matchPolicy Equivalent): the stashed
         // fields are in the spec it validates, each named by its v1beta1 path.
-        let now = crate::schedule::Instant::from_timestamp(1_900_000_000, 0).unwrap();
+        let now = crate::scaler::schedule::Instant::from_timestamp(1_900_000_000, 0).unwrap();
         let bad = json!({
             "windows": [{"start": 20, "end": 20}],
             "override": {"replicas": 3, "until": "2020-01-01T00:00:00Z"},
