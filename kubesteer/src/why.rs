@@ -7,8 +7,8 @@ use kube::api::ListParams;
 use kube::{Api, Client, ResourceExt};
 use kubesteer_api::keys::reason;
 use kubesteer_api::scaler::claims::{ClaimIndex, Claimant, Target};
+use kubesteer_api::scaler::scaler_id;
 use kubesteer_api::scaler::schedule::Instant;
-use kubesteer_api::scaler::v1alpha1::scaler_id;
 use kubesteer_api::Scaler;
 
 use crate::cluster::{events, look, ready_of, Connection};

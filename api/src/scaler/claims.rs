@@ -9,8 +9,8 @@ use std::sync::{Arc, RwLock, RwLockReadGuard};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 
+use crate::scaler::scaler_id;
 use crate::scaler::selector::{Matcher, Scope, TargetSelector};
-use crate::scaler::v1alpha1::scaler_id;
 use crate::scaler::v1beta1::ScaleTargetRef;
 use crate::Scaler;
 

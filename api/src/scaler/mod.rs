@@ -15,3 +15,284 @@ pub mod schedule;
 pub mod selector;
 pub mod v1alpha1;
 pub mod v1beta1;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use chrono::{NaiveTime, Weekday};
+use chrono_tz::Tz;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::field::{FieldError, FieldErrors};
+use crate::keys::annotation::{ORIGINAL_REPLICAS, ORIGINAL_REPLICAS_OWNER};
+use crate::rules::scaler::{
+    CLOCK, MAX_HOUR, MAX_JOBS, MAX_JOB_NAME, MAX_SCHEDULE, MAX_TIME_ZONE, MIN_JOBS,
+};
+use crate::rules::{check_length, MAX_INT32, MIN_REPLICAS};
+use schedule::ScheduleError;
+
+/// Replicas inside the window when `replicas` is not given.
+pub const DEFAULT_REPLICAS: i32 = 1;
+/// The time zone when `timeZone` is not given.
+pub const DEFAULT_TIME_ZONE: &str = "UTC";
+
+/// A cron job of a Scaler in cron mode.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]
+pub struct ScaleJob {
+    /// Name of the job, unique within the Scaler.
+    #[schemars(length(min = 1, max = MAX_JOB_NAME))]
+    pub name: String,
+    /// Standard 5-field cron expression ("0 9 * * 1-5") or a macro such as "@hourly", read in timeZone.
+    #[schemars(length(min = 1, max = MAX_SCHEDULE))]
+    pub schedule: String,
+    /// Replicas for every target from this job's firing until the next firing.
+    #[schemars(range(min = MIN_REPLICAS, max = MAX_INT32))]
+    pub replicas: i32,
+}
+
+/// A weekday.
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema,
+)]
+pub enum Day {
+    Mon,
+    Tue,
+    Wed,
+    Thu,
+    Fri,
+    Sat,
+    Sun,
+}
+
+impl From<Day> for Weekday {
+    fn from(d: Day) -> Self {
+        match d {
+            Day::Mon => Weekday::Mon,
+            Day::Tue => Weekday::Tue,
+            Day::Wed => Weekday::Wed,
+            Day::Thu => Weekday::Thu,
+            Day::Fri => Weekday::Fri,
+            Day::Sat => Weekday::Sat,
+            Day::Sun => Weekday::Sun,
+        }
+    }
+}
+
+/// A time of day: an hour 0-23 (as in the seed operator) or an "HH:MM" string.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(untagged)]
+pub enum TimeOfDay {
+    Hour(i64),
+    Clock(String),
+}
+
+impl TimeOfDay {
+    /// The time of day, or None when the value is out of range or malformed.
+    pub fn to_time(&self) -> Option<NaiveTime> {
+        match self {
+            TimeOfDay::Hour(h) => u32::try_from(*h)
+                .ok()
+                .filter(|h| i64::from(*h) <= MAX_HOUR)
+                .and_then(|h| NaiveTime::from_hms_opt(h, 0, 0)),
+            TimeOfDay::Clock(s) => {
+                if !CLOCK.is_match(s) {
+                    return None;
+                }
+                let (h, m) = s.split_once(':')?;
+                NaiveTime::from_hms_opt(h.parse().ok()?, m.parse().ok()?, 0)
+            }
+        }
+    }
+
+    pub(crate) fn as_json(&self) -> serde_json::Value {
+        match self {
+            TimeOfDay::Hour(h) => (*h).into(),
+            TimeOfDay::Clock(s) => s.clone().into(),
+        }
+    }
+}
+
+/// How a Scaler names itself in [`ORIGINAL_REPLICAS_OWNER`].
+pub fn scaler_id(namespace: &str, name: &str) -> String {
+    format!("{namespace}/{name}")
+}
+
+/// Whose record of the original replicas a target carries, as the Scaler `me` sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Record {
+    /// No record: the target is not scaled by any Scaler.
+    Absent,
+    /// The record of `me`, with the replicas to restore (None when unreadable). A record without
+    /// an owner was written before owners were recorded; the Scaler that targets it adopts it.
+    Mine {
+        replicas: Option<i32>,
+        owner_recorded: bool,
+    },
+    /// The record of another Scaler, named as `namespace/name`.
+    Other(String),
+}
+
+impl Record {
+    /// The record in a target's `annotations`, as seen by the Scaler named `me` ([`scaler_id`]).
+    pub fn of(annotations: &BTreeMap<String, String>, me: &str) -> Self {
+        Self::kept_in(annotations, ORIGINAL_REPLICAS, me)
+    }
+
+    /// The record kept under the annotation `key` (with [`ORIGINAL_REPLICAS_OWNER`]), e.g. an
+    /// HPA's original minReplicas. Annotations are anyone's to edit who may edit the target, so
+    /// a value that is no count of replicas (not a number, negative) reads as unreadable: the
+    /// target is then released as it is rather than written a value the apiserver refuses.
+    pub fn kept_in(annotations: &BTreeMap<String, String>, key: &str, me: &str) -> Self {
+        let replicas = annotations.get(key);
+        let count = |v: &String| v.trim().parse::<i32>().ok().filter(|r| *r >= 0);
+        match annotations.get(ORIGINAL_REPLICAS_OWNER) {
+            Some(owner) if owner != me => Record::Other(owner.clone()),
+            Some(_) => Record::Mine {
+                replicas: replicas.and_then(count),
+                owner_recorded: true,
+            },
+            None => match replicas {
+                Some(v) => Record::Mine {
+                    replicas: count(v),
+                    owner_recorded: false,
+                },
+                None => Record::Absent,
+            },
+        }
+    }
+}
+
+/// The time zone named by `spec.timeZone`, or None with the error on that path.
+pub(crate) fn parse_time_zone(name: &str, errors: &mut FieldErrors) -> Option<Tz> {
+    if name.chars().count() > MAX_TIME_ZONE {
+        check_length(errors, "spec.timeZone", name, 1, MAX_TIME_ZONE);
+        return None;
+    }
+    match name.parse::<Tz>() {
+        Ok(tz) => Some(tz),
+        Err(_) => {
+            errors.push(FieldError::invalid(
+                "spec.timeZone",
+                name,
+                "must be an IANA time zone name such as \"Europe/Berlin\"",
+            ));
+            None
+        }
+    }
+}
+
+/// A cron error on the path of the job it names, as validation reports it.
+pub(crate) fn job_error(jobs: &[ScaleJob], e: ScheduleError) -> FieldError {
+    if let ScheduleError::InvalidCron { job, reason } = &e {
+        if let Some((i, j)) = jobs.iter().enumerate().find(|(_, j)| &j.name == job) {
+            return FieldError::invalid(
+                format!("spec.jobs[{i}].schedule"),
+                j.schedule.as_str(),
+                reason.as_str(),
+            );
+        }
+    }
+    FieldError::invalid("spec.jobs", serde_json::Value::Null, e.to_string())
+}
+
+/// The checks of `spec.jobs` both versions make, each on its path.
+pub(crate) fn validate_jobs(jobs: &[ScaleJob], errors: &mut FieldErrors) {
+    if jobs.len() < MIN_JOBS {
+        errors.push(FieldError::required(
+            "spec.jobs",
+            "must have at least one job when given",
+        ));
+    } else if jobs.len() > MAX_JOBS {
+        errors.push(FieldError::too_many("spec.jobs", jobs.len(), MAX_JOBS));
+    }
+    let mut names = BTreeSet::new();
+    for (i, j) in jobs.iter().enumerate() {
+        let path = format!("spec.jobs[{i}]");
+        if j.name.is_empty() {
+            errors.push(FieldError::required(format!("{path}.name"), ""));
+        } else if j.name.chars().count() > MAX_JOB_NAME {
+            check_length(errors, &format!("{path}.name"), &j.name, 1, MAX_JOB_NAME);
+        } else if !names.insert(j.name.as_str()) {
+            errors.push(FieldError::duplicate(
+                format!("{path}.name"),
+                j.name.as_str(),
+            ));
+        }
+        if j.schedule.chars().count() > MAX_SCHEDULE {
+            check_length(
+                errors,
+                &format!("{path}.schedule"),
+                &j.schedule,
+                1,
+                MAX_SCHEDULE,
+            );
+        } else if let Err(e) = schedule::parse_cron(&j.schedule) {
+            errors.push(FieldError::invalid(
+                format!("{path}.schedule"),
+                j.schedule.as_str(),
+                e,
+            ));
+        }
+        if j.replicas < MIN_REPLICAS {
+            errors.push(FieldError::invalid(
+                format!("{path}.replicas"),
+                j.replicas,
+                format!("must be greater than or equal to {MIN_REPLICAS}"),
+            ));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_is_trusted_only_by_the_scaler_that_wrote_it() {
+        let annotations = |pairs: &[(&str, &str)]| {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect::<BTreeMap<_, _>>()
+        };
+        let me = scaler_id("team", "nightly");
+        assert_eq!(me, "team/nightly");
+        assert_eq!(Record::of(&annotations(&[]), &me), Record::Absent);
+        let mine = annotations(&[
+            (ORIGINAL_REPLICAS, "2"),
+            (ORIGINAL_REPLICAS_OWNER, "team/nightly"),
+        ]);
+        assert_eq!(
+            Record::of(&mine, &me),
+            Record::Mine {
+                replicas: Some(2),
+                owner_recorded: true
+            }
+        );
+        assert_eq!(
+            Record::of(&mine, "team/daily"),
+            Record::Other("team/nightly".into())
+        );
+        assert_eq!(
+            Record::of(&annotations(&[(ORIGINAL_REPLICAS, "3")]), &me),
+            Record::Mine {
+                replicas: Some(3),
+                owner_recorded: false
+            },
+            "a record from before owners were recorded is adopted"
+        );
+        for bad in ["-1", "lots", "", "2147483648"] {
+            assert_eq!(
+                Record::of(
+                    &annotations(&[(ORIGINAL_REPLICAS, bad), (ORIGINAL_REPLICAS_OWNER, &me)]),
+                    &me
+                ),
+                Record::Mine {
+                    replicas: None,
+                    owner_recorded: true
+                },
+                "{bad:?} is no count of replicas: unreadable, released as it is"
+            );
+        }
+    }
+}

@@ -11,8 +11,8 @@ use crate::rules::scaler::{CLOCK, SAME_START_AND_END};
 use crate::scaler::schedule::{
     resolve_local, CronSchedule, Firing, Instant, Window, FIRING_HORIZON_YEARS,
 };
-use crate::scaler::v1alpha1::{job_error, parse_time_zone};
 use crate::scaler::v1beta1::{ExcludeDate, ScaleWindow, ScalerSpec, DEFAULT_REPLICAS};
+use crate::scaler::{job_error, parse_time_zone};
 
 /// How many upcoming changes a plan lists (status.nextTransitions).
 pub const MAX_NEXT: usize = crate::rules::scaler::NEXT_TRANSITIONS;

@@ -8,21 +8,15 @@ use kube::{CustomResource, KubeSchema};
 use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Serialize};
 
+use super::{job_error, parse_time_zone};
+pub use super::{Day, ScaleJob, TimeOfDay, DEFAULT_REPLICAS, DEFAULT_TIME_ZONE};
 use crate::field::{FieldError, FieldErrors};
 use crate::rules::scaler::{
-    time_of_day_rule, CLOCK, MAX_DAYS, MAX_HOUR, MAX_JOBS, MAX_JOB_NAME, MAX_SCHEDULE, MAX_TARGETS,
-    MAX_TIME_ZONE, MIN_DAYS, MIN_JOBS, MIN_TARGETS,
+    time_of_day_rule, CLOCK, MAX_DAYS, MAX_JOBS, MAX_TARGETS, MAX_TIME_ZONE, MIN_DAYS, MIN_JOBS,
+    MIN_TARGETS,
 };
-use crate::rules::{
-    check_length, check_name, MAX_GENERATION, MAX_INT32, MAX_LABEL, MAX_SUBDOMAIN, MIN_REPLICAS,
-};
-use crate::scaler::schedule::{self, CronSchedule, ScheduleError, Window};
-
-/// Replicas inside the window when `replicas` is not given.
-pub const DEFAULT_REPLICAS: i32 = 1;
-/// The time zone when `timeZone` is not given.
-pub const DEFAULT_TIME_ZONE: &str = "UTC";
-use crate::keys::annotation::{ORIGINAL_REPLICAS, ORIGINAL_REPLICAS_OWNER};
+use crate::rules::{check_name, MAX_GENERATION, MAX_INT32, MAX_LABEL, MAX_SUBDOMAIN, MIN_REPLICAS};
+use crate::scaler::schedule::{CronSchedule, Window};
 
 /// Scales Deployments on a schedule: a daily window (start, end, replicas) or cron jobs.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
@@ -107,82 +101,6 @@ pub struct ScaleTarget {
     pub namespace: Option<String>,
 }
 
-/// A cron job of a Scaler in cron mode.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]
-pub struct ScaleJob {
-    /// Name of the job, unique within the Scaler.
-    #[schemars(length(min = 1, max = MAX_JOB_NAME))]
-    pub name: String,
-    /// Standard 5-field cron expression ("0 9 * * 1-5") or a macro such as "@hourly", read in timeZone.
-    #[schemars(length(min = 1, max = MAX_SCHEDULE))]
-    pub schedule: String,
-    /// Replicas for every target from this job's firing until the next firing.
-    #[schemars(range(min = MIN_REPLICAS, max = MAX_INT32))]
-    pub replicas: i32,
-}
-
-/// A weekday.
-#[derive(
-    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema,
-)]
-pub enum Day {
-    Mon,
-    Tue,
-    Wed,
-    Thu,
-    Fri,
-    Sat,
-    Sun,
-}
-
-impl From<Day> for Weekday {
-    fn from(d: Day) -> Self {
-        match d {
-            Day::Mon => Weekday::Mon,
-            Day::Tue => Weekday::Tue,
-            Day::Wed => Weekday::Wed,
-            Day::Thu => Weekday::Thu,
-            Day::Fri => Weekday::Fri,
-            Day::Sat => Weekday::Sat,
-            Day::Sun => Weekday::Sun,
-        }
-    }
-}
-
-/// A time of day: an hour 0-23 (as in the seed operator) or an "HH:MM" string.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
-#[serde(untagged)]
-pub enum TimeOfDay {
-    Hour(i64),
-    Clock(String),
-}
-
-impl TimeOfDay {
-    /// The time of day, or None when the value is out of range or malformed.
-    pub fn to_time(&self) -> Option<NaiveTime> {
-        match self {
-            TimeOfDay::Hour(h) => u32::try_from(*h)
-                .ok()
-                .filter(|h| i64::from(*h) <= MAX_HOUR)
-                .and_then(|h| NaiveTime::from_hms_opt(h, 0, 0)),
-            TimeOfDay::Clock(s) => {
-                if !CLOCK.is_match(s) {
-                    return None;
-                }
-                let (h, m) = s.split_once(':')?;
-                NaiveTime::from_hms_opt(h.parse().ok()?, m.parse().ok()?, 0)
-            }
-        }
-    }
-
-    fn as_json(&self) -> serde_json::Value {
-        match self {
-            TimeOfDay::Hour(h) => (*h).into(),
-            TimeOfDay::Clock(s) => s.clone().into(),
-        }
-    }
-}
-
 fn time_of_day_schema(_: &mut SchemaGenerator) -> Schema {
     json_schema!({
         "x-kubernetes-int-or-string": true,
@@ -237,60 +155,6 @@ pub struct TargetStatus {
     pub original_replicas: Option<i32>,
 }
 
-/// How a Scaler names itself in [`ORIGINAL_REPLICAS_OWNER`].
-pub fn scaler_id(namespace: &str, name: &str) -> String {
-    format!("{namespace}/{name}")
-}
-
-/// Whose record of the original replicas a target carries, as the Scaler `me` sees it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Record {
-    /// No record: the target is not scaled by any Scaler.
-    Absent,
-    /// The record of `me`, with the replicas to restore (None when unreadable). A record without
-    /// an owner was written before owners were recorded; the Scaler that targets it adopts it.
-    Mine {
-        replicas: Option<i32>,
-        owner_recorded: bool,
-    },
-    /// The record of another Scaler, named as `namespace/name`.
-    Other(String),
-}
-
-impl Record {
-    /// The record in a target's `annotations`, as seen by the Scaler named `me` ([`scaler_id`]).
-    pub fn of(annotations: &std::collections::BTreeMap<String, String>, me: &str) -> Self {
-        Self::kept_in(annotations, ORIGINAL_REPLICAS, me)
-    }
-
-    /// The record kept under the annotation `key` (with [`ORIGINAL_REPLICAS_OWNER`]), e.g. an
-    /// HPA's original minReplicas. Annotations are anyone's to edit who may edit the target, so
-    /// a value that is no count of replicas (not a number, negative) reads as unreadable: the
-    /// target is then released as it is rather than written a value the apiserver refuses.
-    pub fn kept_in(
-        annotations: &std::collections::BTreeMap<String, String>,
-        key: &str,
-        me: &str,
-    ) -> Self {
-        let replicas = annotations.get(key);
-        let count = |v: &String| v.trim().parse::<i32>().ok().filter(|r| *r >= 0);
-        match annotations.get(ORIGINAL_REPLICAS_OWNER) {
-            Some(owner) if owner != me => Record::Other(owner.clone()),
-            Some(_) => Record::Mine {
-                replicas: replicas.and_then(count),
-                owner_recorded: true,
-            },
-            None => match replicas {
-                Some(v) => Record::Mine {
-                    replicas: count(v),
-                    owner_recorded: false,
-                },
-                None => Record::Absent,
-            },
-        }
-    }
-}
-
 /// The schedule of a Scaler, parsed.
 #[derive(Debug, Clone)]
 pub enum Schedule {
@@ -303,39 +167,6 @@ pub enum Schedule {
         jobs: CronSchedule,
         outside_replicas: Option<i32>,
     },
-}
-
-/// The time zone named by `spec.timeZone`, or None with the error on that path.
-pub(crate) fn parse_time_zone(name: &str, errors: &mut FieldErrors) -> Option<Tz> {
-    if name.chars().count() > MAX_TIME_ZONE {
-        check_length(errors, "spec.timeZone", name, 1, MAX_TIME_ZONE);
-        return None;
-    }
-    match name.parse::<Tz>() {
-        Ok(tz) => Some(tz),
-        Err(_) => {
-            errors.push(FieldError::invalid(
-                "spec.timeZone",
-                name,
-                "must be an IANA time zone name such as \"Europe/Berlin\"",
-            ));
-            None
-        }
-    }
-}
-
-/// A cron error on the path of the job it names, as validation reports it.
-pub(crate) fn job_error(jobs: &[ScaleJob], e: ScheduleError) -> FieldError {
-    if let ScheduleError::InvalidCron { job, reason } = &e {
-        if let Some((i, j)) = jobs.iter().enumerate().find(|(_, j)| &j.name == job) {
-            return FieldError::invalid(
-                format!("spec.jobs[{i}].schedule"),
-                j.schedule.as_str(),
-                reason.as_str(),
-            );
-        }
-    }
-    FieldError::invalid("spec.jobs", serde_json::Value::Null, e.to_string())
 }
 
 impl ScalerSpec {
@@ -573,56 +404,7 @@ impl ScalerSpec {
                     ));
                 }
             }
-            if jobs.len() < MIN_JOBS {
-                errors.push(FieldError::required(
-                    "spec.jobs",
-                    "must have at least one job when given",
-                ));
-            } else if jobs.len() > MAX_JOBS {
-                errors.push(FieldError::too_many("spec.jobs", jobs.len(), MAX_JOBS));
-            }
-            let mut names = BTreeSet::new();
-            for (i, j) in jobs.iter().enumerate() {
-                let path = format!("spec.jobs[{i}]");
-                if j.name.is_empty() {
-                    errors.push(FieldError::required(format!("{path}.name"), ""));
-                } else if j.name.chars().count() > MAX_JOB_NAME {
-                    check_length(
-                        &mut errors,
-                        &format!("{path}.name"),
-                        &j.name,
-                        1,
-                        MAX_JOB_NAME,
-                    );
-                } else if !names.insert(j.name.as_str()) {
-                    errors.push(FieldError::duplicate(
-                        format!("{path}.name"),
-                        j.name.as_str(),
-                    ));
-                }
-                if j.schedule.chars().count() > MAX_SCHEDULE {
-                    check_length(
-                        &mut errors,
-                        &format!("{path}.schedule"),
-                        &j.schedule,
-                        1,
-                        MAX_SCHEDULE,
-                    );
-                } else if let Err(e) = schedule::parse_cron(&j.schedule) {
-                    errors.push(FieldError::invalid(
-                        format!("{path}.schedule"),
-                        j.schedule.as_str(),
-                        e,
-                    ));
-                }
-                if j.replicas < MIN_REPLICAS {
-                    errors.push(FieldError::invalid(
-                        format!("{path}.replicas"),
-                        j.replicas,
-                        format!("must be greater than or equal to {MIN_REPLICAS}"),
-                    ));
-                }
-            }
+            super::validate_jobs(jobs, &mut errors);
             self.parsed_time_zone(&mut errors);
         } else if let Err(schedule_errors) = self.schedule() {
             errors.extend(schedule_errors);
@@ -635,55 +417,6 @@ impl ScalerSpec {
 mod tests {
     use super::*;
     use serde_json::json;
-
-    #[test]
-    fn a_record_is_trusted_only_by_the_scaler_that_wrote_it() {
-        let annotations = |pairs: &[(&str, &str)]| {
-            pairs
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect::<std::collections::BTreeMap<_, _>>()
-        };
-        let me = scaler_id("team", "nightly");
-        assert_eq!(me, "team/nightly");
-        assert_eq!(Record::of(&annotations(&[]), &me), Record::Absent);
-        let mine = annotations(&[
-            (ORIGINAL_REPLICAS, "2"),
-            (ORIGINAL_REPLICAS_OWNER, "team/nightly"),
-        ]);
-        assert_eq!(
-            Record::of(&mine, &me),
-            Record::Mine {
-                replicas: Some(2),
-                owner_recorded: true
-            }
-        );
-        assert_eq!(
-            Record::of(&mine, "team/daily"),
-            Record::Other("team/nightly".into())
-        );
-        assert_eq!(
-            Record::of(&annotations(&[(ORIGINAL_REPLICAS, "3")]), &me),
-            Record::Mine {
-                replicas: Some(3),
-                owner_recorded: false
-            },
-            "a record from before owners were recorded is adopted"
-        );
-        for bad in ["-1", "lots", "", "2147483648"] {
-            assert_eq!(
-                Record::of(
-                    &annotations(&[(ORIGINAL_REPLICAS, bad), (ORIGINAL_REPLICAS_OWNER, &me)]),
-                    &me
-                ),
-                Record::Mine {
-                    replicas: None,
-                    owner_recorded: true
-                },
-                "{bad:?} is no count of replicas: unreadable, released as it is"
-            );
-        }
-    }
 
     fn spec(v: serde_json::Value) -> ScalerSpec {
         serde_json::from_value(v).unwrap()

@@ -12,6 +12,7 @@ use kube::{CustomResource, KubeSchema};
 use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Serialize};
 
+pub use super::{Day, ScaleJob, TimeOfDay, DEFAULT_REPLICAS, DEFAULT_TIME_ZONE};
 use crate::field::{FieldError, FieldErrors};
 use crate::rules::scaler::{
     time_of_day_rule, API_VERSION, CLOCK, KIND, MAX_API_VERSION, MAX_DAYS, MAX_EXCLUDE_DATE,
@@ -22,7 +23,6 @@ use crate::rules::{
     check_length, check_name, MAX_GENERATION, MAX_INT32, MAX_LABEL, MAX_SUBDOMAIN, MIN_REPLICAS,
 };
 use crate::scaler::schedule::Instant;
-pub use crate::scaler::v1alpha1::{Day, ScaleJob, TimeOfDay, DEFAULT_REPLICAS, DEFAULT_TIME_ZONE};
 
 /// This version, the stored one.
 pub const VERSION: &str = "v1beta1";
@@ -539,23 +539,9 @@ impl ScalerSpec {
         if let Some(windows) = &self.windows {
             self.validate_windows(&mut errors, windows);
         }
-        if self.jobs.is_some() {
-            // The jobs are v1alpha1's: the same checks, on the same paths.
-            let alpha = crate::scaler::v1alpha1::ScalerSpec {
-                deployments: vec![crate::scaler::v1alpha1::ScaleTarget {
-                    name: "x".into(),
-                    namespace: None,
-                }],
-                jobs: self.jobs.clone(),
-                time_zone: self.time_zone.clone(),
-                ..Default::default()
-            };
-            errors.extend(
-                alpha
-                    .validate()
-                    .into_iter()
-                    .filter(|e| e.path.starts_with("spec.jobs")),
-            );
+        if let Some(jobs) = &self.jobs {
+            // The same checks as v1alpha1's, on the same paths.
+            super::validate_jobs(jobs, &mut errors);
         }
         if self.time_zone().chars().count() > MAX_TIME_ZONE {
             check_length(

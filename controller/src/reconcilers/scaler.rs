@@ -22,10 +22,10 @@ use kubesteer_api::keys::{
 use kubesteer_api::rules::scaler::MAX_STATUS_TARGETS;
 use kubesteer_api::scaler::claims::{group_of, ClaimIndex, Claimant, Target};
 use kubesteer_api::scaler::plan::Plan;
-use kubesteer_api::scaler::v1alpha1::{scaler_id, Record};
 use kubesteer_api::scaler::v1beta1::{
     keda_owner, suspended_instead, HpaCooperation, TargetStatus, Transition,
 };
+use kubesteer_api::scaler::{scaler_id, Record};
 use kubesteer_api::{Scaler, ScalerStatus};
 use serde_json::{json, Value};
 use tracing::{info, warn};
