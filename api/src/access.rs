@@ -214,7 +214,7 @@ impl ScalerSpec {
                 let Some(resource) = resource_of(api_version, kind) else {
                     continue;
                 };
-                let group = crate::scaler::claims::group_of(api_version);
+                let group = crate::scaler::target::group_of(api_version);
                 for ns in &namespaces {
                     let path = match &selector.kinds {
                         Some(_) => format!("spec.selector.kinds[{i}]"),

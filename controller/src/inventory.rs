@@ -19,7 +19,8 @@ use kube::runtime::watcher::{self, watcher, Event};
 use kube::runtime::WatchStreamExt;
 use kube::{Api, Client, ResourceExt};
 use kubesteer_api::keys::annotation::ORIGINAL_REPLICAS_OWNER;
-use kubesteer_api::scaler::claims::{Candidate, ClaimIndex, Claimant, Claims, Target};
+use kubesteer_api::scaler::claims::{Candidate, ClaimIndex, Claimant, Claims};
+use kubesteer_api::scaler::target::Target;
 use kubesteer_api::Scaler;
 use kubesteer_runtime::health::{self, Health};
 use kubesteer_runtime::watch as tolerant;
@@ -326,7 +327,7 @@ impl Inventory {
             let Ok(event) = event else { return };
             let scaled = |h: &HorizontalPodAutoscaler| {
                 let r = &h.spec.as_ref()?.scale_target_ref;
-                let group = kubesteer_api::scaler::claims::group_of(
+                let group = kubesteer_api::scaler::target::group_of(
                     r.api_version.as_deref().unwrap_or_default(),
                 );
                 Some((group.to_string(), r.kind.clone(), r.name.clone()))
@@ -393,7 +394,7 @@ impl Inventory {
             return;
         };
         let group =
-            kubesteer_api::scaler::claims::group_of(r.api_version.as_deref().unwrap_or_default());
+            kubesteer_api::scaler::target::group_of(r.api_version.as_deref().unwrap_or_default());
         let key = (
             hpa.namespace().unwrap_or_default(),
             group.to_string(),
@@ -406,7 +407,7 @@ impl Inventory {
     /// The KEDA ScaledObject whose HPA scaled `target` when last seen (it may be paused now,
     /// its HPA deleted).
     pub fn scaled_object_of(&self, target: &Named) -> Option<String> {
-        let group = kubesteer_api::scaler::claims::group_of(&target.api_version);
+        let group = kubesteer_api::scaler::target::group_of(&target.api_version);
         let key = (
             target.namespace.clone(),
             group.to_string(),
@@ -444,7 +445,7 @@ impl Inventory {
             return false;
         };
         let key = (
-            kubesteer_api::scaler::claims::group_of(&target.api_version).to_string(),
+            kubesteer_api::scaler::target::group_of(&target.api_version).to_string(),
             target.kind.clone(),
             target.name.clone(),
         );
@@ -534,7 +535,7 @@ impl Inventory {
                 let index = claims.read();
                 for (c, s) in index.selectors() {
                     let selects_kind = s.kinds().iter().any(|(v, k)| {
-                        kubesteer_api::scaler::claims::group_of(v) == key.0 && *k == key.1
+                        kubesteer_api::scaler::target::group_of(v) == key.0 && *k == key.1
                     });
                     if selects_kind {
                         woken.insert(c.clone());
@@ -628,7 +629,7 @@ impl Inventory {
             complete = false;
         }
         for (api_version, kind) in selector.kinds() {
-            let group = kubesteer_api::scaler::claims::group_of(&api_version).to_string();
+            let group = kubesteer_api::scaler::target::group_of(&api_version).to_string();
             let Some(objects) = state.kinds.get(&(group.clone(), kind.clone())) else {
                 complete = false;
                 continue;
@@ -702,7 +703,7 @@ impl Inventory {
     /// whole or not listed yet (then it is read from the apiserver).
     pub fn current(&self, target: &Named) -> Option<Option<Current>> {
         let state = self.read();
-        let group = kubesteer_api::scaler::claims::group_of(&target.api_version);
+        let group = kubesteer_api::scaler::target::group_of(&target.api_version);
         let objects = state.kinds.get(&(group.to_string(), target.kind.clone()))?;
         if !objects.synced {
             return None;
@@ -724,7 +725,7 @@ impl Inventory {
     /// reads what it wrote.
     pub fn remember(&self, target: &Named, written: &Current) {
         let mut state = self.write();
-        let group = kubesteer_api::scaler::claims::group_of(&target.api_version);
+        let group = kubesteer_api::scaler::target::group_of(&target.api_version);
         let Some(entry) = state
             .kinds
             .get_mut(&(group.to_string(), target.kind.clone()))

@@ -9,7 +9,7 @@ use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config, ResourceExt};
 use kubesteer_api::keys::annotation;
-use kubesteer_api::scaler::claims::{group_of, Target};
+use kubesteer_api::scaler::target::{group_of, Target};
 use kubesteer_api::Scaler;
 
 use crate::{Error, Result};

@@ -8,8 +8,8 @@ use chrono::NaiveDate;
 use chrono_tz::Tz;
 use kube::Client;
 use kubesteer_api::field::summarize;
-use kubesteer_api::scaler::claims::Target;
 use kubesteer_api::scaler::schedule::Instant;
+use kubesteer_api::scaler::target::Target;
 use kubesteer_api::ScalerSpec;
 
 use crate::cluster::{get_scaler, look, ready_of, scaler_name, Connection};
@@ -138,7 +138,7 @@ async fn targets_now(client: &Client, scaler: &kubesteer_api::Scaler, namespace:
     let named = scaler
         .spec
         .targets(namespace)
-        .map(|(target, ns)| (target.api_version.clone(), Target::of(target, ns)));
+        .map(|(target, ns)| (target.api_version.clone(), target.target(ns)));
     // And those its selector picked, as its status lists them.
     let selected = scaler.status.iter().flat_map(|s| &s.targets).map(|t| {
         (

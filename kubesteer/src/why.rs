@@ -6,9 +6,10 @@ use chrono_tz::Tz;
 use kube::api::ListParams;
 use kube::{Api, Client, ResourceExt};
 use kubesteer_api::keys::reason;
-use kubesteer_api::scaler::claims::{ClaimIndex, Claimant, Target};
+use kubesteer_api::scaler::claims::{ClaimIndex, Claimant};
 use kubesteer_api::scaler::scaler_id;
 use kubesteer_api::scaler::schedule::Instant;
+use kubesteer_api::scaler::target::Target;
 use kubesteer_api::Scaler;
 
 use crate::cluster::{events, look, ready_of, Connection};
@@ -80,7 +81,7 @@ pub async fn why(connection: &Connection, object: &str, now: Instant) -> Result<
     let claimed: Option<(Target, String)> = scalers.iter().find_map(|s| {
         let own = s.namespace().unwrap_or_default();
         let found = s.spec.targets(&own).find_map(|(t, ns)| {
-            let target = Target::of(t, ns);
+            let target = t.target(ns);
             (target.namespace == namespace
                 && target.name == name
                 && query.matches(&target.group, &target.kind))

@@ -37,7 +37,7 @@ pub fn follow(claims: &Claims) -> impl FnMut(&Event<Scaler>) -> BTreeSet<Claiman
 
 #[cfg(test)]
 mod tests {
-    use kubesteer_api::scaler::claims::Target;
+    use kubesteer_api::scaler::target::Target;
     use serde_json::json;
 
     use super::*;

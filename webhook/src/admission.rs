@@ -11,7 +11,7 @@ use kube::core::admission::Operation;
 use kubesteer_api::access::{Access, ImagePolicy};
 use kubesteer_api::field::{summarize, FieldError, FieldErrors};
 use kubesteer_api::kind::{Kind, Spec, ALL};
-use kubesteer_api::scaler::claims::{Claimant, Target};
+use kubesteer_api::scaler::claims::Claimant;
 use kubesteer_api::scaler::v1beta1::HpaCooperation;
 use kubesteer_api::{ApplicationSpec, ScalerSpec, WelcomeSpec};
 use kubesteer_runtime::scale::Unscalable;
@@ -437,7 +437,7 @@ async fn scaler_rules<C: Cluster>(
     if spec.hpa_cooperation() == HpaCooperation::Enabled {
         let mut keda_namespaces = std::collections::BTreeMap::new();
         for (i, (target, ns)) in spec.targets(&me.namespace).enumerate() {
-            if cluster.keda_scales(&Target::of(target, ns)) {
+            if cluster.keda_scales(&target.target(ns)) {
                 keda_namespaces
                     .entry(ns.to_string())
                     .or_insert(format!("spec.scaleTargetRefs[{i}]"));
@@ -481,7 +481,7 @@ async fn scaler_rules<C: Cluster>(
         if refused.contains(&path) {
             continue;
         }
-        let target = Target::of(target, ns);
+        let target = target.target(ns);
         if let Some(other) = cluster.claimant(&target, me) {
             errors.push(FieldError::forbidden(
                 path.clone(),

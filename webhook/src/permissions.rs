@@ -391,7 +391,9 @@ impl Drop for Asking<'_> {
 mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
-    use kubesteer_api::scaler::claims::{Claimant, Target};
+    use kubesteer_api::scaler::claims::Claimant;
+
+    use kubesteer_api::scaler::target::Target;
     use kubesteer_runtime::scale::Mapping;
     use tokio::time::Instant as TokioInstant;
 

@@ -11,58 +11,8 @@ use k8s_openapi::jiff::Timestamp;
 
 use crate::scaler::scaler_id;
 use crate::scaler::selector::{Matcher, Scope, TargetSelector};
-use crate::scaler::v1beta1::ScaleTargetRef;
+use crate::scaler::target::Target;
 use crate::Scaler;
-
-/// A target: its API group and kind (any version names the same object), its namespace
-/// resolved, and its name.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
-pub struct Target {
-    pub group: String,
-    pub kind: String,
-    pub namespace: String,
-    pub name: String,
-}
-
-impl Target {
-    /// The target `api_version`/`kind` `namespace/name`.
-    pub fn new(api_version: &str, kind: &str, namespace: &str, name: &str) -> Self {
-        Self {
-            group: group_of(api_version).to_string(),
-            kind: kind.to_string(),
-            namespace: namespace.to_string(),
-            name: name.to_string(),
-        }
-    }
-
-    /// The apps/v1 Deployment `namespace/name`.
-    pub fn deployment(namespace: &str, name: &str) -> Self {
-        Self::new(DEPLOYMENT.0, DEPLOYMENT.1, namespace, name)
-    }
-
-    /// The target a reference names, given the namespace it resolves to.
-    pub fn of(target: &ScaleTargetRef, namespace: &str) -> Self {
-        Self::new(&target.api_version, &target.kind, namespace, &target.name)
-    }
-}
-
-impl std::fmt::Display for Target {
-    /// As users read it: `StatefulSet team/db`.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} {}/{}", self.kind, self.namespace, self.name)
-    }
-}
-
-/// The API group of an `apiVersion`: "" for the core group ("v1").
-pub fn group_of(api_version: &str) -> &str {
-    api_version.split_once('/').map(|(g, _)| g).unwrap_or("")
-}
-
-/// The `apiVersion` and kind of every v1alpha1 target.
-const DEPLOYMENT: (&str, &str) = (
-    crate::scaler::v1beta1::DEPLOYMENT_API_VERSION,
-    crate::scaler::v1beta1::DEPLOYMENT_KIND,
-);
 
 /// A Scaler as `(namespace, name)`.
 type ScalerKey = (String, String);
@@ -124,7 +74,7 @@ impl Scaler {
     /// which it holds until it has given them back.
     pub fn claimed_targets(&self) -> BTreeSet<Target> {
         let own = self.metadata.namespace.as_deref().unwrap_or_default();
-        let in_spec = self.spec.targets(own).map(|(t, ns)| Target::of(t, ns));
+        let in_spec = self.spec.targets(own).map(|(t, ns)| t.target(ns));
         let in_status = self
             .status
             .iter()
@@ -282,7 +232,7 @@ impl ClaimIndex {
         let named: BTreeSet<Target> = scaler
             .spec
             .targets(&own)
-            .map(|(t, ns)| Target::of(t, ns))
+            .map(|(t, ns)| t.target(ns))
             .collect();
         let selector = scaler.spec.selector.as_ref().and_then(|s| {
             let matcher = s.matcher(&own).ok()?;
@@ -581,7 +531,7 @@ mod tests {
             BTreeSet::from([web_in("team", "web"), db.clone()]),
             "the group and kind, whatever the version"
         );
-        assert_eq!(group_of("v1"), "");
+        assert_eq!(crate::scaler::target::group_of("v1"), "");
         assert_eq!(db.to_string(), "StatefulSet data/web");
     }
 

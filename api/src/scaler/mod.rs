@@ -7,12 +7,14 @@
 //! - [`schedule`]: windows, cron and holidays as instants; [`plan`]: a Scaler's week, the
 //!   replicas each target should have when.
 //! - [`selector`]: targets picked by kind, labels and namespaces; [`claims`]: which of several
-//!   Scalers owns a shared target (the index both binaries keep).
+//!   Scalers owns a shared target (the index both binaries keep); [`target`]: a target's one
+//!   identity.
 pub mod claims;
 pub mod convert;
 pub mod plan;
 pub mod schedule;
 pub mod selector;
+pub mod target;
 pub mod v1alpha1;
 pub mod v1beta1;
 

@@ -64,7 +64,7 @@ pub struct SelectedKind {
 impl SelectedKind {
     /// The API group: "" for the core group.
     pub fn group(&self) -> &str {
-        crate::scaler::claims::group_of(&self.api_version)
+        crate::scaler::target::group_of(&self.api_version)
     }
 }
 
@@ -216,7 +216,7 @@ impl TargetSelector {
             kinds: self
                 .kinds()
                 .iter()
-                .map(|(v, k)| (crate::scaler::claims::group_of(v).to_string(), k.clone()))
+                .map(|(v, k)| (crate::scaler::target::group_of(v).to_string(), k.clone()))
                 .collect(),
             scope,
             labels: label_selector(&self.match_labels, &self.match_expressions)?,

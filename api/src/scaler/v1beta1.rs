@@ -23,13 +23,13 @@ use crate::rules::{
     check_length, check_name, MAX_GENERATION, MAX_INT32, MAX_LABEL, MAX_SUBDOMAIN, MIN_REPLICAS,
 };
 use crate::scaler::schedule::Instant;
+use crate::scaler::target::{group_of, Target};
 
 /// This version, the stored one.
 pub const VERSION: &str = "v1beta1";
 
 /// The `apiVersion` and `kind` of a v1alpha1 target: v1alpha1 scales Deployments only.
-pub const DEPLOYMENT_API_VERSION: &str = "apps/v1";
-pub const DEPLOYMENT_KIND: &str = "Deployment";
+pub use super::target::{DEPLOYMENT_API_VERSION, DEPLOYMENT_KIND};
 
 /// Scales any workload with a `/scale` subresource on a schedule: windows or cron jobs, with holidays and a temporary override.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
@@ -183,10 +183,12 @@ impl ScaleTargetRef {
 
     /// The API group of the target: "" for the core group.
     pub fn group(&self) -> &str {
-        self.api_version
-            .split_once('/')
-            .map(|(g, _)| g)
-            .unwrap_or("")
+        group_of(&self.api_version)
+    }
+
+    /// The target this names, given the namespace it resolves to.
+    pub fn target(&self, namespace: &str) -> Target {
+        Target::new(&self.api_version, &self.kind, namespace, &self.name)
     }
 
     /// Whether this is an apps/v1 Deployment, the one kind v1alpha1 can name.
@@ -464,7 +466,7 @@ impl ScalerSpec {
         let mut seen = BTreeSet::new();
         let mut errors = FieldErrors::new();
         for (i, (t, ns)) in self.targets(own_namespace).enumerate() {
-            if !seen.insert(crate::scaler::claims::Target::of(t, ns)) {
+            if !seen.insert(t.target(ns)) {
                 errors.push(FieldError::duplicate(
                     format!("spec.scaleTargetRefs[{i}]"),
                     serde_json::to_value(t).unwrap_or_default(),

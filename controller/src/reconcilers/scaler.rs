@@ -20,8 +20,9 @@ use kubesteer_api::keys::{
     annotation, reason, CONTROLLER_FIELD_MANAGER, RESTORE_TARGETS_FINALIZER,
 };
 use kubesteer_api::rules::scaler::MAX_STATUS_TARGETS;
-use kubesteer_api::scaler::claims::{group_of, ClaimIndex, Claimant, Target};
+use kubesteer_api::scaler::claims::{ClaimIndex, Claimant};
 use kubesteer_api::scaler::plan::Plan;
+use kubesteer_api::scaler::target::{group_of, Target};
 use kubesteer_api::scaler::v1beta1::{
     keda_owner, suspended_instead, HpaCooperation, TargetStatus, Transition,
 };
