@@ -14,7 +14,7 @@
 # The apiserver presents a client certificate to every webhook (its AdmissionConfiguration's
 # kubeconfig, user "*"), made once by `kubesteer-certs client` in $KUBESTEER_STATE/apiserver-client/;
 # hack/deploy.sh, hack/run.sh and the e2e tests give its ca.crt to the webhook, which then answers
-# reviews from the apiserver only (README, "Security model").
+# reviews from the apiserver only (docs/security.md).
 . "$(dirname "$0")/lib.sh"
 # shellcheck source=../versions.env
 state=${KUBESTEER_STATE:-$root/.kubesteer}

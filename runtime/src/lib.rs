@@ -26,7 +26,7 @@ pub use health::Health;
 /// The global allocator of the webhook, the controller and the image's multi-call binary
 /// (`#[global_allocator]` in each `main.rs`):
 /// jemalloc, with a background thread that returns freed pages to the system. Measured against
-/// glibc's malloc (README, "Benchmarks"): the controller, restarted on 10,000 reconciled
+/// glibc's malloc (docs/benchmarks.md): the controller, restarted on 10,000 reconciled
 /// Memcacheds, settled at 93-95 MiB against 109-110 MiB; the webhook's heap (RssAnon) after
 /// load was 3.2-4.5 MiB against 8.5 MiB.
 pub use tikv_jemallocator::Jemalloc as Allocator;
