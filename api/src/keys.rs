@@ -57,6 +57,10 @@ pub const CONTROLLER_FIELD_MANAGER: &str = "kubesteer-controller";
 /// apply) takes the condition back.
 pub const DENIAL_FIELD_MANAGER: &str = "kubesteer-controller-denial";
 
+/// The webhook's field manager for what it writes about its own certificate: the caBundles of
+/// its webhook configurations and of the Scaler CRD's conversion.
+pub const WEBHOOK_CA_FIELD_MANAGER: &str = "kubesteer-webhook-cabundle";
+
 /// Condition types.
 pub mod condition {
     /// The condition `kubectl wait --for=condition=Ready` waits on.

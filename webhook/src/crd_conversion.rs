@@ -1,5 +1,5 @@
 //! Points a CRD's conversion at this webhook: `spec.conversion` with the webhook's Service (or
-//! URL) and the CA the apiserver must trust, by a merge patch under [`FIELD_MANAGER`] (a merge
+//! URL) and the CA the apiserver must trust, by a merge patch under [`WEBHOOK_CA_FIELD_MANAGER`] (a merge
 //! patch, not an apply, so the other of `service` and `url`, written by whoever installed the
 //! CRD, is removed: the apiserver wants exactly one).
 //!
@@ -16,7 +16,7 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::Client;
 use serde_json::{json, Value};
 
-use crate::selfmanaged::FIELD_MANAGER;
+use kubesteer_api::keys::WEBHOOK_CA_FIELD_MANAGER;
 
 /// Where the CA for the CRD comes from in files mode.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,7 +70,7 @@ impl Conversion {
     pub async fn inject(&self, client: &Client, ca_pem: &str) -> Result<(), kube::Error> {
         let api: Api<CustomResourceDefinition> = Api::all(client.clone());
         let params = PatchParams {
-            field_manager: Some(FIELD_MANAGER.to_string()),
+            field_manager: Some(WEBHOOK_CA_FIELD_MANAGER.to_string()),
             ..PatchParams::default()
         };
         api.patch(&self.crd, &params, &Patch::Merge(&self.patch(ca_pem)))

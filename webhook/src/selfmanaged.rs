@@ -23,9 +23,7 @@ use serde_json::json;
 
 use crate::error::{Error, Result};
 use crate::tls::{certified_key, CertStore};
-
-/// The field manager that owns `caBundle`, and nothing else, in the webhook configurations.
-pub const FIELD_MANAGER: &str = "kubesteer-webhook-cabundle";
+use kubesteer_api::keys::WEBHOOK_CA_FIELD_MANAGER;
 
 /// Where the certificates live and who trusts them.
 #[derive(Clone)]
@@ -242,7 +240,7 @@ impl SelfManaged {
         });
         api.patch(
             &self.configuration,
-            &PatchParams::apply(FIELD_MANAGER).force(),
+            &PatchParams::apply(WEBHOOK_CA_FIELD_MANAGER).force(),
             &Patch::Apply(&patch),
         )
         .await?;
