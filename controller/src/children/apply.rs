@@ -1,0 +1,324 @@
+//! Applying: only what differs, and never to an object this owner does not control
+//! (`NameConflict`).
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::client::Body;
+use kube::core::{NamespaceResourceScope, Status};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Api, Client, Resource, ResourceExt};
+use kubesteer_api::keys::{annotation, CONTROLLER_FIELD_MANAGER};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::Value;
+
+use super::*;
+use crate::{is_status, Context, Error, Result};
+
+/// Server-side apply under kubesteer's one field manager, taking over fields from hand edits.
+pub fn apply_params() -> PatchParams {
+    PatchParams::apply(CONTROLLER_FIELD_MANAGER).force()
+}
+
+/// A create under kubesteer's field manager: unlike an apply, it never touches an existing object.
+/// Only for Secrets, which the controller may not read; other children are created by
+/// `create_by_apply`, so that their fields belong to the manager's Apply entry and a later apply
+/// can remove them (a POST's fields stay with an Update entry that no apply clears).
+pub fn create_params() -> PostParams {
+    PostParams {
+        field_manager: Some(CONTROLLER_FIELD_MANAGER.into()),
+        ..PostParams::default()
+    }
+}
+
+/// An object as the apiserver stored it after a server-side apply.
+pub struct Applied<K> {
+    pub object: K,
+    /// Whether this apply created the object, rather than finding it there.
+    pub created: bool,
+}
+
+/// Server-side applies the namespaced `obj`. Unlike `Api::patch` it keeps the answer's status
+/// code, as 201 Created is the one exact sign that the object did not exist before.
+pub async fn apply<K>(client: &Client, obj: &K) -> Result<Applied<K>>
+where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope> + Serialize + DeserializeOwned,
+{
+    apply_with(client, obj, &apply_params()).await
+}
+
+/// Server-side applies `obj`, which was just read as missing, without force: should someone else
+/// have made an object of that name meanwhile, a field both set answers 409 Conflict instead of
+/// being taken over.
+pub async fn create_by_apply<K>(client: &Client, obj: &K) -> Result<Applied<K>>
+where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope> + Serialize + DeserializeOwned,
+{
+    apply_with(client, obj, &PatchParams::apply(CONTROLLER_FIELD_MANAGER)).await
+}
+
+async fn apply_with<K>(client: &Client, obj: &K, params: &PatchParams) -> Result<Applied<K>>
+where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope> + Serialize + DeserializeOwned,
+{
+    let missing = |what| Error::MissingField {
+        kind: "child",
+        name: obj.name_any(),
+        what,
+    };
+    let ns = obj
+        .meta()
+        .namespace
+        .as_deref()
+        .ok_or_else(|| missing("namespace"))?;
+    let name = obj.meta().name.as_deref().ok_or_else(|| missing("name"))?;
+    let request = kube::core::Request::new(K::url_path(&(), Some(ns)))
+        .patch(name, params, &Patch::Apply(obj))
+        .map_err(kube::Error::BuildRequest)?;
+    let response = client.send(request.map(Body::from)).await?;
+    let code = response.status().as_u16();
+    let bytes = response.into_body().collect_bytes().await?;
+    if code >= 400 {
+        // The same error `Api::patch` gives, so conflicts and the like are recognised alike.
+        let status = serde_json::from_slice::<Status>(&bytes).unwrap_or_else(|_| {
+            Status::failure(
+                &String::from_utf8_lossy(&bytes),
+                "Failed to parse error data",
+            )
+            .with_code(code)
+        });
+        return Err(kube::Error::Api(status.boxed()).into());
+    }
+    Ok(Applied {
+        object: serde_json::from_slice(&bytes)?,
+        created: code == 201,
+    })
+}
+
+/// FNV-1a, 64 bits, in hex: stable across builds and Rust versions.
+pub fn fingerprint(bytes: &[u8]) -> String {
+    let hash = bytes.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
+    });
+    format!("{hash:016x}")
+}
+
+/// `desired` with its fingerprint annotation, as it is applied.
+pub fn stamped<K: Resource + Clone + Serialize>(desired: &K) -> Result<K> {
+    let mut stamped = desired.clone();
+    let hash = fingerprint(&serde_json::to_vec(desired)?);
+    stamped
+        .annotations_mut()
+        .insert(annotation::APPLIED.into(), hash);
+    Ok(stamped)
+}
+
+/// An object of a child's name that this owner does not control, so it is left alone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NameConflict {
+    pub kind: String,
+    pub name: String,
+}
+
+impl NameConflict {
+    pub fn new(kind: &str, name: &str) -> Self {
+        Self {
+            kind: kind.to_string(),
+            name: name.to_string(),
+        }
+    }
+
+    /// What a user reads in the condition and the event.
+    pub fn describe(&self, owner_kind: &str) -> String {
+        format!(
+            "{} {} exists and is not controlled by this {owner_kind}; it is left untouched",
+            self.kind, self.name
+        )
+    }
+}
+
+/// What `ensure` made of a child: the controller's own, as wanted, or someone else's.
+pub enum Ensured<K> {
+    Ours(Applied<Arc<K>>),
+    Foreign(NameConflict),
+}
+
+/// Whether `meta` has a controller owner reference with the uid `owner_uid`.
+pub fn controlled_by(meta: &ObjectMeta, owner_uid: &str) -> bool {
+    meta.owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.controller == Some(true) && o.uid == owner_uid)
+}
+
+/// Makes `desired` so, writing only what differs and never an object its owner does not control.
+/// `templates` remembers which cached pod templates were found as wanted (see [`Packed`]).
+pub async fn ensure<K>(
+    ctx: &Context,
+    cache: &Store<Packed<K>>,
+    templates: &CheckedTemplates,
+    desired: &K,
+) -> Result<Ensured<K>>
+where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + Clone
+        + Debug
+        + Serialize
+        + DeserializeOwned,
+{
+    let desired = stamped(desired)?;
+    let name = desired.name_any();
+    let kind = K::kind(&()).to_string();
+    let owner_uid = desired
+        .owner_references()
+        .iter()
+        .find(|o| o.controller == Some(true))
+        .map(|o| o.uid.clone())
+        .ok_or_else(|| Error::MissingField {
+            kind: "child",
+            name: name.clone(),
+            what: "metadata.ownerReferences (controller)",
+        })?;
+    let namespace = ResourceExt::namespace(&desired).unwrap_or_default();
+    let wanted = serde_json::to_value(&desired)?;
+    let mut wanted_rest = wanted.clone();
+    let wanted_template = take_template(&mut wanted_rest)?;
+    let key = Packed::<K>::key(&name, &namespace);
+    let template_key = ObjectRef::<Deployment>::new(&name).within(&namespace);
+    let api: Api<K> = Api::namespaced(ctx.client.clone(), &namespace);
+    let ours = |object: K, created| {
+        Ok(Ensured::Ours(Applied {
+            object: Arc::new(object),
+            created,
+        }))
+    };
+    // Records that the live template of `object` (as the apiserver answered) contains the wanted.
+    let checked = |object: &K| -> Result<()> {
+        if let Some(wanted) = &wanted_template {
+            if let Some(live) = take_template(&mut serde_json::to_value(object)?)? {
+                let checked = Checked {
+                    wanted: wanted.clone(),
+                    live,
+                };
+                templates.record(template_key.clone(), checked, cache);
+            }
+        }
+        Ok(())
+    };
+    if let Some(cached) = cache.get(&key) {
+        let object = cached.object()?;
+        if !controlled_by(object.meta(), &owner_uid) {
+            return Ok(Ensured::Foreign(NameConflict::new(&kind, &name)));
+        }
+        if contains(&cached.value()?, &wanted_rest) {
+            let template_as_wanted = match (&wanted_template, cached.template()) {
+                (None, _) => true,
+                (Some(wanted), Some(live)) => templates.is_checked(&template_key, wanted, live),
+                (Some(_), None) => false,
+            };
+            if template_as_wanted {
+                ctx.metrics.child(&kind, false);
+                return ours(object, false);
+            }
+            // A template not checked yet (a restart, or a hand edit): read it in full once.
+            if let Some(live) = api.get_opt(&name).await? {
+                if contains(&serde_json::to_value(&live)?, &wanted) {
+                    checked(&live)?;
+                    ctx.metrics.child(&kind, false);
+                    return ours(object, false);
+                }
+            }
+        }
+        ctx.metrics.child(&kind, true);
+        let applied = apply(&ctx.client, &desired).await?;
+        checked(&applied.object)?;
+        return ours(applied.object, applied.created);
+    }
+    // Not cached: the label-filtered watch misses a same-named object made by someone else.
+    let live = match api.get_opt(&name).await? {
+        Some(live) => live,
+        None => match create_by_apply(&ctx.client, &desired).await {
+            Ok(applied) => {
+                ctx.metrics.child(&kind, true);
+                checked(&applied.object)?;
+                return ours(applied.object, applied.created);
+            }
+            // Made by someone else since the read: their fields conflict, nothing was written.
+            Err(Error::Kube(e)) if is_status(&e, 409) => api.get_opt(&name).await?.ok_or(e)?,
+            Err(e) => return Err(e),
+        },
+    };
+    if !controlled_by(live.meta(), &owner_uid) {
+        return Ok(Ensured::Foreign(NameConflict::new(&kind, &name)));
+    }
+    let drifted = !contains(&serde_json::to_value(&live)?, &wanted);
+    ctx.metrics.child(&kind, drifted);
+    if !drifted {
+        checked(&live)?;
+        return ours(live, false);
+    }
+    let applied = apply(&ctx.client, &desired).await?;
+    checked(&applied.object)?;
+    ours(applied.object, false)
+}
+
+/// Whether `actual` has every field of `desired` with an equal value. The apiserver only adds
+/// to what was applied (defaults, status, metadata), so an object that still contains what was
+/// applied needs no new apply. Lists must match in length, so a removed entry is noticed; an
+/// empty list or map stands for an absent one, as the apiserver omits those.
+pub fn contains(actual: &Value, desired: &Value) -> bool {
+    match (actual, desired) {
+        (Value::Object(a), Value::Object(d)) => d.iter().all(|(k, dv)| match a.get(k) {
+            Some(av) => contains(av, dv),
+            None => is_empty(dv),
+        }),
+        (Value::Array(a), Value::Array(d)) => {
+            a.len() == d.len() && a.iter().zip(d).all(|(av, dv)| contains(av, dv))
+        }
+        (Value::Null, d) => is_empty(d),
+        (a, d) => a == d,
+    }
+}
+
+fn is_empty(v: &Value) -> bool {
+    match v {
+        Value::Null => true,
+        Value::Array(a) => a.is_empty(),
+        Value::Object(o) => o.is_empty(),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn an_object_with_defaults_added_contains_what_was_applied() {
+        let desired = json!({"spec": {"replicas": 2, "template": {"containers": [{"name": "m", "args": ["-m", "64"]}]}}, "metadata": {"labels": {}}});
+        let actual = json!({"spec": {"replicas": 2, "progressDeadlineSeconds": 600,
+            "template": {"containers": [{"name": "m", "args": ["-m", "64"], "imagePullPolicy": "IfNotPresent"}]}},
+            "metadata": {"uid": "u"}, "status": {"readyReplicas": 1}});
+        assert!(contains(&actual, &desired));
+    }
+
+    #[test]
+    fn a_changed_value_a_missing_field_or_a_shorter_list_is_drift() {
+        let desired =
+            json!({"spec": {"replicas": 2, "args": ["-m", "64"], "selector": {"a": "b"}}});
+        for actual in [
+            json!({"spec": {"replicas": 3, "args": ["-m", "64"], "selector": {"a": "b"}}}),
+            json!({"spec": {"replicas": 2, "args": ["-m"], "selector": {"a": "b"}}}),
+            json!({"spec": {"replicas": 2, "args": ["-m", "64", "-v"], "selector": {"a": "b"}}}),
+            json!({"spec": {"replicas": 2, "args": ["-m", "64"]}}),
+            json!({"spec": {"replicas": 2, "args": ["-m", "64"], "selector": {"a": "c"}}}),
+            json!({}),
+        ] {
+            assert!(!contains(&actual, &desired), "{actual}");
+        }
+    }
+}

@@ -1,0 +1,483 @@
+//! Caching: what the watches keep of the children (packed, without managed fields or pod
+//! template, which stays as a fingerprint), and the per-kind stores a reconcile reads.
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::fmt::Debug;
+use std::marker::PhantomData;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::networking::v1::Ingress;
+use kube::core::PartialObjectMeta;
+use kube::runtime::reflector::{self, Lookup, ObjectRef, Store};
+use kube::runtime::{reflector::store::Writer, watcher};
+use kube::{Resource, ResourceExt};
+use kubesteer_api::keys::label;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::Value;
+
+use super::*;
+use crate::context::lock;
+use crate::Result;
+
+/// A cached object kept as its compact JSON, without what no reconcile reads: its managed fields
+/// and its pod template (most of a Deployment), of which only a fingerprint stays, for drift.
+/// A few KiB where the parsed object takes 10 or more, which matters with thousands of children.
+/// Reconciles parse the one they read.
+pub struct Packed<K> {
+    name: String,
+    namespace: Option<String>,
+    json: Box<[u8]>,
+    /// The fingerprint of `spec.template` as the apiserver holds it, if the object has one.
+    template: Option<String>,
+    kind: PhantomData<fn() -> K>,
+}
+
+impl<K> Clone for Packed<K> {
+    fn clone(&self) -> Self {
+        Self {
+            name: self.name.clone(),
+            namespace: self.namespace.clone(),
+            json: self.json.clone(),
+            template: self.template.clone(),
+            kind: PhantomData,
+        }
+    }
+}
+
+impl<K: Resource<DynamicType = ()> + Serialize + DeserializeOwned> Packed<K> {
+    /// Packs `obj` without its managed fields, and its pod template as a fingerprint.
+    pub fn pack(obj: &K) -> Result<Self> {
+        let mut value = serde_json::to_value(obj)?;
+        if let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut) {
+            meta.remove("managedFields");
+        }
+        let template = take_template(&mut value)?;
+        Ok(Self {
+            name: obj.name_any(),
+            namespace: ResourceExt::namespace(obj),
+            json: serde_json::to_vec(&value)?.into_boxed_slice(),
+            template,
+            kind: PhantomData,
+        })
+    }
+
+    /// The object as JSON, without managed fields and pod template.
+    pub fn value(&self) -> Result<Value> {
+        Ok(serde_json::from_slice(&self.json)?)
+    }
+
+    /// The object, without managed fields and with an empty pod template.
+    pub fn object(&self) -> Result<K> {
+        Ok(serde_json::from_slice(&self.json)?)
+    }
+
+    /// The fingerprint of the object's pod template, if it has one.
+    pub fn template(&self) -> Option<&str> {
+        self.template.as_deref()
+    }
+
+    /// The key of `name` in `namespace`, to look one up in a store.
+    pub fn key(name: &str, namespace: &str) -> ObjectRef<Self> {
+        ObjectRef::new(name).within(namespace)
+    }
+}
+
+/// Removes `spec.template` from an object's JSON and returns its fingerprint, if it had one.
+pub(super) fn take_template(value: &mut Value) -> Result<Option<String>> {
+    let template = value
+        .get_mut("spec")
+        .and_then(Value::as_object_mut)
+        .and_then(|spec| spec.remove("template"));
+    Ok(match template {
+        Some(t) => Some(fingerprint(&serde_json::to_vec(&t)?)),
+        None => None,
+    })
+}
+
+impl<K: Resource<DynamicType = ()>> Lookup for Packed<K> {
+    type DynamicType = ();
+
+    fn kind(_: &()) -> Cow<'_, str> {
+        K::kind(&())
+    }
+    fn group(_: &()) -> Cow<'_, str> {
+        K::group(&())
+    }
+    fn version(_: &()) -> Cow<'_, str> {
+        K::version(&())
+    }
+    fn plural(_: &()) -> Cow<'_, str> {
+        K::plural(&())
+    }
+    fn name(&self) -> Option<Cow<'_, str>> {
+        Some(Cow::Borrowed(&self.name))
+    }
+    fn namespace(&self) -> Option<Cow<'_, str>> {
+        self.namespace.as_deref().map(Cow::Borrowed)
+    }
+    fn resource_version(&self) -> Option<Cow<'_, str>> {
+        None
+    }
+    fn uid(&self) -> Option<Cow<'_, str>> {
+        None
+    }
+}
+
+/// The same watcher event about the packed object.
+pub fn pack_event<K>(event: &watcher::Event<K>) -> Result<watcher::Event<Packed<K>>>
+where
+    K: Resource<DynamicType = ()> + Serialize + DeserializeOwned,
+{
+    use watcher::Event;
+    Ok(match event {
+        Event::Apply(o) => Event::Apply(Packed::pack(o)?),
+        Event::Delete(o) => Event::Delete(Packed::pack(o)?),
+        Event::Init => Event::Init,
+        Event::InitApply(o) => Event::InitApply(Packed::pack(o)?),
+        Event::InitDone => Event::InitDone,
+    })
+}
+
+/// Which pod templates were checked against which wanted ones. As the cache keeps only a
+/// template's fingerprint, a child whose live template is new to this map is read once in full;
+/// after that, a template that a hand edit changed shows as a fingerprint that was never checked.
+/// Checks of deleted children are dropped whenever the map has doubled, so it stays within twice
+/// the live children.
+#[derive(Default)]
+pub struct CheckedTemplates(Mutex<CheckedInner>);
+
+#[derive(Default)]
+struct CheckedInner {
+    map: HashMap<ObjectRef<Deployment>, Checked>,
+    sweep_at: usize,
+}
+
+/// The fingerprints of a wanted template and of the live one found to contain it.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub(super) struct Checked {
+    pub(super) wanted: String,
+    pub(super) live: String,
+}
+
+impl CheckedTemplates {
+    pub(super) fn is_checked(&self, key: &ObjectRef<Deployment>, wanted: &str, live: &str) -> bool {
+        lock(&self.0)
+            .map
+            .get(key)
+            .is_some_and(|c| c.wanted == wanted && c.live == live)
+    }
+
+    pub(super) fn record<K>(
+        &self,
+        key: ObjectRef<Deployment>,
+        checked: Checked,
+        cache: &Store<Packed<K>>,
+    ) where
+        K: Resource<DynamicType = ()>,
+    {
+        let mut inner = lock(&self.0);
+        inner.map.insert(key, checked);
+        if inner.map.len() >= inner.sweep_at {
+            inner.map.retain(|k, _| {
+                let ns = k.namespace.as_deref().unwrap_or_default();
+                cache.get(&ObjectRef::new(&k.name).within(ns)).is_some()
+            });
+            inner.sweep_at = (2 * inner.map.len()).max(64);
+        }
+    }
+
+    /// Records that the live template of `live` contains the wanted one of `desired`, as a
+    /// check by `ensure` would have.
+    #[cfg(test)]
+    pub fn assume_checked(&self, desired: &Deployment, live: &Deployment) {
+        let template = |d: &Deployment| {
+            take_template(&mut serde_json::to_value(d).unwrap())
+                .unwrap()
+                .unwrap()
+        };
+        let namespace = ResourceExt::namespace(live).unwrap_or_default();
+        let key = ObjectRef::new(&live.name_any()).within(&namespace);
+        let checked = Checked {
+            wanted: template(desired),
+            live: template(live),
+        };
+        lock(&self.0).map.insert(key, checked);
+    }
+
+    /// How many checks are kept.
+    pub fn len(&self) -> usize {
+        lock(&self.0).map.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// How long after their watches start a reconcile waits for the caches' first lists. A watch
+/// that cannot list (its error shows on /readyz) does not hold reconciles up beyond it: they
+/// then read what they miss from the apiserver.
+pub const SYNC_WAIT: Duration = Duration::from_secs(30);
+
+/// The cached children of one owner kind's app (`memcached`, `welcome`, ...).
+#[derive(Clone)]
+pub struct Children {
+    pub deployments: Store<Packed<Deployment>>,
+    pub services: Store<Packed<Service>>,
+    /// The app's Ingresses, for kinds that own one; empty otherwise.
+    pub ingresses: Store<Packed<Ingress>>,
+    /// The metadata of the app's pods, for kinds whose status names them; empty otherwise.
+    pub pods: Store<PartialObjectMeta<Pod>>,
+    pub templates: Arc<CheckedTemplates>,
+    /// Until when a reconcile waits for the caches' first lists (`synced`).
+    pub sync_deadline: tokio::time::Instant,
+}
+
+impl Children {
+    /// Caches that stay empty.
+    pub fn empty() -> Self {
+        Self {
+            deployments: reflector::store().0,
+            services: reflector::store().0,
+            ingresses: reflector::store().0,
+            pods: reflector::store().0,
+            templates: Arc::default(),
+            sync_deadline: tokio::time::Instant::now(),
+        }
+    }
+
+    /// Returns once every cache that a watch fills has had its first full list, or at the
+    /// sync deadline, as controller-runtime waits for its informers before the first reconcile:
+    /// a reconcile right after a start then finds the children in the caches instead of
+    /// reading each from the apiserver. A cache without a watch (the Ingresses of a kind that
+    /// owns none, the pods of one whose status names none, empty caches) counts as synced.
+    pub async fn synced(&self) {
+        let lists = async {
+            // An error only says the cache has no watch (its writer is gone): nothing to wait for.
+            let _ = tokio::join!(
+                self.deployments.wait_until_ready(),
+                self.services.wait_until_ready(),
+                self.ingresses.wait_until_ready(),
+                self.pods.wait_until_ready(),
+            );
+        };
+        let _ = tokio::time::timeout_at(self.sync_deadline, lists).await;
+    }
+}
+
+/// The writing ends of one app's caches, for the reflectors.
+pub struct Writers {
+    pub deployments: Writer<Packed<Deployment>>,
+    pub services: Writer<Packed<Service>>,
+    pub ingresses: Writer<Packed<Ingress>>,
+    pub pods: Writer<PartialObjectMeta<Pod>>,
+    pub templates: Arc<CheckedTemplates>,
+}
+
+/// Every cache a reconcile reads, by app. An app's stores fill from the watches that its
+/// registration starts; until then (and in tests) they are empty, which only means more applies.
+#[derive(Clone, Default)]
+pub struct Caches(Arc<Mutex<HashMap<&'static str, Children>>>);
+
+impl Caches {
+    /// Caches that stay empty until an app registers.
+    pub fn empty() -> Self {
+        Self::default()
+    }
+
+    /// New caches of `app`'s children, replacing any before; their writers go to its watches.
+    pub fn register(&self, app: &'static str) -> Writers {
+        let (deployments, dw) = reflector::store();
+        let (services, sw) = reflector::store();
+        let (ingresses, iw) = reflector::store();
+        let (pods, pw) = reflector::store();
+        let templates = Arc::new(CheckedTemplates::default());
+        lock(&self.0).insert(
+            app,
+            Children {
+                deployments,
+                services,
+                ingresses,
+                pods,
+                templates: templates.clone(),
+                sync_deadline: tokio::time::Instant::now() + SYNC_WAIT,
+            },
+        );
+        Writers {
+            deployments: dw,
+            services: sw,
+            ingresses: iw,
+            pods: pw,
+            templates,
+        }
+    }
+
+    /// The cached children of `app`: empty stores if it never registered.
+    pub fn of(&self, app: &'static str) -> Children {
+        lock(&self.0)
+            .entry(app)
+            .or_insert_with(Children::empty)
+            .clone()
+    }
+}
+
+/// Sorted names of the live (not terminating) pods of `app` instance `instance` in `ns`.
+pub fn pod_names(
+    pods: &Store<PartialObjectMeta<Pod>>,
+    ns: &str,
+    app: &str,
+    instance: &str,
+) -> Vec<String> {
+    let mut names: Vec<String> = pods
+        .state()
+        .iter()
+        .filter(|p| {
+            let labels = p.labels();
+            p.metadata.namespace.as_deref() == Some(ns)
+                && p.metadata.deletion_timestamp.is_none()
+                && labels.get(label::NAME).map(String::as_str) == Some(app)
+                && labels.get(label::INSTANCE).map(String::as_str) == Some(instance)
+        })
+        .map(|p| p.name_any())
+        .collect();
+    names.sort();
+    names
+}
+
+/// What a cache keeps of an object: everything but the managed fields, which are most of its
+/// size and which nothing here reads.
+pub fn trim<K: Resource>(obj: &mut K) {
+    obj.meta_mut().managed_fields = None;
+}
+
+/// What the pod cache keeps: name, namespace, labels and deletion timestamp.
+pub fn trim_pod(pod: &mut PartialObjectMeta<Pod>) {
+    let meta = &mut pod.metadata;
+    meta.managed_fields = None;
+    meta.annotations = None;
+    meta.owner_references = None;
+    meta.generate_name = None;
+}
+
+/// The watch config of one app's children, by label.
+pub fn children_of(app: &str) -> watcher::Config {
+    watcher::Config::default().labels(&owned_by_kubesteer(app))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[tokio::test]
+    async fn a_reconcile_waits_for_the_first_lists_of_the_watched_caches() {
+        let caches = Caches::empty();
+        let Writers {
+            deployments: mut dw,
+            services: mut sw,
+            ..
+        } = caches.register("memcached");
+        let children = caches.of("memcached");
+        let mut synced = Box::pin(children.synced());
+        assert!(
+            futures::poll!(&mut synced).is_pending(),
+            "synced before any list"
+        );
+        dw.apply_watcher_event(&watcher::Event::InitDone);
+        assert!(
+            futures::poll!(&mut synced).is_pending(),
+            "synced with the Services not listed"
+        );
+        sw.apply_watcher_event(&watcher::Event::InitDone);
+        tokio::time::timeout(Duration::from_secs(5), synced)
+            .await
+            .expect("synced once both watches listed (the others have none)");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_watch_that_never_lists_holds_reconciles_up_only_until_the_deadline() {
+        let caches = Caches::empty();
+        let _writers = caches.register("memcached");
+        let children = caches.of("memcached");
+        let start = tokio::time::Instant::now();
+        children.synced().await;
+        assert!(start.elapsed() >= SYNC_WAIT, "{:?}", start.elapsed());
+        // Past the deadline a reconcile no longer waits.
+        let again = tokio::time::Instant::now();
+        children.synced().await;
+        assert_eq!(again.elapsed(), Duration::ZERO);
+        // Caches that no watch fills never hold one up.
+        let none = tokio::time::Instant::now();
+        Children::empty().synced().await;
+        assert_eq!(none.elapsed(), Duration::ZERO);
+    }
+
+    #[test]
+    fn the_cache_keeps_neither_managed_fields_nor_pod_template_but_a_fingerprint_of_it() {
+        let deployment = |image: &str| -> Deployment {
+            serde_json::from_value(json!({
+                "apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": "cache", "namespace": "team", "generation": 3,
+                    "managedFields": [{"manager": "kubesteer-controller", "operation": "Apply"}]},
+                "spec": {"replicas": 2, "selector": {"matchLabels": {"a": "b"}},
+                    "template": {"spec": {"containers": [{"name": "m", "image": image}]}}},
+                "status": {"readyReplicas": 1}
+            }))
+            .unwrap()
+        };
+        let packed = Packed::pack(&deployment("memcached:1")).unwrap();
+        let value = packed.value().unwrap();
+        assert_eq!(value["metadata"].get("managedFields"), None);
+        assert_eq!(value["spec"].get("template"), None);
+        assert_eq!(value["spec"]["replicas"], 2);
+        assert_eq!(value["status"]["readyReplicas"], 1);
+        assert_eq!(packed.object().unwrap().metadata.generation, Some(3));
+        let fingerprint = packed.template().map(str::to_string);
+        assert!(fingerprint.is_some());
+        let edited = Packed::pack(&deployment("memcached:2")).unwrap();
+        assert_ne!(edited.template().map(str::to_string), fingerprint);
+        let again = Packed::pack(&deployment("memcached:1")).unwrap();
+        assert_eq!(again.template().map(str::to_string), fingerprint);
+        let service: Service = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Service", "metadata": {"name": "cache"},
+            "spec": {"ports": [{"port": 80}]}
+        }))
+        .unwrap();
+        assert_eq!(Packed::pack(&service).unwrap().template(), None);
+    }
+
+    #[test]
+    fn pods_are_named_by_app_instance_and_namespace_and_terminating_ones_are_left_out() {
+        let (store, mut writer) = reflector::store::<PartialObjectMeta<Pod>>();
+        let pod = |ns: &str, name: &str, instance: &str, deleting: bool| {
+            let mut p: PartialObjectMeta<Pod> = serde_json::from_value(json!({
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": name, "namespace": ns,
+                    "labels": {label::NAME: "memcached", label::INSTANCE: instance}}
+            }))
+            .unwrap();
+            if deleting {
+                p.metadata.deletion_timestamp = Some(crate::reconcilers::time(chrono::Utc::now()));
+            }
+            p
+        };
+        for p in [
+            pod("team", "cache-b", "cache", false),
+            pod("team", "cache-a", "cache", false),
+            pod("team", "cache-old", "cache", true),
+            pod("team", "other-x", "other", false),
+            pod("elsewhere", "cache-z", "cache", false),
+        ] {
+            writer.apply_watcher_event(&watcher::Event::Apply(p));
+        }
+        assert_eq!(
+            pod_names(&store, "team", "memcached", "cache"),
+            ["cache-a", "cache-b"]
+        );
+        assert!(pod_names(&store, "team", "welcome", "cache").is_empty());
+    }
+}

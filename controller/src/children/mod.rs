@@ -1,0 +1,10 @@
+//! The children of an owner (its Deployment, Service, ...): how they are built, how they are
+//! cached, and how they are made so: apply only what differs (drift), and never take over an object
+//! this owner does not control (`NameConflict`).
+mod apply;
+mod build;
+mod cache;
+
+pub use apply::*;
+pub use build::*;
+pub use cache::*;
