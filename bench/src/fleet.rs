@@ -664,21 +664,15 @@ pub async fn run(client: Client, o: &Options) -> Result<Value> {
     };
     let up = json!({"spec": {"replicas": o.replicas}});
     let t = Instant::now();
-    let wrote: Vec<(String, DateTime<Utc>)> = futures::stream::iter(held.iter())
-        .map(|key| {
-            let (ns, name) = key.split_once('/').unwrap_or_default();
-            let api: Api<Deployment> = Api::namespaced(client.clone(), ns);
-            let (up, pp) = (&up, &gitops);
-            async move {
-                api.patch(name, pp, &Patch::Merge(up))
-                    .await
-                    .with_context(|| format!("scaling up {key}"))?;
-                Ok::<_, anyhow::Error>((key.clone(), Utc::now()))
-            }
-        })
-        .buffer_unordered(o.concurrency.max(1))
-        .try_collect()
-        .await?;
+    let wrote = merge_patch_each(
+        &client,
+        held.iter()
+            .map(|key| key.split_once('/').unwrap_or_default()),
+        &up,
+        &gitops,
+        o.concurrency,
+    )
+    .await?;
     let scale_ups_s = secs(t.elapsed());
     let wrote: HashMap<String, DateTime<Utc>> = wrote.into_iter().collect();
     // The set-back: the first 0 after the watch saw the scale-up.
@@ -788,6 +782,30 @@ pub async fn run(client: Client, o: &Options) -> Result<Value> {
     }))
 }
 
+/// Merge-patches every Deployment `(namespace, name)` with `patch`, `concurrency` at a time, as
+/// fast as the apiserver answers: each as `namespace/name`, with when its answer came.
+async fn merge_patch_each<'a>(
+    client: &Client,
+    keys: impl Iterator<Item = (&'a str, &'a str)>,
+    patch: &Value,
+    pp: &PatchParams,
+    concurrency: usize,
+) -> Result<Vec<(String, DateTime<Utc>)>> {
+    futures::stream::iter(keys)
+        .map(|(ns, name)| {
+            let api: Api<Deployment> = Api::namespaced(client.clone(), ns);
+            async move {
+                api.patch(name, pp, &Patch::Merge(patch))
+                    .await
+                    .with_context(|| format!("patching {ns}/{name}"))?;
+                Ok::<_, anyhow::Error>((format!("{ns}/{name}"), Utc::now()))
+            }
+        })
+        .buffer_unordered(concurrency.max(1))
+        .try_collect()
+        .await
+}
+
 /// Sends SIGSTOP or SIGCONT to the controller.
 fn signal(pid: u32, sig: &str) -> Result<()> {
     let status = std::process::Command::new("kill")
@@ -817,23 +835,17 @@ async fn ceiling(client: &Client, o: &Options, keys: &[(String, String)]) -> Res
     let patch = json!({"metadata": {"annotations": {"bench.kubesteer.io/ceiling": Utc::now().to_rfc3339()}}});
     let from = Utc::now();
     let t = Instant::now();
-    let answered: Result<Vec<f64>> = futures::stream::iter(keys.iter())
-        .map(|(ns, name)| {
-            let api: Api<Deployment> = Api::namespaced(client.clone(), ns);
-            let (patch, pp) = (&patch, &pp);
-            async move {
-                api.patch(name, pp, &Patch::Merge(patch))
-                    .await
-                    .with_context(|| format!("ceiling PATCH of {ns}/{name}"))?;
-                Ok(ms(Utc::now(), from))
-            }
-        })
-        .buffer_unordered(o.ceiling_concurrency)
-        .try_collect()
-        .await;
+    let answered = merge_patch_each(
+        client,
+        keys.iter().map(|(ns, name)| (ns.as_str(), name.as_str())),
+        &patch,
+        &pp,
+        o.ceiling_concurrency,
+    )
+    .await;
     let took_s = secs(t.elapsed());
     signal(o.controller_pid, "-CONT")?;
-    let answered = answered?;
+    let answered: Vec<f64> = answered?.iter().map(|(_, at)| ms(*at, from)).collect();
     Ok(json!({
         "patches": keys.len(),
         "concurrency": o.ceiling_concurrency,

@@ -68,7 +68,10 @@ fn relative_links(page: &str) -> Vec<String> {
 #[test]
 fn every_relative_link_of_the_readme_docs_and_chart_readme_resolves() -> Result<()> {
     let root = repo_root();
-    let mut pages = vec![root.join("README.md"), root.join("charts/kubesteer/README.md")];
+    let mut pages = vec![
+        root.join("README.md"),
+        root.join("charts/kubesteer/README.md"),
+    ];
     for entry in std::fs::read_dir(root.join("docs"))? {
         pages.push(entry?.path());
     }
