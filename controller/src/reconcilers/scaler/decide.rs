@@ -1,0 +1,455 @@
+//! Pure decisions: what a target, its HPA or its ScaledObject should be changed to, and when
+//! the Scaler runs next. No I/O; tested without an apiserver.
+use super::*;
+
+/// A change to one target's replicas and its record of the original replicas.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TargetChange {
+    /// A merge patch of the target's metadata: the record written (before scaling) or removed
+    /// (after restoring), conditional on the resourceVersion read.
+    pub record: Option<Value>,
+    /// The replicas to set through `/scale`.
+    pub replicas: Option<i32>,
+    /// Whether the record goes after the replicas are set (a restore) rather than before.
+    pub restoring: bool,
+    pub reason: &'static str,
+    pub note: String,
+}
+
+/// One target as read: its metadata and its replicas from `/scale`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Current {
+    pub annotations: BTreeMap<String, String>,
+    pub resource_version: Option<String>,
+    pub replicas: i32,
+    /// When the target was created or its pod template last written, whichever is later: a
+    /// held target is left alone for the grace period after it (a rollout).
+    pub settled_from: Option<DateTime<Utc>>,
+    /// The field manager that owns its replicas (who scaled it last), from managedFields.
+    pub scaled_by: Option<String>,
+    /// Read from the watch's cache rather than from the apiserver: every write of it is then
+    /// conditional on its resourceVersion, and a conflict reads it afresh.
+    pub cached: bool,
+}
+
+impl Current {
+    pub fn of(meta: &ObjectMeta, replicas: i32) -> Self {
+        let (settled_from, scaled_by) = provenance(meta);
+        Self {
+            annotations: meta.annotations.clone().unwrap_or_default(),
+            resource_version: meta.resource_version.clone(),
+            replicas,
+            settled_from,
+            scaled_by,
+            cached: false,
+        }
+    }
+}
+
+/// From a target's managedFields: the later of its creation and the last write by a manager
+/// that owns its pod template, and the manager that owns its replicas.
+pub(super) fn provenance(meta: &ObjectMeta) -> (Option<DateTime<Utc>>, Option<String>) {
+    let created = meta.creation_timestamp.as_ref().map(|t| t.0);
+    let owns = |fields: &Value, field: &str| fields["f:spec"].get(field).is_some();
+    let mut settled = created
+        .and_then(|t| DateTime::from_timestamp(t.as_second(), 0))
+        .into_iter()
+        .collect::<Vec<_>>();
+    let mut scaled_by = None;
+    for entry in meta.managed_fields.iter().flatten() {
+        let Some(fields) = entry.fields_v1.as_ref().map(|f| &f.0) else {
+            continue;
+        };
+        if owns(fields, "f:template") {
+            if let Some(at) = entry
+                .time
+                .as_ref()
+                .and_then(|t| DateTime::from_timestamp(t.0.as_second(), 0))
+            {
+                settled.push(at);
+            }
+        }
+        if owns(fields, "f:replicas") {
+            scaled_by = entry.manager.clone();
+        }
+    }
+    (settled.into_iter().max(), scaled_by)
+}
+
+/// Outside every window under `outside.mode: Hold`: a target above the held replicas `to` is
+/// set back, once `grace` has passed since it settled ([`Current::settled_from`]); before that,
+/// the time to look again. None when it is at or below `to`.
+pub fn hold_change(
+    target: &Named,
+    current: &Current,
+    to: i32,
+    grace: Duration,
+    now: DateTime<Utc>,
+) -> Option<Result<TargetChange, DateTime<Utc>>> {
+    let replicas = current.replicas;
+    if replicas <= to {
+        return None;
+    }
+    let grace = chrono::Duration::from_std(grace).unwrap_or_default();
+    if let Some(until) = current.settled_from.map(|t| t + grace).filter(|u| *u > now) {
+        return Some(Err(until));
+    }
+    let by = current
+        .scaled_by
+        .as_deref()
+        .map(|m| format!(" (scaled up by {m})"))
+        .unwrap_or_default();
+    Some(Ok(TargetChange {
+        record: None,
+        replicas: Some(to),
+        restoring: false,
+        reason: reason::HELD,
+        note: format!(
+            "Set {target} back from {replicas} to {to} replicas outside every window{by}"
+        ),
+    }))
+}
+
+/// What a target needs from the Scaler `me`, given `record`, whose record of the original
+/// replicas the target carries: `wanted` replicas in the schedule (recording the original and
+/// `me` once), or, outside it, going back to `outside` or the recorded replicas. None when it is
+/// as it should be, or when the record is another Scaler's.
+pub fn target_change(
+    target: &Named,
+    current: &Current,
+    me: &str,
+    record: &Record,
+    wanted: Option<i32>,
+    outside: Option<i32>,
+) -> Option<TargetChange> {
+    let now = current.replicas;
+    let rv = &current.resource_version;
+    match (wanted, record) {
+        (_, Record::Other(_)) => None,
+        (Some(wanted), Record::Absent) => Some(TargetChange {
+            record: Some(json!({"metadata": {"resourceVersion": rv, "annotations": {
+                annotation::ORIGINAL_REPLICAS: now.to_string(),
+                annotation::ORIGINAL_REPLICAS_OWNER: me,
+            }}})),
+            replicas: (now != wanted).then_some(wanted),
+            restoring: false,
+            reason: reason::SCALED,
+            note: format!(
+                "Scaled {target} from {now} to {wanted} replicas; recorded {now} to restore"
+            ),
+        }),
+        (Some(wanted), Record::Mine { owner_recorded, .. }) if now != wanted || !owner_recorded => {
+            Some(TargetChange {
+                record: (!owner_recorded).then(|| {
+                    json!({"metadata": {"resourceVersion": rv, "annotations": {
+                        annotation::ORIGINAL_REPLICAS_OWNER: me,
+                    }}})
+                }),
+                replicas: (now != wanted).then_some(wanted),
+                restoring: false,
+                reason: reason::SCALED,
+                note: if now == wanted {
+                    format!("Recorded this Scaler as the one that scaled {target}")
+                } else {
+                    format!("Scaled {target} from {now} back to {wanted} replicas")
+                },
+            })
+        }
+        (Some(_), Record::Mine { .. }) => None,
+        (None, Record::Mine { replicas, .. }) => {
+            let restore = outside.or(*replicas);
+            Some(TargetChange {
+                record: Some(json!({"metadata": {"annotations": {
+                    annotation::ORIGINAL_REPLICAS: null,
+                    annotation::ORIGINAL_REPLICAS_OWNER: null,
+                }}})),
+                replicas: restore.filter(|&to| to != now),
+                restoring: true,
+                reason: reason::RESTORED,
+                note: match restore {
+                    Some(to) => format!("Restored {target} from {now} to {to} replicas"),
+                    None => format!("Released {target}; its recorded replicas were unreadable"),
+                },
+            })
+        }
+        (None, Record::Absent) => None,
+    }
+}
+
+/// What an HPA needs from the Scaler `me`: its minReplicas at `wanted` (at most its
+/// maxReplicas), the original recorded once; or, with `wanted` None, the recorded minReplicas
+/// back and the record gone. None when it is as it should be or another Scaler's record.
+pub fn hpa_change(
+    hpa: &HorizontalPodAutoscaler,
+    target: &Named,
+    me: &str,
+    wanted: Option<i32>,
+) -> Option<TargetChange> {
+    let name = format!(
+        "HorizontalPodAutoscaler {}/{}",
+        hpa.namespace().unwrap_or_default(),
+        hpa.name_any()
+    );
+    let spec = hpa.spec.as_ref()?;
+    let min = spec.min_replicas.unwrap_or(HPA_DEFAULT_MIN_REPLICAS);
+    let record = Record::kept_in(hpa.annotations(), annotation::ORIGINAL_MIN_REPLICAS, me);
+    // A minReplicas the apiserver accepts: at least 1, at most maxReplicas.
+    let within_hpa = |n: i32| n.min(spec.max_replicas).max(HPA_DEFAULT_MIN_REPLICAS);
+    let rv = hpa.resource_version();
+    let set_min = |to: i32, annotations: Value| {
+        json!({"metadata": {"resourceVersion": rv, "annotations": annotations},
+               "spec": {"minReplicas": to}})
+    };
+    match (wanted, &record) {
+        (_, Record::Other(_)) => None,
+        (Some(wanted), _) => {
+            let to = within_hpa(wanted);
+            let recorded = matches!(
+                record,
+                Record::Mine {
+                    owner_recorded: true,
+                    ..
+                }
+            );
+            if to == min && recorded {
+                return None;
+            }
+            let annotations = match record {
+                Record::Absent => json!({
+                    annotation::ORIGINAL_MIN_REPLICAS: min.to_string(),
+                    annotation::ORIGINAL_REPLICAS_OWNER: me,
+                }),
+                _ => json!({annotation::ORIGINAL_REPLICAS_OWNER: me}),
+            };
+            Some(TargetChange {
+                record: Some(set_min(to, annotations)),
+                replicas: Some(to),
+                restoring: false,
+                reason: reason::SCALED,
+                note: format!(
+                    "Set {name} minReplicas from {min} to {to} for {target}; it scales the target"
+                ),
+            })
+        }
+        (None, Record::Mine { replicas, .. }) => {
+            let annotations = json!({
+                annotation::ORIGINAL_MIN_REPLICAS: null,
+                annotation::ORIGINAL_REPLICAS_OWNER: null,
+            });
+            // The recorded value is anyone's to edit who may edit the HPA: one the apiserver
+            // would refuse (below 1, above maxReplicas) is brought within them, not retried.
+            let recorded = replicas.unwrap_or(min);
+            let to = within_hpa(recorded);
+            let clamped = match to == recorded {
+                true => String::new(),
+                false => format!(" (recorded {recorded}, within 1..{})", spec.max_replicas),
+            };
+            Some(TargetChange {
+                record: Some(set_min(to, annotations)),
+                replicas: Some(to),
+                restoring: true,
+                reason: reason::RESTORED,
+                note: format!("Restored {name} minReplicas from {min} to {to}{clamped}"),
+            })
+        }
+        (None, Record::Absent) => None,
+    }
+}
+
+/// The HPA among `hpas` that scales `target` (same group, kind and name, any version).
+pub fn autoscaler_of<'a>(
+    hpas: &'a [HorizontalPodAutoscaler],
+    target: &Named,
+) -> Option<&'a HorizontalPodAutoscaler> {
+    hpas.iter().find(|h| {
+        h.spec.as_ref().is_some_and(|s| {
+            let r = &s.scale_target_ref;
+            let api_version = r.api_version.as_deref().unwrap_or_default();
+            r.name == target.name
+                && r.kind == target.kind
+                && group_of(api_version) == group_of(&target.api_version)
+        })
+    })
+}
+
+/// A change to a suspended kind (a CronJob) as its events say it: suspended or resumed.
+pub(super) fn suspension(target: &Named, change: TargetChange) -> TargetChange {
+    let note = match change.replicas {
+        Some(0) => format!("Suspended {target}"),
+        Some(_) => format!("Resumed {target}"),
+        None => return change,
+    };
+    TargetChange { note, ..change }
+}
+
+/// What a KEDA ScaledObject needs from the Scaler `me` for `target`: paused at `paused`
+/// replicas through KEDA's own annotation (KEDA then deletes its HPA and holds the target
+/// there; setting the HPA's minReplicas would be undone by KEDA), recording the annotation as
+/// it was; with None, the annotation as it was before. None when it is as it should be, or when
+/// another Scaler paused it.
+pub fn keda_change(
+    so: &DynamicObject,
+    target: &Named,
+    me: &str,
+    paused: Option<i32>,
+) -> Option<TargetChange> {
+    let annotations = so.annotations();
+    let name = format!(
+        "ScaledObject {}/{}",
+        so.namespace().unwrap_or_default(),
+        so.name_any()
+    );
+    let now = annotations.get(annotation::KEDA_PAUSED_REPLICAS);
+    let owner = annotations.get(annotation::ORIGINAL_REPLICAS_OWNER);
+    let rv = so.resource_version();
+    let patch = |annotations: Value| json!({"metadata": {"resourceVersion": rv, "annotations": annotations}});
+    match (paused, owner) {
+        (_, Some(other)) if other != me => None,
+        (Some(n), _) => {
+            let to = n.to_string();
+            if now == Some(&to) && owner.is_some() {
+                return None;
+            }
+            let mut record = json!({
+                annotation::KEDA_PAUSED_REPLICAS: to,
+                annotation::ORIGINAL_REPLICAS_OWNER: me,
+            });
+            if owner.is_none() {
+                record[annotation::ORIGINAL_PAUSED_REPLICAS] =
+                    json!(now.cloned().unwrap_or_default());
+            }
+            Some(TargetChange {
+                record: Some(patch(record)),
+                replicas: Some(n),
+                restoring: false,
+                reason: reason::SCALED,
+                note: format!("Paused {name} at {n} replicas for {target}; KEDA scales the target"),
+            })
+        }
+        (None, Some(_)) => {
+            let before = annotations
+                .get(annotation::ORIGINAL_PAUSED_REPLICAS)
+                .filter(|v| !v.is_empty());
+            let record = json!({
+                annotation::KEDA_PAUSED_REPLICAS: before,
+                annotation::ORIGINAL_PAUSED_REPLICAS: null,
+                annotation::ORIGINAL_REPLICAS_OWNER: null,
+            });
+            let note = match before {
+                Some(v) => format!("Restored {name} to paused at {v} replicas, as it was"),
+                None => format!("Resumed {name}: KEDA scales {target} again"),
+            };
+            Some(TargetChange {
+                record: Some(patch(record)),
+                replicas: None,
+                restoring: true,
+                reason: reason::RESTORED,
+                note,
+            })
+        }
+        (None, None) => None,
+    }
+}
+
+/// Whether `resource`'s /scale is its own `spec.replicas` (the apps/v1 workloads), so that one
+/// merge patch of the object can set the replicas and the record together.
+pub fn replicas_in_spec(resource: &ApiResource) -> bool {
+    replicas_in_spec_kind(&resource.group, &resource.kind)
+}
+
+/// [`replicas_in_spec`] of the kind `group`/`kind`.
+pub fn replicas_in_spec_kind(group: &str, kind: &str) -> bool {
+    matches!(
+        (group, kind),
+        ("apps", "Deployment" | "StatefulSet" | "ReplicaSet") | ("batch", "CronJob")
+    )
+}
+
+/// The spec part of a merge patch that gives the object `to` replicas: a suspended kind is
+/// suspended at 0 and runs at 1 or more.
+pub(super) fn replicas_patch(resource: &ApiResource, to: i32) -> Value {
+    match suspended_instead(&resource.group, &resource.plural) {
+        true => json!({"suspend": to == 0}),
+        false => json!({"replicas": to}),
+    }
+}
+
+/// The `spec.replicas` of an apps/v1 workload (defaulted by the apiserver, so always there); a
+/// suspended kind's replicas, 0 while suspended and 1 while not.
+pub fn spec_replicas(resource: &ApiResource, object: &DynamicObject) -> Option<i32> {
+    if suspended_instead(&resource.group, &resource.plural) {
+        let suspended = object.data["spec"]["suspend"].as_bool().unwrap_or(false);
+        return Some(if suspended { 0 } else { 1 });
+    }
+    object.data["spec"]["replicas"]
+        .as_i64()
+        .and_then(|r| i32::try_from(r).ok())
+}
+
+/// One event note per reason for what was done to a selector's targets: the first few notes
+/// and how many more.
+pub(super) fn summaries(told: Vec<(&'static str, String)>) -> Vec<(&'static str, String)> {
+    let mut by_reason: BTreeMap<&'static str, Vec<String>> = BTreeMap::new();
+    for (reason, note) in told {
+        info!(reason, "{note}");
+        by_reason.entry(reason).or_default().push(note);
+    }
+    by_reason
+        .into_iter()
+        .map(|(reason, notes)| {
+            let note = match notes.len() {
+                1 => notes.join(""),
+                n => format!("{n} selected targets: {}", listing(&notes, "; ")),
+            };
+            (reason, note)
+        })
+        .collect()
+}
+
+/// The first few of `items`, joined with `by`, and how many more there are: a condition's
+/// message stays readable for a fleet.
+pub(super) fn listing(items: &[String], by: &str) -> String {
+    const SHOWN: usize = 10;
+    let shown = items[..items.len().min(SHOWN)].join(by);
+    match items.len().checked_sub(SHOWN) {
+        Some(more) if more > 0 => format!("{shown}{by}and {more} more"),
+        _ => shown,
+    }
+}
+
+/// The earlier of two times, either of which may be missing.
+pub(super) fn earliest(
+    a: Option<DateTime<Utc>>,
+    b: Option<DateTime<Utc>>,
+) -> Option<DateTime<Utc>> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// When to look at a Scaler again after a reconcile.
+pub(super) fn next_action(
+    next: Option<DateTime<Utc>>,
+    suspended: bool,
+    now: DateTime<Utc>,
+) -> Action {
+    match next {
+        _ if suspended => Action::await_change(),
+        // Woken a little early, to read the targets before the boundary (see `apply`); from
+        // closer than that, at the boundary itself.
+        Some(next) => {
+            let left = until(now, next);
+            match left > PREFETCH_LEAD {
+                true => Action::requeue(left - PREFETCH_LEAD),
+                false => Action::requeue(left),
+            }
+        }
+        None => Action::requeue(NO_TRANSITION_RECHECK),
+    }
+}
+
+/// The time to sleep from `now` until `next` (a timer never fires early; see [`at_boundary`]).
+pub fn until(now: DateTime<Utc>, next: DateTime<Utc>) -> Duration {
+    (next - now).to_std().unwrap_or_default()
+}

@@ -1,0 +1,589 @@
+//! A target's I/O: naming it, reading it (from the watch, or the apiserver), writing its
+//! replicas, its HPA's minReplicas or its ScaledObject's paused-replicas, and one target's
+//! whole reconcile.
+use super::*;
+
+/// A target as named (its namespace resolved), with the address to reach it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Named {
+    pub api_version: String,
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+}
+
+impl Named {
+    pub(super) fn target(&self) -> Target {
+        Target::new(&self.api_version, &self.kind, &self.namespace, &self.name)
+    }
+
+    pub(super) fn status(&self) -> TargetStatus {
+        TargetStatus {
+            api_version: self.api_version.clone(),
+            kind: self.kind.clone(),
+            name: self.name.clone(),
+            namespace: self.namespace.clone(),
+            ..Default::default()
+        }
+    }
+}
+
+impl std::fmt::Display for Named {
+    /// `StatefulSet team/db`, as events and conditions name it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}/{}", self.kind, self.namespace, self.name)
+    }
+}
+
+/// Every target a Scaler names, resolved, without repeats (two entries may name one object when
+/// stored while the webhook was down).
+pub(super) fn named_in_spec(scaler: &Scaler, own_ns: &str) -> Vec<Named> {
+    let mut seen = BTreeSet::new();
+    scaler
+        .spec
+        .targets(own_ns)
+        .map(|(t, ns)| Named {
+            api_version: t.api_version.clone(),
+            kind: t.kind.clone(),
+            namespace: ns.to_string(),
+            name: t.name.clone(),
+        })
+        .filter(|n| seen.insert(n.target()))
+        .collect()
+}
+
+pub(super) fn named_in_status(status: &TargetStatus) -> Named {
+    Named {
+        api_version: status.api_version.clone(),
+        kind: status.kind.clone(),
+        namespace: status.namespace.clone(),
+        name: status.name.clone(),
+    }
+}
+
+/// One target as a reconcile found it.
+#[derive(Debug, Default)]
+pub(super) struct Seen {
+    /// None when it does not exist.
+    pub(super) current: Option<Current>,
+    /// The Scaler (`namespace/name`) whose record it carries, when that is another live one.
+    pub(super) claimed_by: Option<String>,
+    /// Why it cannot be scaled at all.
+    pub(super) unscalable: Option<String>,
+    /// The HPA the Scaler works through, by name.
+    pub(super) autoscaler: Option<String>,
+    /// The KEDA ScaledObject the Scaler pauses instead, by name.
+    pub(super) scaled_object: Option<String>,
+    /// When a target held outside every window leaves its grace period, to be looked at then.
+    pub(super) hold_until: Option<DateTime<Utc>>,
+    /// What was done (or, in a dry run, would be), as (reason, note), when the caller tells of
+    /// it itself: a selector's targets are told of in one event per reason.
+    pub(super) told: Vec<(&'static str, String)>,
+}
+
+/// The record on a target as the Scaler `me` sees it. A record of another Scaler counts only
+/// while that Scaler exists and claims the target ([`Scaler::claimed_targets`]); a stale one
+/// (its Scaler gone, or the target given back by it) is as good as none, so it is replaced
+/// rather than trusted. When both claim it, the older owns it ([`Claimant`]): the record of a
+/// younger one (written before `me` claimed it) is taken over with the replicas it recorded.
+pub(super) async fn record_of(
+    ctx: &Context,
+    target: &Named,
+    annotations: &BTreeMap<String, String>,
+    key: &str,
+    me: &Claimant,
+) -> Result<Record> {
+    let record = Record::kept_in(annotations, key, &me.id());
+    let Record::Other(owner) = &record else {
+        return Ok(record);
+    };
+    let Some((owner_ns, owner_name)) = owner.split_once('/') else {
+        return Ok(Record::Absent);
+    };
+    let api: Api<Scaler> = Api::namespaced(ctx.client.clone(), owner_ns);
+    let claims_it = |other: &Scaler| {
+        other.claimed_targets().contains(&target.target())
+            || ctx
+                .inventory
+                .selects(&ctx.claims.read(), (owner_ns, owner_name), &target.target())
+    };
+    match api.get(owner_name).await {
+        Ok(other) if !claims_it(&other) => Ok(Record::Absent),
+        Ok(other) if Claimant::of(&other.metadata) > *me => Ok(Record::Mine {
+            replicas: annotations.get(key).and_then(|v| v.trim().parse().ok()),
+            owner_recorded: false,
+        }),
+        Ok(_) => Ok(record),
+        Err(e) if is_status(&e, 404) => Ok(Record::Absent),
+        // Whether it still targets it cannot be told; leaving it alone is the safe side.
+        Err(e) if is_status(&e, 403) => Ok(record),
+        Err(e) => Err(e.into()),
+    }
+}
+
+pub(super) fn params() -> PatchParams {
+    PatchParams {
+        field_manager: Some(CONTROLLER_FIELD_MANAGER.into()),
+        ..PatchParams::default()
+    }
+}
+
+/// The target's metadata and `/scale`, None when it does not exist.
+pub(super) async fn read(
+    ctx: &Context,
+    resource: &ApiResource,
+    target: &Named,
+) -> Result<Option<Current>> {
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(ctx.client.clone(), &target.namespace, resource);
+    if replicas_in_spec(resource) {
+        // The object itself has both: one request.
+        let object = match api.get(&target.name).await {
+            Ok(o) => o,
+            Err(e) if is_status(&e, 404) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        return Ok(Some(Current::of(
+            &object.metadata,
+            spec_replicas(resource, &object).unwrap_or(0),
+        )));
+    }
+    // Both at once: a transition waits on one round trip, not two.
+    let (meta, scale) = tokio::join!(
+        api.get_metadata(&target.name),
+        ctx.mapper
+            .get_scale(resource, &target.namespace, &target.name)
+    );
+    let meta = match meta {
+        Ok(m) => m,
+        Err(e) if is_status(&e, 404) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    let Some(scale) = scale? else {
+        return Ok(None);
+    };
+    // The replicas' version: a conditional write of them fails if they changed since this read.
+    let resource_version = scale.metadata.resource_version.clone();
+    let mut current = Current::of(
+        &meta.metadata,
+        scale.spec.and_then(|s| s.replicas).unwrap_or(0),
+    );
+    current.resource_version = resource_version.or(current.resource_version);
+    Ok(Some(current))
+}
+
+/// The HPA that scales `target`, while the Scaler cooperates with HPAs.
+pub(super) async fn autoscaler(
+    ctx: &Context,
+    scaler: &Scaler,
+    target: &Named,
+) -> Result<Option<HorizontalPodAutoscaler>> {
+    if scaler.spec.hpa_cooperation() != HpaCooperation::Enabled {
+        return Ok(None);
+    }
+    // Most targets of a fleet have none: known from the watch, without a read.
+    if ctx.inventory.surely_unscaled(target) {
+        return Ok(None);
+    }
+    let api: Api<HorizontalPodAutoscaler> = Api::namespaced(ctx.client.clone(), &target.namespace);
+    let hpas = api.list(&ListParams::default()).await?;
+    Ok(autoscaler_of(&hpas.items, target).cloned())
+}
+
+/// What a change is written to.
+pub(super) enum Via {
+    Target,
+    /// An HPA, by name.
+    Autoscaler(String),
+    /// A KEDA ScaledObject, by name.
+    ScaledObject(String),
+}
+
+/// KEDA's ScaledObject kind (KEDA 2.x); it has no `/scale`, so it is addressed directly.
+pub(super) fn scaled_objects() -> ApiResource {
+    ApiResource {
+        group: "keda.sh".into(),
+        version: "v1alpha1".into(),
+        api_version: "keda.sh/v1alpha1".into(),
+        kind: "ScaledObject".into(),
+        plural: "scaledobjects".into(),
+    }
+}
+
+/// The KEDA ScaledObject behind a target, by name, while the Scaler cooperates with
+/// autoscalers: the owner of its HPA, or the one the Scaler paused (KEDA deletes its HPA while
+/// paused), as the HPA watch last saw it or the target's status entry recorded it.
+pub(super) fn scaled_object_name(
+    hpa: Option<&HorizontalPodAutoscaler>,
+    recorded: Option<&TargetStatus>,
+    remembered: Option<String>,
+    owner: &Scaler,
+) -> Option<String> {
+    let recorded = recorded.and_then(|r| r.scaled_object.clone());
+    // Switched off: only one this Scaler paused, to give it back (once resumed, its status no
+    // longer names it, and the target is written itself).
+    if owner.spec.hpa_cooperation() != HpaCooperation::Enabled {
+        return recorded;
+    }
+    let owned = hpa.and_then(|h| keda_owner(h.owner_references()).map(str::to_string));
+    // The status may lag behind (a reconcile woken by the HPA's deletion may see the Scaler
+    // before its own last status write): what the HPA watch saw comes before it.
+    owned.or(remembered).or(recorded)
+}
+
+/// The ScaledObject `name` in `ns`, None when it (or KEDA) is gone.
+pub(super) async fn scaled_object(
+    ctx: &Context,
+    ns: &str,
+    name: &str,
+) -> Result<Option<DynamicObject>> {
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, &scaled_objects());
+    Ok(api.get_opt(name).await?)
+}
+
+/// The HPA `name` in `ns`, None when it is gone.
+pub(super) async fn hpa_named(
+    ctx: &Context,
+    ns: &str,
+    name: &str,
+) -> Result<Option<HorizontalPodAutoscaler>> {
+    let api: Api<HorizontalPodAutoscaler> = Api::namespaced(ctx.client.clone(), ns);
+    Ok(api.get_opt(name).await?)
+}
+
+/// Writes `change` to the target as read (`current`): for the apps/v1 workloads the record and
+/// the replicas in one merge patch; for other kinds the record before the replicas (through
+/// `/scale`), or after them on a restore. Returns the target as written.
+pub(super) async fn write_target(
+    ctx: &Context,
+    resource: &ApiResource,
+    target: &Named,
+    current: &Current,
+    change: &TargetChange,
+) -> std::result::Result<Current, kube::Error> {
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(ctx.client.clone(), &target.namespace, resource);
+    let mut written = current.clone();
+    let scale = |to: i32, rv: Option<String>| async move {
+        ctx.mapper
+            .set_replicas(
+                resource,
+                &target.namespace,
+                &target.name,
+                to,
+                rv.as_deref(),
+                &params(),
+            )
+            .await
+    };
+    // Where /scale is the object's spec.replicas, the record and the replicas go in one write:
+    // one round trip less at a boundary, and no moment with one written and not the other.
+    // A suspended kind has no /scale: its replicas are always written this way.
+    let suspended = suspended_instead(&resource.group, &resource.plural);
+    let one_write = match &change.record {
+        Some(record) => Some(record.clone()),
+        None if suspended => Some(json!({})),
+        None => None,
+    };
+    if let (Some(mut patch), Some(to), true) =
+        (one_write, change.replicas, replicas_in_spec(resource))
+    {
+        patch["spec"] = replicas_patch(resource, to);
+        if change.restoring || change.record.is_none() || current.cached {
+            patch["metadata"]["resourceVersion"] = json!(current.resource_version);
+        }
+        let object = api
+            .patch(&target.name, &params(), &Patch::Merge(&patch))
+            .await?;
+        let replicas = spec_replicas(resource, &object).unwrap_or(to);
+        written = Current::of(&object.metadata, replicas);
+        ctx.inventory.remember(target, &written);
+        return Ok(written);
+    }
+    // Conditional on what was read, so a concurrent change means a retry; but right after the
+    // record, which was itself conditional, not again: the target's controller bumps the
+    // resourceVersion with every status write, and the record must not be written twice.
+    let mut rv = current.resource_version.clone();
+    if !change.restoring {
+        if let Some(record) = &change.record {
+            let meta = api
+                .patch_metadata(&target.name, &params(), &Patch::Merge(record))
+                .await?;
+            written.annotations = meta.annotations().clone();
+            rv = None;
+        }
+    }
+    if let Some(to) = change.replicas {
+        let scaled = scale(to, rv).await?;
+        written.replicas = scaled.spec.and_then(|s| s.replicas).unwrap_or(to);
+    }
+    if change.restoring {
+        if let Some(record) = &change.record {
+            let meta = api
+                .patch_metadata(&target.name, &params(), &Patch::Merge(record))
+                .await?;
+            written.annotations = meta.annotations().clone();
+        }
+    }
+    Ok(written)
+}
+
+/// `release`: the Scaler lets go of the target (deleted, or the target left its spec), so an
+/// HPA gets its own minReplicas back whatever outsideReplicas says.
+///
+/// `prefetched`, `pass`: what the Scaler read of the target just before a boundary, and its
+/// place at the boundary's gate (see [`Early`]).
+/// `recorded`: the target's status entry: the HPA this Scaler last worked through for it, when
+/// the spec no longer finds that one (`hpaCooperation` switched off, the HPA retargeted), has
+/// its minReplicas given back by that name; the KEDA ScaledObject it paused (whose HPA KEDA
+/// deleted meanwhile) is found again by its name.
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn reconcile_target(
+    ctx: &Context,
+    owner: &Scaler,
+    target: &Named,
+    wanted: Option<i32>,
+    outside: Option<i32>,
+    release: bool,
+    recorded: Option<&TargetStatus>,
+    (mut prefetched, pass): (Option<Current>, Option<&Pass>),
+    gather: bool,
+) -> Result<Seen> {
+    let mut done = Vec::new();
+    let resource = match ctx
+        .mapper
+        .resolve(&target.api_version, &target.kind)
+        .await?
+    {
+        Ok(r) => r,
+        Err(why) => {
+            return Ok(Seen {
+                unscalable: Some(why.to_string()),
+                ..Seen::default()
+            })
+        }
+    };
+    let (own_ns, own_name) = namespace_and_name(KIND, owner)?;
+    let me = scaler_id(&own_ns, &own_name);
+    let claimant = Claimant::of(owner.meta());
+    // In the schedule (or held at outsideReplicas), the replicas every target should have.
+    let effective = wanted.or(outside);
+    let mut attempt = 0;
+    loop {
+        let current = async {
+            match prefetched.take() {
+                Some(read_before) => Ok(Some(read_before)),
+                // From the watch first; after a conflict, from the apiserver.
+                None if attempt == 0 => match ctx.inventory.current(target) {
+                    Some(cached) => Ok(cached.map(|c| Current { cached: true, ..c })),
+                    None => read(ctx, &resource, target).await,
+                },
+                None => read(ctx, &resource, target).await,
+            }
+        };
+        let (current, hpa) = tokio::try_join!(current, autoscaler(ctx, owner, target))?;
+        let Some(current) = current else {
+            return Ok(Seen::default());
+        };
+        // A target KEDA scales (its HPA owned by a ScaledObject, or a ScaledObject this Scaler
+        // paused, whose HPA KEDA deleted meanwhile) is paused through KEDA instead.
+        let remembered = ctx.inventory.scaled_object_of(target);
+        let keda = match scaled_object_name(hpa.as_ref(), recorded, remembered, owner) {
+            Some(name) => scaled_object(ctx, &target.namespace, &name).await?,
+            None => None,
+        };
+        let recorded_hpa = recorded.and_then(|r| r.horizontal_pod_autoscaler.as_deref());
+        let earlier = match recorded_hpa {
+            Some(name) if hpa.as_ref().is_none_or(|h| h.name_any() != name) => {
+                hpa_named(ctx, &target.namespace, name).await?
+            }
+            _ => None,
+        };
+        let record = record_of(
+            ctx,
+            target,
+            &current.annotations,
+            annotation::ORIGINAL_REPLICAS,
+            &claimant,
+        )
+        .await?;
+        let claimed_by = match &record {
+            Record::Other(other) => Some(other.clone()),
+            _ => None,
+        };
+        // With an HPA, replicas of 1 or more go to its minReplicas and the target is left to it
+        // (given back if the Scaler had scaled it to 0, where an HPA does not act); 0 and the
+        // way back outside go to the target itself, with the HPA's own minReplicas restored.
+        let (target_change_of, hpa_wanted) = match (&hpa, effective) {
+            (Some(_), Some(n)) if n >= 1 && !release => ((None, None), Some(n)),
+            _ => ((wanted, outside), None),
+        };
+        let mut changes = Vec::new();
+        if let Some(earlier) = earlier.as_ref().filter(|_| keda.is_none()) {
+            if let Some(change) = hpa_change(earlier, target, &me, None) {
+                changes.push((Via::Autoscaler(earlier.name_any()), change));
+            }
+        }
+        // Paused while the schedule says so; resumed on the way back, or once cooperation is
+        // switched off (the target is then written itself from the next reconcile).
+        let cooperate = owner.spec.hpa_cooperation() == HpaCooperation::Enabled;
+        let paused = effective.filter(|_| !release && cooperate);
+        if let Some(so) = &keda {
+            if let Some(change) = keda_change(so, target, &me, paused) {
+                changes.push((Via::ScaledObject(so.name_any()), change));
+            }
+        }
+        if let Some(hpa) = hpa.as_ref().filter(|_| keda.is_none()) {
+            let hpa_record = record_of(
+                ctx,
+                target,
+                hpa.annotations(),
+                annotation::ORIGINAL_MIN_REPLICAS,
+                &claimant,
+            )
+            .await?;
+            if !matches!(hpa_record, Record::Other(_)) {
+                if let Some(change) = hpa_change(hpa, target, &me, hpa_wanted) {
+                    changes.push((Via::Autoscaler(hpa.name_any()), change));
+                }
+            }
+        }
+        let (mut w, mut o) = target_change_of;
+        let suspended = suspended_instead(&resource.group, &resource.plural);
+        if suspended {
+            // Suspended at 0; at 1 or more as it was before the Scaler (never resumed by it).
+            let running = match &record {
+                Record::Mine {
+                    replicas: Some(r), ..
+                } => (*r).clamp(0, 1),
+                _ => current.replicas,
+            };
+            let level = |n: i32| if n == 0 { 0 } else { running };
+            w = w.map(level);
+            o = o.map(level);
+        }
+        let mut hold_until = None;
+        let told = |change: TargetChange| match suspended {
+            true => suspension(target, change),
+            false => change,
+        };
+        // KEDA scales a paused target itself: it is never written here.
+        if keda.is_some() {
+        } else if let Some(change) = target_change(target, &current, &me, &record, w, o) {
+            changes.push((Via::Target, told(change)));
+        } else if let (None, false, None, Record::Absent, Some((to, grace))) =
+            (w, release, &hpa, &record, owner.spec.hold())
+        {
+            // Outside every window, held: set back what was scaled up meanwhile.
+            match hold_change(target, &current, to, grace, ctx.clock.now()) {
+                Some(Ok(change)) => changes.push((Via::Target, told(change))),
+                Some(Err(until)) => hold_until = Some(until),
+                None => {}
+            }
+        }
+        let seen = |current: Option<Current>, told: Vec<(&'static str, String)>| Seen {
+            current,
+            claimed_by: claimed_by.clone(),
+            unscalable: None,
+            autoscaler: hpa
+                .as_ref()
+                .filter(|_| keda.is_none())
+                .map(|h| h.name_any()),
+            scaled_object: keda
+                .as_ref()
+                .filter(|_| paused.is_some())
+                .map(|so| so.name_any()),
+            hold_until,
+            told,
+        };
+        if changes.is_empty() {
+            return Ok(seen(Some(current), done));
+        }
+        // A dry run says what it would write, and writes nothing; giving back is still done.
+        if owner.spec.dry_run() && !release {
+            for (_, change) in &changes {
+                let note = format!("Dry run, not done: {}", change.note);
+                info!(target = %target, reason = reason::DRY_RUN, "{note}");
+                match gather {
+                    true => done.push((reason::DRY_RUN, note)),
+                    false => {
+                        ctx.publish(owner, EventType::Normal, reason::DRY_RUN, note)
+                            .await
+                    }
+                }
+            }
+            return Ok(seen(Some(current), done));
+        }
+        let mut conflict = false;
+        let mut now = current.clone();
+        for (via, change) in &changes {
+            let patch = change.record.clone().unwrap_or_default();
+            let written = match via {
+                Via::Autoscaler(hpa) => {
+                    let api: Api<HorizontalPodAutoscaler> =
+                        Api::namespaced(ctx.client.clone(), &target.namespace);
+                    api.patch(hpa, &params(), &Patch::Merge(patch))
+                        .await
+                        .map(|_| now.clone())
+                }
+                Via::ScaledObject(name) => {
+                    let api: Api<DynamicObject> = Api::namespaced_with(
+                        ctx.client.clone(),
+                        &target.namespace,
+                        &scaled_objects(),
+                    );
+                    api.patch(name, &params(), &Patch::Merge(patch))
+                        .await
+                        .map(|_| now.clone())
+                }
+                Via::Target => write_target(ctx, &resource, target, &current, change).await,
+            };
+            match written {
+                Ok(written) => {
+                    now = written;
+                    info!(target = %target, reason = change.reason, "{}", change.note);
+                    if gather {
+                        done.push((change.reason, change.note.clone()));
+                        continue;
+                    }
+                    if let Some(pass) = pass {
+                        pass.leave_and_wait(GATE_WAIT).await;
+                    }
+                    ctx.publish(owner, EventType::Normal, change.reason, change.note.clone())
+                        .await;
+                }
+                Err(e) if is_status(&e, 409) && attempt + 1 < CONFLICT_RETRIES => {
+                    conflict = true;
+                    break;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        if conflict {
+            attempt += 1;
+            continue;
+        }
+        return Ok(seen(Some(now), done));
+    }
+}
+
+/// A target as it is, without changing it.
+pub(super) async fn look(ctx: &Context, target: &Named) -> Result<Seen> {
+    match ctx
+        .mapper
+        .resolve(&target.api_version, &target.kind)
+        .await?
+    {
+        Ok(resource) => Ok(Seen {
+            current: match ctx.inventory.current(target) {
+                Some(cached) => cached.map(|c| Current { cached: true, ..c }),
+                None => read(ctx, &resource, target).await?,
+            },
+            ..Seen::default()
+        }),
+        Err(why) => Ok(Seen {
+            unscalable: Some(why.to_string()),
+            ..Seen::default()
+        }),
+    }
+}

@@ -1,0 +1,1908 @@
+//! The Scaler's reconcile against a mock apiserver: scenarios end to end through
+//! `reconcile`, one request at a time.
+use super::*;
+use crate::fixtures::{self, at, Call};
+use kubesteer_runtime::scale::Unscalable;
+use serde_json::json;
+
+const STATUS: &str = "/apis/kubesteer.io/v1beta1/namespaces/team/scalers/nightly/status?&force=true&fieldManager=kubesteer-controller";
+const WEB: &str = "/apis/apps/v1/namespaces/team/deployments/web";
+const API: &str = "/apis/apps/v1/namespaces/other/deployments/api";
+const SCALER: &str = "/apis/kubesteer.io/v1beta1/namespaces/team/scalers/nightly?";
+const HPAS: &str = "/apis/autoscaling/v2/namespaces/team/horizontalpodautoscalers?";
+const ME: &str = "team/nightly";
+
+/// The object at `base`, patched (metadata or /scale) by the controller.
+fn patch_of(base: &str) -> String {
+    format!("{base}?&fieldManager=kubesteer-controller")
+}
+
+fn scale_of(base: &str) -> String {
+    format!("{base}/scale")
+}
+
+/// A context at `now` whose RESTMapper knows Deployments and StatefulSets.
+fn ctx_at(now: &str) -> (Arc<Context>, fixtures::Verifier) {
+    let (ctx, verifier) = fixtures::context_at(at(now));
+    for (kind, plural) in [
+        ("Deployment", "deployments"),
+        ("StatefulSet", "statefulsets"),
+    ] {
+        let resource = ApiResource {
+            group: "apps".into(),
+            version: "v1".into(),
+            api_version: "apps/v1".into(),
+            kind: kind.into(),
+            plural: plural.into(),
+        };
+        ctx.mapper.remember("apps/v1", kind, Ok(resource));
+    }
+    (ctx, verifier)
+}
+
+fn scaler(spec: Value) -> Scaler {
+    serde_json::from_value(json!({
+        "apiVersion": "kubesteer.io/v1beta1", "kind": "Scaler",
+        "metadata": {"name": "nightly", "namespace": "team", "uid": "scl-uid", "generation": 3,
+                     "finalizers": [RESTORE_TARGETS_FINALIZER]},
+        "spec": spec,
+    }))
+    .unwrap()
+}
+
+fn deployment(name: &str) -> Value {
+    json!({"apiVersion": "apps/v1", "kind": "Deployment", "name": name})
+}
+
+/// Deployment web, 09:00-17:00 UTC at 5 replicas, not cooperating with HPAs.
+fn nine_to_five() -> Scaler {
+    scaler(json!({"scaleTargetRefs": [deployment("web")],
+                      "windows": [{"start": 9, "end": 17, "replicas": 5}],
+                      "hpaCooperation": "Disabled"}))
+}
+
+/// A target's metadata, with this Scaler's record of `original` replicas.
+fn meta(ns: &str, name: &str, original: Option<i32>) -> Value {
+    let mut m = json!({
+        "apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+        "metadata": {"name": name, "namespace": ns, "resourceVersion": "41"},
+    });
+    if let Some(o) = original {
+        m["metadata"]["annotations"] = json!({
+            annotation::ORIGINAL_REPLICAS: o.to_string(),
+            annotation::ORIGINAL_REPLICAS_OWNER: ME,
+        });
+    }
+    m
+}
+
+fn scale(ns: &str, name: &str, replicas: i32) -> Value {
+    json!({
+        "apiVersion": "autoscaling/v1", "kind": "Scale",
+        "metadata": {"name": name, "namespace": ns, "resourceVersion": "41"},
+        "spec": {"replicas": replicas}, "status": {"replicas": replicas},
+    })
+}
+
+/// Whether `base` is an apps/v1 workload, read and written as one object.
+fn is_apps(base: &str) -> bool {
+    base.starts_with("/apis/apps/v1/")
+}
+
+/// The reads of a target: an apps/v1 workload whole; another kind's metadata and /scale.
+fn reads(base: &str, metadata: Value, replicas: i32) -> Vec<Call> {
+    if is_apps(base) {
+        return vec![Call::get(base).respond(written(metadata, &json!({}), replicas))];
+    }
+    let ns = metadata["metadata"]["namespace"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let name = metadata["metadata"]["name"].as_str().unwrap().to_string();
+    vec![
+        Call::get(base).respond(metadata),
+        Call::get(&scale_of(base)).respond(scale(&ns, &name, replicas)),
+    ]
+}
+
+/// The reads of a target that does not exist.
+fn absent(base: &str) -> Vec<Call> {
+    if is_apps(base) {
+        return vec![Call::get(base).not_found()];
+    }
+    vec![
+        Call::get(base).not_found(),
+        Call::get(&scale_of(base)).not_found(),
+    ]
+}
+
+/// The object (a Deployment or StatefulSet) as a merge patch of its record and replicas
+/// left it.
+fn written(before: Value, patch: &Value, replicas: i32) -> Value {
+    let mut object = annotated(before, patch);
+    object["spec"] = json!({"replicas": replicas});
+    object
+}
+
+/// The metadata after a merge patch of its annotations.
+fn annotated(mut before: Value, patch: &Value) -> Value {
+    if let Some(a) = patch["metadata"]["annotations"].as_object() {
+        for (k, v) in a {
+            if v.is_null() {
+                if let Some(m) = before["metadata"]["annotations"].as_object_mut() {
+                    m.remove(k);
+                }
+            } else {
+                before["metadata"]["annotations"][k] = v.clone();
+            }
+        }
+    }
+    before
+}
+
+/// The merge patch of this Scaler's record of `original` replicas, conditional on version 41.
+fn recorded(original: &str) -> Value {
+    json!({"metadata": {"resourceVersion": "41", "annotations": {
+        annotation::ORIGINAL_REPLICAS: original, annotation::ORIGINAL_REPLICAS_OWNER: ME,
+    }}})
+}
+
+fn calls(groups: Vec<Vec<Call>>) -> Vec<Call> {
+    groups.into_iter().flatten().collect()
+}
+
+#[tokio::test]
+async fn opening_the_window_records_the_original_replicas_once_and_scales() {
+    let (ctx, verifier) = ctx_at("2025-03-03T12:00:00Z");
+    let record = recorded("2");
+    let scenario = verifier.run(calls(vec![
+        reads(WEB, meta("team", "web", None), 2),
+        vec![
+            Call::patch(&patch_of(WEB))
+                // The record and the replicas in one write, conditional on the read.
+                .body({
+                    let mut r = record.clone();
+                    r["spec"] = json!({"replicas": 5});
+                    move |b| assert_eq!(b, &r)
+                })
+                .respond(written(meta("team", "web", None), &record, 5)),
+            Call::event("team")
+                .body(|b| {
+                    assert_eq!(b["reason"], "Scaled");
+                    assert_eq!(b["type"], "Normal");
+                    assert_eq!(
+                        b["note"],
+                        "Scaled Deployment team/web from 2 to 5 replicas; recorded 2 to restore"
+                    );
+                    assert_eq!(b["regarding"]["kind"], "Scaler");
+                })
+                .respond_with_body(),
+            Call::patch(STATUS)
+                .body(|b| {
+                    let s = &b["status"];
+                    assert_eq!(s["active"], true);
+                    assert_eq!(
+                        s["nextTransitions"][0],
+                        json!({"time": "2025-03-03T17:00:00Z"})
+                    );
+                    assert_eq!(s["lastTransition"], "2025-03-03T09:00:00Z");
+                    assert_eq!(
+                        s["targets"],
+                        json!([{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web",
+                                    "namespace": "team", "replicas": 5, "originalReplicas": 2}])
+                    );
+                    assert_eq!(s["observedGeneration"], 3);
+                    assert_eq!(s["conditions"][0]["reason"], "WindowOpen");
+                    assert_eq!(s["conditions"][0]["status"], "True");
+                })
+                .respond_status_of(&nine_to_five()),
+        ],
+    ]));
+    let action = reconcile(Arc::new(nine_to_five()), ctx.clone())
+        .await
+        .unwrap();
+    assert_eq!(
+        action,
+        Action::requeue(Duration::from_secs(5 * 3600) - PREFETCH_LEAD),
+        "requeued at the closing boundary"
+    );
+    scenario.finish(ctx).await;
+}
+
+#[tokio::test]
+async fn woken_just_before_a_boundary_it_reads_first_and_only_writes_at_the_boundary() {
+    let (ctx, verifier) = ctx_at("2025-03-03T08:59:59.850Z");
+    let mut s = nine_to_five();
+    s.status = Some(ScalerStatus {
+        next_transitions: vec![Transition {
+            time: time(at("2025-03-03T09:00:00Z")),
+            replicas: Some(5),
+        }],
+        ..ScalerStatus::default()
+    });
+    let record = recorded("2");
+    // One read, before the boundary; the write uses it.
+    let scenario = verifier.run(calls(vec![
+        reads(WEB, meta("team", "web", None), 2),
+        vec![
+            Call::patch(&patch_of(WEB))
+                .body(|b| assert_eq!(b["spec"]["replicas"], 5))
+                .respond(written(meta("team", "web", None), &record, 5)),
+            Call::event("team").respond_with_body(),
+            Call::patch(STATUS)
+                .body(|b| {
+                    assert_eq!(b["status"]["lastTransition"], "2025-03-03T09:00:00Z");
+                    assert_eq!(b["status"]["active"], true);
+                })
+                .respond_status_of(&nine_to_five()),
+        ],
+    ]));
+    let started = std::time::Instant::now();
+    let action = reconcile(Arc::new(s), ctx.clone()).await.unwrap();
+    // The fixed clock stands still: the reconcile waited the 150 ms to the boundary itself.
+    assert!(started.elapsed() >= Duration::from_millis(150));
+    // (Measured from the clock after the writes, which the fixed clock keeps 150 ms early.)
+    assert_eq!(
+        action,
+        Action::requeue(Duration::from_millis(8 * 3600 * 1000 + 150) - PREFETCH_LEAD)
+    );
+    scenario.finish(ctx).await;
+}
+
+#[test]
+fn a_requeue_wakes_before_the_boundary_unless_it_is_closer_than_the_lead() {
+    let now = at("2025-03-03T08:00:00Z");
+    let hour = at("2025-03-03T09:00:00Z");
+    assert_eq!(
+        next_action(Some(hour), false, now),
+        Action::requeue(Duration::from_secs(3600) - PREFETCH_LEAD)
+    );
+    let close = at("2025-03-03T07:59:59.900Z");
+    assert_eq!(
+        next_action(Some(now), false, close),
+        Action::requeue(Duration::from_millis(100))
+    );
+    assert_eq!(next_action(Some(hour), true, now), Action::await_change());
+}
+
+#[tokio::test]
+async fn closing_the_window_restores_the_recorded_replicas_and_removes_the_record_in_one_write() {
+    let (ctx, verifier) = ctx_at("2025-03-03T17:00:00Z");
+    let scenario = verifier.run(calls(vec![
+            reads(WEB, meta("team", "web", Some(2)), 5),
+            vec![
+                Call::patch(&patch_of(WEB))
+                    // The replicas back and the record gone in one write, conditional on the read.
+                    .body(|b| {
+                        assert_eq!(
+                            b,
+                            &json!({"metadata": {"resourceVersion": "41", "annotations": {
+                                annotation::ORIGINAL_REPLICAS: null, annotation::ORIGINAL_REPLICAS_OWNER: null,
+                            }}, "spec": {"replicas": 2}})
+                        )
+                    })
+                    .respond(written(meta("team", "web", None), &json!({}), 2)),
+                Call::event("team")
+                    .body(|b| {
+                        assert_eq!(b["reason"], "Restored");
+                        assert_eq!(b["note"], "Restored Deployment team/web from 5 to 2 replicas");
+                    })
+                    .respond_with_body(),
+                Call::patch(STATUS)
+                    .body(|b| {
+                        let s = &b["status"];
+                        assert_eq!(s["active"], false);
+                        assert_eq!(
+                            s["nextTransitions"][0],
+                            json!({"time": "2025-03-04T09:00:00Z", "replicas": 5})
+                        );
+                        assert_eq!(s["lastTransition"], "2025-03-03T17:00:00Z");
+                        assert_eq!(s["targets"][0]["replicas"], 2);
+                        assert!(s["targets"][0].get("originalReplicas").is_none(), "{s}");
+                        assert_eq!(s["conditions"][0]["reason"], "WindowClosed");
+                    })
+                    .respond_status_of(&nine_to_five()),
+            ],
+        ]));
+    let action = reconcile(Arc::new(nine_to_five()), ctx.clone())
+        .await
+        .unwrap();
+    assert_eq!(
+        action,
+        Action::requeue(Duration::from_secs(16 * 3600) - PREFETCH_LEAD)
+    );
+    scenario.finish(ctx).await;
+}
+
+#[tokio::test]
+async fn closing_goes_to_outside_replicas_when_set() {
+    let s = scaler(json!({"scaleTargetRefs": [deployment("web")],
+            "windows": [{"start": 9, "end": 17, "replicas": 5}], "outsideReplicas": 1,
+            "hpaCooperation": "Disabled"}));
+    let (ctx, verifier) = ctx_at("2025-03-03T18:00:00Z");
+    let scenario = verifier.run(calls(vec![
+        reads(WEB, meta("team", "web", Some(2)), 5),
+        vec![
+            Call::patch(&patch_of(WEB))
+                .body(|b| assert_eq!(b["spec"]["replicas"], 1))
+                .respond(written(meta("team", "web", None), &json!({}), 1)),
+            Call::event("team")
+                .body(|b| {
+                    assert_eq!(
+                        b["note"],
+                        "Restored Deployment team/web from 5 to 1 replicas"
+                    )
+                })
+                .respond_with_body(),
+            Call::patch(STATUS)
+                .body(|b| {
+                    assert_eq!(
+                        b["status"]["nextTransitions"][1],
+                        json!({"time": "2025-03-04T17:00:00Z", "replicas": 1}),
+                        "a closing shows the outside replicas"
+                    )
+                })
+                .respond_status_of(&s),
+        ],
+    ]));
+    reconcile(Arc::new(s), ctx.clone()).await.unwrap();
+    scenario.finish(ctx).await;
+}
+
+#[tokio::test]
+async fn a_manual_change_inside_the_window_is_reverted_and_the_original_kept() {
+    let (ctx, verifier) = ctx_at("2025-03-03T10:30:00Z");
+    let scenario = verifier.run(calls(vec![
+        reads(WEB, meta("team", "web", Some(2)), 7),
+        vec![
+            Call::patch(&patch_of(&scale_of(WEB)))
+                .body(|b| {
+                    assert_eq!(
+                        b,
+                        &json!({"metadata": {"resourceVersion": "41"}, "spec": {"replicas": 5}})
+                    )
+                })
+                .respond(scale("team", "web", 5)),
+            Call::event("team")
+                .body(|b| assert!(b["note"].as_str().unwrap().contains("from 7 back to 5")))
+                .respond_with_body(),
+            Call::patch(STATUS)
+                .body(|b| {
+                    assert_eq!(b["status"]["targets"][0]["originalReplicas"], 2);
+                    assert_eq!(b["status"]["targets"][0]["replicas"], 5);
+                })
+                .respond_status_of(&nine_to_five()),
+        ],
+    ]));
+    reconcile(Arc::new(nine_to_five()), ctx.clone())
+        .await
+        .unwrap();
+    scenario.finish(ctx).await;
+}
+
+#[tokio::test]
+async fn a_closed_window_makes_no_target_writes_and_requeues_at_the_next_boundary() {
+    let now = "2025-03-03T06:15:30Z";
+    let (ctx, verifier) = ctx_at(now);
+    let scenario = verifier.run(calls(vec![
+        reads(WEB, meta("team", "web", None), 2),
+        vec![Call::patch(STATUS)
+            .body(|b| {
+                assert_eq!(b["status"]["active"], false);
+                assert_eq!(
+                    b["status"]["nextTransitions"][0]["time"],
+                    "2025-03-03T09:00:00Z"
+                );
+                assert_eq!(b["status"]["targets"][0]["replicas"], 2);
+            })
+            .respond_status_of(&nine_to_five())],
+    ]));
+    let action = reconcile(Arc::new(nine_to_five()), ctx.clone())
+        .await
+        .unwrap();
+    assert_eq!(
+        action,
+        Action::requeue(Duration::from_secs(2 * 3600 + 44 * 60 + 30) - PREFETCH_LEAD)
+    );
+    scenario.finish(ctx).await;
+}
+
+#[tokio::test]
+async fn a_missing_target_is_reported_and_the_others_are_still_scaled() {
+    let s = scaler(json!({"scaleTargetRefs": [deployment("web"),
+                {"apiVersion": "apps/v1", "kind": "Deployment", "name": "api", "namespace": "other"}],
+            "windows": [{"start": 9, "end": 17, "replicas": 3}], "hpaCooperation": "Disabled"}));
+    let (ctx, verifier) = ctx_at("2025-03-03T12:00:00Z");
+    let scenario = verifier.run(calls(vec![
+            absent(WEB),
+            reads(API, meta("other", "api", None), 1),
+            vec![
+                Call::patch(&patch_of(API))
+                    .body(|b| assert_eq!(b["spec"]["replicas"], 3))
+                    .respond(written(meta("other", "api", Some(1)), &json!({}), 3)),
+                Call::event("team")
+                    .body(|b| assert_eq!(b["reason"], "Scaled"))
+                    .respond_with_body(),
+                Call::event("team")
+                    .body(|b| {
+                        assert_eq!(b["reason"], "TargetNotFound");
+                        assert_eq!(b["type"], "Warning");
+                        assert_eq!(b["note"], "Deployment team/web not found");
+                    })
+                    .respond_with_body(),
+                Call::patch(STATUS)
+                    .body(|b| {
+                        let s = &b["status"];
+                        assert_eq!(s["conditions"][0]["status"], "False");
+                        assert_eq!(s["conditions"][0]["reason"], "TargetNotFound");
+                        assert_eq!(
+                            s["targets"][0],
+                            json!({"apiVersion": "apps/v1", "kind": "Deployment", "name": "web", "namespace": "team"})
+                        );
+                        assert_eq!(s["targets"][1]["replicas"], 3);
+                    })
+                    .respond_status_of(&s),
+            ],
+        ]));
+    reconcile(Arc::new(s), ctx.clone()).await.unwrap();
+    scenario.finish(ctx).await;
+}
+
+#[tokio::test]
+async fn one_failing_target_never_blocks_the_others_and_is_shown_on_its_entry() {
+    let refusal = "Deployment.apps \"web\" is invalid: spec.replicas: Invalid value: 3";
+    let s = scaler(json!({"scaleTargetRefs": [deployment("web"),
+                {"apiVersion": "apps/v1", "kind": "Deployment", "name": "api", "namespace": "other"}],
+            "windows": [{"start": 9, "end": 17, "replicas": 3}], "hpaCooperation": "Disabled"}));
+    let (ctx, verifier) = ctx_at("2025-03-03T12:00:00Z");
+    let scenario = verifier.run(calls(vec![
+        reads(WEB, meta("team", "web", None), 1),
+        vec![Call::patch(&patch_of(WEB)).error(422, refusal)],
+        reads(API, meta("other", "api", None), 1),
+        vec![
+            Call::patch(&patch_of(API))
+                .body(|b| assert_eq!(b["spec"]["replicas"], 3))
+                .respond(written(meta("other", "api", Some(1)), &json!({}), 3)),
+            Call::event("team")
+                .body(|b| assert_eq!(b["reason"], "Scaled"))
+                .respond_with_body(),
+            Call::patch(STATUS)
+                .body(move |b| {
+                    let s = &b["status"];
+                    assert_eq!(s["conditions"][0]["reason"], "TargetFailed");
+                    let error = s["targets"][0]["error"].as_str().unwrap();
+                    assert!(error.contains(refusal), "{error}");
+                    assert_eq!(s["targets"][0]["name"], "web");
+                    assert_eq!(s["targets"][1]["replicas"], 3);
+                    assert!(s["targets"][1].get("error").is_none());
+                })
+                .respond_status_of(&s),
+            Call::event("team")
+                .body(move |b| {
+                    assert_eq!(b["reason"], "ReconcileFailed");
+                    assert_eq!(b["type"], "Warning");
+                    let note = b["note"].as_str().unwrap();
+                    assert!(note.contains("Deployment team/web: "), "{note}");
+                    assert!(note.contains(refusal), "{note}");
+                    assert!(note.ends_with("(1 target(s) failed)"), "{note}");
+                })
+                .respond_with_body(),
+        ],
+    ]));
+    let failed = reconcile(Arc::new(s), ctx.clone()).await.unwrap_err();
+    assert!(failed.admission_denial().is_none(), "{failed}");
+    scenario.finish(ctx).await;
+}
+
+#[tokio::test]
+async fn a_deleted_scaler_lets_go_of_a_target_the_apiserver_refuses_and_restores_the_others() {
+    let mut s = scaler(json!({"scaleTargetRefs": [deployment("web"),
+                {"apiVersion": "apps/v1", "kind": "Deployment", "name": "api", "namespace": "other"}],
+            "windows": [{"start": 9, "end": 17, "replicas": 3}], "hpaCooperation": "Disabled"}));
+    s.metadata.deletion_timestamp = Some(time(at("2025-03-03T12:00:00Z")));
+    let (ctx, verifier) = ctx_at("2025-03-03T12:00:01Z");
+    let scenario = verifier.run(calls(vec![
+        reads(WEB, meta("team", "web", Some(2)), 3),
+        vec![Call::patch(&patch_of(WEB)).error(403, "forbidden")],
+        vec![Call::event("team")
+            .body(|b| {
+                assert_eq!(b["reason"], "RestoreFailed");
+                let note = b["note"].as_str().unwrap();
+                assert!(
+                    note.starts_with("Deployment team/web could not be given back"),
+                    "{note}"
+                );
+            })
+            .respond_with_body()],
+        reads(API, meta("other", "api", Some(1)), 3),
+        vec![
+            Call::patch(&patch_of(API))
+                .body(|b| assert_eq!(b["spec"]["replicas"], 1))
+                .respond(written(meta("other", "api", None), &json!({}), 1)),
+            Call::event("team")
+                .body(|b| assert_eq!(b["reason"], "Restored"))
+                .respond_with_body(),
+            Call::patch(SCALER)
+                .body(|b| assert_eq!(b[1]["op"], "remove"))
+                .respond(serde_json::to_value(nine_to_five()).unwrap()),
+        ],
+    ]));
+    reconcile(Arc::new(s), ctx.clone()).await.unwrap();
+    scenario.finish(ctx).await;
+}
+
+#[tokio::test]
+async fn a_deleted_scaler_keeps_its_finalizer_while_a_restore_can_still_succeed() {
+    let mut s = nine_to_five();
+    s.metadata.deletion_timestamp = Some(time(at("2025-03-03T12:00:00Z")));
+    let (ctx, verifier) = ctx_at("2025-03-03T12:00:01Z");
+    let scenario = verifier.run(calls(vec![
+        reads(WEB, meta("team", "web", Some(2)), 5),
+        vec![
+            Call::patch(&patch_of(WEB)).error(503, "etcd is down"),
+            Call::event("team")
+                .body(|b| assert_eq!(b["reason"], "ReconcileFailed"))
+                .respond_with_body(),
+        ],
+    ]));
+    let failed = reconcile(Arc::new(s), ctx.clone()).await.unwrap_err();
+    assert!(failed.is_unavailable(), "{failed}");
+    scenario.finish(ctx).await;
+}
+
+#[tokio::test]
+async fn a_dry_run_says_what_it_would_write_and_writes_nothing() {
+    let mut s = nine_to_five();
+    s.spec.dry_run = Some(true);
+    let (ctx, verifier) = ctx_at("2025-03-03T12:00:00Z");
+    let scenario = verifier.run(calls(vec![
+            reads(WEB, meta("team", "web", None), 2),
+            vec![
+                Call::event("team")
+                    .body(|b| {
+                        assert_eq!(b["reason"], "DryRun");
+                        assert_eq!(b["type"], "Normal");
+                        assert_eq!(
+                            b["note"],
+                            "Dry run, not done: Scaled Deployment team/web from 2 to 5 replicas; recorded 2 to restore"
+                        );
+                    })
+                    .respond_with_body(),
+                Call::patch(STATUS)
+                    .body(|b| {
+                        let s = &b["status"];
+                        assert_eq!(s["conditions"][0]["reason"], "DryRun");
+                        assert_eq!(s["conditions"][0]["status"], "True");
+                        assert_eq!(s["active"], true);
+                        assert_eq!(s["targets"][0]["replicas"], 2, "as it is");
+                        assert!(s["targets"][0].get("originalReplicas").is_none());
+                    })
+                    .respond_status_of(&s),
+            ],
+        ]));
+    reconcile(Arc::new(s), ctx.clone()).await.unwrap();
+    scenario.finish(ctx).await;
+}
+
+/// web's metadata, created at `created`, its template last written by `deployer` at
+/// `deployed` and its replicas owned by `scaler`.
+fn managed_meta(created: &str, deployed: &str, scaler: &str) -> Value {
+    let mut m = meta("team", "web", None);
+    m["metadata"]["creationTimestamp"] = json!(created);
+    m["metadata"]["managedFields"] = json!([
+        {"manager": "argocd", "operation": "Apply", "apiVersion": "apps/v1", "time": deployed,
+         "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:template": {"f:spec": {}}}}},
+        {"manager": scaler, "operation": "Update", "apiVersion": "apps/v1", "time": deployed,
+         "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:replicas": {}}}, "subresource": "scale"},
+    ]);
+    m
+}
+
+#[test]
+fn provenance_reads_the_last_template_write_and_who_owns_the_replicas() {
+    let m: ObjectMeta = serde_json::from_value(
+        managed_meta("2025-01-01T00:00:00Z", "2025-03-03T19:00:00Z", "ci-bot")["metadata"].clone(),
+    )
+    .unwrap();
+    assert_eq!(
+        provenance(&m),
+        (Some(at("2025-03-03T19:00:00Z")), Some("ci-bot".to_string()))
+    );
+    let bare: ObjectMeta = serde_json::from_value(json!({"name": "web",
+            "creationTimestamp": "2025-01-01T00:00:00Z"}))
+    .unwrap();
+    assert_eq!(provenance(&bare), (Some(at("2025-01-01T00:00:00Z")), None));
+}
+
+#[test]
+fn a_held_target_is_set_back_only_after_its_grace_period() {
+    let mut current = Current {
+        replicas: 4,
+        settled_from: Some(at("2025-03-03T19:00:00Z")),
+        scaled_by: Some("ci-bot".into()),
+        ..Current::default()
+    };
+    let grace = Duration::from_secs(15 * 60);
+    assert_eq!(
+        hold_change(&web(), &current, 1, grace, at("2025-03-03T19:10:00Z")),
+        Some(Err(at("2025-03-03T19:15:00Z"))),
+        "in its grace period: looked at again when it ends"
+    );
+    let change = hold_change(&web(), &current, 1, grace, at("2025-03-03T19:15:00Z"))
+        .unwrap()
+        .unwrap();
+    assert_eq!(change.replicas, Some(1));
+    assert_eq!(change.record, None, "the record of a window stays as it is");
+    assert_eq!(
+            change.note,
+            "Set Deployment team/web back from 4 to 1 replicas outside every window (scaled up by ci-bot)"
+        );
+    current.replicas = 1;
+    assert_eq!(
+        hold_change(&web(), &current, 1, grace, at("2025-03-04T00:00:00Z")),
+        None
+    );
+    current.replicas = 0;
+    assert_eq!(
+        hold_change(&web(), &current, 1, grace, at("2025-03-04T00:00:00Z")),
+        None,
+        "below the held replicas is left alone"
+    );
+}
+
+#[tokio::test]
+async fn outside_every_window_a_held_target_scaled_up_is_set_back() {
+    let mut s = nine_to_five();
+    s.spec.outside_replicas = Some(1);
+    s.spec.outside = Some(kubesteer_api::scaler::v1beta1::Outside {
+        mode: Some(kubesteer_api::scaler::v1beta1::OutsideMode::Hold),
+        grace_period: Some("15m".into()),
+    });
+    // A CI deploy at 19:00 left web at 4; at 20:00 the grace period is over.
+    let (ctx, verifier) = ctx_at("2025-03-03T20:00:00Z");
+    let scenario = verifier.run(calls(vec![
+            reads(
+                WEB,
+                managed_meta("2025-01-01T00:00:00Z", "2025-03-03T19:00:00Z", "ci-bot"),
+                4,
+            ),
+            vec![
+                Call::patch(&patch_of(&scale_of(WEB)))
+                    .body(|b| {
+                        assert_eq!(
+                            b,
+                            &json!({"metadata": {"resourceVersion": "41"}, "spec": {"replicas": 1}})
+                        )
+                    })
+                    .respond(scale("team", "web", 1)),
+                Call::event("team")
+                    .body(|b| {
+                        assert_eq!(b["reason"], "Held");
+                        assert_eq!(
+                            b["note"],
+                            "Set Deployment team/web back from 4 to 1 replicas outside every window (scaled up by ci-bot)"
+                        );
+                    })
+                    .respond_with_body(),
+                Call::patch(STATUS)
+                    .body(|b| assert_eq!(b["status"]["targets"][0]["replicas"], 1))
+                    .respond_status_of(&s),
+            ],
+        ]));
+    reconcile(Arc::new(s.clone()), ctx.clone()).await.unwrap();
+    scenario.finish(ctx).await;
+
+    // At 19:05, inside the grace period: nothing written, looked at again at 19:15.
+    let (ctx, verifier) = ctx_at("2025-03-03T19:05:00Z");
+    let scenario = verifier.run(calls(vec![
+        reads(
+            WEB,
+            managed_meta("2025-01-01T00:00:00Z", "2025-03-03T19:00:00Z", "ci-bot"),
+            4,
+        ),
+        vec![Call::patch(STATUS).respond_status_of(&s)],
+    ]));
+    let action = reconcile(Arc::new(s), ctx.clone()).await.unwrap();
+    assert_eq!(
+        action,
+        Action::requeue(Duration::from_secs(600) - PREFETCH_LEAD)
+    );
+    scenario.finish(ctx).await;
+}
+
+#[tokio::test]
+async fn a_cron_job_is_suspended_while_its_replicas_would_be_0_and_resumed_after() {
+    const REPORT: &str = "/apis/batch/v1/namespaces/team/cronjobs/report";
+    let s = scaler(
+        json!({"scaleTargetRefs": [{"apiVersion": "batch/v1", "kind": "CronJob", "name": "report"}],
+            "windows": [{"start": 9, "end": 17, "replicas": 0}], "hpaCooperation": "Disabled"}),
+    );
+    let cron = |suspend: bool, original: Option<&str>| {
+        let mut c = json!({"apiVersion": "batch/v1", "kind": "CronJob",
+                "metadata": {"name": "report", "namespace": "team", "resourceVersion": "41"},
+                "spec": {"schedule": "0 * * * *", "suspend": suspend}});
+        if let Some(o) = original {
+            c["metadata"]["annotations"] = json!({annotation::ORIGINAL_REPLICAS: o,
+                    annotation::ORIGINAL_REPLICAS_OWNER: ME});
+        }
+        c
+    };
+    let remember = |ctx: &Context| {
+        ctx.mapper.remember(
+            "batch/v1",
+            "CronJob",
+            Ok(ApiResource {
+                group: "batch".into(),
+                version: "v1".into(),
+                api_version: "batch/v1".into(),
+                kind: "CronJob".into(),
+                plural: "cronjobs".into(),
+            }),
+        )
+    };
+    let (ctx, verifier) = ctx_at("2025-03-03T12:00:00Z");
+    remember(&ctx);
+    let scenario = verifier.run(vec![
+            Call::get(REPORT).respond(cron(false, None)),
+            Call::patch(&patch_of(REPORT))
+                .body(|b| {
+                    assert_eq!(
+                        b,
+                        &json!({"metadata": {"resourceVersion": "41", "annotations": {
+                            annotation::ORIGINAL_REPLICAS: "1", annotation::ORIGINAL_REPLICAS_OWNER: ME}},
+                            "spec": {"suspend": true}})
+                    )
+                })
+                .respond(cron(true, Some("1"))),
+            Call::event("team")
+                .body(|b| assert_eq!(b["note"], "Suspended CronJob team/report"))
+                .respond_with_body(),
+            Call::patch(STATUS)
+                .body(|b| {
+                    assert_eq!(b["status"]["targets"][0]["replicas"], 0);
+                    assert_eq!(b["status"]["targets"][0]["originalReplicas"], 1);
+                })
+                .respond_status_of(&s),
+        ]);
+    reconcile(Arc::new(s.clone()), ctx.clone()).await.unwrap();
+    scenario.finish(ctx).await;
+
+    let (ctx, verifier) = ctx_at("2025-03-03T18:00:00Z");
+    remember(&ctx);
+    let scenario = verifier.run(vec![
+            Call::get(REPORT).respond(cron(true, Some("1"))),
+            Call::patch(&patch_of(REPORT))
+                .body(|b| {
+                    assert_eq!(b["spec"], json!({"suspend": false}));
+                    assert_eq!(b["metadata"]["resourceVersion"], "41");
+                    assert_eq!(
+                        b["metadata"]["annotations"],
+                        json!({annotation::ORIGINAL_REPLICAS: null, annotation::ORIGINAL_REPLICAS_OWNER: null})
+                    );
+                })
+                .respond(cron(false, None)),
+            Call::event("team")
+                .body(|b| {
+                    assert_eq!(b["reason"], "Restored");
+                    assert_eq!(b["note"], "Resumed CronJob team/report");
+                })
+                .respond_with_body(),
+            Call::patch(STATUS).respond_status_of(&s),
+        ]);
+    reconcile(Arc::new(s), ctx.clone()).await.unwrap();
+    scenario.finish(ctx).await;
+}
+
+#[tokio::test]
+async fn a_target_that_stays_missing_is_not_announced_again() {
+    let mut s = nine_to_five();
+    let now = at("2025-03-03T07:00:00Z");
+    let missing = condition(
+        READY,
+        false,
+        "TargetNotFound",
+        "Deployment team/web not found",
+        Some(3),
+        time(at("2025-03-03T06:00:00Z")),
+        &[],
+    );
+    let schedule = s.spec.plan(now).unwrap();
+    s.status = Some(ScalerStatus {
+        active: Some(false),
+        next_transitions: schedule
+            .next
+            .iter()
+            .map(|t| Transition {
+                time: time(t.at),
+                replicas: t.replicas,
+            })
+            .collect(),
+        last_transition: schedule.last.map(time),
+        targets: vec![TargetStatus {
+            api_version: "apps/v1".into(),
+            kind: "Deployment".into(),
+            name: "web".into(),
+            namespace: "team".into(),
+            ..TargetStatus::default()
+        }],
+        target_count: Some(1),
+        observed_generation: Some(3),
+        conditions: vec![missing],
+        ..ScalerStatus::default()
+    });
+    let (ctx, verifier) = ctx_at("2025-03-03T07:00:00Z");
+    let scenario = verifier.run(absent(WEB));
+    reconcile(Arc::new(s), ctx.clone()).await.unwrap();
+    scenario.finish(ctx).await;
+}
+
+#[tokio::test]
+async fn a_conflict_is_retried_with_a_fresh_read() {
+    let (ctx, verifier) = ctx_at("2025-03-03T12:00:00Z");
+    let scenario = verifier.run(calls(vec![
+        reads(WEB, meta("team", "web", None), 2),
+        vec![Call::patch(&patch_of(WEB)).conflict()],
+        reads(WEB, meta("team", "web", None), 3),
+        vec![
+            Call::patch(&patch_of(WEB))
+                .body(|b| {
+                    assert_eq!(
+                        b["metadata"]["annotations"][annotation::ORIGINAL_REPLICAS],
+                        "3"
+                    )
+                })
+                .respond(written(meta("team", "web", Some(3)), &json!({}), 5)),
+            Call::event("team").respond_with_body(),
+            Call::patch(STATUS).respond_status_of(&nine_to_five()),
+        ],
+    ]));
+    reconcile(Arc::new(nine_to_five()), ctx.clone())
+        .await
+        .unwrap();
+    scenario.finish(ctx).await;
+}
+
+#[tokio::test]
+async fn a_new_scaler_first_gets_its_finalizer() {
+    let mut s = nine_to_five();
+    s.metadata.finalizers = None;
+    let (ctx, verifier) = ctx_at("2025-03-03T12:00:00Z");
+    let scenario = verifier.run(vec![Call::patch(SCALER)
+            .body(|b| {
+                assert_eq!(
+                    b,
+                    &json!([{"op": "test", "path": "/metadata/finalizers", "value": null},
+                            {"op": "add", "path": "/metadata/finalizers", "value": [RESTORE_TARGETS_FINALIZER]}])
+                )
+            })
+            .respond(serde_json::to_value(nine_to_five()).unwrap())]);
+    assert_eq!(
+        reconcile(Arc::new(s), ctx.clone()).await.unwrap(),
+        Action::await_change()
+    );
+    scenario.finish(ctx).await;
+}
+
+#[tokio::test]
+async fn a_denied_write_backs_off_and_shows_the_webhooks_message_once() {
+    let denial = "admission webhook \"vscalers.kubesteer.io\" denied the request: Scaler \"nightly\" is invalid: spec.scaleTargetRefs[0]: Forbidden: no";
+    let mut s = nine_to_five();
+    s.metadata.finalizers = None;
+    let (ctx, verifier) = ctx_at("2025-03-03T12:00:00Z");
+    let shown = json!([{"type": "Ready", "status": "False", "reason": "AdmissionDenied",
+                            "message": denial, "observedGeneration": 3,
+                            "lastTransitionTime": "2025-03-03T12:00:00Z"}]);
+    let want = shown.clone();
+    let scenario = verifier.run(vec![
+            Call::patch(SCALER).error(422, denial),
+            Call::event("team").body(move |b| {
+                assert_eq!(b["type"], "Warning");
+                assert_eq!(b["reason"], "AdmissionDenied");
+                assert_eq!(b["note"], denial);
+            }),
+            Call::patch("/apis/kubesteer.io/v1beta1/namespaces/team/scalers/nightly/status?&force=true&fieldManager=kubesteer-controller-denial")
+                .body(move |b| assert_eq!(b["status"]["conditions"], want))
+                .respond_status_of(&s),
+        ]);
+    let error = reconcile(Arc::new(s.clone()), ctx.clone())
+        .await
+        .expect_err("denied");
+    assert_eq!(error.admission_denial(), Some(denial));
+    assert!(!error.is_conflict(), "a denial is no conflict: {error}");
+    // Backed off as a failure (1 s, then 2 s, ...), not retried at once as a conflict.
+    let first = error_policy(Arc::new(s.clone()), &error, ctx.clone());
+    assert_eq!(first, Action::requeue(Duration::from_secs(1)));
+    assert_eq!(
+        error_policy(Arc::new(s.clone()), &error, ctx.clone()),
+        Action::requeue(Duration::from_secs(2))
+    );
+    scenario.finish(ctx).await;
+
+    // Once the status shows the message, a second denial writes no status again.
+    let mut shown_already = s.clone();
+    shown_already.status = Some(serde_json::from_value(json!({"conditions": shown})).unwrap());
+    let (ctx, verifier) = ctx_at("2025-03-03T12:00:02Z");
+    let scenario = verifier.run(vec![
+        Call::patch(SCALER).error(422, denial),
+        Call::event("team"),
+    ]);
+    assert!(reconcile(Arc::new(shown_already), ctx.clone())
+        .await
+        .is_err());
+    scenario.finish(ctx).await;
+}
+
+#[tokio::test]
+async fn deleting_an_active_scaler_restores_its_targets_then_lets_go() {
+    let mut s = nine_to_five();
+    s.metadata.deletion_timestamp = Some(time(at("2025-03-03T12:00:00Z")));
+    let (ctx, verifier) = ctx_at("2025-03-03T12:00:01Z");
+    let scenario = verifier.run(calls(vec![
+            reads(WEB, meta("team", "web", Some(2)), 5),
+            vec![
+                Call::patch(&patch_of(WEB))
+                    .body(|b| assert_eq!(b["spec"]["replicas"], 2))
+                    .respond(written(meta("team", "web", None), &json!({}), 2)),
+                Call::event("team")
+                    .body(|b| {
+                        assert_eq!(b["reason"], "Restored");
+                        assert_eq!(b["note"], "Restored Deployment team/web from 5 to 2 replicas");
+                    })
+                    .respond_with_body(),
+                Call::patch(SCALER)
+                    .body(|b| {
+                        assert_eq!(
+                            b,
+                            &json!([{"op": "test", "path": "/metadata/finalizers/0", "value": RESTORE_TARGETS_FINALIZER},
+                                    {"op": "remove", "path": "/metadata/finalizers/0"}])
+                        )
+                    })
+                    .respond(serde_json::to_value(nine_to_five()).unwrap()),
+            ],
+        ]));
+    reconcile(Arc::new(s), ctx.clone()).await.unwrap();
+    scenario.finish(ctx).await;
+}
+
+#[tokio::test]
+async fn cron_mode_catches_up_on_the_most_recent_past_firing() {
+    let s = scaler(
+        json!({"scaleTargetRefs": [deployment("web")], "timeZone": "Europe/Berlin",
+        "hpaCooperation": "Disabled", "jobs": [
+            {"name": "morning", "schedule": "0 8 * * *", "replicas": 4},
+            {"name": "night", "schedule": "0 20 * * *", "replicas": 1},
+        ]}),
+    );
+    // 12:00 UTC is 13:00 in Berlin: "morning" fired at 07:00 UTC, "night" fires at 19:00 UTC.
+    let (ctx, verifier) = ctx_at("2025-03-03T12:00:00Z");
+    let scenario = verifier.run(calls(vec![
+        reads(WEB, meta("team", "web", None), 2),
+        vec![
+            Call::patch(&patch_of(WEB))
+                .body(|b| {
+                    assert_eq!(
+                        b["metadata"]["annotations"][annotation::ORIGINAL_REPLICAS],
+                        "2"
+                    )
+                })
+                .body(|b| assert_eq!(b["spec"]["replicas"], 4))
+                .respond(written(meta("team", "web", Some(2)), &json!({}), 4)),
+            Call::event("team").respond_with_body(),
+            Call::patch(STATUS)
+                .body(|b| {
+                    let s = &b["status"];
+                    assert_eq!(s["active"], true);
+                    assert_eq!(s["lastTransition"], "2025-03-03T07:00:00Z");
+                    assert_eq!(
+                        s["nextTransitions"][0],
+                        json!({"time": "2025-03-03T19:00:00Z", "replicas": 1})
+                    );
+                    assert_eq!(s["conditions"][0]["reason"], "JobFired");
+                })
+                .respond_status_of(&s),
+        ],
+    ]));
+    let action = reconcile(Arc::new(s), ctx.clone()).await.unwrap();
+    assert_eq!(
+        action,
+        Action::requeue(Duration::from_secs(7 * 3600) - PREFETCH_LEAD)
+    );
+    scenario.finish(ctx).await;
+}
+
+#[tokio::test]
+async fn a_suspended_scaler_only_reads() {
+    let s = scaler(json!({"scaleTargetRefs": [deployment("web")],
+            "windows": [{"start": 9, "end": 17}], "suspend": true}));
+    let (ctx, verifier) = ctx_at("2025-03-03T12:00:00Z");
+    let scenario = verifier.run(calls(vec![
+        reads(WEB, meta("team", "web", None), 2),
+        vec![Call::patch(STATUS)
+            .body(|b| {
+                assert_eq!(b["status"]["active"], false);
+                assert!(b["status"].get("nextTransitions").is_none(), "{b}");
+                assert_eq!(b["status"]["conditions"][0]["reason"], "Suspended");
+            })
+            .respond_status_of(&s)],
+    ]));
+    assert_eq!(
+        reconcile(Arc::new(s), ctx.clone()).await.unwrap(),
+        Action::await_change()
+    );
+    scenario.finish(ctx).await;
+}
+
+#[tokio::test]
+async fn a_suspended_scaler_gives_back_a_target_dropped_from_its_spec() {
+    let mut s = scaler(json!({"scaleTargetRefs": [deployment("web")],
+            "windows": [{"start": 9, "end": 17, "replicas": 3}], "suspend": true,
+            "hpaCooperation": "Disabled"}));
+    s.status = Some(ScalerStatus {
+        targets: [("team", "web"), ("other", "api")]
+            .into_iter()
+            .map(|(ns, name)| TargetStatus {
+                api_version: "apps/v1".into(),
+                kind: "Deployment".into(),
+                name: name.into(),
+                namespace: ns.into(),
+                replicas: Some(3),
+                original_replicas: Some(1),
+                horizontal_pod_autoscaler: None,
+                scaled_object: None,
+                error: None,
+            })
+            .collect(),
+        ..ScalerStatus::default()
+    });
+    let (ctx, verifier) = ctx_at("2025-03-03T12:00:00Z");
+    let scenario = verifier.run(calls(vec![
+            reads(WEB, meta("team", "web", Some(1)), 3),
+            reads(API, meta("other", "api", Some(1)), 3),
+            vec![
+                Call::patch(&patch_of(API))
+                    .body(|b| {
+                        assert_eq!(
+                            b["metadata"]["annotations"],
+                            json!({annotation::ORIGINAL_REPLICAS: null, annotation::ORIGINAL_REPLICAS_OWNER: null})
+                        )
+                    })
+                    .body(|b| assert_eq!(b["spec"]["replicas"], 1))
+                    .respond(written(meta("other", "api", None), &json!({}), 1)),
+                Call::event("team")
+                    .body(|b| assert_eq!(b["note"], "Restored Deployment other/api from 3 to 1 replicas"))
+                    .respond_with_body(),
+                Call::patch(STATUS)
+                    .body(|b| {
+                        assert_eq!(
+                            b["status"]["targets"],
+                            json!([{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web",
+                                    "namespace": "team", "replicas": 3, "originalReplicas": 1}])
+                        );
+                    })
+                    .respond_status_of(&s),
+            ],
+        ]));
+    assert_eq!(
+        reconcile(Arc::new(s), ctx.clone()).await.unwrap(),
+        Action::await_change()
+    );
+    scenario.finish(ctx).await;
+}
+
+#[tokio::test]
+async fn a_stale_record_of_a_deleted_scaler_is_replaced_not_trusted() {
+    let mut stale = meta("team", "web", Some(2));
+    stale["metadata"]["annotations"][annotation::ORIGINAL_REPLICAS_OWNER] = json!("team/gone");
+    let (ctx, verifier) = ctx_at("2025-03-03T12:00:00Z");
+    let scenario = verifier.run(calls(vec![
+            reads(WEB, stale, 5),
+            vec![
+                Call::get("/apis/kubesteer.io/v1beta1/namespaces/team/scalers/gone").not_found(),
+                Call::patch(&patch_of(WEB))
+                    .body(|b| {
+                        assert_eq!(
+                            b["metadata"]["annotations"],
+                            json!({annotation::ORIGINAL_REPLICAS: "5", annotation::ORIGINAL_REPLICAS_OWNER: ME})
+                        );
+                    })
+                    .respond(meta("team", "web", Some(5))),
+                Call::event("team").respond_with_body(),
+                Call::patch(STATUS)
+                    .body(|b| assert_eq!(b["status"]["targets"][0]["originalReplicas"], 5))
+                    .respond_status_of(&nine_to_five()),
+            ],
+        ]));
+    reconcile(Arc::new(nine_to_five()), ctx.clone())
+        .await
+        .unwrap();
+    scenario.finish(ctx).await;
+}
+
+#[tokio::test]
+async fn a_target_another_live_scaler_scales_is_left_alone_and_reported() {
+    let mut theirs = meta("team", "web", Some(4));
+    theirs["metadata"]["annotations"][annotation::ORIGINAL_REPLICAS_OWNER] = json!("team/daily");
+    let mut daily = serde_json::to_value(nine_to_five()).unwrap();
+    daily["metadata"]["name"] = json!("daily");
+    let (ctx, verifier) = ctx_at("2025-03-03T12:00:00Z");
+    let scenario = verifier.run(calls(vec![
+        reads(WEB, theirs, 2),
+        vec![
+            Call::get("/apis/kubesteer.io/v1beta1/namespaces/team/scalers/daily").respond(daily),
+            Call::event("team")
+                .body(|b| {
+                    assert_eq!(b["type"], "Warning");
+                    assert_eq!(b["reason"], "TargetClaimed");
+                })
+                .respond_with_body(),
+            Call::patch(STATUS)
+                .body(|b| {
+                    let s = &b["status"];
+                    assert_eq!(s["conditions"][0]["reason"], "TargetClaimed");
+                    assert_eq!(
+                        s["conditions"][0]["message"],
+                        "Deployment team/web is scaled by Scaler team/daily"
+                    );
+                    assert_eq!(s["targets"][0]["replicas"], 2);
+                })
+                .respond_status_of(&nine_to_five()),
+        ],
+    ]));
+    reconcile(Arc::new(nine_to_five()), ctx.clone())
+        .await
+        .unwrap();
+    scenario.finish(ctx).await;
+}
+
+#[tokio::test]
+async fn a_stored_never_firing_schedule_is_reported_not_searched() {
+    // Stored while the webhook was down: the controller must neither panic nor spin on it.
+    let s = scaler(json!({"scaleTargetRefs": [deployment("web")],
+            "jobs": [{"name": "feb30", "schedule": "0 0 30 2 *", "replicas": 2}]}));
+    let (ctx, verifier) = ctx_at("2025-03-03T12:00:00Z");
+    let message =
+        "spec.jobs[0].schedule: Invalid value: \"0 0 30 2 *\": never fires within 5 years";
+    let scenario = verifier.run(vec![
+        Call::event("team")
+            .body(move |b| assert_eq!(b["note"], message))
+            .respond_with_body(),
+        Call::patch(STATUS)
+            .body(move |b| {
+                assert_eq!(b["status"]["active"], false);
+                assert_eq!(b["status"]["conditions"][0]["reason"], "InvalidSchedule");
+                assert_eq!(b["status"]["conditions"][0]["message"], message);
+            })
+            .respond_status_of(&s),
+    ]);
+    assert_eq!(
+        reconcile(Arc::new(s), ctx.clone()).await.unwrap(),
+        Action::await_change()
+    );
+    scenario.finish(ctx).await;
+}
+
+const HPA: &str = "/apis/autoscaling/v2/namespaces/team/horizontalpodautoscalers/web-hpa";
+const HPA_PATCH: &str = "/apis/autoscaling/v2/namespaces/team/horizontalpodautoscalers/web-hpa?&fieldManager=kubesteer-controller";
+
+/// HPA web-hpa of Deployment web at `min` (max 10), with this Scaler's record of `original`.
+fn hpa(min: i32, original: Option<i32>) -> Value {
+    let mut h = json!({
+        "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": "web-hpa", "namespace": "team", "resourceVersion": "7"},
+        "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+                 "minReplicas": min, "maxReplicas": 10},
+    });
+    if let Some(o) = original {
+        h["metadata"]["annotations"] = json!({
+            annotation::ORIGINAL_MIN_REPLICAS: o.to_string(),
+            annotation::ORIGINAL_REPLICAS_OWNER: ME,
+        });
+    }
+    h
+}
+
+#[tokio::test]
+async fn an_hpa_gets_its_min_replicas_raised_and_restored_instead_of_the_replicas() {
+    let s = scaler(json!({"scaleTargetRefs": [deployment("web")],
+            "windows": [{"start": 9, "end": 17, "replicas": 5}]}));
+    let list = |h: Value| json!({"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscalerList", "metadata": {}, "items": [h]});
+
+    // Inside the window: minReplicas 2 → 5, the original recorded; the Deployment untouched.
+    let (ctx, verifier) = ctx_at("2025-03-03T12:00:00Z");
+    let scenario = verifier.run(calls(vec![
+            reads(WEB, meta("team", "web", None), 2),
+            vec![
+                Call::get(HPAS).respond(list(hpa(2, None))),
+                Call::patch(HPA_PATCH)
+                    .body(|b| {
+                        assert_eq!(
+                            b,
+                            &json!({"metadata": {"resourceVersion": "7", "annotations": {
+                                annotation::ORIGINAL_MIN_REPLICAS: "2", annotation::ORIGINAL_REPLICAS_OWNER: ME}},
+                                "spec": {"minReplicas": 5}})
+                        )
+                    })
+                    .respond(hpa(5, Some(2))),
+                Call::event("team")
+                    .body(|b| {
+                        assert_eq!(
+                            b["note"],
+                            "Set HorizontalPodAutoscaler team/web-hpa minReplicas from 2 to 5 for Deployment team/web; it scales the target"
+                        )
+                    })
+                    .respond_with_body(),
+                Call::patch(STATUS)
+                    .body(|b| {
+                        assert_eq!(b["status"]["targets"][0]["horizontalPodAutoscaler"], "web-hpa");
+                        assert_eq!(b["status"]["targets"][0]["replicas"], 2);
+                    })
+                    .respond_status_of(&s),
+            ],
+        ]));
+    reconcile(Arc::new(s.clone()), ctx.clone()).await.unwrap();
+    scenario.finish(ctx).await;
+
+    // After the window: minReplicas back to 2 and the record gone.
+    let (ctx, verifier) = ctx_at("2025-03-03T18:00:00Z");
+    let scenario = verifier.run(calls(vec![
+            reads(WEB, meta("team", "web", None), 5),
+            vec![
+                Call::get(HPAS).respond(list(hpa(5, Some(2)))),
+                Call::patch(HPA_PATCH)
+                    .body(|b| {
+                        assert_eq!(b["spec"]["minReplicas"], 2);
+                        assert_eq!(
+                            b["metadata"]["annotations"],
+                            json!({annotation::ORIGINAL_MIN_REPLICAS: null, annotation::ORIGINAL_REPLICAS_OWNER: null})
+                        );
+                    })
+                    .respond(hpa(2, None)),
+                Call::event("team")
+                    .body(|b| assert_eq!(b["note"], "Restored HorizontalPodAutoscaler team/web-hpa minReplicas from 5 to 2"))
+                    .respond_with_body(),
+                Call::patch(STATUS).respond_status_of(&s),
+            ],
+        ]));
+    reconcile(Arc::new(s), ctx.clone()).await.unwrap();
+    scenario.finish(ctx).await;
+}
+
+#[tokio::test]
+async fn an_hpa_raised_before_cooperation_was_switched_off_is_restored_by_its_recorded_name() {
+    // Raised to 5 while hpaCooperation was Enabled; now Disabled inside the window.
+    let mut s = nine_to_five();
+    s.status = Some(ScalerStatus {
+        targets: vec![TargetStatus {
+            horizontal_pod_autoscaler: Some("web-hpa".into()),
+            ..named_in_spec(&s, "team")[0].status()
+        }],
+        ..ScalerStatus::default()
+    });
+    let (ctx, verifier) = ctx_at("2025-03-03T12:00:00Z");
+    let scenario = verifier.run(calls(vec![
+            reads(WEB, meta("team", "web", None), 2),
+            vec![
+                Call::get(HPA).respond(hpa(5, Some(2))),
+                Call::patch(HPA_PATCH)
+                    .body(|b| {
+                        assert_eq!(b["spec"]["minReplicas"], 2);
+                        assert_eq!(
+                            b["metadata"]["annotations"],
+                            json!({annotation::ORIGINAL_MIN_REPLICAS: null, annotation::ORIGINAL_REPLICAS_OWNER: null})
+                        );
+                    })
+                    .respond(hpa(2, None)),
+                Call::event("team")
+                    .body(|b| assert_eq!(b["note"], "Restored HorizontalPodAutoscaler team/web-hpa minReplicas from 5 to 2"))
+                    .respond_with_body(),
+                Call::patch(&patch_of(WEB))
+                    .body(|b| assert_eq!(b["spec"]["replicas"], 5))
+                    .respond(written(meta("team", "web", Some(2)), &json!({}), 5)),
+                Call::event("team")
+                    .body(|b| assert_eq!(b["reason"], "Scaled"))
+                    .respond_with_body(),
+                Call::patch(STATUS)
+                    .body(|b| {
+                        let entry = &b["status"]["targets"][0];
+                        assert!(entry.get("horizontalPodAutoscaler").is_none(), "{entry}");
+                        assert_eq!(entry["replicas"], 5);
+                    })
+                    .respond_status_of(&s),
+            ],
+        ]));
+    reconcile(Arc::new(s.clone()), ctx.clone()).await.unwrap();
+    scenario.finish(ctx).await;
+
+    // An HPA recorded but gone, or no longer carrying this Scaler's record, is left alone.
+    let (ctx, verifier) = ctx_at("2025-03-03T12:00:00Z");
+    let scenario = verifier.run(calls(vec![
+        reads(WEB, meta("team", "web", Some(2)), 5),
+        vec![
+            Call::get(HPA).respond(hpa(3, None)),
+            Call::patch(STATUS).respond_status_of(&s),
+        ],
+    ]));
+    reconcile(Arc::new(s), ctx.clone()).await.unwrap();
+    scenario.finish(ctx).await;
+}
+
+#[test]
+fn an_hpa_min_never_exceeds_its_max_nor_goes_below_one() {
+    let hpa: HorizontalPodAutoscaler = serde_json::from_value(json!({
+        "metadata": {"name": "h", "namespace": "team"},
+        "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+                 "minReplicas": 2, "maxReplicas": 10},
+    }))
+    .unwrap();
+    let web = Named {
+        api_version: "apps/v1".into(),
+        kind: "Deployment".into(),
+        namespace: "team".into(),
+        name: "web".into(),
+    };
+    assert_eq!(
+        hpa_change(&hpa, &web, ME, Some(12)).unwrap().replicas,
+        Some(10)
+    );
+    assert_eq!(
+        autoscaler_of(std::slice::from_ref(&hpa), &web).map(|h| h.name_any()),
+        Some("h".into())
+    );
+    let db = Named {
+        kind: "StatefulSet".into(),
+        ..web.clone()
+    };
+    assert!(autoscaler_of(std::slice::from_ref(&hpa), &db).is_none());
+    assert_eq!(
+        hpa_change(&hpa, &web, ME, None),
+        None,
+        "nothing recorded, nothing to restore"
+    );
+    // A recorded original edited past what the apiserver accepts is restored within it.
+    for (recorded, to) in [("999", 10), ("0", 1), ("-1", 2), ("3", 3)] {
+        let mut edited = hpa.clone();
+        edited.metadata.annotations = Some(
+            [
+                (
+                    annotation::ORIGINAL_MIN_REPLICAS.to_string(),
+                    recorded.to_string(),
+                ),
+                (
+                    annotation::ORIGINAL_REPLICAS_OWNER.to_string(),
+                    ME.to_string(),
+                ),
+            ]
+            .into(),
+        );
+        let change = hpa_change(&edited, &web, ME, None).expect("a restore");
+        assert_eq!(change.replicas, Some(to), "recorded {recorded}");
+        assert_eq!(change.record.unwrap()["spec"]["minReplicas"], to);
+    }
+}
+
+#[tokio::test]
+async fn a_stateful_set_gets_its_record_and_replicas_in_one_write() {
+    let db = "/apis/apps/v1/namespaces/team/statefulsets/db";
+    let s = scaler(
+        json!({"scaleTargetRefs": [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db"}],
+            "windows": [{"start": 9, "end": 17, "replicas": 3}], "hpaCooperation": "Disabled"}),
+    );
+    let (ctx, verifier) = ctx_at("2025-03-03T12:00:00Z");
+    let scenario = verifier.run(calls(vec![
+        reads(db, meta("team", "db", None), 1),
+        vec![
+            Call::patch(&patch_of(db))
+                .body(|b| assert_eq!(b["spec"]["replicas"], 3))
+                .respond(written(meta("team", "db", Some(1)), &json!({}), 3)),
+            Call::event("team")
+                .body(|b| {
+                    assert_eq!(
+                        b["note"],
+                        "Scaled StatefulSet team/db from 1 to 3 replicas; recorded 1 to restore"
+                    )
+                })
+                .respond_with_body(),
+            Call::patch(STATUS)
+                .body(|b| assert_eq!(b["status"]["targets"][0]["kind"], "StatefulSet"))
+                .respond_status_of(&s),
+        ],
+    ]));
+    reconcile(Arc::new(s), ctx.clone()).await.unwrap();
+    scenario.finish(ctx).await;
+}
+
+#[tokio::test]
+async fn a_custom_kind_gets_its_record_first_then_its_replicas_through_scale() {
+    let workers = "/apis/example.com/v1/namespaces/team/workers/w";
+    let s = scaler(
+        json!({"scaleTargetRefs": [{"apiVersion": "example.com/v1", "kind": "Worker", "name": "w"}],
+            "windows": [{"start": 9, "end": 17, "replicas": 4}], "hpaCooperation": "Disabled"}),
+    );
+    let (ctx, verifier) = ctx_at("2025-03-03T12:00:00Z");
+    ctx.mapper.remember(
+        "example.com/v1",
+        "Worker",
+        Ok(ApiResource {
+            group: "example.com".into(),
+            version: "v1".into(),
+            api_version: "example.com/v1".into(),
+            kind: "Worker".into(),
+            plural: "workers".into(),
+        }),
+    );
+    let record = recorded("1");
+    let scenario = verifier.run(calls(vec![
+        reads(workers, meta("team", "w", None), 1),
+        vec![
+            // Its /scale may be anything, so the record goes first, on its own.
+            Call::patch(&patch_of(workers))
+                .body({
+                    let r = record.clone();
+                    move |b| assert_eq!(b, &r)
+                })
+                .respond(annotated(meta("team", "w", None), &record)),
+            Call::patch(&patch_of(&scale_of(workers)))
+                .body(|b| assert_eq!(b, &json!({"spec": {"replicas": 4}})))
+                .respond(scale("team", "w", 4)),
+            Call::event("team")
+                .body(|b| {
+                    assert_eq!(
+                        b["note"],
+                        "Scaled Worker team/w from 1 to 4 replicas; recorded 1 to restore"
+                    )
+                })
+                .respond_with_body(),
+            Call::patch(STATUS)
+                .body(|b| assert_eq!(b["status"]["targets"][0]["replicas"], 4))
+                .respond_status_of(&s),
+        ],
+    ]));
+    reconcile(Arc::new(s), ctx.clone()).await.unwrap();
+    scenario.finish(ctx).await;
+}
+
+#[tokio::test]
+async fn a_target_that_cannot_be_scaled_is_reported_without_touching_it() {
+    let s = scaler(
+        json!({"scaleTargetRefs": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "cm"}],
+            "windows": [{"start": 9, "end": 17}], "hpaCooperation": "Disabled"}),
+    );
+    let (ctx, verifier) = ctx_at("2025-03-03T12:00:00Z");
+    ctx.mapper.remember(
+        "v1",
+        "ConfigMap",
+        Err(Unscalable::NoScaleSubresource {
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+        }),
+    );
+    let message =
+        "ConfigMap team/cm: ConfigMap (v1) has no /scale subresource, so it cannot be scaled";
+    let scenario = verifier.run(vec![
+        Call::event("team")
+            .body(move |b| {
+                assert_eq!(b["reason"], "TargetNotScalable");
+                assert_eq!(b["note"], message);
+            })
+            .respond_with_body(),
+        Call::patch(STATUS)
+            .body(|b| assert_eq!(b["status"]["conditions"][0]["reason"], "TargetNotScalable"))
+            .respond_status_of(&s),
+    ]);
+    reconcile(Arc::new(s), ctx.clone()).await.unwrap();
+    scenario.finish(ctx).await;
+}
+
+#[tokio::test]
+async fn overlapping_windows_scale_to_the_highest_and_a_holiday_restores() {
+    let s = scaler(
+        json!({"scaleTargetRefs": [deployment("web")], "hpaCooperation": "Disabled",
+            "windows": [{"start": 9, "end": 17, "replicas": 2}, {"start": 11, "end": 13, "replicas": 6}]}),
+    );
+    let (ctx, verifier) = ctx_at("2025-03-03T12:00:00Z");
+    let scenario = verifier.run(calls(vec![
+        reads(WEB, meta("team", "web", Some(1)), 2),
+        vec![
+            Call::patch(&patch_of(&scale_of(WEB)))
+                .body(|b| assert_eq!(b["spec"]["replicas"], 6))
+                .respond(scale("team", "web", 6)),
+            Call::event("team").respond_with_body(),
+            Call::patch(STATUS)
+                .body(|b| {
+                    assert_eq!(
+                        b["status"]["nextTransitions"],
+                        json!([{"time": "2025-03-03T13:00:00Z", "replicas": 2},
+                                   {"time": "2025-03-03T17:00:00Z"},
+                                   {"time": "2025-03-04T09:00:00Z", "replicas": 2}])
+                    )
+                })
+                .respond_status_of(&s),
+        ],
+    ]));
+    reconcile(Arc::new(s.clone()), ctx.clone()).await.unwrap();
+    scenario.finish(ctx).await;
+
+    let mut holiday = s;
+    holiday.spec.exclude_dates = Some(vec!["2025-03-03".into()]);
+    let (ctx, verifier) = ctx_at("2025-03-03T12:00:00Z");
+    let scenario = verifier.run(calls(vec![
+        reads(WEB, meta("team", "web", Some(1)), 6),
+        vec![
+            Call::patch(&patch_of(WEB))
+                .body(|b| assert_eq!(b["spec"]["replicas"], 1))
+                .respond(written(meta("team", "web", None), &json!({}), 1)),
+            Call::event("team").respond_with_body(),
+            Call::patch(STATUS)
+                .body(|b| {
+                    assert_eq!(b["status"]["conditions"][0]["reason"], "ExcludedDate");
+                    assert_eq!(
+                        b["status"]["nextTransitions"][0],
+                        json!({"time": "2025-03-04T09:00:00Z", "replicas": 2})
+                    );
+                })
+                .respond_status_of(&holiday),
+        ],
+    ]));
+    reconcile(Arc::new(holiday), ctx.clone()).await.unwrap();
+    scenario.finish(ctx).await;
+}
+
+#[test]
+fn the_backoff_of_a_failed_scaler_never_outlasts_its_next_transition() {
+    let mut s = nine_to_five();
+    // Applied up to the 09:00 opening.
+    s.status = Some(ScalerStatus {
+        last_transition: Some(time(at("2025-03-03T09:00:00Z"))),
+        ..ScalerStatus::default()
+    });
+    let long = Duration::from_secs(300);
+    assert_eq!(
+        retry_delay(long, &s, at("2025-03-03T16:58:00Z"), true),
+        Duration::from_secs(120),
+        "capped by the 17:00 closing"
+    );
+    assert_eq!(
+        retry_delay(long, &s, at("2025-03-03T12:00:00Z"), true),
+        long,
+        "nothing owed, nothing near"
+    );
+    // Past 17:00 with the closing not applied: an outage retries often, a bad request does not.
+    let after = at("2025-03-03T17:00:40Z");
+    assert_eq!(retry_delay(long, &s, after, true), OUTAGE_RETRY);
+    assert_eq!(retry_delay(long, &s, after, false), long);
+    let mut suspended = s.clone();
+    suspended.spec.suspend = Some(true);
+    assert_eq!(retry_delay(long, &suspended, after, true), long);
+    assert_eq!(
+        next_action(None, false, after),
+        Action::requeue(NO_TRANSITION_RECHECK)
+    );
+    assert_eq!(next_action(None, true, after), Action::await_change());
+}
+
+fn web() -> Named {
+    Named {
+        api_version: "apps/v1".into(),
+        kind: "Deployment".into(),
+        namespace: "team".into(),
+        name: "web".into(),
+    }
+}
+
+fn current(replicas: i32, annotations: &[(&str, &str)]) -> Current {
+    Current {
+        annotations: annotations
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        resource_version: Some("41".into()),
+        replicas,
+        ..Current::default()
+    }
+}
+
+#[test]
+fn target_changes_follow_the_record() {
+    let mine = [
+        (annotation::ORIGINAL_REPLICAS, "2"),
+        (annotation::ORIGINAL_REPLICAS_OWNER, ME),
+    ];
+    let change = |c: &Current, wanted, outside| {
+        target_change(
+            &web(),
+            c,
+            ME,
+            &Record::of(&c.annotations, ME),
+            wanted,
+            outside,
+        )
+    };
+    assert_eq!(change(&current(5, &mine), Some(5), None), None, "settled");
+    assert_eq!(
+        change(&current(2, &[]), None, Some(9)),
+        None,
+        "outside: left alone"
+    );
+    let same = change(&current(5, &[]), Some(5), None).unwrap();
+    assert_eq!(
+        same.record.unwrap()["metadata"]["annotations"],
+        json!({annotation::ORIGINAL_REPLICAS: "5", annotation::ORIGINAL_REPLICAS_OWNER: ME}),
+        "the original is recorded, with its owner, even when it already matches"
+    );
+    assert_eq!(same.replicas, None);
+    let unreadable = current(5, &[(annotation::ORIGINAL_REPLICAS, "many")]);
+    let release = change(&unreadable, None, None).unwrap();
+    assert_eq!(release.replicas, None, "{release:?}");
+    assert!(release.restoring);
+}
+
+#[test]
+fn a_record_of_another_scaler_is_neither_trusted_nor_touched() {
+    let c = current(5, &[(annotation::ORIGINAL_REPLICAS, "2")]);
+    let theirs = Record::Other("team/nightly".into());
+    for (wanted, outside) in [(Some(3), None), (None, None), (None, Some(1))] {
+        assert_eq!(
+            target_change(&web(), &c, "team/daily", &theirs, wanted, outside),
+            None
+        );
+    }
+    // A stale record (its Scaler gone) is read as none: the current replicas are recorded anew.
+    let fresh = target_change(&web(), &c, "team/daily", &Record::Absent, Some(3), None).unwrap();
+    assert_eq!(
+        fresh.record.unwrap()["metadata"]["annotations"],
+        json!({annotation::ORIGINAL_REPLICAS: "5", annotation::ORIGINAL_REPLICAS_OWNER: "team/daily"})
+    );
+}
+
+#[test]
+fn a_wake_up_a_hair_before_the_boundary_acts_as_at_the_boundary() {
+    let status = ScalerStatus {
+        next_transitions: vec![Transition {
+            time: time(at("2025-03-03T09:00:00Z")),
+            replicas: Some(3),
+        }],
+        ..ScalerStatus::default()
+    };
+    let boundary = at("2025-03-03T09:00:00Z");
+    let early = at("2025-03-03T08:59:59.990Z");
+    assert_eq!(at_boundary(early, &status), boundary);
+    let too_early = at("2025-03-03T08:59:59.900Z");
+    assert_eq!(at_boundary(too_early, &status), too_early);
+    let late = at("2025-03-03T09:00:00.004Z");
+    assert_eq!(at_boundary(late, &status), late);
+    assert_eq!(at_boundary(early, &ScalerStatus::default()), early);
+    // Requeued for the boundary itself, without slack.
+    assert_eq!(until(too_early, boundary), Duration::from_millis(100));
+}
+
+#[test]
+fn a_record_from_before_owners_is_adopted_with_an_owner() {
+    let legacy = current(5, &[(annotation::ORIGINAL_REPLICAS, "2")]);
+    let record = Record::of(&legacy.annotations, ME);
+    let adopt = target_change(&web(), &legacy, ME, &record, Some(5), None).unwrap();
+    assert_eq!(
+        adopt.record.unwrap()["metadata"]["annotations"],
+        json!({annotation::ORIGINAL_REPLICAS_OWNER: ME})
+    );
+    let restore = target_change(&web(), &legacy, ME, &record, None, None).unwrap();
+    assert_eq!(restore.replicas, Some(2));
+}
+
+#[test]
+fn targets_map_to_the_scalers_that_name_them() {
+    let mut claims = ClaimIndex::default();
+    let mut other_ns = scaler(json!({"scaleTargetRefs": [
+            {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "api", "namespace": "other"}],
+            "windows": [{"start": 1, "end": 2}]}));
+    other_ns.metadata.name = Some("cross".into());
+    claims.upsert(&nine_to_five());
+    claims.upsert(&other_ns);
+    let object = |ns: &str, name: &str| -> k8s_openapi::api::apps::v1::Deployment {
+        serde_json::from_value(json!({"metadata": {"name": name, "namespace": ns}})).unwrap()
+    };
+    let names = |refs: Vec<ObjectRef<Scaler>>| refs.into_iter().map(|r| r.name).collect::<Vec<_>>();
+    assert_eq!(
+        names(scalers_targeting(
+            &claims,
+            "apps/v1",
+            "Deployment",
+            &object("team", "web")
+        )),
+        vec!["nightly"]
+    );
+    assert_eq!(
+        names(scalers_targeting(
+            &claims,
+            "apps/v1",
+            "StatefulSet",
+            &object("other", "api")
+        )),
+        vec!["cross"]
+    );
+    assert!(
+        scalers_targeting(&claims, "apps/v1", "Deployment", &object("other", "api")).is_empty()
+    );
+}
+
+/// `s` named `name`, created at `created` with `uid`.
+fn aged(mut s: Scaler, name: &str, created: &str, uid: &str) -> Scaler {
+    s.metadata.name = Some(name.into());
+    s.metadata.uid = Some(uid.into());
+    s.metadata.creation_timestamp = Some(time(at(created)));
+    s
+}
+
+#[tokio::test]
+async fn a_younger_scaler_leaves_a_shared_target_to_the_older_and_says_so_once() {
+    let older = aged(nine_to_five(), "early", "2025-03-01T00:00:00Z", "uid-b");
+    let me = aged(nine_to_five(), "nightly", "2025-03-02T00:00:00Z", "uid-a");
+    let (ctx, verifier) = ctx_at("2025-03-03T12:00:00Z");
+    let mut follow = kubesteer_runtime::claims::follow(&ctx.claims);
+    follow(&kube::runtime::watcher::Event::Apply(older));
+    follow(&kube::runtime::watcher::Event::Apply(me.clone()));
+    let written = Arc::new(std::sync::Mutex::new(Value::Null));
+    let message = "Deployment team/web is owned by Scaler team/early, which is older; it is left alone until that one lets go";
+    let scenario = verifier.run(calls(vec![
+        // Read for the status only: no write to the target.
+        reads(WEB, meta("team", "web", None), 5),
+        vec![
+            Call::event("team")
+                .body(move |b| {
+                    assert_eq!(b["reason"], "Conflict");
+                    assert_eq!(b["note"], message);
+                })
+                .respond_with_body(),
+            Call::patch(STATUS)
+                .body({
+                    let written = written.clone();
+                    move |b| {
+                        let c = &b["status"]["conditions"][0];
+                        assert_eq!(
+                            (&c["status"], &c["reason"]),
+                            (&json!("False"), &json!("Conflict"))
+                        );
+                        assert_eq!(c["message"], message);
+                        *written.lock().unwrap() = b["status"].clone();
+                    }
+                })
+                .respond_status_of(&me),
+        ],
+    ]));
+    reconcile(Arc::new(me.clone()), ctx.clone()).await.unwrap();
+    scenario.finish(ctx).await;
+
+    // Reconciled again in the same conflict: no event, no write, the target untouched.
+    let mut again = me;
+    again.status = Some(serde_json::from_value(written.lock().unwrap().clone()).unwrap());
+    let (ctx2, verifier) = ctx_at("2025-03-03T12:00:05Z");
+    let mut follow = kubesteer_runtime::claims::follow(&ctx2.claims);
+    for s in [
+        aged(nine_to_five(), "early", "2025-03-01T00:00:00Z", "uid-b"),
+        again.clone(),
+    ] {
+        follow(&kube::runtime::watcher::Event::Apply(s));
+    }
+    let scenario = verifier.run(reads(WEB, meta("team", "web", None), 5));
+    reconcile(Arc::new(again), ctx2.clone()).await.unwrap();
+    scenario.finish(ctx2).await;
+}
+
+#[tokio::test]
+async fn the_older_scaler_takes_a_shared_target_over_with_the_replicas_recorded() {
+    // The younger scaled it first (the older claimed it later, with the webhook down).
+    let me = aged(nine_to_five(), "nightly", "2025-03-01T00:00:00Z", "uid-z");
+    let younger = aged(nine_to_five(), "late", "2025-03-02T00:00:00Z", "uid-a");
+    let mut theirs = meta("team", "web", Some(2));
+    theirs["metadata"]["annotations"][annotation::ORIGINAL_REPLICAS_OWNER] = json!("team/late");
+    let (ctx, verifier) = ctx_at("2025-03-03T12:00:00Z");
+    let expected = json!({
+        "metadata": {"resourceVersion": "41", "annotations": {annotation::ORIGINAL_REPLICAS_OWNER: ME}},
+    });
+    let scenario = verifier.run(calls(vec![
+        reads(WEB, theirs.clone(), 4),
+        vec![
+            Call::get("/apis/kubesteer.io/v1beta1/namespaces/team/scalers/late")
+                .respond(serde_json::to_value(&younger).unwrap()),
+            Call::patch(&patch_of(WEB))
+                .body({
+                    let mut p = expected.clone();
+                    p["spec"] = json!({"replicas": 5});
+                    move |b| assert_eq!(b, &p)
+                })
+                .respond(written(theirs, &expected, 5)),
+            Call::event("team").respond_with_body(),
+            Call::patch(STATUS)
+                .body(|b| {
+                    assert_eq!(b["status"]["targets"][0]["originalReplicas"], 2);
+                    assert_eq!(b["status"]["targets"][0]["replicas"], 5);
+                    assert_eq!(b["status"]["conditions"][0]["reason"], "WindowOpen");
+                })
+                .respond_status_of(&me),
+        ],
+    ]));
+    reconcile(Arc::new(me), ctx.clone()).await.unwrap();
+    scenario.finish(ctx).await;
+}
+
+#[tokio::test]
+async fn a_cleanup_that_lost_the_race_to_a_gone_scaler_is_quiet() {
+    let mut s = nine_to_five();
+    s.metadata.deletion_timestamp = Some(time(at("2025-03-03T12:00:00Z")));
+    let (ctx, verifier) = ctx_at("2025-03-03T12:00:01Z");
+    let scenario = verifier.run(calls(vec![
+        reads(WEB, meta("team", "web", None), 2),
+        vec![Call::patch(SCALER).not_found()],
+    ]));
+    assert_eq!(
+        reconcile(Arc::new(s), ctx.clone()).await.unwrap(),
+        Action::await_change()
+    );
+    scenario.finish(ctx).await;
+}
+
+#[test]
+fn a_keda_scaled_object_is_paused_with_its_own_annotation_and_given_back_as_it_was() {
+    let target = Named {
+        api_version: "apps/v1".into(),
+        kind: "Deployment".into(),
+        namespace: "team".into(),
+        name: "web".into(),
+    };
+    let so = |annotations: serde_json::Value| -> DynamicObject {
+        serde_json::from_value(json!({
+                "apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
+                "metadata": {"name": "web", "namespace": "team", "resourceVersion": "7", "annotations": annotations},
+            }))
+            .expect("a ScaledObject")
+    };
+    let paused = keda_change(&so(json!({})), &target, "team/nightly", Some(0)).expect("paused");
+    assert_eq!(
+        paused.record,
+        Some(json!({"metadata": {"resourceVersion": "7", "annotations": {
+            "autoscaling.keda.sh/paused-replicas": "0",
+            "kubesteer.io/original-replicas-owner": "team/nightly",
+            "kubesteer.io/original-paused-replicas": "",
+        }}}))
+    );
+    assert_eq!(paused.note, "Paused ScaledObject team/web at 0 replicas for Deployment team/web; KEDA scales the target");
+    let mine = so(json!({
+        "autoscaling.keda.sh/paused-replicas": "0",
+        "kubesteer.io/original-replicas-owner": "team/nightly",
+        "kubesteer.io/original-paused-replicas": "",
+    }));
+    assert_eq!(
+        keda_change(&mine, &target, "team/nightly", Some(0)),
+        None,
+        "as it should be"
+    );
+    assert_eq!(
+        keda_change(&mine, &target, "team/other", Some(3)),
+        None,
+        "another Scaler's"
+    );
+    let resumed = keda_change(&mine, &target, "team/nightly", None).expect("resumed");
+    assert_eq!(
+        resumed.record,
+        Some(json!({"metadata": {"resourceVersion": "7", "annotations": {
+            "autoscaling.keda.sh/paused-replicas": null,
+            "kubesteer.io/original-replicas-owner": null,
+            "kubesteer.io/original-paused-replicas": null,
+        }}}))
+    );
+    // Paused by its owner before the Scaler: that pause is what comes back.
+    let before = so(json!({
+        "autoscaling.keda.sh/paused-replicas": "2",
+        "kubesteer.io/original-replicas-owner": "team/nightly",
+        "kubesteer.io/original-paused-replicas": "2",
+    }));
+    let back = keda_change(&before, &target, "team/nightly", None).expect("given back");
+    assert_eq!(
+        back.record.expect("a patch")["metadata"]["annotations"]
+            ["autoscaling.keda.sh/paused-replicas"],
+        "2"
+    );
+    assert_eq!(
+        keda_change(&so(json!({})), &target, "team/nightly", None),
+        None
+    );
+}
