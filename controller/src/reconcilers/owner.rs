@@ -1,0 +1,537 @@
+//! The owner kinds' one reconcile: the [`Owner`] trait a kind implements (its children, its
+//! status), [`reconcile`] and [`error_policy`] for every such kind, the Ingress an owner may
+//! have, the one rollout check ([`Rollout`]), and the conditions they share.
+use std::fmt::Debug;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentCondition};
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::networking::v1::Ingress;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::api::{Api, DeleteParams, Preconditions};
+use kube::core::object::HasStatus;
+use kube::core::NamespaceResourceScope;
+use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
+use kube::Resource;
+use kubesteer_api::common::condition;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::children::{
+    self, apply_params, namespace_and_name, Children, Ensured, NameConflict, Packed,
+};
+use crate::{Context, Error, Result};
+use kubesteer_api::keys::condition::{AVAILABLE, DEGRADED, PROGRESSING, READY};
+use kubesteer_api::keys::reason;
+
+use super::{status_patch, time};
+
+/// A kind that owns a Deployment and a Service, and reports their state in its status.
+pub trait Owner:
+    Resource<DynamicType = (), Scope = NamespaceResourceScope>
+    + HasStatus<Status: OwnerStatus>
+    + Clone
+    + Debug
+    + DeserializeOwned
+    + Serialize
+    + Send
+    + Sync
+    + 'static
+{
+    /// The kind, as in metrics, logs and events.
+    const KIND: &'static str;
+    /// The `app.kubernetes.io/name` of everything it owns; its caches go by it.
+    const APP: &'static str;
+    /// How long a status write that only reports progress may wait for more of it.
+    const STATUS_GRACE: Duration = Duration::ZERO;
+    /// Whether its status names its pods, so that their metadata is watched and cached.
+    const NAMES_PODS: bool = false;
+    /// Whether it may own an Ingress, so that its Ingresses are watched and cached.
+    const OWNS_INGRESS: bool = false;
+
+    /// What [`Owner::prepare`] learns for the Deployment, e.g. the uid of a Secret.
+    type Prepared: Default + Send + Sync;
+
+    /// Children made before the Deployment and the Service, which may refer to them. A conflict
+    /// reported here keeps the Deployment from being applied: its pods would read an object of
+    /// someone else's.
+    fn prepare(
+        &self,
+        _ctx: &Context,
+        _namespace: &str,
+        _name: &str,
+    ) -> impl Future<Output = Result<Prepared<Self::Prepared>>> + Send {
+        async { Ok(Prepared::default()) }
+    }
+
+    /// The Deployment it wants.
+    fn deployment(&self, prepared: &Self::Prepared) -> Result<Deployment>;
+
+    /// The Service it wants.
+    fn service(&self) -> Result<Service>;
+
+    /// The Ingress it wants, if any (only read when it [owns Ingresses](Owner::OWNS_INGRESS)):
+    /// with none, the one it owned is deleted.
+    fn ingress(&self) -> Result<Option<Ingress>> {
+        Ok(None)
+    }
+
+    /// Its status, from its children as the caches (or the apiserver's answers) show them.
+    fn status_from(&self, children: &Observed<'_>, now: DateTime<Utc>) -> Self::Status;
+
+    /// When to look again once everything is as wanted.
+    fn settled(&self, _prepared: &Self::Prepared) -> Action {
+        Action::await_change()
+    }
+
+    /// The result as it may be told (in events and logs): e.g. without a password it holds.
+    fn redact(&self, result: Result<Action>) -> Result<Action> {
+        result
+    }
+}
+
+/// What [`Owner::prepare`] did: children created (for the event), names taken, and what it learnt.
+pub struct Prepared<T> {
+    pub value: T,
+    pub created: Vec<String>,
+    pub conflicts: Vec<NameConflict>,
+}
+
+impl<T: Default> Default for Prepared<T> {
+    fn default() -> Self {
+        Self {
+            value: T::default(),
+            created: Vec::new(),
+            conflicts: Vec::new(),
+        }
+    }
+}
+
+/// The children an owner's status is made from.
+pub struct Observed<'a> {
+    pub namespace: &'a str,
+    pub deployment: &'a Deployment,
+    pub service: &'a Service,
+    /// Its Ingress, when it wants one.
+    pub ingress: Option<&'a Ingress>,
+    /// Sorted names of its live pods, if it [names them](Owner::NAMES_PODS).
+    pub pods: Vec<String>,
+}
+
+/// The controller's reconcile function of an owner kind.
+pub async fn reconcile<K: Owner>(owner: Arc<K>, ctx: Arc<Context>) -> Result<Action> {
+    let work = async { owner.redact(reconcile_owner(owner.as_ref(), &ctx).await) };
+    ctx.reconcile(K::KIND, owner.as_ref(), work).await
+}
+
+/// The error policy of an owner kind.
+pub fn error_policy<K: Owner>(owner: Arc<K>, error: &Error, ctx: Arc<Context>) -> Action {
+    ctx.error_policy(K::KIND, owner.as_ref(), error)
+}
+
+/// Desired children, applied where they differ, then the status from them.
+async fn reconcile_owner<K: Owner>(owner: &K, ctx: &Context) -> Result<Action> {
+    if owner.meta().deletion_timestamp.is_some() {
+        // Garbage collection removes the children; recreating them would only race it.
+        ctx.forget(K::KIND, owner);
+        return Ok(Action::await_change());
+    }
+    let (ns, name) = namespace_and_name(K::KIND, owner)?;
+    let Prepared {
+        value: prepared,
+        mut created,
+        mut conflicts,
+    } = owner.prepare(ctx, &ns, &name).await?;
+    let children = ctx.caches.of(K::APP);
+    children.synced().await;
+    let want_deployment = match conflicts.is_empty() {
+        true => Some(owner.deployment(&prepared)?),
+        false => None,
+    };
+    let want_service = owner.service()?;
+    let deployment = async {
+        match &want_deployment {
+            Some(d) => children::ensure(ctx, &children.deployments, &children.templates, d)
+                .await
+                .map(Some),
+            None => Ok(None),
+        }
+    };
+    let service = children::ensure(ctx, &children.services, &children.templates, &want_service);
+    let ingress = async {
+        match K::OWNS_INGRESS {
+            true => ensure_ingress(ctx, owner, &children, &ns, &name).await,
+            false => Ok(None),
+        }
+    };
+    let (deployment, service, ingress) = tokio::try_join!(deployment, service, ingress)?;
+    let before = created.len();
+    let deployment = deployment.and_then(|d| ours(d, &name, &mut created, &mut conflicts));
+    let service = ours(service, &name, &mut created, &mut conflicts);
+    let ingress = ingress.and_then(|i| ours(i, &name, &mut created, &mut conflicts));
+    let watched_created = created.len() > before;
+    if let Some(note) = created_note(&created) {
+        ctx.publish(owner, EventType::Normal, reason::CREATED, note)
+            .await;
+    }
+    let (Some(deployment), Some(service), true) = (deployment, service, conflicts.is_empty())
+    else {
+        return report_conflicts(ctx, K::KIND, owner, &conflicts).await;
+    };
+    if watched_created {
+        // The new child's watch event brings another reconcile, which writes the status from
+        // the cache; writing it now as well would only cost the apiserver a write more.
+        return Ok(owner.settled(&prepared));
+    }
+    let pods = match K::NAMES_PODS {
+        true => children::pod_names(&children.pods, &ns, K::APP, &name),
+        false => Vec::new(),
+    };
+    let observed = Observed {
+        namespace: &ns,
+        deployment: &deployment,
+        service: &service,
+        ingress: ingress.as_deref(),
+        pods,
+    };
+    let status = owner.status_from(&observed, ctx.clock.now());
+    if HasStatus::status(owner) != Some(&status) {
+        // Progress of a rollout (pods created, some ready) may wait up to STATUS_GRACE; what a
+        // user waits for (Ready, Degraded, any condition turning) is written at once.
+        if !K::STATUS_GRACE.is_zero() && !is_news(HasStatus::status(owner), &status) {
+            if let Some(left) = ctx.hold_status(K::KIND, owner, K::STATUS_GRACE) {
+                return Ok(Action::requeue(left));
+            }
+        }
+        let api: Api<K> = Api::namespaced(ctx.client.clone(), &ns);
+        api.patch_status(&name, &apply_params(), &status_patch::<K>(&status))
+            .await?;
+        ctx.status_written(K::KIND, owner);
+    }
+    Ok(owner.settled(&prepared))
+}
+
+/// Makes the Ingress `owner` wants so, or deletes the one it controls when it wants none. An
+/// Ingress not cached yet is left to its watch event, which brings another reconcile.
+async fn ensure_ingress<K: Owner>(
+    ctx: &Context,
+    owner: &K,
+    children: &Children,
+    ns: &str,
+    name: &str,
+) -> Result<Option<Ensured<Ingress>>> {
+    if let Some(want) = owner.ingress()? {
+        let ensured = children::ensure(ctx, &children.ingresses, &children.templates, &want);
+        return Ok(Some(ensured.await?));
+    }
+    let Some(cached) = children.ingresses.get(&Packed::key(name, ns)) else {
+        return Ok(None);
+    };
+    let live = cached.object()?;
+    let owner_uid = owner.meta().uid.clone().unwrap_or_default();
+    if owner_uid.is_empty() || !children::controlled_by(live.meta(), &owner_uid) {
+        return Ok(None);
+    }
+    let api: Api<Ingress> = Api::namespaced(ctx.client.clone(), ns);
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: live.meta().uid.clone(),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    match api.delete(name, &params).await {
+        Ok(_) => {
+            let note = format!("Deleted Ingress {name}: spec.ingress was removed");
+            ctx.publish(owner, EventType::Normal, reason::DELETED, note)
+                .await;
+        }
+        // Gone already, or replaced by an object of another uid, which is not ours to delete.
+        Err(e) if crate::is_status(&e, 404) || crate::is_status(&e, 409) => {}
+        Err(e) => return Err(e.into()),
+    }
+    Ok(None)
+}
+
+/// The child if it is ours, noting its creation; else its name conflict.
+fn ours<K: Resource<DynamicType = ()>>(
+    ensured: Ensured<K>,
+    name: &str,
+    created: &mut Vec<String>,
+    conflicts: &mut Vec<NameConflict>,
+) -> Option<Arc<K>> {
+    match ensured {
+        Ensured::Ours(applied) => {
+            if applied.created {
+                created.push(format!("{} {name}", K::kind(&())));
+            }
+            Some(applied.object)
+        }
+        Ensured::Foreign(c) => {
+            conflicts.push(c);
+            None
+        }
+    }
+}
+
+/// Whether `new` says something a user waits for: Ready or Degraded, or a condition that turned
+/// since `old`. Otherwise it is only progress.
+fn is_news<S: OwnerStatus>(old: Option<&S>, new: &S) -> bool {
+    let state = |s: &S, type_: &str| {
+        s.conditions()
+            .iter()
+            .find(|c| c.type_ == type_)
+            .map(|c| c.status.clone())
+    };
+    let is_true = |type_| state(new, type_).as_deref() == Some("True");
+    is_true(READY)
+        || is_true(DEGRADED)
+        || old.is_some_and(|old| {
+            new.conditions()
+                .iter()
+                .any(|c| state(old, &c.type_).as_deref() != Some(c.status.as_str()))
+        })
+}
+
+/// How far a Deployment's rollout to `wanted` pods is: the one check of every owner kind.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rollout {
+    pub wanted: i32,
+    pub ready: i32,
+    /// Every pod is of the current template and ready, and the Deployment's controller has seen
+    /// its current spec.
+    pub done: bool,
+}
+
+impl Rollout {
+    pub fn of(deployment: &Deployment, wanted: i32) -> Self {
+        let ds = deployment.status.clone().unwrap_or_default();
+        let ready = ds.ready_replicas.unwrap_or(0);
+        let observed =
+            ds.observed_generation.unwrap_or(0) >= deployment.metadata.generation.unwrap_or(0);
+        let done = observed
+            && ds.updated_replicas.unwrap_or(0) == wanted
+            && ds.replicas.unwrap_or(0) == wanted
+            && ready == wanted;
+        Self {
+            wanted,
+            ready,
+            done,
+        }
+    }
+
+    /// "2/3 pods ready".
+    pub fn message(&self) -> String {
+        format!("{}/{} pods ready", self.ready, self.wanted)
+    }
+
+    /// The four conditions of an owner whose state is its Deployment's: Ready, Available,
+    /// Progressing and Degraded (the rollout stalled past its deadline, or pods cannot be made).
+    pub fn conditions(
+        &self,
+        deployment: &Deployment,
+        generation: Option<i64>,
+        now: Time,
+        previous: &[Condition],
+    ) -> Vec<Condition> {
+        let progressing = deployment_condition(deployment, "Progressing");
+        let deadline_exceeded = progressing.is_some_and(|c| c.status == "False");
+        let replica_failure =
+            deployment_condition(deployment, "ReplicaFailure").filter(|c| c.status == "True");
+        let degraded = deadline_exceeded || replica_failure.is_some();
+        let degraded_message = replica_failure
+            .or(progressing.filter(|_| deadline_exceeded))
+            .and_then(|c| c.message.clone())
+            .unwrap_or_default();
+        let available =
+            deployment_condition(deployment, "Available").is_some_and(|a| a.status == "True");
+        let c = |type_: &str, ok: bool, reason: &str, message: String| {
+            condition(
+                type_,
+                ok,
+                reason,
+                message,
+                generation,
+                now.clone(),
+                previous,
+            )
+        };
+        let message = self.message();
+        vec![
+            self.ready_condition(generation, now.clone(), previous),
+            match available {
+                true => c(
+                    AVAILABLE,
+                    true,
+                    reason::MINIMUM_PODS_AVAILABLE,
+                    message.clone(),
+                ),
+                false => c(
+                    AVAILABLE,
+                    false,
+                    reason::MINIMUM_PODS_UNAVAILABLE,
+                    message.clone(),
+                ),
+            },
+            if degraded {
+                c(
+                    PROGRESSING,
+                    false,
+                    reason::ROLLOUT_STALLED,
+                    degraded_message.clone(),
+                )
+            } else if self.done {
+                let note = format!("{} pods up to date", self.wanted);
+                c(PROGRESSING, false, reason::ROLLOUT_COMPLETE, note)
+            } else {
+                c(PROGRESSING, true, reason::ROLLING_OUT, message)
+            },
+            match degraded {
+                true => c(DEGRADED, true, reason::DEPLOYMENT_FAILING, degraded_message),
+                false => c(DEGRADED, false, reason::AS_EXPECTED, String::new()),
+            },
+        ]
+    }
+
+    /// The owner's Ready condition.
+    pub fn ready_condition(
+        &self,
+        generation: Option<i64>,
+        now: Time,
+        previous: &[Condition],
+    ) -> Condition {
+        let (ok, reason) = match self.done {
+            true => (true, reason::ALL_PODS_READY),
+            false => (false, reason::PODS_NOT_READY),
+        };
+        condition(READY, ok, reason, self.message(), generation, now, previous)
+    }
+}
+
+/// The condition of `type_` of a Deployment, if it has one.
+pub fn deployment_condition<'a>(d: &'a Deployment, type_: &str) -> Option<&'a DeploymentCondition> {
+    d.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == type_)
+}
+
+/// The conditions an owner kind has before any were written.
+pub fn previous_conditions<K: Owner>(owner: &K) -> &[Condition] {
+    HasStatus::status(owner)
+        .map(OwnerStatus::conditions)
+        .unwrap_or_default()
+}
+
+/// How often a blocked owner looks again: a foreign object may lack our labels, so no event comes.
+pub const NAME_CONFLICT_REQUEUE: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// `previous` with Ready turned False, reason `NameConflict`, naming every conflicting object.
+pub fn name_conflict_conditions(
+    owner_kind: &str,
+    previous: &[Condition],
+    conflicts: &[NameConflict],
+    generation: Option<i64>,
+    now: Time,
+) -> Vec<Condition> {
+    let message = conflicts
+        .iter()
+        .map(|c| c.describe(owner_kind))
+        .collect::<Vec<_>>()
+        .join("; ");
+    let ready = condition(
+        READY,
+        false,
+        reason::NAME_CONFLICT,
+        message,
+        generation,
+        now,
+        previous,
+    );
+    let mut conditions: Vec<Condition> = previous.to_vec();
+    match conditions.iter_mut().find(|c| c.type_ == READY) {
+        Some(c) => *c = ready,
+        None => conditions.insert(0, ready),
+    }
+    conditions
+}
+
+/// The note of a reason::CREATED event naming `children` (e.g. "Deployment cache"), if any.
+pub fn created_note(children: &[String]) -> Option<String> {
+    (!children.is_empty()).then(|| format!("Created {}", children.join(", ")))
+}
+
+/// The status of an owner kind: conditions and the generation they describe.
+pub trait OwnerStatus: Default + Clone + PartialEq + Serialize + Send + Sync {
+    fn conditions(&self) -> &[Condition];
+    fn observe(&mut self, generation: Option<i64>, conditions: Vec<Condition>);
+}
+
+/// The statuses of the owner kinds: each has `conditions` and `observed_generation`.
+macro_rules! owner_status {
+    ($($status:ty),+) => {$(
+        impl OwnerStatus for $status {
+            fn conditions(&self) -> &[Condition] {
+                &self.conditions
+            }
+            fn observe(&mut self, generation: Option<i64>, conditions: Vec<Condition>) {
+                self.observed_generation = generation;
+                self.conditions = conditions;
+            }
+        }
+    )+};
+}
+owner_status!(
+    kubesteer_api::MemcachedStatus,
+    kubesteer_api::WelcomeStatus,
+    kubesteer_api::ApplicationStatus
+);
+
+/// Reports taken child names of `owner` as Ready=False NameConflict, with a Warning event when
+/// that is news, and looks again after `NAME_CONFLICT_REQUEUE`.
+pub async fn report_conflicts<K>(
+    ctx: &Context,
+    kind: &'static str,
+    owner: &K,
+    conflicts: &[NameConflict],
+) -> Result<Action>
+where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + HasStatus
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug,
+    K::Status: OwnerStatus,
+{
+    let (ns, name) = namespace_and_name(kind, owner)?;
+    let generation = owner.meta().generation;
+    let mut status = owner.status().cloned().unwrap_or_default();
+    let conditions = name_conflict_conditions(
+        kind,
+        status.conditions(),
+        conflicts,
+        generation,
+        time(ctx.clock.now()),
+    );
+    status.observe(generation, conditions);
+    if owner.status() != Some(&status) {
+        let api: Api<K> = Api::namespaced(ctx.client.clone(), &ns);
+        api.patch_status(&name, &apply_params(), &status_patch::<K>(&status))
+            .await?;
+        ctx.status_written(kind, owner);
+        let note = conflicts
+            .iter()
+            .map(|c| c.describe(kind))
+            .collect::<Vec<_>>()
+            .join("; ");
+        ctx.publish(owner, EventType::Warning, reason::NAME_CONFLICT, note)
+            .await;
+    }
+    Ok(Action::requeue(NAME_CONFLICT_REQUEUE))
+}
