@@ -27,9 +27,7 @@ use kubesteer_runtime::watch as tolerant;
 use tokio::sync::watch;
 use tracing::warn;
 
-use crate::reconcilers::scaler::{
-    replicas_in_spec, replicas_in_spec_kind, spec_replicas, Current, Named,
-};
+use crate::workload::{replicas_in_spec, replicas_in_spec_kind, spec_replicas, Current, Named};
 
 /// (group, kind).
 type KindKey = (String, String);

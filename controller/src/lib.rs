@@ -13,6 +13,7 @@ pub mod reconcilers;
 pub mod run;
 pub mod runtime;
 pub mod storage;
+pub mod workload;
 
 pub use reconcilers::{memcached, scaler, welcome};
 

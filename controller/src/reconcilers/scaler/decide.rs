@@ -16,66 +16,6 @@ pub struct TargetChange {
     pub note: String,
 }
 
-/// One target as read: its metadata and its replicas from `/scale`.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Current {
-    pub annotations: BTreeMap<String, String>,
-    pub resource_version: Option<String>,
-    pub replicas: i32,
-    /// When the target was created or its pod template last written, whichever is later: a
-    /// held target is left alone for the grace period after it (a rollout).
-    pub settled_from: Option<DateTime<Utc>>,
-    /// The field manager that owns its replicas (who scaled it last), from managedFields.
-    pub scaled_by: Option<String>,
-    /// Read from the watch's cache rather than from the apiserver: every write of it is then
-    /// conditional on its resourceVersion, and a conflict reads it afresh.
-    pub cached: bool,
-}
-
-impl Current {
-    pub fn of(meta: &ObjectMeta, replicas: i32) -> Self {
-        let (settled_from, scaled_by) = provenance(meta);
-        Self {
-            annotations: meta.annotations.clone().unwrap_or_default(),
-            resource_version: meta.resource_version.clone(),
-            replicas,
-            settled_from,
-            scaled_by,
-            cached: false,
-        }
-    }
-}
-
-/// From a target's managedFields: the later of its creation and the last write by a manager
-/// that owns its pod template, and the manager that owns its replicas.
-pub(super) fn provenance(meta: &ObjectMeta) -> (Option<DateTime<Utc>>, Option<String>) {
-    let created = meta.creation_timestamp.as_ref().map(|t| t.0);
-    let owns = |fields: &Value, field: &str| fields["f:spec"].get(field).is_some();
-    let mut settled = created
-        .and_then(|t| DateTime::from_timestamp(t.as_second(), 0))
-        .into_iter()
-        .collect::<Vec<_>>();
-    let mut scaled_by = None;
-    for entry in meta.managed_fields.iter().flatten() {
-        let Some(fields) = entry.fields_v1.as_ref().map(|f| &f.0) else {
-            continue;
-        };
-        if owns(fields, "f:template") {
-            if let Some(at) = entry
-                .time
-                .as_ref()
-                .and_then(|t| DateTime::from_timestamp(t.0.as_second(), 0))
-            {
-                settled.push(at);
-            }
-        }
-        if owns(fields, "f:replicas") {
-            scaled_by = entry.manager.clone();
-        }
-    }
-    (settled.into_iter().max(), scaled_by)
-}
-
 /// Outside every window under `outside.mode: Hold`: a target above the held replicas `to` is
 /// set back, once `grace` has passed since it settled ([`Current::settled_from`]); before that,
 /// the time to look again. None when it is at or below `to`.
@@ -351,20 +291,6 @@ pub fn keda_change(
     }
 }
 
-/// Whether `resource`'s /scale is its own `spec.replicas` (the apps/v1 workloads), so that one
-/// merge patch of the object can set the replicas and the record together.
-pub fn replicas_in_spec(resource: &ApiResource) -> bool {
-    replicas_in_spec_kind(&resource.group, &resource.kind)
-}
-
-/// [`replicas_in_spec`] of the kind `group`/`kind`.
-pub fn replicas_in_spec_kind(group: &str, kind: &str) -> bool {
-    matches!(
-        (group, kind),
-        ("apps", "Deployment" | "StatefulSet" | "ReplicaSet") | ("batch", "CronJob")
-    )
-}
-
 /// The spec part of a merge patch that gives the object `to` replicas: a suspended kind is
 /// suspended at 0 and runs at 1 or more.
 pub(super) fn replicas_patch(resource: &ApiResource, to: i32) -> Value {
@@ -372,18 +298,6 @@ pub(super) fn replicas_patch(resource: &ApiResource, to: i32) -> Value {
         true => json!({"suspend": to == 0}),
         false => json!({"replicas": to}),
     }
-}
-
-/// The `spec.replicas` of an apps/v1 workload (defaulted by the apiserver, so always there); a
-/// suspended kind's replicas, 0 while suspended and 1 while not.
-pub fn spec_replicas(resource: &ApiResource, object: &DynamicObject) -> Option<i32> {
-    if suspended_instead(&resource.group, &resource.plural) {
-        let suspended = object.data["spec"]["suspend"].as_bool().unwrap_or(false);
-        return Some(if suspended { 0 } else { 1 });
-    }
-    object.data["spec"]["replicas"]
-        .as_i64()
-        .and_then(|r| i32::try_from(r).ok())
 }
 
 /// One event note per reason for what was done to a selector's targets: the first few notes

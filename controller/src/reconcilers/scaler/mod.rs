@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{ApiResource, DynamicObject, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
@@ -34,6 +33,7 @@ use tracing::{info, warn};
 use crate::children::{apply_params, namespace_and_name};
 use crate::context::{Pass, GATE_WAIT};
 use crate::reconcilers::{status_patch, time};
+use crate::workload::*;
 use crate::{is_status, Context, Error, Result};
 use futures::StreamExt;
 
@@ -47,7 +47,7 @@ mod tests;
 use boundary::*;
 pub use decide::*;
 use status::*;
-pub use target::*;
+use target::*;
 
 pub const KIND: &str = "Scaler";
 /// A reconcile this close before the boundary it was requeued for acts as at the boundary: the

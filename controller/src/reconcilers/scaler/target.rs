@@ -3,38 +3,6 @@
 //! whole reconcile.
 use super::*;
 
-/// A target as named (its namespace resolved), with the address to reach it.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Named {
-    pub api_version: String,
-    pub kind: String,
-    pub namespace: String,
-    pub name: String,
-}
-
-impl Named {
-    pub(super) fn target(&self) -> Target {
-        Target::new(&self.api_version, &self.kind, &self.namespace, &self.name)
-    }
-
-    pub(super) fn status(&self) -> TargetStatus {
-        TargetStatus {
-            api_version: self.api_version.clone(),
-            kind: self.kind.clone(),
-            name: self.name.clone(),
-            namespace: self.namespace.clone(),
-            ..Default::default()
-        }
-    }
-}
-
-impl std::fmt::Display for Named {
-    /// `StatefulSet team/db`, as events and conditions name it.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} {}/{}", self.kind, self.namespace, self.name)
-    }
-}
-
 /// Every target a Scaler names, resolved, without repeats (two entries may name one object when
 /// stored while the webhook was down).
 pub(super) fn named_in_spec(scaler: &Scaler, own_ns: &str) -> Vec<Named> {

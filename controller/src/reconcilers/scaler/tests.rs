@@ -2,6 +2,7 @@
 //! `reconcile`, one request at a time.
 use super::*;
 use crate::fixtures::{self, at, Call};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kubesteer_runtime::scale::Unscalable;
 use serde_json::json;
 

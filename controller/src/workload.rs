@@ -1,0 +1,129 @@
+//! A Scaler's target as the controller reads it, shared by the Scaler's reconcile and the
+//! inventory of selected targets: its name and address ([`Named`]), what was read of it
+//! ([`Current`]), and where its replicas live.
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{ApiResource, DynamicObject};
+use kubesteer_api::scaler::target::Target;
+use kubesteer_api::scaler::v1beta1::{suspended_instead, TargetStatus};
+use serde_json::Value;
+
+/// A target as named (its namespace resolved), with the address to reach it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Named {
+    pub api_version: String,
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+}
+
+impl Named {
+    pub fn target(&self) -> Target {
+        Target::new(&self.api_version, &self.kind, &self.namespace, &self.name)
+    }
+
+    pub fn status(&self) -> TargetStatus {
+        TargetStatus {
+            api_version: self.api_version.clone(),
+            kind: self.kind.clone(),
+            name: self.name.clone(),
+            namespace: self.namespace.clone(),
+            ..Default::default()
+        }
+    }
+}
+
+impl std::fmt::Display for Named {
+    /// `StatefulSet team/db`, as events and conditions name it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}/{}", self.kind, self.namespace, self.name)
+    }
+}
+
+/// One target as read: its metadata and its replicas from `/scale`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Current {
+    pub annotations: BTreeMap<String, String>,
+    pub resource_version: Option<String>,
+    pub replicas: i32,
+    /// When the target was created or its pod template last written, whichever is later: a
+    /// held target is left alone for the grace period after it (a rollout).
+    pub settled_from: Option<DateTime<Utc>>,
+    /// The field manager that owns its replicas (who scaled it last), from managedFields.
+    pub scaled_by: Option<String>,
+    /// Read from the watch's cache rather than from the apiserver: every write of it is then
+    /// conditional on its resourceVersion, and a conflict reads it afresh.
+    pub cached: bool,
+}
+
+impl Current {
+    pub fn of(meta: &ObjectMeta, replicas: i32) -> Self {
+        let (settled_from, scaled_by) = provenance(meta);
+        Self {
+            annotations: meta.annotations.clone().unwrap_or_default(),
+            resource_version: meta.resource_version.clone(),
+            replicas,
+            settled_from,
+            scaled_by,
+            cached: false,
+        }
+    }
+}
+
+/// From a target's managedFields: the later of its creation and the last write by a manager
+/// that owns its pod template, and the manager that owns its replicas.
+pub fn provenance(meta: &ObjectMeta) -> (Option<DateTime<Utc>>, Option<String>) {
+    let created = meta.creation_timestamp.as_ref().map(|t| t.0);
+    let owns = |fields: &Value, field: &str| fields["f:spec"].get(field).is_some();
+    let mut settled = created
+        .and_then(|t| DateTime::from_timestamp(t.as_second(), 0))
+        .into_iter()
+        .collect::<Vec<_>>();
+    let mut scaled_by = None;
+    for entry in meta.managed_fields.iter().flatten() {
+        let Some(fields) = entry.fields_v1.as_ref().map(|f| &f.0) else {
+            continue;
+        };
+        if owns(fields, "f:template") {
+            if let Some(at) = entry
+                .time
+                .as_ref()
+                .and_then(|t| DateTime::from_timestamp(t.0.as_second(), 0))
+            {
+                settled.push(at);
+            }
+        }
+        if owns(fields, "f:replicas") {
+            scaled_by = entry.manager.clone();
+        }
+    }
+    (settled.into_iter().max(), scaled_by)
+}
+
+/// Whether `resource`'s /scale is its own `spec.replicas` (the apps/v1 workloads), so that one
+/// merge patch of the object can set the replicas and the record together.
+pub fn replicas_in_spec(resource: &ApiResource) -> bool {
+    replicas_in_spec_kind(&resource.group, &resource.kind)
+}
+
+/// [`replicas_in_spec`] of the kind `group`/`kind`.
+pub fn replicas_in_spec_kind(group: &str, kind: &str) -> bool {
+    matches!(
+        (group, kind),
+        ("apps", "Deployment" | "StatefulSet" | "ReplicaSet") | ("batch", "CronJob")
+    )
+}
+
+/// The `spec.replicas` of an apps/v1 workload (defaulted by the apiserver, so always there); a
+/// suspended kind's replicas, 0 while suspended and 1 while not.
+pub fn spec_replicas(resource: &ApiResource, object: &DynamicObject) -> Option<i32> {
+    if suspended_instead(&resource.group, &resource.plural) {
+        let suspended = object.data["spec"]["suspend"].as_bool().unwrap_or(false);
+        return Some(if suspended { 0 } else { 1 });
+    }
+    object.data["spec"]["replicas"]
+        .as_i64()
+        .and_then(|r| i32::try_from(r).ok())
+}
