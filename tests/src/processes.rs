@@ -1,0 +1,429 @@
+//! Processes a test starts: a webhook with its own certificates, the controller, any daemon.
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use base64::Engine as _;
+
+/// The repository root, for `config/samples` and the like.
+use crate::*;
+
+/// A free TCP port on 127.0.0.1 for a process a test starts.
+///
+/// It comes from below the kernel's ephemeral range (32768 and up), so the source port of some
+/// other outgoing connection (kubectl, curl, the apiserver's clients) cannot take it between
+/// this check and the process binding it, and no port is handed out twice in one test binary.
+pub fn free_port() -> Result<u16> {
+    use std::sync::atomic::{AtomicU16, Ordering};
+    const FIRST: u16 = 20_000;
+    const SPAN: u16 = 12_000;
+    // Each test binary starts at its own offset, so two binaries never walk the same ports.
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    let start = (std::process::id() % u32::from(SPAN)) as u16;
+    for _ in 0..SPAN {
+        let step = NEXT.fetch_add(1, Ordering::Relaxed) % SPAN;
+        let port = FIRST + (start + step) % SPAN;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return Ok(port);
+        }
+    }
+    bail!("no free port between {FIRST} and {}", FIRST + SPAN)
+}
+
+/// A kubesteer-webhook process on 127.0.0.1 with its own certificates, registered through the
+/// chart's webhook configurations for namespaces labelled `kubesteer.io/e2e=<id>` only, so tests
+/// never affect each other. Everything is removed on drop.
+pub struct Webhook {
+    pub id: String,
+    pub port: u16,
+    pub dir: PathBuf,
+    child: std::process::Child,
+    /// Whether it serves the Scaler CRD's conversion (and put its URL there).
+    converting: bool,
+}
+
+impl Webhook {
+    pub fn start(id: &str) -> Result<Self> {
+        Self::start_with(id, false)
+    }
+
+    /// A webhook that also serves the Scaler CRD's conversion: it points the CRD at itself with
+    /// its CA and this returns once the apiserver has that caBundle. Conversion is cluster-wide,
+    /// so only one test binary (never two tests at once) may use it.
+    pub fn start_converting(id: &str) -> Result<Self> {
+        let webhook = Self::start_with(id, true)?;
+        let ca = std::fs::read(webhook.dir.join("ca.crt"))?;
+        let want = base64::engine::general_purpose::STANDARD.encode(ca);
+        eventually(
+            Duration::from_secs(60),
+            "the CRD's conversion caBundle",
+            || {
+                let got = kubectl_ok(
+                    &[
+                        "get",
+                        "crd",
+                        "scalers.kubesteer.io",
+                        "-o",
+                        "jsonpath={.spec.conversion.webhook.clientConfig.caBundle}",
+                    ],
+                    None,
+                )?;
+                Ok((got.trim() == want).then_some(()))
+            },
+        )?;
+        Ok(webhook)
+    }
+
+    fn start_with(id: &str, converting: bool) -> Result<Self> {
+        let port = free_port()?;
+        let dir = target_dir().join("e2e").join(format!("webhook-{id}"));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir)?;
+        let dir_s = dir.to_string_lossy().to_string();
+        let out = Command::new(workspace_bin("kubesteer-certs"))
+            .args([
+                "generate",
+                "--service",
+                "kubesteer-webhook",
+                "--namespace",
+                "kubesteer-system",
+            ])
+            .args(["--ip", "127.0.0.1", "--out-dir", &dir_s])
+            .output()
+            .context("running kubesteer-certs; run `cargo build --workspace` first")?;
+        if !out.status.success() {
+            bail!("kubesteer-certs: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        let log = std::fs::File::create(dir.join("webhook.log"))?;
+        let child = Command::new(workspace_bin("kubesteer-webhook"))
+            .args(["--addr", &format!("127.0.0.1:{port}")])
+            .args([
+                "--tls-cert-file",
+                &format!("{dir_s}/tls.crt"),
+                "--tls-key-file",
+                &format!("{dir_s}/tls.key"),
+            ])
+            .args(if converting {
+                vec![
+                    "--conversion-crd".to_string(),
+                    "scalers.kubesteer.io".to_string(),
+                    "--conversion-url".to_string(),
+                    format!("https://127.0.0.1:{port}"),
+                    "--conversion-ca-file".to_string(),
+                    format!("{dir_s}/ca.crt"),
+                    "--cert-check-interval".to_string(),
+                    "2s".to_string(),
+                ]
+            } else {
+                Vec::new()
+            })
+            .env("KUBECONFIG", kubeconfig())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .context("starting kubesteer-webhook")?;
+        let webhook = Webhook {
+            id: id.to_string(),
+            port,
+            dir,
+            child,
+            converting,
+        };
+        webhook.wait_ready()?;
+        webhook.register()?;
+        Ok(webhook)
+    }
+
+    fn curl(&self, path: &str) -> Result<bool> {
+        let ca = self.dir.join("ca.crt");
+        let out = Command::new("curl")
+            .args(["-sf", "--max-time", "2", "--cacert", &ca.to_string_lossy()])
+            .arg(format!("https://127.0.0.1:{}{path}", self.port))
+            .output()?;
+        Ok(out.status.success())
+    }
+
+    fn wait_ready(&self) -> Result<()> {
+        eventually(Duration::from_secs(30), "webhook /readyz", || {
+            Ok(self.curl("/readyz")?.then_some(()))
+        })
+    }
+
+    /// Renders the chart's webhook configurations for this process and applies them.
+    fn register(&self) -> Result<()> {
+        let chart = repo_root().join("charts/kubesteer");
+        let release = format!("e2e-{}", self.id);
+        let url = format!("webhook.url=https://127.0.0.1:{}", self.port);
+        let ca = format!("webhook.caBundle={}", self.dir.join("ca.crt").display());
+        let selector = format!(
+            "webhook.namespaceSelector.matchLabels.kubesteer\\.io/e2e={}",
+            self.id
+        );
+        let rendered = helm(&[
+            "template",
+            &release,
+            &chart.to_string_lossy(),
+            "--namespace",
+            "kubesteer-system",
+            "--show-only",
+            "templates/webhook-configurations.yaml",
+            "--set",
+            &url,
+            "--set-file",
+            &ca,
+            "--set",
+            &selector,
+        ])?;
+        kubectl_ok(&["apply", "-f", "-"], Some(&rendered))?;
+        Ok(())
+    }
+
+    /// A fresh namespace that this webhook admits.
+    pub fn namespace(&self, prefix: &str) -> Result<Namespace> {
+        let ns = Namespace::new(prefix)?;
+        kubectl_ok(
+            &[
+                "label",
+                "namespace",
+                ns.name(),
+                &format!("kubesteer.io/e2e={}", self.id),
+            ],
+            None,
+        )?;
+        Ok(ns)
+    }
+
+    /// The webhook's log so far, for assertions about what it logged.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("webhook.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Webhook {
+    fn drop(&mut self) {
+        let name = format!("e2e-{}-kubesteer", self.id);
+        let _ = kubectl(
+            &[
+                "delete",
+                "mutatingwebhookconfiguration,validatingwebhookconfiguration",
+                &name,
+                "--ignore-not-found",
+            ],
+            None,
+        );
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if self.converting {
+            // The CRD's conversion back to the committed Service, for whatever runs next.
+            let _ = install_crds();
+        }
+    }
+}
+
+pub(crate) static CONTROLLER_BUILD: std::sync::OnceLock<std::result::Result<PathBuf, String>> =
+    std::sync::OnceLock::new();
+
+/// Builds `kubesteer-controller` once per test process and returns its path.
+pub fn controller_binary() -> Result<PathBuf> {
+    let built = CONTROLLER_BUILD.get_or_init(|| {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+        let build = |selection: &[&str]| {
+            Command::new(&cargo)
+                .args(["build", "-q"])
+                .args(selection)
+                .current_dir(repo_root())
+                .output()
+                .map_err(|e| format!("running cargo build: {e}"))
+        };
+        // The selection of hack/e2e.sh: another one unifies dependency features differently
+        // (ring, rustls), so each switch rebuilds half the tree for a minute or more.
+        let mut out = build(&["--workspace", "--bins"])?;
+        if !out.status.success() {
+            // Some other crate does not build right now; the controller alone may.
+            out = build(&["-p", "kubesteer-controller"])?;
+        }
+        if !out.status.success() {
+            return Err(format!(
+                "cargo build -p kubesteer-controller failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        Ok(target_dir().join("debug/kubesteer-controller"))
+    });
+    built.clone().map_err(anyhow::Error::msg)
+}
+
+/// `kubesteer-controller` running as a child process for one test, watching only `namespace`,
+/// so tests running side by side never share a controller. Stopped with SIGTERM on drop.
+pub struct ControllerProcess {
+    child: std::process::Child,
+    log: PathBuf,
+}
+
+impl ControllerProcess {
+    pub fn start(namespace: &str) -> Result<Self> {
+        Self::start_with(namespace, namespace, &[])
+    }
+
+    /// Starts one with extra arguments; `log_name` names its log file under target/e2e-logs.
+    pub fn start_with(namespace: &str, log_name: &str, extra: &[&str]) -> Result<Self> {
+        Self::start_via(&kubeconfig(), namespace, log_name, extra)
+    }
+
+    /// Like [`ControllerProcess::start_with`], reaching the cluster through `kubeconfig`.
+    pub fn start_via(
+        kubeconfig: &std::path::Path,
+        namespace: &str,
+        log_name: &str,
+        extra: &[&str],
+    ) -> Result<Self> {
+        let binary = controller_binary()?;
+        let dir = target_dir().join("e2e-logs");
+        std::fs::create_dir_all(&dir)?;
+        let log = dir.join(format!("{log_name}.log"));
+        let out = std::fs::File::create(&log)?;
+        let child = Command::new(&binary)
+            .args(["--namespace", namespace, "--metrics-addr", "127.0.0.1:0"])
+            .args(extra)
+            .env("KUBECONFIG", kubeconfig)
+            .env("RUST_LOG", "info,kubesteer_controller=debug")
+            .stdin(Stdio::null())
+            .stdout(out.try_clone()?)
+            .stderr(out)
+            .spawn()
+            .with_context(|| format!("starting {}", binary.display()))?;
+        Ok(Self { child, log })
+    }
+
+    pub fn id(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// What the controller logged so far.
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The address of its /metrics, as it logged it.
+    pub fn metrics_addr(&self) -> Result<String> {
+        self.logs()
+            .lines()
+            .find(|l| l.contains("serving /metrics"))
+            .and_then(|l| l.split("addr=").nth(1))
+            .map(|a| a.trim().to_string())
+            .context("the controller has not logged its metrics address")
+    }
+
+    /// What its /metrics serves now, at the address it logged.
+    pub fn metrics(&self) -> Result<String> {
+        use std::io::{Read, Write};
+        let addr = self.metrics_addr()?;
+        let mut stream = std::net::TcpStream::connect(&addr)?;
+        stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+        write!(
+            stream,
+            "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+        )?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response)?;
+        anyhow::ensure!(
+            response.starts_with("HTTP/1.1 200"),
+            "GET /metrics: {response}"
+        );
+        Ok(response)
+    }
+
+    /// The value of the counter or gauge sample `name{labels}` in /metrics, 0 if absent.
+    pub fn metric(&self, sample: &str) -> Result<f64> {
+        let text = self.metrics()?;
+        let value = text
+            .lines()
+            .find_map(|l| l.strip_prefix(sample)?.strip_prefix(' '))
+            .map(|v| v.trim().parse::<f64>())
+            .transpose()?;
+        Ok(value.unwrap_or(0.0))
+    }
+
+    /// Whether the process is still running.
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Kills it at once, as a crash would: no graceful shutdown, no Lease release.
+    pub fn crash(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Asks it to stop with SIGTERM and waits up to `timeout`; true when it exited in time.
+    pub fn terminate(&mut self, timeout: Duration) -> bool {
+        if !self.is_running() {
+            return true;
+        }
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if !self.is_running() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        false
+    }
+}
+
+impl Drop for ControllerProcess {
+    fn drop(&mut self) {
+        if !self.terminate(Duration::from_secs(10)) {
+            self.crash();
+        }
+    }
+}
+
+/// A background process for one test, with its output in a log file; killed on drop.
+pub struct Daemon {
+    child: std::process::Child,
+    pub log: PathBuf,
+}
+
+impl Daemon {
+    pub fn spawn(
+        binary: &str,
+        args: &[String],
+        kubeconfig: &std::path::Path,
+        log_name: &str,
+    ) -> Result<Self> {
+        let dir = target_dir().join("e2e");
+        std::fs::create_dir_all(&dir)?;
+        let log = dir.join(format!("{log_name}.log"));
+        let out = std::fs::File::create(&log)?;
+        let child = Command::new(workspace_bin(binary))
+            .args(args)
+            .env("KUBECONFIG", kubeconfig)
+            .stdin(Stdio::null())
+            .stdout(out.try_clone()?)
+            .stderr(out)
+            .spawn()
+            .with_context(|| format!("starting {binary}; run `cargo build --workspace` first"))?;
+        Ok(Self { child, log })
+    }
+
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Stops the process now (also done on drop).
+    pub fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
