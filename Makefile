@@ -106,12 +106,12 @@ keda:
 ## BENCH_SUBJECT=peers: kubesteer and the controller-runtime peer (bench/peers, needs Go) alternately,
 ## BENCH_REPEATS runs each (3); medians and ratios in bench/results/webhook-peers.json.
 bench-webhook: control-plane
-	hack/bench-webhook.sh
+	bench/scripts/webhook.sh
 
 ## bench-webhook-memory: 64 concurrent 4 MiB bodies against the release webhook beside a keep-alive
 ## client's reviews (RSS peak, p50/p99); writes bench/results/webhook-memory.json.
 bench-webhook-memory:
-	hack/bench-webhook-memory.sh
+	bench/scripts/webhook-memory.sh
 
 ## bench-controller: controller benchmark on a cluster of its own (KUBESTEER_CLUSTER=bench);
 ## writes bench/results/controller.json.
@@ -121,7 +121,7 @@ bench-webhook-memory:
 ## (100) x BENCH_FLEET_PER_NAMESPACE (100) Deployments to 0 at one boundary, then Hold setting back
 ## BENCH_FLEET_HOLD (1,000) scale-ups; bench/results/controller-fleet.json.
 bench-controller: control-plane
-	hack/bench-controller.sh
+	bench/scripts/controller.sh
 
 ## fuzz: the review-path fuzz target (webhook/fuzz) on nightly for $(FUZZ_RUNS) inputs, one job.
 ## New inputs go to $(FUZZ_CORPUS); the committed seeds in webhook/fuzz/corpus/review stay as

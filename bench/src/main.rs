@@ -1,4 +1,4 @@
-//! kubesteer-bench: the client side of `make bench-controller` (see hack/bench-controller.sh).
+//! kubesteer-bench: the client side of `make bench-controller` (see bench/scripts/controller.sh).
 //!
 //! Every subcommand prints one JSON object on stdout; `report` assembles what the others wrote
 //! into bench/results/controller.json (see report.rs). Times are wall-clock on the benchmark

@@ -10,7 +10,7 @@ use clap::ValueEnum;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-/// A phase of `hack/bench-controller.sh`.
+/// A phase of `bench/scripts/controller.sh`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Phase {
     Convergence,

@@ -1,7 +1,7 @@
 //! Request bodies within the memory budget, through the router (no TLS, no cluster): a body over
 //! the limit gets 413 unread, a body the budget has no room for gets 429 with Retry-After while
 //! ordinary reviews are still read from the reserve, and a review whose object is no JSON object
-//! is refused at once, naming the field. hack/bench-webhook-memory.sh floods the real binary
+//! is refused at once, naming the field. bench/scripts/webhook-memory.sh floods the real binary
 //! (bench/results/webhook-memory.json).
 mod common;
 

@@ -1,5 +1,5 @@
 // Command controller is the operator-sdk-style peer of kubesteer's Memcached reconciler, for the
-// side-by-side benchmark (hack/bench-controller.sh with BENCH_SUBJECT=peers): the same children
+// side-by-side benchmark (bench/scripts/controller.sh with BENCH_SUBJECT=peers): the same children
 // (a Deployment and a headless Service with the same labels and owner references, applied
 // server-side) and the same status (readyReplicas, nodes, observedGeneration and the Ready,
 // Available, Progressing and Degraded conditions). See bench/peers/README.md for differences.

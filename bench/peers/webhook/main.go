@@ -1,5 +1,5 @@
 // Command webhook is the controller-runtime peer of kubesteer's admission webhook, for the
-// side-by-side benchmark (hack/bench-webhook.sh with BENCH_SUBJECT=peers). It serves the same
+// side-by-side benchmark (bench/scripts/webhook.sh with BENCH_SUBJECT=peers). It serves the same
 // endpoints (/mutate/<plural>, /validate/<plural>, /readyz) with the same rules and defaults,
 // in the style of a kubebuilder project: a manager, its webhook server, admission handlers,
 // a cached client for cluster facts and SubjectAccessReviews for permission checks.

@@ -9,7 +9,8 @@
 # in the background, and the ordinary reviews are ones no cluster fact decides (a Memcached
 # validated, a Scaler defaulted). BENCH_WEBHOOK=path runs another build of the webhook (say, an
 # older commit's) under the same flood.
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/../../hack/lib.sh"
+tag=bench-webhook-memory
 cd "$root"
 port=${BENCH_PORT:-19653}
 profile=${BENCH_CARGO_PROFILE:-release}

@@ -39,7 +39,8 @@
 # each on a fresh cluster, pinned to the same cores (BENCH_CONTROLLER_CPUS, default 0), with the
 # same client certificate and the same load client; the order rotates from run to run. Writes
 # the medians and ratios to bench/results/controller-peers.json (controller.json is left alone).
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/../../hack/lib.sh"
+tag=bench-controller
 cd "$root"
 # shellcheck source=../versions.env
 phases=" ${BENCH_PHASES:-convergence memory idle lateness} "
@@ -93,8 +94,8 @@ has() { [[ $phases == *" $1 "* ]]; }
 
 cargo build --profile "$profile" -p kubesteer-controller -p kubesteer-bench
 if [ "$subject" = peers ]; then
-  # shellcheck source=bench-peers.sh
-  . "$root/hack/bench-peers.sh"
+  # shellcheck source=peers.sh
+  . "$root/bench/scripts/peers.sh"
   peer=$(peer_bin controller)
 fi
 

@@ -7,7 +7,8 @@
 # alternately, BENCH_REPEATS times each (default 3), under identical conditions (same core, same
 # certificates, same oha runs), and writes the medians and the kubesteer/peer ratios to
 # bench/results/webhook-peers.json instead.
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/../../hack/lib.sh"
+tag=bench-webhook
 cd "$root"
 oha="$cache/tools/bin/oha"
 duration=${BENCH_DURATION:-10s}
@@ -32,8 +33,8 @@ cargo build --profile "$profile" -p kubesteer-webhook -p kubesteer-certs -p kube
 # AdmissionReview without any review work (bench/src/echo.rs), on the same core with the same load.
 limit=("$bin/kubesteer-bench" echo-webhook)
 if [ "$subject" = peers ]; then
-  # shellcheck source=bench-peers.sh
-  . "$root/hack/bench-peers.sh"
+  # shellcheck source=peers.sh
+  . "$root/bench/scripts/peers.sh"
   peer=$(peer_bin webhook)
 fi
 hack/cluster.sh up

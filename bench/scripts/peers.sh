@@ -1,4 +1,4 @@
-# Sourced by hack/bench-webhook.sh and hack/bench-controller.sh: builds the Go peers in bench/peers
+# Sourced by bench/scripts/webhook.sh and bench/scripts/controller.sh: builds the Go peers in bench/peers
 # (controller-runtime, pinned by bench/peers/go.mod and go.sum, modules from the Go module proxy)
 # into $cache/peers, and rebuilds one only when its sources change. Needs `go` on PATH.
 # Expects $root and $cache to be set.
