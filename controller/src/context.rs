@@ -9,8 +9,6 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Client, Resource, ResourceExt};
 use kubesteer_api::keys::{reason, CONTROLLER_FIELD_MANAGER};
-use kubesteer_api::scaler::claims::Claims;
-use kubesteer_runtime::scale::RestMapper;
 use tracing::{debug, warn};
 
 use crate::children::Caches;
@@ -48,77 +46,10 @@ pub struct Context {
     pub clock: Arc<dyn Clock>,
     /// Watch caches of the owned objects.
     pub caches: Caches,
-    /// Which Scalers claim each target, kept from the Scaler watch; the oldest owns it.
-    pub claims: Claims,
-    /// Which resource a Scaler target's kind is, and whether it has `/scale`.
-    pub mapper: Arc<RestMapper>,
-    /// What Scaler selectors may pick, kept from watches.
-    pub inventory: crate::inventory::Inventory,
     /// Failed reconciles in a row of each object, for its backoff.
     failures: PerObject<u32>,
     /// Since when the status write of each object has been held back.
     held: PerObject<DateTime<Utc>>,
-    /// Lets the Scalers' target writes due at a boundary go before what reports them.
-    pub boundary: Gate,
-}
-
-/// A gate for work due at one moment: the writes that make a change (a target's replicas)
-/// go first, the writes that only tell of it (events, status) after every one of them, so on a
-/// busy apiserver they do not stand in line before the next Scaler's scale write.
-#[derive(Debug, Clone)]
-pub struct Gate {
-    pending: Arc<tokio::sync::watch::Sender<usize>>,
-}
-
-impl Default for Gate {
-    fn default() -> Self {
-        Self {
-            pending: Arc::new(tokio::sync::watch::Sender::new(0)),
-        }
-    }
-}
-
-/// Longest that telling of a change waits for the other changes due at the same moment.
-pub const GATE_WAIT: Duration = Duration::from_millis(500);
-
-impl Gate {
-    /// A pass for one Scaler with writes due: held until [`Pass::leave_and_wait`] or dropped.
-    pub fn enter(&self) -> Pass {
-        self.pending.send_modify(|n| *n += 1);
-        Pass {
-            pending: self.pending.clone(),
-            held: std::sync::atomic::AtomicBool::new(true),
-        }
-    }
-}
-
-/// One holder's place at a [`Gate`].
-#[derive(Debug)]
-pub struct Pass {
-    pending: Arc<tokio::sync::watch::Sender<usize>>,
-    held: std::sync::atomic::AtomicBool,
-}
-
-impl Pass {
-    /// Lets go (once), then waits until no one else holds a pass, for at most `cap`.
-    pub async fn leave_and_wait(&self, cap: Duration) {
-        self.leave();
-        let mut pending = self.pending.subscribe();
-        // Waiting longer than `cap` would only delay the status: go on either way.
-        let _ = tokio::time::timeout(cap, pending.wait_for(|n| *n == 0)).await;
-    }
-
-    fn leave(&self) {
-        if self.held.swap(false, std::sync::atomic::Ordering::AcqRel) {
-            self.pending.send_modify(|n| *n = n.saturating_sub(1));
-        }
-    }
-}
-
-impl Drop for Pass {
-    fn drop(&mut self) {
-        self.leave();
-    }
 }
 
 // Longer than any backoff, so a live object that keeps failing is seen again well before.
@@ -200,21 +131,17 @@ impl Context {
         };
         Self {
             recorder: Recorder::new(client.clone(), reporter.clone()),
-            mapper: Arc::new(RestMapper::new(client.clone())),
             reporter,
             client,
             metrics,
             clock,
             caches,
-            claims: Claims::default(),
-            inventory: Default::default(),
             failures: PerObject::default(),
             held: PerObject::default(),
-            boundary: Gate::default(),
         }
     }
 
-    /// The same context with other caches (and claims), for a new run of the controllers.
+    /// The same context with other caches, for a new run of the controllers.
     pub fn with_caches(&self, caches: Caches) -> Self {
         Self::new(
             self.client.clone(),
@@ -443,41 +370,6 @@ mod tests {
     use crate::fixtures::{self, Call};
     use kubesteer_api::Memcached;
     use serde_json::json;
-
-    #[tokio::test(start_paused = true)]
-    async fn a_pass_waits_until_every_other_has_left_and_no_longer_than_the_cap() {
-        let gate = Gate::default();
-        let (a, b) = (gate.enter(), gate.enter());
-        let start = tokio::time::Instant::now();
-        let waiter = async {
-            a.leave_and_wait(Duration::from_secs(5)).await;
-            start.elapsed()
-        };
-        let other = async {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            b.leave_and_wait(Duration::from_secs(5)).await;
-        };
-        let (waited, ()) = tokio::join!(waiter, other);
-        assert_eq!(waited, Duration::from_millis(100));
-
-        // Alone, it goes at once, and leaving twice counts once.
-        let c = gate.enter();
-        let start = tokio::time::Instant::now();
-        c.leave_and_wait(Duration::from_secs(5)).await;
-        c.leave_and_wait(Duration::from_secs(5)).await;
-        assert_eq!(start.elapsed(), Duration::ZERO);
-
-        // One that never leaves holds the others for the cap only; dropped, it lets go.
-        let (d, stuck) = (gate.enter(), gate.enter());
-        let start = tokio::time::Instant::now();
-        d.leave_and_wait(Duration::from_millis(500)).await;
-        assert_eq!(start.elapsed(), Duration::from_millis(500));
-        drop(stuck);
-        let e = gate.enter();
-        let start = tokio::time::Instant::now();
-        e.leave_and_wait(Duration::from_secs(5)).await;
-        assert_eq!(start.elapsed(), Duration::ZERO);
-    }
 
     #[tokio::test]
     async fn each_normal_event_stands_alone_with_its_own_note() {

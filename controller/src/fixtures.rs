@@ -252,7 +252,7 @@ impl Verifier {
 
 impl Scenario {
     /// Drops the context (and so the client) and waits for the scenario to end cleanly.
-    pub async fn finish(self, ctx: Arc<Context>) {
+    pub async fn finish<C>(self, ctx: Arc<C>) {
         drop(ctx);
         tokio::time::timeout(Duration::from_secs(5), self.0)
             .await

@@ -314,7 +314,8 @@ pub async fn controllers(
     // deleted, a target added or dropped or given back), the others that claim one of those
     // targets are reconciled at once, so a younger one takes over when the owner lets go.
     let (claims_changed, reconcile_claimants) = futures::channel::mpsc::unbounded();
-    let mut follow = kubesteer_runtime::claims::follow(&ctx.claims);
+    let scaler_ctx = Arc::new(scaler::ScalerContext::new(ctx.clone()));
+    let mut follow = kubesteer_runtime::claims::follow(&scaler_ctx.claims);
     let scaler_objects = tolerant_watch::<Scaler>(health, &client, ns)
         .backoff(tolerant::backoff())
         .modify(children::trim::<Scaler>)
@@ -331,19 +332,19 @@ pub async fn controllers(
     // names; a change wakes the Scalers that name, hold or select the object. Targets of other
     // kinds named in scaleTargetRefs are brought back at each transition.
     let (wake, woken) = futures::channel::mpsc::unbounded();
-    ctx.inventory.start(
+    scaler_ctx.inventory.start(
         client.clone(),
         health.clone(),
         ns.map(str::to_string),
         wake,
         stop.clone(),
-        ctx.claims.clone(),
+        scaler_ctx.claims.clone(),
     );
     let scalers = Controller::for_stream(scaler_objects, store)
         .with_config(config)
         .reconcile_on(futures::stream::select(reconcile_claimants, woken))
         .graceful_shutdown_on(stopped(stop))
-        .run(scaler::reconcile, scaler::error_policy, ctx.clone())
+        .run(scaler::reconcile, scaler::error_policy, scaler_ctx)
         .for_each(|r| async move { log_result(scaler::KIND, r) });
 
     // Every watch is registered now: readiness waits for them instead.

@@ -13,7 +13,7 @@ pub(super) struct Early {
 /// Enters the boundary's gate, reads `targets` (those that exist and can be scaled), and waits
 /// until the boundary `at`.
 pub(super) async fn read_early(
-    ctx: &Context,
+    ctx: &ScalerContext,
     targets: &[Named],
     at: DateTime<Utc>,
 ) -> Result<Early> {
@@ -44,4 +44,103 @@ pub(super) fn transition_within(
         .first()
         .and_then(|t| DateTime::from_timestamp(t.time.0.as_second(), 0))?;
     (at > now && (at - now).to_std().is_ok_and(|d| d <= lead)).then_some(at)
+}
+
+/// A gate for work due at one moment: the writes that make a change (a target's replicas)
+/// go first, the writes that only tell of it (events, status) after every one of them, so on a
+/// busy apiserver they do not stand in line before the next Scaler's scale write.
+#[derive(Debug, Clone)]
+pub struct Gate {
+    pending: Arc<tokio::sync::watch::Sender<usize>>,
+}
+
+impl Default for Gate {
+    fn default() -> Self {
+        Self {
+            pending: Arc::new(tokio::sync::watch::Sender::new(0)),
+        }
+    }
+}
+
+/// Longest that telling of a change waits for the other changes due at the same moment.
+pub const GATE_WAIT: Duration = Duration::from_millis(500);
+
+impl Gate {
+    /// A pass for one Scaler with writes due: held until [`Pass::leave_and_wait`] or dropped.
+    pub fn enter(&self) -> Pass {
+        self.pending.send_modify(|n| *n += 1);
+        Pass {
+            pending: self.pending.clone(),
+            held: std::sync::atomic::AtomicBool::new(true),
+        }
+    }
+}
+
+/// One holder's place at a [`Gate`].
+#[derive(Debug)]
+pub struct Pass {
+    pending: Arc<tokio::sync::watch::Sender<usize>>,
+    held: std::sync::atomic::AtomicBool,
+}
+
+impl Pass {
+    /// Lets go (once), then waits until no one else holds a pass, for at most `cap`.
+    pub async fn leave_and_wait(&self, cap: Duration) {
+        self.leave();
+        let mut pending = self.pending.subscribe();
+        // Waiting longer than `cap` would only delay the status: go on either way.
+        let _ = tokio::time::timeout(cap, pending.wait_for(|n| *n == 0)).await;
+    }
+
+    fn leave(&self) {
+        if self.held.swap(false, std::sync::atomic::Ordering::AcqRel) {
+            self.pending.send_modify(|n| *n = n.saturating_sub(1));
+        }
+    }
+}
+
+impl Drop for Pass {
+    fn drop(&mut self) {
+        self.leave();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pass_waits_until_every_other_has_left_and_no_longer_than_the_cap() {
+        let gate = Gate::default();
+        let (a, b) = (gate.enter(), gate.enter());
+        let start = tokio::time::Instant::now();
+        let waiter = async {
+            a.leave_and_wait(Duration::from_secs(5)).await;
+            start.elapsed()
+        };
+        let other = async {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            b.leave_and_wait(Duration::from_secs(5)).await;
+        };
+        let (waited, ()) = tokio::join!(waiter, other);
+        assert_eq!(waited, Duration::from_millis(100));
+
+        // Alone, it goes at once, and leaving twice counts once.
+        let c = gate.enter();
+        let start = tokio::time::Instant::now();
+        c.leave_and_wait(Duration::from_secs(5)).await;
+        c.leave_and_wait(Duration::from_secs(5)).await;
+        assert_eq!(start.elapsed(), Duration::ZERO);
+
+        // One that never leaves holds the others for the cap only; dropped, it lets go.
+        let (d, stuck) = (gate.enter(), gate.enter());
+        let start = tokio::time::Instant::now();
+        d.leave_and_wait(Duration::from_millis(500)).await;
+        assert_eq!(start.elapsed(), Duration::from_millis(500));
+        drop(stuck);
+        let e = gate.enter();
+        let start = tokio::time::Instant::now();
+        e.leave_and_wait(Duration::from_secs(5)).await;
+        assert_eq!(start.elapsed(), Duration::ZERO);
+    }
 }

@@ -31,14 +31,14 @@ use serde_json::{json, Value};
 use tracing::{info, warn};
 
 use crate::children::{apply_params, namespace_and_name};
-use crate::context::{Pass, GATE_WAIT};
 use crate::reconcilers::{status_patch, time};
 use crate::workload::*;
-use crate::{is_status, Context, Error, Result};
+use crate::{is_status, Error, Result};
 use futures::StreamExt;
 
 mod boundary;
 mod decide;
+mod state;
 mod status;
 mod target;
 #[cfg(test)]
@@ -46,6 +46,7 @@ mod tests;
 
 use boundary::*;
 pub use decide::*;
+pub use state::ScalerContext;
 use status::*;
 use target::*;
 
@@ -69,12 +70,12 @@ const NO_TRANSITION_RECHECK: Duration = Duration::from_secs(24 * 3600);
 const HPA_DEFAULT_MIN_REPLICAS: i32 = 1;
 
 /// The controller's reconcile function for Scaler.
-pub async fn reconcile(scaler: Arc<Scaler>, ctx: Arc<Context>) -> Result<Action> {
+pub async fn reconcile(scaler: Arc<Scaler>, ctx: Arc<ScalerContext>) -> Result<Action> {
     ctx.reconcile(KIND, scaler.as_ref(), with_finalizer(scaler.clone(), &ctx))
         .await
 }
 
-pub fn error_policy(scaler: Arc<Scaler>, error: &Error, ctx: Arc<Context>) -> Action {
+pub fn error_policy(scaler: Arc<Scaler>, error: &Error, ctx: Arc<ScalerContext>) -> Action {
     let now = ctx.clock.now();
     let unavailable = error.is_unavailable();
     ctx.error_policy_with(KIND, scaler.as_ref(), error, |backoff| {
@@ -113,7 +114,7 @@ pub fn retry_delay(
     delay
 }
 
-async fn with_finalizer(scaler: Arc<Scaler>, ctx: &Context) -> Result<Action> {
+async fn with_finalizer(scaler: Arc<Scaler>, ctx: &ScalerContext) -> Result<Action> {
     let (ns, _) = namespace_and_name(KIND, scaler.as_ref())?;
     let api: Api<Scaler> = Api::namespaced(ctx.client.clone(), &ns);
     match finalizer(
@@ -155,7 +156,7 @@ pub fn scalers_targeting(
         .collect()
 }
 
-async fn apply(scaler: &Scaler, ctx: &Context) -> Result<Action> {
+async fn apply(scaler: &Scaler, ctx: &ScalerContext) -> Result<Action> {
     let (ns, name) = namespace_and_name(KIND, scaler)?;
     let generation = scaler.meta().generation;
     let previous = scaler.status.clone().unwrap_or_default();
@@ -474,7 +475,7 @@ async fn apply(scaler: &Scaler, ctx: &Context) -> Result<Action> {
 /// What the Scaler's selector picks now. The watches of the kinds it names (and of the
 /// namespaces, for a namespaceSelector) are started the first time; until they have listed
 /// everything once, the pick is incomplete and nothing is given back for no longer matching.
-async fn select(scaler: &Scaler, me: &Claimant, ctx: &Context) -> crate::inventory::Selected {
+async fn select(scaler: &Scaler, me: &Claimant, ctx: &ScalerContext) -> crate::inventory::Selected {
     let Some(selector) = &scaler.spec.selector else {
         return crate::inventory::Selected {
             complete: true,
@@ -500,7 +501,7 @@ async fn select(scaler: &Scaler, me: &Claimant, ctx: &Context) -> crate::invento
 /// own. A target the apiserver refuses to give back (a recorded value it rejects, a write it
 /// forbids: nothing a retry changes) is reported with a Warning event and let go, so that it
 /// never holds the Scaler's deletion; other failures keep the finalizer and are retried.
-async fn cleanup(scaler: &Scaler, ctx: &Context) -> Result<Action> {
+async fn cleanup(scaler: &Scaler, ctx: &ScalerContext) -> Result<Action> {
     let (ns, name) = namespace_and_name(KIND, scaler)?;
     ctx.metrics.scaler_deleted(&ns, &name);
     let outside = scaler.spec.outside_replicas;

@@ -63,7 +63,7 @@ pub(super) fn failed_entry(previous: &ScalerStatus, target: &Named, error: &Erro
 }
 
 pub(super) async fn patch_status(
-    ctx: &Context,
+    ctx: &ScalerContext,
     ns: &str,
     name: &str,
     status: &ScalerStatus,

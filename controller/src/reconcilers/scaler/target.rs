@@ -55,7 +55,7 @@ pub(super) struct Seen {
 /// rather than trusted. When both claim it, the older owns it ([`Claimant`]): the record of a
 /// younger one (written before `me` claimed it) is taken over with the replicas it recorded.
 pub(super) async fn record_of(
-    ctx: &Context,
+    ctx: &ScalerContext,
     target: &Named,
     annotations: &BTreeMap<String, String>,
     key: &str,
@@ -98,7 +98,7 @@ pub(super) fn params() -> PatchParams {
 
 /// The target's metadata and `/scale`, None when it does not exist.
 pub(super) async fn read(
-    ctx: &Context,
+    ctx: &ScalerContext,
     resource: &ApiResource,
     target: &Named,
 ) -> Result<Option<Current>> {
@@ -142,7 +142,7 @@ pub(super) async fn read(
 
 /// The HPA that scales `target`, while the Scaler cooperates with HPAs.
 pub(super) async fn autoscaler(
-    ctx: &Context,
+    ctx: &ScalerContext,
     scaler: &Scaler,
     target: &Named,
 ) -> Result<Option<HorizontalPodAutoscaler>> {
@@ -201,7 +201,7 @@ pub(super) fn scaled_object_name(
 
 /// The ScaledObject `name` in `ns`, None when it (or KEDA) is gone.
 pub(super) async fn scaled_object(
-    ctx: &Context,
+    ctx: &ScalerContext,
     ns: &str,
     name: &str,
 ) -> Result<Option<DynamicObject>> {
@@ -211,7 +211,7 @@ pub(super) async fn scaled_object(
 
 /// The HPA `name` in `ns`, None when it is gone.
 pub(super) async fn hpa_named(
-    ctx: &Context,
+    ctx: &ScalerContext,
     ns: &str,
     name: &str,
 ) -> Result<Option<HorizontalPodAutoscaler>> {
@@ -223,7 +223,7 @@ pub(super) async fn hpa_named(
 /// the replicas in one merge patch; for other kinds the record before the replicas (through
 /// `/scale`), or after them on a restore. Returns the target as written.
 pub(super) async fn write_target(
-    ctx: &Context,
+    ctx: &ScalerContext,
     resource: &ApiResource,
     target: &Named,
     current: &Current,
@@ -307,7 +307,7 @@ pub(super) async fn write_target(
 /// deleted meanwhile) is found again by its name.
 #[allow(clippy::too_many_arguments)]
 pub(super) async fn reconcile_target(
-    ctx: &Context,
+    ctx: &ScalerContext,
     owner: &Scaler,
     target: &Named,
     wanted: Option<i32>,
@@ -536,7 +536,7 @@ pub(super) async fn reconcile_target(
 }
 
 /// A target as it is, without changing it.
-pub(super) async fn look(ctx: &Context, target: &Named) -> Result<Seen> {
+pub(super) async fn look(ctx: &ScalerContext, target: &Named) -> Result<Seen> {
     match ctx
         .mapper
         .resolve(&target.api_version, &target.kind)

@@ -23,8 +23,9 @@ fn scale_of(base: &str) -> String {
 }
 
 /// A context at `now` whose RESTMapper knows Deployments and StatefulSets.
-fn ctx_at(now: &str) -> (Arc<Context>, fixtures::Verifier) {
+fn ctx_at(now: &str) -> (Arc<ScalerContext>, fixtures::Verifier) {
     let (ctx, verifier) = fixtures::context_at(at(now));
+    let ctx = Arc::new(ScalerContext::new(ctx));
     for (kind, plural) in [
         ("Deployment", "deployments"),
         ("StatefulSet", "statefulsets"),
@@ -728,7 +729,7 @@ async fn a_cron_job_is_suspended_while_its_replicas_would_be_0_and_resumed_after
         }
         c
     };
-    let remember = |ctx: &Context| {
+    let remember = |ctx: &ScalerContext| {
         ctx.mapper.remember(
             "batch/v1",
             "CronJob",
