@@ -108,6 +108,28 @@ impl Drop for Pass {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fixtures::at;
+
+    #[test]
+    fn a_wake_up_a_hair_before_the_boundary_acts_as_at_the_boundary() {
+        let status = ScalerStatus {
+            next_transitions: vec![Transition {
+                time: time(at("2025-03-03T09:00:00Z")),
+                replicas: Some(3),
+            }],
+            ..ScalerStatus::default()
+        };
+        let boundary = at("2025-03-03T09:00:00Z");
+        let early = at("2025-03-03T08:59:59.990Z");
+        assert_eq!(at_boundary(early, &status), boundary);
+        let too_early = at("2025-03-03T08:59:59.900Z");
+        assert_eq!(at_boundary(too_early, &status), too_early);
+        let late = at("2025-03-03T09:00:00.004Z");
+        assert_eq!(at_boundary(late, &status), late);
+        assert_eq!(at_boundary(early, &ScalerStatus::default()), early);
+        // Requeued for the boundary itself, without slack.
+        assert_eq!(until(too_early, boundary), Duration::from_millis(100));
+    }
 
     #[tokio::test(start_paused = true)]
     async fn a_pass_waits_until_every_other_has_left_and_no_longer_than_the_cap() {

@@ -367,3 +367,250 @@ pub(super) fn next_action(
 pub fn until(now: DateTime<Utc>, next: DateTime<Utc>) -> Duration {
     (next - now).to_std().unwrap_or_default()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::*;
+    use super::*;
+    use crate::fixtures::at;
+
+    #[test]
+    fn a_requeue_wakes_before_the_boundary_unless_it_is_closer_than_the_lead() {
+        let now = at("2025-03-03T08:00:00Z");
+        let hour = at("2025-03-03T09:00:00Z");
+        assert_eq!(
+            next_action(Some(hour), false, now),
+            Action::requeue(Duration::from_secs(3600) - PREFETCH_LEAD)
+        );
+        let close = at("2025-03-03T07:59:59.900Z");
+        assert_eq!(
+            next_action(Some(now), false, close),
+            Action::requeue(Duration::from_millis(100))
+        );
+        assert_eq!(next_action(Some(hour), true, now), Action::await_change());
+    }
+
+    #[test]
+    fn a_held_target_is_set_back_only_after_its_grace_period() {
+        let mut current = Current {
+            replicas: 4,
+            settled_from: Some(at("2025-03-03T19:00:00Z")),
+            scaled_by: Some("ci-bot".into()),
+            ..Current::default()
+        };
+        let grace = Duration::from_secs(15 * 60);
+        assert_eq!(
+            hold_change(&web(), &current, 1, grace, at("2025-03-03T19:10:00Z")),
+            Some(Err(at("2025-03-03T19:15:00Z"))),
+            "in its grace period: looked at again when it ends"
+        );
+        let change = hold_change(&web(), &current, 1, grace, at("2025-03-03T19:15:00Z"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(change.replicas, Some(1));
+        assert_eq!(change.record, None, "the record of a window stays as it is");
+        assert_eq!(
+            change.note,
+            "Set Deployment team/web back from 4 to 1 replicas outside every window (scaled up by ci-bot)"
+        );
+        current.replicas = 1;
+        assert_eq!(
+            hold_change(&web(), &current, 1, grace, at("2025-03-04T00:00:00Z")),
+            None
+        );
+        current.replicas = 0;
+        assert_eq!(
+            hold_change(&web(), &current, 1, grace, at("2025-03-04T00:00:00Z")),
+            None,
+            "below the held replicas is left alone"
+        );
+    }
+
+    #[test]
+    fn an_hpa_min_never_exceeds_its_max_nor_goes_below_one() {
+        let hpa: HorizontalPodAutoscaler = serde_json::from_value(json!({
+        "metadata": {"name": "h", "namespace": "team"},
+        "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+                 "minReplicas": 2, "maxReplicas": 10},
+    }))
+    .unwrap();
+        let web = Named {
+            api_version: "apps/v1".into(),
+            kind: "Deployment".into(),
+            namespace: "team".into(),
+            name: "web".into(),
+        };
+        assert_eq!(
+            hpa_change(&hpa, &web, ME, Some(12)).unwrap().replicas,
+            Some(10)
+        );
+        assert_eq!(
+            autoscaler_of(std::slice::from_ref(&hpa), &web).map(|h| h.name_any()),
+            Some("h".into())
+        );
+        let db = Named {
+            kind: "StatefulSet".into(),
+            ..web.clone()
+        };
+        assert!(autoscaler_of(std::slice::from_ref(&hpa), &db).is_none());
+        assert_eq!(
+            hpa_change(&hpa, &web, ME, None),
+            None,
+            "nothing recorded, nothing to restore"
+        );
+        // A recorded original edited past what the apiserver accepts is restored within it.
+        for (recorded, to) in [("999", 10), ("0", 1), ("-1", 2), ("3", 3)] {
+            let mut edited = hpa.clone();
+            edited.metadata.annotations = Some(
+                [
+                    (
+                        annotation::ORIGINAL_MIN_REPLICAS.to_string(),
+                        recorded.to_string(),
+                    ),
+                    (
+                        annotation::ORIGINAL_REPLICAS_OWNER.to_string(),
+                        ME.to_string(),
+                    ),
+                ]
+                .into(),
+            );
+            let change = hpa_change(&edited, &web, ME, None).expect("a restore");
+            assert_eq!(change.replicas, Some(to), "recorded {recorded}");
+            assert_eq!(change.record.unwrap()["spec"]["minReplicas"], to);
+        }
+    }
+
+    #[test]
+    fn target_changes_follow_the_record() {
+        let mine = [
+            (annotation::ORIGINAL_REPLICAS, "2"),
+            (annotation::ORIGINAL_REPLICAS_OWNER, ME),
+        ];
+        let change = |c: &Current, wanted, outside| {
+            target_change(
+                &web(),
+                c,
+                ME,
+                &Record::of(&c.annotations, ME),
+                wanted,
+                outside,
+            )
+        };
+        assert_eq!(change(&current(5, &mine), Some(5), None), None, "settled");
+        assert_eq!(
+            change(&current(2, &[]), None, Some(9)),
+            None,
+            "outside: left alone"
+        );
+        let same = change(&current(5, &[]), Some(5), None).unwrap();
+        assert_eq!(
+            same.record.unwrap()["metadata"]["annotations"],
+            json!({annotation::ORIGINAL_REPLICAS: "5", annotation::ORIGINAL_REPLICAS_OWNER: ME}),
+            "the original is recorded, with its owner, even when it already matches"
+        );
+        assert_eq!(same.replicas, None);
+        let unreadable = current(5, &[(annotation::ORIGINAL_REPLICAS, "many")]);
+        let release = change(&unreadable, None, None).unwrap();
+        assert_eq!(release.replicas, None, "{release:?}");
+        assert!(release.restoring);
+    }
+
+    #[test]
+    fn a_record_of_another_scaler_is_neither_trusted_nor_touched() {
+        let c = current(5, &[(annotation::ORIGINAL_REPLICAS, "2")]);
+        let theirs = Record::Other("team/nightly".into());
+        for (wanted, outside) in [(Some(3), None), (None, None), (None, Some(1))] {
+            assert_eq!(
+                target_change(&web(), &c, "team/daily", &theirs, wanted, outside),
+                None
+            );
+        }
+        // A stale record (its Scaler gone) is read as none: the current replicas are recorded anew.
+        let fresh =
+            target_change(&web(), &c, "team/daily", &Record::Absent, Some(3), None).unwrap();
+        assert_eq!(
+            fresh.record.unwrap()["metadata"]["annotations"],
+            json!({annotation::ORIGINAL_REPLICAS: "5", annotation::ORIGINAL_REPLICAS_OWNER: "team/daily"})
+        );
+    }
+
+    #[test]
+    fn a_record_from_before_owners_is_adopted_with_an_owner() {
+        let legacy = current(5, &[(annotation::ORIGINAL_REPLICAS, "2")]);
+        let record = Record::of(&legacy.annotations, ME);
+        let adopt = target_change(&web(), &legacy, ME, &record, Some(5), None).unwrap();
+        assert_eq!(
+            adopt.record.unwrap()["metadata"]["annotations"],
+            json!({annotation::ORIGINAL_REPLICAS_OWNER: ME})
+        );
+        let restore = target_change(&web(), &legacy, ME, &record, None, None).unwrap();
+        assert_eq!(restore.replicas, Some(2));
+    }
+
+    #[test]
+    fn a_keda_scaled_object_is_paused_with_its_own_annotation_and_given_back_as_it_was() {
+        let target = Named {
+            api_version: "apps/v1".into(),
+            kind: "Deployment".into(),
+            namespace: "team".into(),
+            name: "web".into(),
+        };
+        let so = |annotations: serde_json::Value| -> DynamicObject {
+            serde_json::from_value(json!({
+                "apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
+                "metadata": {"name": "web", "namespace": "team", "resourceVersion": "7", "annotations": annotations},
+            }))
+            .expect("a ScaledObject")
+        };
+        let paused = keda_change(&so(json!({})), &target, "team/nightly", Some(0)).expect("paused");
+        assert_eq!(
+            paused.record,
+            Some(json!({"metadata": {"resourceVersion": "7", "annotations": {
+                "autoscaling.keda.sh/paused-replicas": "0",
+                "kubesteer.io/original-replicas-owner": "team/nightly",
+                "kubesteer.io/original-paused-replicas": "",
+            }}}))
+        );
+        assert_eq!(paused.note, "Paused ScaledObject team/web at 0 replicas for Deployment team/web; KEDA scales the target");
+        let mine = so(json!({
+            "autoscaling.keda.sh/paused-replicas": "0",
+            "kubesteer.io/original-replicas-owner": "team/nightly",
+            "kubesteer.io/original-paused-replicas": "",
+        }));
+        assert_eq!(
+            keda_change(&mine, &target, "team/nightly", Some(0)),
+            None,
+            "as it should be"
+        );
+        assert_eq!(
+            keda_change(&mine, &target, "team/other", Some(3)),
+            None,
+            "another Scaler's"
+        );
+        let resumed = keda_change(&mine, &target, "team/nightly", None).expect("resumed");
+        assert_eq!(
+            resumed.record,
+            Some(json!({"metadata": {"resourceVersion": "7", "annotations": {
+                "autoscaling.keda.sh/paused-replicas": null,
+                "kubesteer.io/original-replicas-owner": null,
+                "kubesteer.io/original-paused-replicas": null,
+            }}}))
+        );
+        // Paused by its owner before the Scaler: that pause is what comes back.
+        let before = so(json!({
+            "autoscaling.keda.sh/paused-replicas": "2",
+            "kubesteer.io/original-replicas-owner": "team/nightly",
+            "kubesteer.io/original-paused-replicas": "2",
+        }));
+        let back = keda_change(&before, &target, "team/nightly", None).expect("given back");
+        assert_eq!(
+            back.record.expect("a patch")["metadata"]["annotations"]
+                ["autoscaling.keda.sh/paused-replicas"],
+            "2"
+        );
+        assert_eq!(
+            keda_change(&so(json!({})), &target, "team/nightly", None),
+            None
+        );
+    }
+}

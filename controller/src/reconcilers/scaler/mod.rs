@@ -42,7 +42,7 @@ mod state;
 mod status;
 mod target;
 #[cfg(test)]
-mod tests;
+pub(super) mod tests;
 
 use boundary::*;
 pub use decide::*;

@@ -6,24 +6,24 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kubesteer_runtime::scale::Unscalable;
 use serde_json::json;
 
-const STATUS: &str = "/apis/kubesteer.io/v1beta1/namespaces/team/scalers/nightly/status?&force=true&fieldManager=kubesteer-controller";
-const WEB: &str = "/apis/apps/v1/namespaces/team/deployments/web";
-const API: &str = "/apis/apps/v1/namespaces/other/deployments/api";
-const SCALER: &str = "/apis/kubesteer.io/v1beta1/namespaces/team/scalers/nightly?";
-const HPAS: &str = "/apis/autoscaling/v2/namespaces/team/horizontalpodautoscalers?";
-const ME: &str = "team/nightly";
+pub(super) const STATUS: &str = "/apis/kubesteer.io/v1beta1/namespaces/team/scalers/nightly/status?&force=true&fieldManager=kubesteer-controller";
+pub(super) const WEB: &str = "/apis/apps/v1/namespaces/team/deployments/web";
+pub(super) const API: &str = "/apis/apps/v1/namespaces/other/deployments/api";
+pub(super) const SCALER: &str = "/apis/kubesteer.io/v1beta1/namespaces/team/scalers/nightly?";
+pub(super) const HPAS: &str = "/apis/autoscaling/v2/namespaces/team/horizontalpodautoscalers?";
+pub(super) const ME: &str = "team/nightly";
 
 /// The object at `base`, patched (metadata or /scale) by the controller.
-fn patch_of(base: &str) -> String {
+pub(super) fn patch_of(base: &str) -> String {
     format!("{base}?&fieldManager=kubesteer-controller")
 }
 
-fn scale_of(base: &str) -> String {
+pub(super) fn scale_of(base: &str) -> String {
     format!("{base}/scale")
 }
 
 /// A context at `now` whose RESTMapper knows Deployments and StatefulSets.
-fn ctx_at(now: &str) -> (Arc<ScalerContext>, fixtures::Verifier) {
+pub(super) fn ctx_at(now: &str) -> (Arc<ScalerContext>, fixtures::Verifier) {
     let (ctx, verifier) = fixtures::context_at(at(now));
     let ctx = Arc::new(ScalerContext::new(ctx));
     for (kind, plural) in [
@@ -42,7 +42,7 @@ fn ctx_at(now: &str) -> (Arc<ScalerContext>, fixtures::Verifier) {
     (ctx, verifier)
 }
 
-fn scaler(spec: Value) -> Scaler {
+pub(super) fn scaler(spec: Value) -> Scaler {
     serde_json::from_value(json!({
         "apiVersion": "kubesteer.io/v1beta1", "kind": "Scaler",
         "metadata": {"name": "nightly", "namespace": "team", "uid": "scl-uid", "generation": 3,
@@ -52,19 +52,19 @@ fn scaler(spec: Value) -> Scaler {
     .unwrap()
 }
 
-fn deployment(name: &str) -> Value {
+pub(super) fn deployment(name: &str) -> Value {
     json!({"apiVersion": "apps/v1", "kind": "Deployment", "name": name})
 }
 
 /// Deployment web, 09:00-17:00 UTC at 5 replicas, not cooperating with HPAs.
-fn nine_to_five() -> Scaler {
+pub(super) fn nine_to_five() -> Scaler {
     scaler(json!({"scaleTargetRefs": [deployment("web")],
                       "windows": [{"start": 9, "end": 17, "replicas": 5}],
                       "hpaCooperation": "Disabled"}))
 }
 
 /// A target's metadata, with this Scaler's record of `original` replicas.
-fn meta(ns: &str, name: &str, original: Option<i32>) -> Value {
+pub(super) fn meta(ns: &str, name: &str, original: Option<i32>) -> Value {
     let mut m = json!({
         "apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
         "metadata": {"name": name, "namespace": ns, "resourceVersion": "41"},
@@ -78,7 +78,7 @@ fn meta(ns: &str, name: &str, original: Option<i32>) -> Value {
     m
 }
 
-fn scale(ns: &str, name: &str, replicas: i32) -> Value {
+pub(super) fn scale(ns: &str, name: &str, replicas: i32) -> Value {
     json!({
         "apiVersion": "autoscaling/v1", "kind": "Scale",
         "metadata": {"name": name, "namespace": ns, "resourceVersion": "41"},
@@ -87,12 +87,12 @@ fn scale(ns: &str, name: &str, replicas: i32) -> Value {
 }
 
 /// Whether `base` is an apps/v1 workload, read and written as one object.
-fn is_apps(base: &str) -> bool {
+pub(super) fn is_apps(base: &str) -> bool {
     base.starts_with("/apis/apps/v1/")
 }
 
 /// The reads of a target: an apps/v1 workload whole; another kind's metadata and /scale.
-fn reads(base: &str, metadata: Value, replicas: i32) -> Vec<Call> {
+pub(super) fn reads(base: &str, metadata: Value, replicas: i32) -> Vec<Call> {
     if is_apps(base) {
         return vec![Call::get(base).respond(written(metadata, &json!({}), replicas))];
     }
@@ -108,7 +108,7 @@ fn reads(base: &str, metadata: Value, replicas: i32) -> Vec<Call> {
 }
 
 /// The reads of a target that does not exist.
-fn absent(base: &str) -> Vec<Call> {
+pub(super) fn absent(base: &str) -> Vec<Call> {
     if is_apps(base) {
         return vec![Call::get(base).not_found()];
     }
@@ -120,14 +120,14 @@ fn absent(base: &str) -> Vec<Call> {
 
 /// The object (a Deployment or StatefulSet) as a merge patch of its record and replicas
 /// left it.
-fn written(before: Value, patch: &Value, replicas: i32) -> Value {
+pub(super) fn written(before: Value, patch: &Value, replicas: i32) -> Value {
     let mut object = annotated(before, patch);
     object["spec"] = json!({"replicas": replicas});
     object
 }
 
 /// The metadata after a merge patch of its annotations.
-fn annotated(mut before: Value, patch: &Value) -> Value {
+pub(super) fn annotated(mut before: Value, patch: &Value) -> Value {
     if let Some(a) = patch["metadata"]["annotations"].as_object() {
         for (k, v) in a {
             if v.is_null() {
@@ -143,13 +143,13 @@ fn annotated(mut before: Value, patch: &Value) -> Value {
 }
 
 /// The merge patch of this Scaler's record of `original` replicas, conditional on version 41.
-fn recorded(original: &str) -> Value {
+pub(super) fn recorded(original: &str) -> Value {
     json!({"metadata": {"resourceVersion": "41", "annotations": {
         annotation::ORIGINAL_REPLICAS: original, annotation::ORIGINAL_REPLICAS_OWNER: ME,
     }}})
 }
 
-fn calls(groups: Vec<Vec<Call>>) -> Vec<Call> {
+pub(super) fn calls(groups: Vec<Vec<Call>>) -> Vec<Call> {
     groups.into_iter().flatten().collect()
 }
 
@@ -249,22 +249,6 @@ async fn woken_just_before_a_boundary_it_reads_first_and_only_writes_at_the_boun
         Action::requeue(Duration::from_millis(8 * 3600 * 1000 + 150) - PREFETCH_LEAD)
     );
     scenario.finish(ctx).await;
-}
-
-#[test]
-fn a_requeue_wakes_before_the_boundary_unless_it_is_closer_than_the_lead() {
-    let now = at("2025-03-03T08:00:00Z");
-    let hour = at("2025-03-03T09:00:00Z");
-    assert_eq!(
-        next_action(Some(hour), false, now),
-        Action::requeue(Duration::from_secs(3600) - PREFETCH_LEAD)
-    );
-    let close = at("2025-03-03T07:59:59.900Z");
-    assert_eq!(
-        next_action(Some(now), false, close),
-        Action::requeue(Duration::from_millis(100))
-    );
-    assert_eq!(next_action(Some(hour), true, now), Action::await_change());
 }
 
 #[tokio::test]
@@ -588,7 +572,7 @@ async fn a_dry_run_says_what_it_would_write_and_writes_nothing() {
 
 /// web's metadata, created at `created`, its template last written by `deployer` at
 /// `deployed` and its replicas owned by `scaler`.
-fn managed_meta(created: &str, deployed: &str, scaler: &str) -> Value {
+pub(super) fn managed_meta(created: &str, deployed: &str, scaler: &str) -> Value {
     let mut m = meta("team", "web", None);
     m["metadata"]["creationTimestamp"] = json!(created);
     m["metadata"]["managedFields"] = json!([
@@ -614,42 +598,6 @@ fn provenance_reads_the_last_template_write_and_who_owns_the_replicas() {
             "creationTimestamp": "2025-01-01T00:00:00Z"}))
     .unwrap();
     assert_eq!(provenance(&bare), (Some(at("2025-01-01T00:00:00Z")), None));
-}
-
-#[test]
-fn a_held_target_is_set_back_only_after_its_grace_period() {
-    let mut current = Current {
-        replicas: 4,
-        settled_from: Some(at("2025-03-03T19:00:00Z")),
-        scaled_by: Some("ci-bot".into()),
-        ..Current::default()
-    };
-    let grace = Duration::from_secs(15 * 60);
-    assert_eq!(
-        hold_change(&web(), &current, 1, grace, at("2025-03-03T19:10:00Z")),
-        Some(Err(at("2025-03-03T19:15:00Z"))),
-        "in its grace period: looked at again when it ends"
-    );
-    let change = hold_change(&web(), &current, 1, grace, at("2025-03-03T19:15:00Z"))
-        .unwrap()
-        .unwrap();
-    assert_eq!(change.replicas, Some(1));
-    assert_eq!(change.record, None, "the record of a window stays as it is");
-    assert_eq!(
-            change.note,
-            "Set Deployment team/web back from 4 to 1 replicas outside every window (scaled up by ci-bot)"
-        );
-    current.replicas = 1;
-    assert_eq!(
-        hold_change(&web(), &current, 1, grace, at("2025-03-04T00:00:00Z")),
-        None
-    );
-    current.replicas = 0;
-    assert_eq!(
-        hold_change(&web(), &current, 1, grace, at("2025-03-04T00:00:00Z")),
-        None,
-        "below the held replicas is left alone"
-    );
 }
 
 #[tokio::test]
@@ -1183,11 +1131,12 @@ async fn a_stored_never_firing_schedule_is_reported_not_searched() {
     scenario.finish(ctx).await;
 }
 
-const HPA: &str = "/apis/autoscaling/v2/namespaces/team/horizontalpodautoscalers/web-hpa";
-const HPA_PATCH: &str = "/apis/autoscaling/v2/namespaces/team/horizontalpodautoscalers/web-hpa?&fieldManager=kubesteer-controller";
+pub(super) const HPA: &str =
+    "/apis/autoscaling/v2/namespaces/team/horizontalpodautoscalers/web-hpa";
+pub(super) const HPA_PATCH: &str = "/apis/autoscaling/v2/namespaces/team/horizontalpodautoscalers/web-hpa?&fieldManager=kubesteer-controller";
 
 /// HPA web-hpa of Deployment web at `min` (max 10), with this Scaler's record of `original`.
-fn hpa(min: i32, original: Option<i32>) -> Value {
+pub(super) fn hpa(min: i32, original: Option<i32>) -> Value {
     let mut h = json!({
         "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
         "metadata": {"name": "web-hpa", "namespace": "team", "resourceVersion": "7"},
@@ -1326,60 +1275,6 @@ async fn an_hpa_raised_before_cooperation_was_switched_off_is_restored_by_its_re
     ]));
     reconcile(Arc::new(s), ctx.clone()).await.unwrap();
     scenario.finish(ctx).await;
-}
-
-#[test]
-fn an_hpa_min_never_exceeds_its_max_nor_goes_below_one() {
-    let hpa: HorizontalPodAutoscaler = serde_json::from_value(json!({
-        "metadata": {"name": "h", "namespace": "team"},
-        "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
-                 "minReplicas": 2, "maxReplicas": 10},
-    }))
-    .unwrap();
-    let web = Named {
-        api_version: "apps/v1".into(),
-        kind: "Deployment".into(),
-        namespace: "team".into(),
-        name: "web".into(),
-    };
-    assert_eq!(
-        hpa_change(&hpa, &web, ME, Some(12)).unwrap().replicas,
-        Some(10)
-    );
-    assert_eq!(
-        autoscaler_of(std::slice::from_ref(&hpa), &web).map(|h| h.name_any()),
-        Some("h".into())
-    );
-    let db = Named {
-        kind: "StatefulSet".into(),
-        ..web.clone()
-    };
-    assert!(autoscaler_of(std::slice::from_ref(&hpa), &db).is_none());
-    assert_eq!(
-        hpa_change(&hpa, &web, ME, None),
-        None,
-        "nothing recorded, nothing to restore"
-    );
-    // A recorded original edited past what the apiserver accepts is restored within it.
-    for (recorded, to) in [("999", 10), ("0", 1), ("-1", 2), ("3", 3)] {
-        let mut edited = hpa.clone();
-        edited.metadata.annotations = Some(
-            [
-                (
-                    annotation::ORIGINAL_MIN_REPLICAS.to_string(),
-                    recorded.to_string(),
-                ),
-                (
-                    annotation::ORIGINAL_REPLICAS_OWNER.to_string(),
-                    ME.to_string(),
-                ),
-            ]
-            .into(),
-        );
-        let change = hpa_change(&edited, &web, ME, None).expect("a restore");
-        assert_eq!(change.replicas, Some(to), "recorded {recorded}");
-        assert_eq!(change.record.unwrap()["spec"]["minReplicas"], to);
-    }
 }
 
 #[tokio::test]
@@ -1582,7 +1477,7 @@ fn the_backoff_of_a_failed_scaler_never_outlasts_its_next_transition() {
     assert_eq!(next_action(None, true, after), Action::await_change());
 }
 
-fn web() -> Named {
+pub(super) fn web() -> Named {
     Named {
         api_version: "apps/v1".into(),
         kind: "Deployment".into(),
@@ -1591,7 +1486,7 @@ fn web() -> Named {
     }
 }
 
-fn current(replicas: i32, annotations: &[(&str, &str)]) -> Current {
+pub(super) fn current(replicas: i32, annotations: &[(&str, &str)]) -> Current {
     Current {
         annotations: annotations
             .iter()
@@ -1601,93 +1496,6 @@ fn current(replicas: i32, annotations: &[(&str, &str)]) -> Current {
         replicas,
         ..Current::default()
     }
-}
-
-#[test]
-fn target_changes_follow_the_record() {
-    let mine = [
-        (annotation::ORIGINAL_REPLICAS, "2"),
-        (annotation::ORIGINAL_REPLICAS_OWNER, ME),
-    ];
-    let change = |c: &Current, wanted, outside| {
-        target_change(
-            &web(),
-            c,
-            ME,
-            &Record::of(&c.annotations, ME),
-            wanted,
-            outside,
-        )
-    };
-    assert_eq!(change(&current(5, &mine), Some(5), None), None, "settled");
-    assert_eq!(
-        change(&current(2, &[]), None, Some(9)),
-        None,
-        "outside: left alone"
-    );
-    let same = change(&current(5, &[]), Some(5), None).unwrap();
-    assert_eq!(
-        same.record.unwrap()["metadata"]["annotations"],
-        json!({annotation::ORIGINAL_REPLICAS: "5", annotation::ORIGINAL_REPLICAS_OWNER: ME}),
-        "the original is recorded, with its owner, even when it already matches"
-    );
-    assert_eq!(same.replicas, None);
-    let unreadable = current(5, &[(annotation::ORIGINAL_REPLICAS, "many")]);
-    let release = change(&unreadable, None, None).unwrap();
-    assert_eq!(release.replicas, None, "{release:?}");
-    assert!(release.restoring);
-}
-
-#[test]
-fn a_record_of_another_scaler_is_neither_trusted_nor_touched() {
-    let c = current(5, &[(annotation::ORIGINAL_REPLICAS, "2")]);
-    let theirs = Record::Other("team/nightly".into());
-    for (wanted, outside) in [(Some(3), None), (None, None), (None, Some(1))] {
-        assert_eq!(
-            target_change(&web(), &c, "team/daily", &theirs, wanted, outside),
-            None
-        );
-    }
-    // A stale record (its Scaler gone) is read as none: the current replicas are recorded anew.
-    let fresh = target_change(&web(), &c, "team/daily", &Record::Absent, Some(3), None).unwrap();
-    assert_eq!(
-        fresh.record.unwrap()["metadata"]["annotations"],
-        json!({annotation::ORIGINAL_REPLICAS: "5", annotation::ORIGINAL_REPLICAS_OWNER: "team/daily"})
-    );
-}
-
-#[test]
-fn a_wake_up_a_hair_before_the_boundary_acts_as_at_the_boundary() {
-    let status = ScalerStatus {
-        next_transitions: vec![Transition {
-            time: time(at("2025-03-03T09:00:00Z")),
-            replicas: Some(3),
-        }],
-        ..ScalerStatus::default()
-    };
-    let boundary = at("2025-03-03T09:00:00Z");
-    let early = at("2025-03-03T08:59:59.990Z");
-    assert_eq!(at_boundary(early, &status), boundary);
-    let too_early = at("2025-03-03T08:59:59.900Z");
-    assert_eq!(at_boundary(too_early, &status), too_early);
-    let late = at("2025-03-03T09:00:00.004Z");
-    assert_eq!(at_boundary(late, &status), late);
-    assert_eq!(at_boundary(early, &ScalerStatus::default()), early);
-    // Requeued for the boundary itself, without slack.
-    assert_eq!(until(too_early, boundary), Duration::from_millis(100));
-}
-
-#[test]
-fn a_record_from_before_owners_is_adopted_with_an_owner() {
-    let legacy = current(5, &[(annotation::ORIGINAL_REPLICAS, "2")]);
-    let record = Record::of(&legacy.annotations, ME);
-    let adopt = target_change(&web(), &legacy, ME, &record, Some(5), None).unwrap();
-    assert_eq!(
-        adopt.record.unwrap()["metadata"]["annotations"],
-        json!({annotation::ORIGINAL_REPLICAS_OWNER: ME})
-    );
-    let restore = target_change(&web(), &legacy, ME, &record, None, None).unwrap();
-    assert_eq!(restore.replicas, Some(2));
 }
 
 #[test]
@@ -1727,7 +1535,7 @@ fn targets_map_to_the_scalers_that_name_them() {
 }
 
 /// `s` named `name`, created at `created` with `uid`.
-fn aged(mut s: Scaler, name: &str, created: &str, uid: &str) -> Scaler {
+pub(super) fn aged(mut s: Scaler, name: &str, created: &str, uid: &str) -> Scaler {
     s.metadata.name = Some(name.into());
     s.metadata.uid = Some(uid.into());
     s.metadata.creation_timestamp = Some(time(at(created)));
@@ -1840,71 +1648,4 @@ async fn a_cleanup_that_lost_the_race_to_a_gone_scaler_is_quiet() {
         Action::await_change()
     );
     scenario.finish(ctx).await;
-}
-
-#[test]
-fn a_keda_scaled_object_is_paused_with_its_own_annotation_and_given_back_as_it_was() {
-    let target = Named {
-        api_version: "apps/v1".into(),
-        kind: "Deployment".into(),
-        namespace: "team".into(),
-        name: "web".into(),
-    };
-    let so = |annotations: serde_json::Value| -> DynamicObject {
-        serde_json::from_value(json!({
-                "apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
-                "metadata": {"name": "web", "namespace": "team", "resourceVersion": "7", "annotations": annotations},
-            }))
-            .expect("a ScaledObject")
-    };
-    let paused = keda_change(&so(json!({})), &target, "team/nightly", Some(0)).expect("paused");
-    assert_eq!(
-        paused.record,
-        Some(json!({"metadata": {"resourceVersion": "7", "annotations": {
-            "autoscaling.keda.sh/paused-replicas": "0",
-            "kubesteer.io/original-replicas-owner": "team/nightly",
-            "kubesteer.io/original-paused-replicas": "",
-        }}}))
-    );
-    assert_eq!(paused.note, "Paused ScaledObject team/web at 0 replicas for Deployment team/web; KEDA scales the target");
-    let mine = so(json!({
-        "autoscaling.keda.sh/paused-replicas": "0",
-        "kubesteer.io/original-replicas-owner": "team/nightly",
-        "kubesteer.io/original-paused-replicas": "",
-    }));
-    assert_eq!(
-        keda_change(&mine, &target, "team/nightly", Some(0)),
-        None,
-        "as it should be"
-    );
-    assert_eq!(
-        keda_change(&mine, &target, "team/other", Some(3)),
-        None,
-        "another Scaler's"
-    );
-    let resumed = keda_change(&mine, &target, "team/nightly", None).expect("resumed");
-    assert_eq!(
-        resumed.record,
-        Some(json!({"metadata": {"resourceVersion": "7", "annotations": {
-            "autoscaling.keda.sh/paused-replicas": null,
-            "kubesteer.io/original-replicas-owner": null,
-            "kubesteer.io/original-paused-replicas": null,
-        }}}))
-    );
-    // Paused by its owner before the Scaler: that pause is what comes back.
-    let before = so(json!({
-        "autoscaling.keda.sh/paused-replicas": "2",
-        "kubesteer.io/original-replicas-owner": "team/nightly",
-        "kubesteer.io/original-paused-replicas": "2",
-    }));
-    let back = keda_change(&before, &target, "team/nightly", None).expect("given back");
-    assert_eq!(
-        back.record.expect("a patch")["metadata"]["annotations"]
-            ["autoscaling.keda.sh/paused-replicas"],
-        "2"
-    );
-    assert_eq!(
-        keda_change(&so(json!({})), &target, "team/nightly", None),
-        None
-    );
 }
