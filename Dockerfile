@@ -47,7 +47,7 @@ LABEL org.opencontainers.image.source="https://github.com/kubesteer/kubesteer" \
       org.opencontainers.image.licenses="Apache-2.0" \
       org.opencontainers.image.title="kubesteer" \
       org.opencontainers.image.description="kubesteer: admission webhook (kubesteer-webhook), controller (kubesteer-controller) and certificates tool (kubesteer-certs) for the Scaler, Memcached, Welcome and Application resources"
-# One multi-call binary and the four program names as links to it (kubesteer/src/bin/kubesteer.rs).
+# One multi-call binary and the four program names as links to it (kubesteer/src/main.rs).
 COPY --from=build --chown=0:0 --chmod=0755 /out/bin/ /usr/local/bin/
 ENV PATH=/usr/local/bin
 USER 65532:65532

@@ -21,11 +21,11 @@ all: build
 build:
 	$(CARGO) build --workspace --all-targets
 
-## plugin: build the kubectl plugin (kubesteer/) and install kubectl-kubesteer into $(PLUGIN_ROOT)/bin;
+## plugin: build the kubectl plugin (kubesteer/plugin/) and install kubectl-kubesteer into $(PLUGIN_ROOT)/bin;
 ## with that on PATH, `kubectl kubesteer --help` runs it. Cargo's cache for it is target/.
 PLUGIN_ROOT ?= $(HOME)/.local
 plugin:
-	$(CARGO) install --path kubesteer --bin kubectl-kubesteer --locked --root $(PLUGIN_ROOT) --target-dir $(CURDIR)/target
+	$(CARGO) install --path kubesteer/plugin --locked --root $(PLUGIN_ROOT) --target-dir $(CURDIR)/target
 	@echo "installed $(PLUGIN_ROOT)/bin/kubectl-kubesteer; with $(PLUGIN_ROOT)/bin on PATH: kubectl kubesteer --help"
 
 ## control-plane: build the pinned Kubernetes, kwok, etcd and helm binaries into $(BIN) (cached).

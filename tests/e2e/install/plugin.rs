@@ -36,7 +36,7 @@ fn plugin() -> Result<PathBuf> {
             let mut out = build(&["--workspace", "--bins"])?;
             if !out.status.success() {
                 // Some other crate does not build right now; the plugin alone may.
-                out = build(&["-p", "kubesteer", "--bin", "kubectl-kubesteer"])?;
+                out = build(&["-p", "kubesteer-plugin", "--bin", "kubectl-kubesteer"])?;
             }
             if !out.status.success() {
                 return Err(format!(
@@ -198,7 +198,8 @@ fn wait_ready(ns: &Namespace, scaler: &str) -> Result<()> {
 /// The lines of a golden picture from its hour scale down, as the terminal shows them: no
 /// trailing blanks.
 fn golden_rows(name: &str) -> Result<Vec<String>> {
-    let text = std::fs::read_to_string(repo_root().join("kubesteer/tests/golden").join(name))?;
+    let text =
+        std::fs::read_to_string(repo_root().join("kubesteer/plugin/tests/golden").join(name))?;
     Ok(text
         .lines()
         .skip(1)

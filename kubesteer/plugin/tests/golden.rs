@@ -1,11 +1,11 @@
 //! Golden pictures: each Scaler in tests/golden/*.yaml previewed at a fixed clock, as text
 //! (without colour) and as SVG, compared byte for byte with the files beside it.
-//! `UPDATE_GOLDEN=1 cargo test -p kubesteer --test golden` writes them anew; review the diff.
+//! `UPDATE_GOLDEN=1 cargo test -p kubesteer-plugin --test golden` writes them anew; review the diff.
 use std::path::PathBuf;
 
 use chrono::{DateTime, Utc};
-use kubesteer::preview::{picture, Output, Request};
-use kubesteer::text::Paint;
+use kubesteer_plugin::preview::{picture, Output, Request};
+use kubesteer_plugin::text::Paint;
 
 fn dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden")
@@ -19,8 +19,8 @@ fn golden(case: &str, from: &str, days: u32, now: &str) {
     };
     let source = format!("{case}.yaml");
     let text = std::fs::read_to_string(dir().join(&source)).unwrap_or_default();
-    let scalers =
-        kubesteer::file::read(&text, &source, "default", now).unwrap_or_else(|e| panic!("{e}"));
+    let scalers = kubesteer_plugin::file::read(&text, &source, "default", now)
+        .unwrap_or_else(|e| panic!("{e}"));
     let s = &scalers[0];
     let what = format!("scaler/{} -n {}", s.name, s.namespace);
     let mut failures = Vec::new();

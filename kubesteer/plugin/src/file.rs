@@ -104,7 +104,7 @@ mod tests {
 
     #[test]
     fn the_sample_reads_and_other_kinds_are_skipped() {
-        let sample = include_str!("../../config/samples/scaler.yaml");
+        let sample = include_str!("../../../config/samples/scaler.yaml");
         let text = format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: x}}\n---\n{sample}");
         let read = read(&text, "scaler.yaml", "team", now()).unwrap_or_default();
         assert_eq!(read.len(), 1);
