@@ -87,9 +87,11 @@ fmt-check:
 clippy:
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
-## unit: every crate's tests but the e2e ones (the image's multi-call binary's too, in kubesteer/).
+## unit: every crate's tests but the e2e ones (the image's multi-call binary's too, in kubesteer/),
+## and the e2e helpers' own unit tests (no cluster).
 unit:
 	$(CARGO) test --workspace --exclude kubesteer-tests
+	$(CARGO) test -p kubesteer-tests --lib
 
 ## e2e: end-to-end tests on a control plane of their own, "kubesteer-e2e" (.kubesteer/e2e/, with its
 ## own real node as root), started and torn down by hack/e2e.sh (KUBESTEER_KEEP_CLUSTER=1 keeps it);
