@@ -50,14 +50,28 @@ where
     apply_with(client, obj, &apply_params()).await
 }
 
-/// Server-side applies `obj`, which was just read as missing, without force: should someone else
-/// have made an object of that name meanwhile, a field both set answers 409 Conflict instead of
-/// being taken over.
+/// A resourceVersion no stored object has: etcd's first write is revision 2.
+const NO_OBJECT_HAS_THIS_VERSION: &str = "1";
+
+/// Creates `obj` by a server-side apply (so its fields belong to the manager's Apply entry) that
+/// can only create: it carries a resourceVersion no stored object has, so when an object of that
+/// name exists, whoever made it, the apiserver answers 409 Conflict and writes nothing. One
+/// request, where a read and then an apply would be two.
 pub async fn create_by_apply<K>(client: &Client, obj: &K) -> Result<Applied<K>>
 where
-    K: Resource<DynamicType = (), Scope = NamespaceResourceScope> + Serialize + DeserializeOwned,
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + Clone
+        + Serialize
+        + DeserializeOwned,
 {
-    apply_with(client, obj, &PatchParams::apply(CONTROLLER_FIELD_MANAGER)).await
+    let mut only_new = obj.clone();
+    only_new.meta_mut().resource_version = Some(NO_OBJECT_HAS_THIS_VERSION.into());
+    apply_with(
+        client,
+        &only_new,
+        &PatchParams::apply(CONTROLLER_FIELD_MANAGER),
+    )
+    .await
 }
 
 async fn apply_with<K>(client: &Client, obj: &K, params: &PatchParams) -> Result<Applied<K>>
@@ -237,19 +251,17 @@ where
         checked(&applied.object)?;
         return ours(applied.object, applied.created);
     }
-    // Not cached: the label-filtered watch misses a same-named object made by someone else.
-    let live = match api.get_opt(&name).await? {
-        Some(live) => live,
-        None => match create_by_apply(&ctx.client, &desired).await {
-            Ok(applied) => {
-                ctx.metrics.child(&kind, true);
-                checked(&applied.object)?;
-                return ours(applied.object, applied.created);
-            }
-            // Made by someone else since the read: their fields conflict, nothing was written.
-            Err(Error::Kube(e)) if is_status(&e, 409) => api.get_opt(&name).await?.ok_or(e)?,
-            Err(e) => return Err(e),
-        },
+    // Not cached: new, or missed by the label-filtered watch (someone else's object of that name)
+    // or not seen by it yet. Create it; only when something is there already, read what it is.
+    let live = match create_by_apply(&ctx.client, &desired).await {
+        Ok(applied) => {
+            ctx.metrics.child(&kind, true);
+            checked(&applied.object)?;
+            return ours(applied.object, applied.created);
+        }
+        // An object of that name exists: nothing was written.
+        Err(Error::Kube(e)) if is_status(&e, 409) => api.get_opt(&name).await?.ok_or(e)?,
+        Err(e) => return Err(e),
     };
     if !controlled_by(live.meta(), &owner_uid) {
         return Ok(Ensured::Foreign(NameConflict::new(&kind, &name)));

@@ -190,7 +190,7 @@ mod tests {
 
     const DEPLOYMENT: &str = "/apis/apps/v1/namespaces/team/deployments/cache?&force=true&fieldManager=kubesteer-controller";
     const STATUS: &str = "/apis/kubesteer.io/v1alpha1/namespaces/team/memcacheds/cache/status?&force=true&fieldManager=kubesteer-controller";
-    // A child read as missing is created by an apply without force.
+    // A child missing from the cache is created by an apply without force that can only create.
     const CREATE_DEPLOYMENT: &str =
         "/apis/apps/v1/namespaces/team/deployments/cache?&fieldManager=kubesteer-controller";
     const CREATE_SERVICE: &str =
@@ -261,24 +261,24 @@ mod tests {
         let mc = memcached(json!({"size": 2}));
         let (ctx, verifier) = fixtures::context();
         let scenario = verifier.run(vec![
-            // Children missing from the cache are read first: a same-named object is never applied.
-            Call::get(GET_DEPLOYMENT).not_found(),
-            Call::get(GET_SERVICE).not_found(),
-            // (The Service's apply goes out first: its read was answered last.)
-            Call::patch(CREATE_SERVICE)
-                .body(|b| {
-                    assert_eq!(b["kind"], "Service");
-                    assert_eq!(b["spec"]["clusterIP"], "None");
-                })
-                .created(),
+            // Children missing from the cache are created without a read first: the apply carries
+            // a resourceVersion no stored object has, so a same-named object is never written.
             Call::patch(CREATE_DEPLOYMENT)
                 .body(|b| {
                     assert_eq!(b["kind"], "Deployment");
+                    assert_eq!(b["metadata"]["resourceVersion"], "1");
                     assert_eq!(b["spec"]["replicas"], 2);
                     let fingerprint = &b["metadata"]["annotations"][annotation::APPLIED];
                     assert_eq!(fingerprint.as_str().map(str::len), Some(16), "{b}");
                 })
                 .created_as(deployment_with(json!({}))),
+            Call::patch(CREATE_SERVICE)
+                .body(|b| {
+                    assert_eq!(b["kind"], "Service");
+                    assert_eq!(b["metadata"]["resourceVersion"], "1");
+                    assert_eq!(b["spec"]["clusterIP"], "None");
+                })
+                .created(),
             Call::event("team")
                 .body(|b| {
                     assert_eq!(b["type"], "Normal");
@@ -494,7 +494,6 @@ mod tests {
         checked(&caches, &mc);
         let (ctx, verifier) = fixtures::context_cached(caches);
         let scenario = verifier.run(vec![
-            Call::get(GET_SERVICE).not_found(),
             Call::patch(CREATE_SERVICE).created(),
             Call::event("team")
                 .body(|b| assert_eq!(b["note"], "Created Service cache"))
@@ -549,12 +548,12 @@ mod tests {
     async fn a_foreign_deployment_unseen_by_the_watch_is_not_applied_but_reported() {
         let mc = memcached(json!({"size": 2}));
         let (ctx, verifier) = fixtures::context();
-        // The Deployment read is not this Memcached's: no write goes to it. The Service, free,
-        // is created as usual.
+        // The create finds the name taken (409, nothing written); the Deployment read then is not
+        // this Memcached's, so no write goes to it. The Service, free, is created as usual.
         let scenario = verifier.run(vec![
-            Call::get(GET_DEPLOYMENT).respond(hand_made_deployment()),
-            Call::get(GET_SERVICE).not_found(),
+            Call::patch(CREATE_DEPLOYMENT).conflict(),
             Call::patch(CREATE_SERVICE).created(),
+            Call::get(GET_DEPLOYMENT).respond(hand_made_deployment()),
             Call::event("team")
                 .body(|b| assert_eq!(b["note"], "Created Service cache"))
                 .respond_with_body(),
@@ -574,25 +573,18 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_deployment_made_between_the_read_and_the_create_is_not_taken_over() {
+    async fn a_child_gone_between_the_refused_create_and_the_read_is_tried_again() {
         let mc = memcached(json!({"size": 2}));
         let (ctx, verifier) = fixtures::context();
-        // The apply that creates carries no force: the newcomer's fields answer 409 Conflict.
         let scenario = verifier.run(vec![
-            Call::get(GET_DEPLOYMENT).not_found(),
-            Call::get(GET_SERVICE).respond(applied_service(&mc)),
             Call::patch(CREATE_DEPLOYMENT).conflict(),
-            Call::get(GET_DEPLOYMENT).respond(hand_made_deployment()),
-            Call::patch(STATUS)
-                .body(assert_name_conflict)
-                .respond_status_of(&mc),
-            Call::event("team")
-                .body(assert_name_conflict_event)
-                .respond_with_body(),
+            Call::patch(CREATE_SERVICE).created(),
+            Call::get(GET_DEPLOYMENT).not_found(),
         ]);
         assert_eq!(
             reconcile(Arc::new(mc), ctx.clone()).await.unwrap(),
-            Action::requeue(NAME_CONFLICT_REQUEUE)
+            Action::requeue(crate::context::CONFLICT_REQUEUE),
+            "the create's 409 stands, and is retried like any conflict"
         );
         scenario.finish(ctx).await;
     }
@@ -643,8 +635,10 @@ mod tests {
         let mc = memcached(json!({"size": 2}));
         let (ctx, verifier) = fixtures::context();
         let scenario = verifier.run(vec![
-            Call::get(GET_DEPLOYMENT).respond(applied_deployment(&mc, READY())),
+            Call::patch(CREATE_DEPLOYMENT).conflict(),
+            Call::patch(CREATE_SERVICE).conflict(),
             Call::get(GET_SERVICE).respond(applied_service(&mc)),
+            Call::get(GET_DEPLOYMENT).respond(applied_deployment(&mc, READY())),
             Call::patch(STATUS)
                 .body(|b| assert_eq!(b["status"]["conditions"][0]["reason"], "AllPodsReady"))
                 .respond_status_of(&mc),

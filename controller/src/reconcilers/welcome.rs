@@ -428,13 +428,11 @@ mod tests {
         "/api/v1/namespaces/team/secrets?&fieldManager=kubesteer-controller";
     const SECRET_PATCH: &str =
         "/api/v1/namespaces/team/secrets/hello-credentials?&fieldManager=kubesteer-controller";
-    // A Deployment or Service read as missing is created by an apply without force.
+    // A Deployment or Service missing from the cache is created by an apply that can only create.
     const DEPLOYMENT_CREATE: &str =
         "/apis/apps/v1/namespaces/team/deployments/hello?&fieldManager=kubesteer-controller";
     const SERVICE_CREATE: &str =
         "/api/v1/namespaces/team/services/hello?&fieldManager=kubesteer-controller";
-    const DEPLOYMENT_GET: &str = "/apis/apps/v1/namespaces/team/deployments/hello";
-    const SERVICE_GET: &str = "/api/v1/namespaces/team/services/hello";
     const SECRET_URL: &str = "/api/v1/namespaces/team/secrets/hello-credentials";
     const STATUS: &str = "/apis/kubesteer.io/v1alpha1/namespaces/team/welcomes/hello/status?&force=true&fieldManager=kubesteer-controller";
 
@@ -556,13 +554,6 @@ mod tests {
                     assert_eq!(bytes.0, SECRET.as_bytes());
                 })
                 .created_as(stored_secret(&w, "sec-uid")),
-            Call::get(DEPLOYMENT_GET).not_found(),
-            // Deployment and Service are ensured together: the Service's read was answered last,
-            // so its apply goes out first.
-            Call::get(SERVICE_GET).not_found(),
-            Call::patch(SERVICE_CREATE)
-                .body(|b| assert_eq!(b["spec"]["type"], "NodePort"))
-                .created_as(with_node_port(serde_json::to_value(service(&welcome(json!({"name": "kubesteer"}))).unwrap()).unwrap())),
             Call::patch(DEPLOYMENT_CREATE)
                 .body(|b| {
                     no_password_in(b);
@@ -577,6 +568,10 @@ mod tests {
                     );
                 })
                 .created(),
+            // Deployment and Service are ensured together, the Deployment first.
+            Call::patch(SERVICE_CREATE)
+                .body(|b| assert_eq!(b["spec"]["type"], "NodePort"))
+                .created_as(with_node_port(serde_json::to_value(service(&welcome(json!({"name": "kubesteer"}))).unwrap()).unwrap())),
             Call::event("team")
                 .body(|b| {
                     no_password_in(b);
@@ -650,7 +645,6 @@ mod tests {
                     assert!(!annotations.contains_key(annotation::CREDENTIALS_UID), "{b}");
                 })
                 .respond_with_body(),
-            Call::get(SERVICE_GET).not_found(),
             Call::patch(SERVICE_CREATE)
                 .body(|b| assert_eq!(b["spec"]["type"], "ClusterIP"))
                 .created(),
@@ -675,7 +669,6 @@ mod tests {
                 "Precondition failed: UID in precondition: sec-uid, UID in object meta: users-uid",
             ),
             Call::patch(DEPLOYMENT).respond_with_body(),
-            Call::get(SERVICE_GET).not_found(),
             Call::patch(SERVICE_CREATE).created(),
             Call::event("team")
                 .body(|b| assert!(b["note"].as_str().unwrap().ends_with("Service hello"), "{b}"))
@@ -696,7 +689,6 @@ mod tests {
         let (ctx, verifier) = with_cached(users, None);
         let scenario = verifier.run(vec![
             Call::patch(DEPLOYMENT).respond_with_body(),
-            Call::get(SERVICE_GET).not_found(),
             Call::patch(SERVICE_CREATE).created(),
             Call::event("team")
                 .body(|b| {
@@ -715,7 +707,6 @@ mod tests {
         foreign["metadata"]["ownerReferences"][0]["uid"] = json!("someone-else");
         let (ctx, verifier) = with_cached(foreign, None);
         let scenario = verifier.run(vec![
-            Call::get(SERVICE_GET).not_found(),
             Call::patch(SERVICE_CREATE).created(),
             Call::event("team")
                 .body(|b| assert!(b["note"].as_str().unwrap().ends_with("Service hello"), "{b}"))
@@ -755,7 +746,6 @@ mod tests {
                 "the server rejected our request due to an error in our request",
             ),
             // No Deployment: its pods would read someone else's Secret as the password.
-            Call::get(SERVICE_GET).not_found(),
             Call::patch(SERVICE_CREATE).created(),
             Call::event("team")
                 .body(|b| assert!(b["note"].as_str().unwrap().ends_with("Service hello"), "{b}"))
@@ -795,9 +785,6 @@ mod tests {
         let scenario = verifier.run(vec![
             Call::post(SECRET_CREATE).already_exists(),
             Call::patch(SECRET_PATCH).respond(stored_secret(&w, "sec-uid")),
-            Call::get(DEPLOYMENT_GET).not_found(),
-            Call::get(SERVICE_GET).not_found(),
-            Call::patch(SERVICE_CREATE).created(),
             Call::patch(DEPLOYMENT_CREATE)
                 .body(|b| {
                     assert_eq!(
@@ -806,6 +793,7 @@ mod tests {
                     )
                 })
                 .created(),
+            Call::patch(SERVICE_CREATE).created(),
             Call::event("team")
                 .body(|b| {
                     assert!(
@@ -828,7 +816,6 @@ mod tests {
             refused(),
             Call::post(SECRET_CREATE).already_exists(),
             refused(),
-            Call::get(SERVICE_GET).not_found(),
             Call::patch(SERVICE_CREATE).created(),
             Call::event("team")
                 .body(|b| {
@@ -854,10 +841,8 @@ mod tests {
         );
         let (ctx, verifier) = fixtures::context();
         let scenario = verifier.run(vec![
-            Call::get(DEPLOYMENT_GET).not_found(),
-            Call::get(SERVICE_GET).not_found(),
-            Call::patch(SERVICE_CREATE).created(),
             Call::patch(DEPLOYMENT_CREATE).created(),
+            Call::patch(SERVICE_CREATE).created(),
             Call::event("team")
                 .body(|b| {
                     assert!(
