@@ -5,11 +5,13 @@
 peers_dir=$root/bench/peers
 peers_cache=$cache/peers
 
-# Prints the path of the built peer `name` (webhook or controller), building it if needed.
+# Prints the path of the built peer `name` (webhook, controller or tutorial), building it if
+# needed. The hash covers go.mod, go.sum, the peer's sources and those of memcached/, the package
+# the two Memcached peers share (the webhook does not import it, but rebuilding it then is cheap).
 peer_bin() { # name
   local name=$1 hash bin
   command -v go >/dev/null || { echo "bench: the peers need Go (go on PATH)" >&2; return 1; }
-  hash=$(cd "$peers_dir" && cat go.mod go.sum "$name"/*.go | sha256sum | cut -c1-16)
+  hash=$(cd "$peers_dir" && cat go.mod go.sum "$name"/*.go memcached/*.go | sha256sum | cut -c1-16)
   bin=$peers_cache/bin/$name-$hash
   if [ ! -x "$bin" ]; then
     mkdir -p "$peers_cache/bin"
