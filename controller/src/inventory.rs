@@ -27,7 +27,7 @@ use kubesteer_runtime::watch as tolerant;
 use tokio::sync::watch;
 use tracing::warn;
 
-use crate::workload::{replicas_in_spec, replicas_in_spec_kind, spec_replicas, Current, Named};
+use crate::workload::{replicas_in_spec, replicas_in_spec_kind, spec_replicas, Current};
 
 /// (group, kind).
 type KindKey = (String, String);
@@ -127,7 +127,7 @@ pub struct Inventory {
 #[derive(Debug, Default)]
 pub struct Selected {
     /// Picked and this Scaler's: no other Scaler names them, no older selector picks them.
-    pub mine: Vec<Named>,
+    pub mine: Vec<Target>,
     /// Whether every selected kind has been listed once (before that, nothing is given back
     /// for having stopped matching).
     pub complete: bool,
@@ -404,11 +404,10 @@ impl Inventory {
 
     /// The KEDA ScaledObject whose HPA scaled `target` when last seen (it may be paused now,
     /// its HPA deleted).
-    pub fn scaled_object_of(&self, target: &Named) -> Option<String> {
-        let group = kubesteer_api::scaler::target::group_of(&target.api_version);
+    pub fn scaled_object_of(&self, target: &Target) -> Option<String> {
         let key = (
             target.namespace.clone(),
-            group.to_string(),
+            target.group.clone(),
             target.kind.clone(),
             target.name.clone(),
         );
@@ -437,13 +436,13 @@ impl Inventory {
 
     /// Whether no HorizontalPodAutoscaler scales `target`, as the watch knows: false until it
     /// has listed them once (then the HPAs are read).
-    pub fn surely_unscaled(&self, target: &Named) -> bool {
+    pub fn surely_unscaled(&self, target: &Target) -> bool {
         let state = self.read();
         let Some(autoscaled) = &state.autoscaled else {
             return false;
         };
         let key = (
-            kubesteer_api::scaler::target::group_of(&target.api_version).to_string(),
+            target.group.clone(),
             target.kind.clone(),
             target.name.clone(),
         );
@@ -466,6 +465,7 @@ impl Inventory {
         let state = self.read();
         let target = Target {
             group: group.into(),
+            version: String::new(),
             kind: kind.into(),
             namespace: ns.into(),
             name: name.into(),
@@ -556,6 +556,7 @@ impl Inventory {
                 let ns_labels = state.namespaces.as_ref().and_then(|n| n.get(ns));
                 let target = Target {
                     group: key.0.clone(),
+                    version: String::new(),
                     kind: key.1.clone(),
                     namespace: ns.clone(),
                     name: name.clone(),
@@ -656,18 +657,13 @@ impl Inventory {
                     if !matcher.selects((&group, &kind), ns, name, &entry.labels, ns_labels) {
                         continue;
                     }
-                    let target = candidate.target();
+                    let target = Target::new(&objects.api_version, &kind, ns, name);
                     if claims.named_elsewhere(&target, me).is_some()
                         || claims.older_selector(&candidate, me).is_some()
                     {
                         continue;
                     }
-                    mine.push(Named {
-                        api_version: objects.api_version.clone(),
-                        kind: target.kind,
-                        namespace: target.namespace,
-                        name: target.name,
-                    });
+                    mine.push(target);
                 }
             }
         }
@@ -676,19 +672,14 @@ impl Inventory {
 
     /// The objects whose record names the Scaler `me` (`namespace/name`): what it holds,
     /// selected or not.
-    pub fn held_by(&self, me: &str) -> Vec<Named> {
+    pub fn held_by(&self, me: &str) -> Vec<Target> {
         let state = self.read();
         let mut held = Vec::new();
         for ((_, kind), objects) in &state.kinds {
             for (ns, names) in &objects.by_namespace {
                 for (name, entry) in names {
                     if entry.holder.as_deref() == Some(me) {
-                        held.push(Named {
-                            api_version: objects.api_version.clone(),
-                            kind: kind.clone(),
-                            namespace: ns.clone(),
-                            name: name.clone(),
-                        });
+                        held.push(Target::new(&objects.api_version, kind, ns, name));
                     }
                 }
             }
@@ -699,10 +690,11 @@ impl Inventory {
     /// The target as a reconcile reads it, from the watch of its kind: Some(None) when that
     /// watch has listed everything and it is not there; None when this kind is not watched
     /// whole or not listed yet (then it is read from the apiserver).
-    pub fn current(&self, target: &Named) -> Option<Option<Current>> {
+    pub fn current(&self, target: &Target) -> Option<Option<Current>> {
         let state = self.read();
-        let group = kubesteer_api::scaler::target::group_of(&target.api_version);
-        let objects = state.kinds.get(&(group.to_string(), target.kind.clone()))?;
+        let objects = state
+            .kinds
+            .get(&(target.group.clone(), target.kind.clone()))?;
         if !objects.synced {
             return None;
         }
@@ -713,7 +705,7 @@ impl Inventory {
         match entry {
             Some(e) => Some(Some(e.current.clone()?)),
             // Only a kind watched whole knows that an object is not there.
-            None if replicas_in_spec_kind(group, &target.kind) => Some(None),
+            None if replicas_in_spec_kind(&target.group, &target.kind) => Some(None),
             None => None,
         }
     }
@@ -721,12 +713,11 @@ impl Inventory {
     /// Keeps what the Scaler itself just wrote to `target` (the apiserver's answer), unless
     /// the watch already brought something newer: a reconcile right after its own write then
     /// reads what it wrote.
-    pub fn remember(&self, target: &Named, written: &Current) {
+    pub fn remember(&self, target: &Target, written: &Current) {
         let mut state = self.write();
-        let group = kubesteer_api::scaler::target::group_of(&target.api_version);
         let Some(entry) = state
             .kinds
-            .get_mut(&(group.to_string(), target.kind.clone()))
+            .get_mut(&(target.group.clone(), target.kind.clone()))
             .and_then(|o| o.by_namespace.get_mut(&target.namespace))
             .and_then(|n| n.get_mut(&target.name))
         else {

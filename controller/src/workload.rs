@@ -1,46 +1,14 @@
 //! A Scaler's target as the controller reads it, shared by the Scaler's reconcile and the
-//! inventory of selected targets: its name and address ([`Named`]), what was read of it
-//! ([`Current`]), and where its replicas live.
+//! inventory of selected targets: what was read of it ([`Current`]) and where its replicas
+//! live. Its name and address is the API's
+//! [`Target`](kubesteer_api::scaler::target::Target), whose version says where to reach it.
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{ApiResource, DynamicObject};
-use kubesteer_api::scaler::target::Target;
-use kubesteer_api::scaler::v1beta1::{suspended_instead, TargetStatus};
+use kubesteer_api::scaler::v1beta1::suspended_instead;
 use serde_json::Value;
-
-/// A target as named (its namespace resolved), with the address to reach it.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Named {
-    pub api_version: String,
-    pub kind: String,
-    pub namespace: String,
-    pub name: String,
-}
-
-impl Named {
-    pub fn target(&self) -> Target {
-        Target::new(&self.api_version, &self.kind, &self.namespace, &self.name)
-    }
-
-    pub fn status(&self) -> TargetStatus {
-        TargetStatus {
-            api_version: self.api_version.clone(),
-            kind: self.kind.clone(),
-            name: self.name.clone(),
-            namespace: self.namespace.clone(),
-            ..Default::default()
-        }
-    }
-}
-
-impl std::fmt::Display for Named {
-    /// `StatefulSet team/db`, as events and conditions name it.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} {}/{}", self.kind, self.namespace, self.name)
-    }
-}
 
 /// One target as read: its metadata and its replicas from `/scale`.
 #[derive(Debug, Clone, Default, PartialEq)]

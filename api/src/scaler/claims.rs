@@ -120,6 +120,7 @@ impl Candidate<'_> {
     pub fn target(&self) -> Target {
         Target {
             group: self.group.to_string(),
+            version: String::new(),
             kind: self.kind.to_string(),
             namespace: self.namespace.to_string(),
             name: self.name.to_string(),

@@ -341,6 +341,19 @@ pub struct TargetStatus {
     pub error: Option<String>,
 }
 
+impl From<&Target> for TargetStatus {
+    /// The entry of `target` with nothing seen of it yet, at the version it is addressed at.
+    fn from(target: &Target) -> Self {
+        Self {
+            api_version: target.api_version(),
+            kind: target.kind.clone(),
+            name: target.name.clone(),
+            namespace: target.namespace.clone(),
+            ..Default::default()
+        }
+    }
+}
+
 /// One entry of `excludeDates`, parsed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExcludeDate {

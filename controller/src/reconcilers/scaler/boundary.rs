@@ -6,7 +6,7 @@ use super::*;
 /// pass through the boundary's gate, let go once its target writes are done, so that its events
 /// and status wait for every other Scaler's target writes of that boundary.
 pub(super) struct Early {
-    pub(super) read: BTreeMap<Named, Current>,
+    pub(super) read: BTreeMap<Target, Current>,
     pub(super) pass: Pass,
 }
 
@@ -14,7 +14,7 @@ pub(super) struct Early {
 /// until the boundary `at`.
 pub(super) async fn read_early(
     ctx: &ScalerContext,
-    targets: &[Named],
+    targets: &[Target],
     at: DateTime<Utc>,
 ) -> Result<Early> {
     let pass = ctx.boundary.enter();

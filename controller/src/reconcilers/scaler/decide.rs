@@ -20,7 +20,7 @@ pub struct TargetChange {
 /// set back, once `grace` has passed since it settled ([`Current::settled_from`]); before that,
 /// the time to look again. None when it is at or below `to`.
 pub fn hold_change(
-    target: &Named,
+    target: &Target,
     current: &Current,
     to: i32,
     grace: Duration,
@@ -55,7 +55,7 @@ pub fn hold_change(
 /// `me` once), or, outside it, going back to `outside` or the recorded replicas. None when it is
 /// as it should be, or when the record is another Scaler's.
 pub fn target_change(
-    target: &Named,
+    target: &Target,
     current: &Current,
     me: &str,
     record: &Record,
@@ -121,7 +121,7 @@ pub fn target_change(
 /// back and the record gone. None when it is as it should be or another Scaler's record.
 pub fn hpa_change(
     hpa: &HorizontalPodAutoscaler,
-    target: &Named,
+    target: &Target,
     me: &str,
     wanted: Option<i32>,
 ) -> Option<TargetChange> {
@@ -199,21 +199,19 @@ pub fn hpa_change(
 /// The HPA among `hpas` that scales `target` (same group, kind and name, any version).
 pub fn autoscaler_of<'a>(
     hpas: &'a [HorizontalPodAutoscaler],
-    target: &Named,
+    target: &Target,
 ) -> Option<&'a HorizontalPodAutoscaler> {
     hpas.iter().find(|h| {
         h.spec.as_ref().is_some_and(|s| {
             let r = &s.scale_target_ref;
             let api_version = r.api_version.as_deref().unwrap_or_default();
-            r.name == target.name
-                && r.kind == target.kind
-                && group_of(api_version) == group_of(&target.api_version)
+            r.name == target.name && r.kind == target.kind && group_of(api_version) == target.group
         })
     })
 }
 
 /// A change to a suspended kind (a CronJob) as its events say it: suspended or resumed.
-pub(super) fn suspension(target: &Named, change: TargetChange) -> TargetChange {
+pub(super) fn suspension(target: &Target, change: TargetChange) -> TargetChange {
     let note = match change.replicas {
         Some(0) => format!("Suspended {target}"),
         Some(_) => format!("Resumed {target}"),
@@ -229,7 +227,7 @@ pub(super) fn suspension(target: &Named, change: TargetChange) -> TargetChange {
 /// another Scaler paused it.
 pub fn keda_change(
     so: &DynamicObject,
-    target: &Named,
+    target: &Target,
     me: &str,
     paused: Option<i32>,
 ) -> Option<TargetChange> {
@@ -434,12 +432,7 @@ mod tests {
                  "minReplicas": 2, "maxReplicas": 10},
     }))
     .unwrap();
-        let web = Named {
-            api_version: "apps/v1".into(),
-            kind: "Deployment".into(),
-            namespace: "team".into(),
-            name: "web".into(),
-        };
+        let web = Target::deployment("team", "web");
         assert_eq!(
             hpa_change(&hpa, &web, ME, Some(12)).unwrap().replicas,
             Some(10)
@@ -448,7 +441,7 @@ mod tests {
             autoscaler_of(std::slice::from_ref(&hpa), &web).map(|h| h.name_any()),
             Some("h".into())
         );
-        let db = Named {
+        let db = Target {
             kind: "StatefulSet".into(),
             ..web.clone()
         };
@@ -549,12 +542,7 @@ mod tests {
 
     #[test]
     fn a_keda_scaled_object_is_paused_with_its_own_annotation_and_given_back_as_it_was() {
-        let target = Named {
-            api_version: "apps/v1".into(),
-            kind: "Deployment".into(),
-            namespace: "team".into(),
-            name: "web".into(),
-        };
+        let target = Target::deployment("team", "web");
         let so = |annotations: serde_json::Value| -> DynamicObject {
             serde_json::from_value(json!({
                 "apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",

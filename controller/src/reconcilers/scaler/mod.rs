@@ -165,7 +165,7 @@ async fn apply(scaler: &Scaler, ctx: &ScalerContext) -> Result<Action> {
     let claimant = Claimant::of(scaler.meta());
     let selected = select(scaler, &claimant, ctx).await;
     let mut wanted_targets = named_in_spec(scaler, &ns);
-    let named: BTreeSet<Named> = wanted_targets.iter().cloned().collect();
+    let named: BTreeSet<Target> = wanted_targets.iter().cloned().collect();
     wanted_targets.extend(selected.mine.into_iter().filter(|t| !named.contains(t)));
     // Close before a transition: read the targets now and wait for it, so that the boundary
     // costs only the writes. (A target read as missing is read again at the boundary.)
@@ -245,7 +245,7 @@ async fn apply(scaler: &Scaler, ctx: &ScalerContext) -> Result<Action> {
         let owner = ctx
             .claims
             .read()
-            .older_claimant(&target.target(), &claimant)
+            .older_claimant(target, &claimant)
             .map(Claimant::id);
         let recorded = recorded_entry(&previous, target);
         let gather = !named.contains(target);
@@ -321,8 +321,8 @@ async fn apply(scaler: &Scaler, ctx: &ScalerContext) -> Result<Action> {
     // One that cannot be given back stays in the status, to be tried again.
     // Those it holds by its record but no longer lists (beyond the status' bound) likewise,
     // once every selected kind has been listed.
-    let wanted: BTreeSet<&Named> = wanted_targets.iter().collect();
-    let listed: BTreeSet<Named> = previous.targets.iter().map(named_in_status).collect();
+    let wanted: BTreeSet<&Target> = wanted_targets.iter().collect();
+    let listed: BTreeSet<Target> = previous.targets.iter().map(named_in_status).collect();
     let held = match selected.complete {
         true => ctx.inventory.held_by(&me),
         false => Vec::new(),

@@ -1,7 +1,7 @@
 //! Status: each target's entry, failures, and the status patch.
 use super::*;
 
-pub(super) fn target_status(target: &Named, seen: &Seen, me: &str) -> TargetStatus {
+pub(super) fn target_status(target: &Target, seen: &Seen, me: &str) -> TargetStatus {
     let original_replicas = match seen
         .current
         .as_ref()
@@ -15,12 +15,12 @@ pub(super) fn target_status(target: &Named, seen: &Seen, me: &str) -> TargetStat
         original_replicas,
         horizontal_pod_autoscaler: seen.autoscaler.clone(),
         scaled_object: seen.scaled_object.clone(),
-        ..target.status()
+        ..TargetStatus::from(target)
     }
 }
 
 /// The error of a reconcile in which the changes to these targets failed, if any did.
-pub(super) fn targets_failed(failed: Vec<(Named, Error)>) -> Option<Error> {
+pub(super) fn targets_failed(failed: Vec<(Target, Error)>) -> Option<Error> {
     let count = failed.len();
     let (target, first) = failed.into_iter().next()?;
     Some(Error::Targets {
@@ -40,7 +40,7 @@ pub(super) fn refused(e: &Error) -> bool {
 /// ScaledObject).
 pub(super) fn recorded_entry<'a>(
     status: &'a ScalerStatus,
-    target: &Named,
+    target: &Target,
 ) -> Option<&'a TargetStatus> {
     status
         .targets
@@ -49,13 +49,17 @@ pub(super) fn recorded_entry<'a>(
 }
 
 /// The status entry of a target whose change failed: as it was last seen, with why it failed.
-pub(super) fn failed_entry(previous: &ScalerStatus, target: &Named, error: &Error) -> TargetStatus {
+pub(super) fn failed_entry(
+    previous: &ScalerStatus,
+    target: &Target,
+    error: &Error,
+) -> TargetStatus {
     let before = previous
         .targets
         .iter()
         .find(|t| named_in_status(t) == *target)
         .cloned()
-        .unwrap_or_else(|| target.status());
+        .unwrap_or_else(|| TargetStatus::from(target));
     TargetStatus {
         error: Some(error.to_string()),
         ..before

@@ -5,28 +5,23 @@ use super::*;
 
 /// Every target a Scaler names, resolved, without repeats (two entries may name one object when
 /// stored while the webhook was down).
-pub(super) fn named_in_spec(scaler: &Scaler, own_ns: &str) -> Vec<Named> {
+pub(super) fn named_in_spec(scaler: &Scaler, own_ns: &str) -> Vec<Target> {
     let mut seen = BTreeSet::new();
     scaler
         .spec
         .targets(own_ns)
-        .map(|(t, ns)| Named {
-            api_version: t.api_version.clone(),
-            kind: t.kind.clone(),
-            namespace: ns.to_string(),
-            name: t.name.clone(),
-        })
-        .filter(|n| seen.insert(n.target()))
+        .map(|(t, ns)| t.target(ns))
+        .filter(|t| seen.insert(t.clone()))
         .collect()
 }
 
-pub(super) fn named_in_status(status: &TargetStatus) -> Named {
-    Named {
-        api_version: status.api_version.clone(),
-        kind: status.kind.clone(),
-        namespace: status.namespace.clone(),
-        name: status.name.clone(),
-    }
+pub(super) fn named_in_status(status: &TargetStatus) -> Target {
+    Target::new(
+        &status.api_version,
+        &status.kind,
+        &status.namespace,
+        &status.name,
+    )
 }
 
 /// One target as a reconcile found it.
@@ -56,7 +51,7 @@ pub(super) struct Seen {
 /// younger one (written before `me` claimed it) is taken over with the replicas it recorded.
 pub(super) async fn record_of(
     ctx: &ScalerContext,
-    target: &Named,
+    target: &Target,
     annotations: &BTreeMap<String, String>,
     key: &str,
     me: &Claimant,
@@ -70,10 +65,10 @@ pub(super) async fn record_of(
     };
     let api: Api<Scaler> = Api::namespaced(ctx.client.clone(), owner_ns);
     let claims_it = |other: &Scaler| {
-        other.claimed_targets().contains(&target.target())
+        other.claimed_targets().contains(target)
             || ctx
                 .inventory
-                .selects(&ctx.claims.read(), (owner_ns, owner_name), &target.target())
+                .selects(&ctx.claims.read(), (owner_ns, owner_name), target)
     };
     match api.get(owner_name).await {
         Ok(other) if !claims_it(&other) => Ok(Record::Absent),
@@ -100,7 +95,7 @@ pub(super) fn params() -> PatchParams {
 pub(super) async fn read(
     ctx: &ScalerContext,
     resource: &ApiResource,
-    target: &Named,
+    target: &Target,
 ) -> Result<Option<Current>> {
     let api: Api<DynamicObject> =
         Api::namespaced_with(ctx.client.clone(), &target.namespace, resource);
@@ -144,7 +139,7 @@ pub(super) async fn read(
 pub(super) async fn autoscaler(
     ctx: &ScalerContext,
     scaler: &Scaler,
-    target: &Named,
+    target: &Target,
 ) -> Result<Option<HorizontalPodAutoscaler>> {
     if scaler.spec.hpa_cooperation() != HpaCooperation::Enabled {
         return Ok(None);
@@ -225,7 +220,7 @@ pub(super) async fn hpa_named(
 pub(super) async fn write_target(
     ctx: &ScalerContext,
     resource: &ApiResource,
-    target: &Named,
+    target: &Target,
     current: &Current,
     change: &TargetChange,
 ) -> std::result::Result<Current, kube::Error> {
@@ -309,7 +304,7 @@ pub(super) async fn write_target(
 pub(super) async fn reconcile_target(
     ctx: &ScalerContext,
     owner: &Scaler,
-    target: &Named,
+    target: &Target,
     wanted: Option<i32>,
     outside: Option<i32>,
     release: bool,
@@ -320,7 +315,7 @@ pub(super) async fn reconcile_target(
     let mut done = Vec::new();
     let resource = match ctx
         .mapper
-        .resolve(&target.api_version, &target.kind)
+        .resolve(&target.api_version(), &target.kind)
         .await?
     {
         Ok(r) => r,
@@ -536,10 +531,10 @@ pub(super) async fn reconcile_target(
 }
 
 /// A target as it is, without changing it.
-pub(super) async fn look(ctx: &ScalerContext, target: &Named) -> Result<Seen> {
+pub(super) async fn look(ctx: &ScalerContext, target: &Target) -> Result<Seen> {
     match ctx
         .mapper
-        .resolve(&target.api_version, &target.kind)
+        .resolve(&target.api_version(), &target.kind)
         .await?
     {
         Ok(resource) => Ok(Seen {

@@ -1225,7 +1225,7 @@ async fn an_hpa_raised_before_cooperation_was_switched_off_is_restored_by_its_re
     s.status = Some(ScalerStatus {
         targets: vec![TargetStatus {
             horizontal_pod_autoscaler: Some("web-hpa".into()),
-            ..named_in_spec(&s, "team")[0].status()
+            ..TargetStatus::from(&named_in_spec(&s, "team")[0])
         }],
         ..ScalerStatus::default()
     });
@@ -1477,13 +1477,8 @@ fn the_backoff_of_a_failed_scaler_never_outlasts_its_next_transition() {
     assert_eq!(next_action(None, true, after), Action::await_change());
 }
 
-pub(super) fn web() -> Named {
-    Named {
-        api_version: "apps/v1".into(),
-        kind: "Deployment".into(),
-        namespace: "team".into(),
-        name: "web".into(),
-    }
+pub(super) fn web() -> Target {
+    Target::deployment("team", "web")
 }
 
 pub(super) fn current(replicas: i32, annotations: &[(&str, &str)]) -> Current {
