@@ -26,7 +26,7 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{Container, Namespace, PodSpec, PodTemplateSpec, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
-use kube::api::PostParams;
+use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
 use kube::{Api, Client, Resource, ResourceExt};
@@ -149,6 +149,19 @@ enum Command {
         #[arg(long, default_value = "bench/results/controller-fleet.json")]
         out: PathBuf,
     },
+    /// One steady-state resync: merge-patches the annotation `bench.kubesteer.io/touch` (the
+    /// time) onto every Memcached in `namespace`, `concurrency` at a time, then waits
+    /// `quiet_secs`. An annotation does not change metadata.generation, so a controller need not
+    /// write anything for it. Prints `started_at` and `window_end` (the last patch answered plus
+    /// `quiet_secs`), the window `audit --window-of` counts the controller's requests in.
+    Touch {
+        #[arg(long)]
+        namespace: String,
+        #[arg(long, default_value_t = 32)]
+        concurrency: usize,
+        #[arg(long, default_value_t = 20)]
+        quiet_secs: u64,
+    },
     /// Counts the requests of `user` in an apiserver audit log (Metadata level, one
     /// ResponseComplete event per request), received between `since` and `until`.
     Audit {
@@ -161,7 +174,8 @@ enum Command {
         since: Option<DateTime<Utc>>,
         #[arg(long, conflicts_with = "window_of")]
         until: Option<DateTime<Utc>>,
-        /// Counts from the `started_at` to the `converged_at` of this `converge` output instead.
+        /// Counts from the `started_at` to the `converged_at` of this `converge` output (or the
+        /// `window_end` of a `touch` output) instead.
         #[arg(long)]
         window_of: Option<PathBuf>,
     },
@@ -393,6 +407,20 @@ async fn main() -> Result<()> {
             std::fs::write(&out, serde_json::to_string_pretty(&doc)? + "\n")
                 .with_context(|| format!("writing {}", out.display()))?;
             doc
+        }
+        Command::Touch {
+            namespace,
+            concurrency,
+            quiet_secs,
+        } => {
+            let client = Client::try_default().await?;
+            touch(
+                client,
+                &namespace,
+                concurrency,
+                Duration::from_secs(quiet_secs),
+            )
+            .await?
         }
         Command::Audit {
             log,
@@ -794,6 +822,58 @@ async fn converge(
         "converged_progress": progress(start, &done),
         "deployments": deployments,
         "services": services,
+    }))
+}
+
+/// The `touch` subcommand: an annotation on every Memcached of `namespace`, then `quiet` to
+/// count the controller's requests in.
+async fn touch(
+    client: Client,
+    namespace: &str,
+    concurrency: usize,
+    quiet: Duration,
+) -> Result<Value> {
+    let api: Api<Memcached> = Api::namespaced(client, namespace);
+    let names: Vec<String> = api
+        .list_metadata(&Default::default())
+        .await?
+        .items
+        .into_iter()
+        .map(|m| m.name_any())
+        .collect();
+    let started_at = Utc::now();
+    let stamp = started_at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    let patch =
+        Patch::Merge(json!({"metadata": {"annotations": {"bench.kubesteer.io/touch": stamp}}}));
+    let pp = PatchParams::default();
+    let start = Instant::now();
+    futures::stream::iter(names.iter().map(|name| {
+        let (api, patch, pp) = (&api, &patch, &pp);
+        async move { api.patch(name, pp, patch).await.map(|_| ()) }
+    }))
+    .buffer_unordered(concurrency.max(1))
+    .try_collect::<Vec<()>>()
+    .await?;
+    let touched = start.elapsed();
+    let touched_at = started_at + TimeDelta::from_std(touched)?;
+    log(format!(
+        "touched {} Memcacheds in {namespace} in {:.1}s; {}s of quiet",
+        names.len(),
+        touched.as_secs_f64(),
+        quiet.as_secs()
+    ));
+    tokio::time::sleep(quiet).await;
+    let window_end = touched_at + TimeDelta::from_std(quiet)?;
+    let at = |t: DateTime<Utc>| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    Ok(json!({
+        "namespace": namespace,
+        "count": names.len(),
+        "client_concurrency": concurrency,
+        "started_at": at(started_at),
+        "touched_at": at(touched_at),
+        "window_end": at(window_end),
+        "touched_s": secs(touched),
+        "quiet_s": quiet.as_secs(),
     }))
 }
 

@@ -124,7 +124,8 @@ fn clock_ticks() -> f64 {
         .unwrap_or(100.0)
 }
 
-/// The `started_at` and `converged_at` of a `kubesteer-bench converge` output.
+/// The `started_at` and `converged_at` of a `kubesteer-bench converge` output, or the
+/// `started_at` and `window_end` of a `touch` output.
 pub fn window(converge: &Path) -> Result<(String, String)> {
     let run = load_file(converge)?;
     let at = |key: &str| -> Result<String> {
@@ -133,7 +134,12 @@ pub fn window(converge: &Path) -> Result<(String, String)> {
             .map(String::from)
             .with_context(|| format!("{}: no {key}", converge.display()))
     };
-    Ok((at("started_at")?, at("converged_at")?))
+    let end = if run.get("window_end").is_some() {
+        "window_end"
+    } else {
+        "converged_at"
+    };
+    Ok((at("started_at")?, at(end)?))
 }
 
 fn load_file(path: &Path) -> Result<Value> {
