@@ -33,12 +33,19 @@
 # A benchmark, not a test: numbers vary with the machine and whatever else runs on it.
 #
 # BENCH_SUBJECT=peers runs the convergence phase only, side by side: per run (BENCH_REPEATS,
-# default 3) the ceiling, kubesteer's controller, and the operator-sdk-style Go peer
-# (bench/peers/controller, controller-runtime v0.22) with kubebuilder's defaults (1 worker,
-# client QPS 20, burst 30) and tuned (BENCH_PEER_TUNED, default 32 workers, QPS 1000, burst 2000),
-# each on a fresh cluster, pinned to the same cores (BENCH_CONTROLLER_CPUS, default 0), with the
-# same client certificate and the same load client; the order rotates from run to run. Writes
-# the medians and ratios to bench/results/controller-peers.json (controller.json is left alone).
+# default 3) the subjects of BENCH_PEER_SUBJECTS (default all five: ceiling kubesteer go-default
+# go-tuned go-tutorial), each on a fresh cluster: the ceiling; kubesteer's controller; the
+# operator-sdk-style Go peer that applies its children on every reconcile (bench/peers/controller,
+# controller-runtime v0.22) with kubebuilder's defaults (go-default: 1 worker, client QPS 20,
+# burst 30) and tuned (go-tuned, BENCH_PEER_TUNED, default 32 workers, QPS 1000, burst 2000); and
+# the Go peer in the kubebuilder tutorial's Get/Create/Update pattern (go-tutorial,
+# bench/peers/tutorial, BENCH_PEER_TUTORIAL, default as tuned). The controllers are pinned to the
+# same cores (BENCH_CONTROLLER_CPUS, default 0), with the same client certificate and the same
+# load client; the order rotates from run to run. After each controller converged, one
+# steady-state resync: the bench client annotates every Memcached (no new generation) and the
+# controller's requests are counted from then until BENCH_RESYNC_SECONDS (default 20) after the
+# last annotation. Writes the medians and ratios to bench/results/controller-peers.json
+# (controller.json is left alone); subjects left out are missing there, their ratios null.
 . "$(dirname "$0")/../../hack/lib.sh"
 tag=bench-controller
 cd "$root"
@@ -92,11 +99,29 @@ log() { printf '[bench-controller %s] %s\n' "$(date +%T)" "$*" >&2; }
 now() { date -u +%Y-%m-%dT%H:%M:%S.%3NZ; }
 has() { [[ $phases == *" $1 "* ]]; }
 
+if [ "$subject" = peers ]; then
+  read -r -a peer_subjects <<<"${BENCH_PEER_SUBJECTS:-ceiling kubesteer go-default go-tuned go-tutorial}"
+  [ ${#peer_subjects[@]} -gt 0 ] || { echo "bench-controller: BENCH_PEER_SUBJECTS is empty" >&2 && exit 2; }
+  for name in "${peer_subjects[@]}"; do
+    case $name in
+      ceiling | kubesteer | go-default | go-tuned | go-tutorial) ;;
+      *) echo "bench-controller: unknown subject $name in BENCH_PEER_SUBJECTS" >&2 && exit 2 ;;
+    esac
+  done
+  resync_seconds=${BENCH_RESYNC_SECONDS:-20}
+  peer_tuned=${BENCH_PEER_TUNED:---workers 32 --qps 1000 --burst 2000}
+  peer_tutorial=${BENCH_PEER_TUTORIAL:---workers 32 --qps 1000 --burst 2000}
+fi
+
 cargo build --profile "$profile" -p kubesteer-controller -p kubesteer-bench
 if [ "$subject" = peers ]; then
   # shellcheck source=peers.sh
   . "$root/bench/scripts/peers.sh"
-  peer=$(peer_bin controller)
+  peer= tutorial=
+  if [[ " ${peer_subjects[*]} " == *" go-default "* || " ${peer_subjects[*]} " == *" go-tuned "* ]]; then
+    peer=$(peer_bin controller)
+  fi
+  if [[ " ${peer_subjects[*]} " == *" go-tutorial "* ]]; then tutorial=$(peer_bin tutorial); fi
 fi
 
 controller_pid=
@@ -195,7 +220,7 @@ idle_window() { # out
   "${bench[@]}" audit --log "$logs"/audit*.log --user "$user" --since "$from" --until "$to" >"$1"
 }
 # The controller's requests received in [since, until], from every (rotated) audit log file.
-audit() { # converge-output out: the window of that converge run
+audit() { # converge-or-touch-output out: the window of that converge run (or touch)
   "${bench[@]}" audit --log "$logs"/audit*.log --user "$user" --window-of "$1" >"$2"
 }
 # The controller's resident memory, open files and CPU time now.
@@ -220,16 +245,24 @@ converge_with() { # name run controller-command...
   process "$work/$name-$r-process.json"
   sleep 5 # the last requests reach the audit log
   audit "$work/$name-$r.json" "$work/$name-$r-requests.json"
+  # One steady-state resync: an annotation on every Memcached (no new generation, so nothing
+  # to write), and the controller's requests from the first patch until BENCH_RESYNC_SECONDS
+  # after the last. The bench client is another user, so its patches are not counted.
+  "${bench[@]}" touch --namespace memcached --concurrency "$concurrency" --quiet-secs "$resync_seconds" \
+    >"$work/$name-$r-touch.json"
+  sleep 2 # the audit log's last events of the window
+  audit "$work/$name-$r-touch.json" "$work/$name-$r-resync.json"
   stop_controller
 }
 
 if [ "$subject" = peers ]; then
-  read -r -a tuned <<<"${BENCH_PEER_TUNED:---workers 32 --qps 1000 --burst 2000}"
-  subjects=(ceiling kubesteer go-default go-tuned)
+  read -r -a tuned <<<"$peer_tuned"
+  read -r -a tutorial_flags <<<"$peer_tutorial"
+  n=${#peer_subjects[@]}
   for r in $(seq 1 "$repeats"); do
     # Rotate the order, so no subject always runs first (or last) on the machine.
-    for i in 0 1 2 3; do
-      name=${subjects[$(((i + r - 1) % 4))]}
+    for i in $(seq 0 $((n - 1))); do
+      name=${peer_subjects[$(((i + r - 1) % n))]}
       case $name in
         ceiling)
           stop_controller
@@ -241,65 +274,104 @@ if [ "$subject" = peers ]; then
         kubesteer) converge_with kubesteer "$r" ;;
         go-default) converge_with go-default "$r" "$peer" --workers 1 --qps 20 --burst 30 ;;
         go-tuned) converge_with go-tuned "$r" "$peer" "${tuned[@]}" ;;
+        go-tutorial) converge_with go-tutorial "$r" "$tutorial" "${tutorial_flags[@]}" ;;
       esac
     done
   done
   python3 - "$work" "$repeats" "$count" "$(git rev-parse --short HEAD)" "$(peer_go_version)" "$K8S_VERSION" \
-    "${BENCH_PEER_TUNED:---workers 32 --qps 1000 --burst 2000}" "${BENCH_CONTROLLER_CPUS:-0}" <<'PY'
+    "$peer_tuned" "$peer_tutorial" "${BENCH_CONTROLLER_CPUS:-0}" "$resync_seconds" "${peer_subjects[*]}" <<'PY'
 import json, os, platform, statistics, sys, datetime
-work, repeats, count, commit, go, k8s, tuned, cpus = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), *sys.argv[4:]
+work, repeats, count, commit, go, k8s, tuned, tutorial, cpus, resync_s, names = (
+    sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), *sys.argv[4:])
+names = names.split()
+READS = {"get", "list", "watch"}
 def load(name):
     return json.load(open(os.path.join(work, name + ".json")))
 def med(values):
     values = [v for v in values if v is not None]
     return round(statistics.median(values), 3) if values else None
+def writes(q):
+    # by_verb_resource keys are "<verb> <resource>[/<subresource>]".
+    return sum(n for k, n in (q.get("by_verb_resource") or {}).items() if k.split(" ", 1)[0] not in READS)
+def per(counts, n):
+    return {k: round(v / n, 3) for k, v in (counts or {}).items()} if n else None
 def subject(name):
     runs = [load(f"{name}-{r}") for r in range(1, repeats + 1)]
     section = {"converged_s": med([x["converged_s"] for x in runs]), "runs_converged_s": [x["converged_s"] for x in runs]}
     if name != "ceiling":
         procs = [load(f"{name}-{r}-process") for r in range(1, repeats + 1)]
         reqs = [load(f"{name}-{r}-requests") for r in range(1, repeats + 1)]
+        touches = [load(f"{name}-{r}-touch") for r in range(1, repeats + 1)]
+        resyncs = [load(f"{name}-{r}-resync") for r in range(1, repeats + 1)]
         section.update({
             "cpu_s": med([p["cpu_s"] for p in procs]),
             "rss_mib": med([p["rss_kib"] / 1024 for p in procs]),
             "peak_rss_mib": med([p["hwm_kib"] / 1024 for p in procs]),
             "requests_per_memcached": med([q["non_watch_requests"] / count for q in reqs]),
+            "writes_per_memcached": med([writes(q) / count for q in reqs]),
             "requests_by_verb_resource": reqs[0].get("by_verb_resource"),
+            "requests_per_memcached_by_verb_resource": per(reqs[0].get("by_verb_resource"), count),
+            "requests_per_resync": med([q["non_watch_requests"] / t["count"] if t["count"] else None
+                                        for q, t in zip(resyncs, touches)]),
+            "resync_by_verb_resource": resyncs[0].get("by_verb_resource"),
+            "runs_requests_per_resync": [q["non_watch_requests"] / t["count"] if t["count"] else None
+                                         for q, t in zip(resyncs, touches)],
         })
     return section
-s = {n: subject(n) for n in ("ceiling", "kubesteer", "go-default", "go-tuned")}
-ks = s["kubesteer"]
+s = {n: subject(n) for n in ("ceiling", "kubesteer", "go-default", "go-tuned", "go-tutorial") if n in names}
+def get(name, key):
+    return s.get(name, {}).get(key)
 def ratio(a, b):
-    return round(a / b, 2) if a and b else None
+    return round(a / b, 2) if a is not None and b else None
+go_times = [t for t in (get("go-tuned", "converged_s"), get("go-tutorial", "converged_s")) if t is not None]
 out = {
     "benchmark": "controller convergence, kubesteer vs controller-runtime",
     "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     "commit": commit,
     "machine": {"cpus": os.cpu_count(), "kernel": platform.release(), "cpu": next(
         (l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")},
-    "count": count, "size": 1, "repeats": repeats,
+    "count": count, "size": 1, "repeats": repeats, "subjects_run": names,
     "setup": f"kwok binary runtime, Kubernetes {k8s}; a fresh cluster for every run of every subject; each "
              f"controller pinned to cpus {cpus} (taskset) with the same client certificate; the same niced "
              "kubesteer-bench client creates the Memcacheds and watches for Ready=True; medians of the runs; "
-             "the order of the subjects rotates from run to run",
-    "peer": f"bench/peers/controller: controller-runtime v0.22, {go}; go-default: --workers 1 --qps 20 --burst 30 "
-            f"(kubebuilder's defaults); go-tuned: {tuned}",
+             "the order of the subjects rotates from run to run; after each controller converged, the "
+             f"client annotates every Memcached and the controller's requests are counted until {resync_s} s "
+             "after the last annotation",
+    "peer": f"controller-runtime v0.22, {go}; bench/peers/controller (children applied server-side on every "
+            f"reconcile) as go-default: --workers 1 --qps 20 --burst 30 (kubebuilder's defaults) and go-tuned: "
+            f"{tuned}; bench/peers/tutorial (the kubebuilder tutorial's Get, Create when missing, Update on "
+            f"drift, Status().Update when changed) as go-tutorial: {tutorial}",
     "subjects": s,
     "ratios": {
-        "go_default_to_kubesteer_time": ratio(s["go-default"]["converged_s"], ks["converged_s"]),
-        "go_tuned_to_kubesteer_time": ratio(s["go-tuned"]["converged_s"], ks["converged_s"]),
-        "kubesteer_to_ceiling_time": ratio(ks["converged_s"], s["ceiling"]["converged_s"]),
-        "go_tuned_to_ceiling_time": ratio(s["go-tuned"]["converged_s"], s["ceiling"]["converged_s"]),
-        "go_tuned_to_kubesteer_cpu": ratio(s["go-tuned"]["cpu_s"], ks["cpu_s"]),
-        "go_tuned_to_kubesteer_peak_rss": ratio(s["go-tuned"]["peak_rss_mib"], ks["peak_rss_mib"]),
-        "go_tuned_to_kubesteer_requests": ratio(s["go-tuned"]["requests_per_memcached"], ks["requests_per_memcached"]),
+        "go_default_to_kubesteer_time": ratio(get("go-default", "converged_s"), get("kubesteer", "converged_s")),
+        "go_tuned_to_kubesteer_time": ratio(get("go-tuned", "converged_s"), get("kubesteer", "converged_s")),
+        "go_tutorial_to_kubesteer_time": ratio(get("go-tutorial", "converged_s"), get("kubesteer", "converged_s")),
+        "fastest_go_to_kubesteer_time": ratio(min(go_times) if go_times else None, get("kubesteer", "converged_s")),
+        "kubesteer_to_ceiling_time": ratio(get("kubesteer", "converged_s"), get("ceiling", "converged_s")),
+        "go_tuned_to_ceiling_time": ratio(get("go-tuned", "converged_s"), get("ceiling", "converged_s")),
+        "go_tutorial_to_ceiling_time": ratio(get("go-tutorial", "converged_s"), get("ceiling", "converged_s")),
+        "go_tuned_to_kubesteer_cpu": ratio(get("go-tuned", "cpu_s"), get("kubesteer", "cpu_s")),
+        "go_tutorial_to_kubesteer_cpu": ratio(get("go-tutorial", "cpu_s"), get("kubesteer", "cpu_s")),
+        "go_tuned_to_kubesteer_peak_rss": ratio(get("go-tuned", "peak_rss_mib"), get("kubesteer", "peak_rss_mib")),
+        "go_tutorial_to_kubesteer_peak_rss": ratio(get("go-tutorial", "peak_rss_mib"), get("kubesteer", "peak_rss_mib")),
+        "go_tuned_to_kubesteer_requests": ratio(get("go-tuned", "requests_per_memcached"), get("kubesteer", "requests_per_memcached")),
+        "go_tutorial_to_kubesteer_requests": ratio(get("go-tutorial", "requests_per_memcached"), get("kubesteer", "requests_per_memcached")),
     },
     "definition": "converged_s: from the first Memcached create until every Memcached has Ready=True (ceiling: "
-                  "until every directly created Deployment has rolled out); ratios above 1 favour kubesteer, "
-                  "except kubesteer_to_ceiling_time and go_tuned_to_ceiling_time (1 is the ceiling)",
+                  "until every directly created Deployment has rolled out); requests_per_memcached: the "
+                  "controller's non-watch requests in that window (apiserver audit log) per Memcached, "
+                  "writes_per_memcached those of them that are not get, list or watch, "
+                  "requests_by_verb_resource and requests_per_memcached_by_verb_resource those of the first run "
+                  "(a server-side apply is a patch); requests_per_resync: the controller's non-watch requests "
+                  "from the first annotation patch until the quiet period after the last, per Memcached (an "
+                  "annotation does not change metadata.generation: 0 is ideal), resync_by_verb_resource those "
+                  "of the first run; fastest_go_to_kubesteer_time: the faster of go-tuned and go-tutorial by "
+                  "median; ratios above 1 favour kubesteer, except *_to_ceiling_time (1 is the ceiling); "
+                  "a ratio is null when a subject was not run",
 }
 json.dump(out, open("bench/results/controller-peers.json", "w"), indent=2)
-print(json.dumps({"ratios": out["ratios"], **{k: {kk: v[kk] for kk in ("converged_s",)} for k, v in s.items()}}, indent=2))
+keys = ("converged_s", "requests_per_memcached", "writes_per_memcached", "requests_per_resync")
+print(json.dumps({"ratios": out["ratios"], **{k: {kk: v.get(kk) for kk in keys} for k, v in s.items()}}, indent=2))
 PY
   log "results in bench/results/controller-peers.json"
   exit 0
