@@ -107,6 +107,8 @@ keda:
 ## bench-webhook: load benchmark of the webhook; writes bench/results/webhook.json.
 ## BENCH_SUBJECT=peers: kubesteer and the controller-runtime peer (bench/peers, needs Go) alternately,
 ## BENCH_REPEATS runs each (3); medians and ratios in bench/results/webhook-peers.json.
+## BENCH_SUBJECT=allocators: the webhook on jemalloc, on jemalloc made lean at start, and on glibc's
+## malloc, BENCH_REPEATS runs each (3); RSS and rates in bench/results/webhook-allocators.json.
 bench-webhook: control-plane
 	bench/scripts/webhook.sh
 
@@ -117,8 +119,10 @@ bench-webhook-memory:
 
 ## bench-controller: controller benchmark on a cluster of its own (KUBESTEER_CLUSTER=bench);
 ## writes bench/results/controller.json.
-## BENCH_SUBJECT=peers: convergence only; ceiling, kubesteer and the Go peer with kubebuilder's defaults
-## and tuned, each on a fresh cluster, BENCH_REPEATS runs (3); bench/results/controller-peers.json.
+## BENCH_SUBJECT=peers: convergence only; ceiling, kubesteer, the Go apply peer with kubebuilder's
+## defaults and tuned, and the Go peer in the kubebuilder tutorial's pattern (BENCH_PEER_SUBJECTS picks),
+## each on a fresh cluster, BENCH_REPEATS runs (3), with requests per Memcached and per no-op
+## resync from the audit log; bench/results/controller-peers.json.
 ## BENCH_PHASES=fleet: on a fresh cluster, one selector Scaler per namespace switching BENCH_FLEET_NAMESPACES
 ## (100) x BENCH_FLEET_PER_NAMESPACE (100) Deployments to 0 at one boundary, then Hold setting back
 ## BENCH_FLEET_HOLD (1,000) scale-ups; bench/results/controller-fleet.json.

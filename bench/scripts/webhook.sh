@@ -7,6 +7,13 @@
 # alternately, BENCH_REPEATS times each (default 3), under identical conditions (same core, same
 # certificates, same oha runs), and writes the medians and the kubesteer/peer ratios to
 # bench/results/webhook-peers.json instead.
+#
+# BENCH_SUBJECT=allocators runs kubesteer's webhook three ways, BENCH_REPEATS times each (default
+# 3), the order rotating: on jemalloc as released; on jemalloc made lean at start
+# (_RJEM_MALLOC_CONF, BENCH_JEMALLOC_LEAN, default one arena, no thread caches, no background
+# thread); and built on glibc's malloc (feature kubesteer-webhook/system-allocator). Same loads
+# as the plain run without the limit line (BENCH_RATES default "2000" here), and writes the RSS
+# (idle, peak, and their anonymous part) and rates to bench/results/webhook-allocators.json.
 . "$(dirname "$0")/../../hack/lib.sh"
 tag=bench-webhook
 cd "$root"
@@ -20,7 +27,8 @@ profile=${BENCH_CARGO_PROFILE:-release}
 case $profile in dev) bin=target/debug ;; *) bin=target/$profile ;; esac
 case $subject in
   kubesteer | peers) ;;
-  *) echo "bench-webhook: BENCH_SUBJECT must be kubesteer or peers, not $subject" >&2 && exit 2 ;;
+  allocators) rates=${BENCH_RATES:-2000} ;;
+  *) echo "bench-webhook: BENCH_SUBJECT must be kubesteer, peers or allocators, not $subject" >&2 && exit 2 ;;
 esac
 # The cluster the webhook watches (Scalers, Deployments, HPAs) and asks SubjectAccessReviews of.
 export KUBESTEER_CLUSTER=${BENCH_CLUSTER:-${KUBESTEER_CLUSTER:-kubesteer}}
@@ -277,6 +285,66 @@ for kind in kinds:
 out["summary"] = summary
 json.dump(out, open("bench/results/webhook-peers.json", "w"), indent=2)
 print(json.dumps({"summary": summary, "rss_kib": out["rss_kib"]}, indent=2))
+PY
+  exit 0
+fi
+
+if [ "$subject" = allocators ]; then
+  repeats=${BENCH_REPEATS:-3}
+  lean=${BENCH_JEMALLOC_LEAN:-narenas:1,tcache:false,background_thread:false}
+  d="$work/allocators"
+  rm -rf "$d" && mkdir -p "$d"
+  cp "$bin/kubesteer-webhook" "$d/jemalloc"
+  cargo build --profile "$profile" -p kubesteer-webhook --features kubesteer-webhook/system-allocator
+  cp "$bin/kubesteer-webhook" "$d/system"
+  cargo build --profile "$profile" -p kubesteer-webhook # the release build back as it was
+  variants=(jemalloc jemalloc-lean system)
+  for r in $(seq 1 "$repeats"); do
+    for i in 0 1 2; do
+      v=${variants[$(((i + r - 1) % 3))]}
+      echo "[bench] run $r/$repeats: $v" >&2
+      case $v in
+        jemalloc) start_server "$d/$v-$r.log" "$d/jemalloc" ;;
+        jemalloc-lean) start_server "$d/$v-$r.log" env "_RJEM_MALLOC_CONF=$lean" "$d/jemalloc" ;;
+        system) start_server "$d/$v-$r.log" "$d/system" ;;
+      esac
+      measure "$d/$v-$r"
+      stop_server
+    done
+  done
+  python3 - "$d" "$repeats" "$rates" "$kinds" "$(git rev-parse --short HEAD)" "$lean" "$duration" <<'PY'
+import json, os, platform, statistics, sys, datetime
+work, repeats, rates, kinds, commit, lean, duration = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(), sys.argv[4].split(), *sys.argv[5:]
+variants = ("jemalloc", "jemalloc-lean", "system")
+med = lambda xs: round(statistics.median(xs), 1)
+def oha(v, r, name):
+    s = json.load(open(os.path.join(work, f"{v}-{r}", name + ".json")))["summary"]
+    return s["requestsPerSec"] * (s.get("successRate") or 0)
+out = {
+    "benchmark": "webhook memory by allocator",
+    "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    "commit": commit,
+    "machine": {"cpus": os.cpu_count(), "kernel": platform.release()},
+    "setup": f"target/release/kubesteer-webhook pinned to core 0, oha on core 1{os.environ['BENCH_CORES']}; per run: "
+             f"for each kind ({' '.join(kinds)}) validate and mutate at saturation (32 connections) and validate "
+             f"at {', '.join(rates)} reviews/s (16 connections), {duration} each; {repeats} runs per variant, "
+             "the order rotating; medians, and every run",
+    "variants": {"jemalloc": "tikv-jemallocator 0.7 with background threads, as released",
+                 "jemalloc-lean": f"the same binary started with _RJEM_MALLOC_CONF={lean}",
+                 "system": "built with --features kubesteer-webhook/system-allocator: glibc's malloc"},
+    "definition": "rss_kib: idle = VmRSS after start, peak = VmHWM after every load, idle_anon / anon_after_load = "
+                  "RssAnon (heap, stacks, allocator metadata) before and after the loads; the rest of RSS is "
+                  "the binary's pages (RssFile); rps: successful reviews per second at saturation",
+    "rss_kib": {}, "rps": {},
+}
+for v in variants:
+    rss = [tuple(map(int, open(os.path.join(work, f"{v}-{r}", "rss")).read().split())) for r in range(1, repeats + 1)]
+    out["rss_kib"][v] = {k: med([x[i] for x in rss]) for i, k in enumerate(("idle", "peak", "idle_anon", "anon_after_load"))}
+    out["rss_kib"][v]["runs_peak"] = [x[1] for x in rss]
+    out["rps"][v] = {f"{kind}_{e}": med([oha(v, r, f"{kind}-{e}-saturation") for r in range(1, repeats + 1)])
+                     for kind in kinds for e in ("validate", "mutate")}
+json.dump(out, open("bench/results/webhook-allocators.json", "w"), indent=2)
+print(json.dumps(out["rss_kib"], indent=2))
 PY
   exit 0
 fi
