@@ -296,12 +296,39 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn progress_of_a_rollout_is_written_at_most_every_grace() {
+    async fn the_first_status_is_written_at_once_without_waiting_for_the_grace() {
         let mc = memcached(json!({"size": 2}));
+        let caches = world(&mc, json!({}), &["cache-a"]);
+        let (ctx, verifier) = fixtures::context_cached(caches);
+        let scenario = verifier.run(vec![Call::patch(STATUS)
+            .body(|b| {
+                assert_eq!(b["status"]["conditions"][0]["type"], "Ready");
+                assert_eq!(b["status"]["conditions"][0]["status"], "False");
+                assert_eq!(b["status"]["nodes"], json!(["cache-a"]));
+            })
+            .respond_status_of(&mc)]);
+        assert_eq!(
+            reconcile(Arc::new(mc), ctx.clone()).await.unwrap(),
+            Action::await_change()
+        );
+        scenario.finish(ctx).await;
+    }
+
+    #[tokio::test]
+    async fn progress_of_a_rollout_is_written_at_most_every_grace() {
+        let mut mc = memcached(json!({"size": 2}));
         let caches = world(&mc, json!({}), &["cache-a"]);
         let clock = Arc::new(fixtures::FixedClock(std::sync::Mutex::new(fixtures::at(
             "2025-03-03T12:00:00Z",
         ))));
+        // Its first status, written before its first pod came: the pod is only progress.
+        let d: Deployment = serde_json::from_value(applied_deployment(&mc, json!({}))).unwrap();
+        mc.status = Some(status(
+            &mc,
+            &d,
+            vec![],
+            fixtures::at("2025-03-03T11:59:00Z"),
+        ));
         let (ctx, verifier) = fixtures::context_on(clock.clone(), caches);
         // Only the write after the grace: the earlier reconciles send nothing.
         let scenario = verifier.run(vec![Call::patch(STATUS)

@@ -278,8 +278,10 @@ fn ours<K: Resource<DynamicType = ()>>(
     }
 }
 
-/// Whether `new` says something a user waits for: Ready or Degraded, or a condition that turned
-/// since `old`. Otherwise it is only progress.
+/// Whether `new` says something a user waits for: a first status (so `kubectl get` shows the
+/// object's state from the start, and the first writes of many new objects spread out with
+/// their creation instead of coming due together a grace later), Ready or Degraded, or a
+/// condition that turned since `old`. Otherwise it is only progress.
 fn is_news<S: OwnerStatus>(old: Option<&S>, new: &S) -> bool {
     let state = |s: &S, type_: &str| {
         s.conditions()
@@ -288,7 +290,8 @@ fn is_news<S: OwnerStatus>(old: Option<&S>, new: &S) -> bool {
             .map(|c| c.status.clone())
     };
     let is_true = |type_| state(new, type_).as_deref() == Some("True");
-    is_true(READY)
+    old.is_none()
+        || is_true(READY)
         || is_true(DEGRADED)
         || old.is_some_and(|old| {
             new.conditions()
