@@ -131,14 +131,18 @@ print(json.dumps({"requests": len(times), "p50": at(0.5), "p99": at(0.99), "p99.
 PY
   rm -f "$out/$name.db"
 }
-# Every load against the running server, into out-dir; then its RSS: idle, peak, and of the idle
-# and final RSS the anonymous part (heap, stacks; the rest is the binary's pages, mapped from
-# the page cache as its code runs).
+# Every load against the running server, into out-dir; then its RSS: idle, the peak under the
+# loads, of the idle and final RSS the anonymous part (heap, stacks, allocator), the peak of
+# start-up (before the loads), and the file part after the loads (the binary's pages, mapped
+# from the page cache as its code runs). The peak under the loads is VmHWM after resetting it
+# to the current RSS when the loads begin (clear_refs 5), so start-up's is not counted in it.
 measure() { # out-dir
-  local out=$1 idle idle_anon
+  local out=$1 idle idle_anon startup_peak
   mkdir -p "$out"
   idle=$(rss_kib)
   idle_anon=$(rss_kib RssAnon)
+  startup_peak=$(rss_kib VmHWM)
+  echo 5 >"/proc/$pid/clear_refs"
   for kind in $kinds; do
     plural=${kind}s
     run "$out" "$kind-validate-saturation" "/validate/$plural" "bench/bodies/$kind.json" -c 32
@@ -147,7 +151,8 @@ measure() { # out-dir
       rate_run "$out" "$kind-validate-rate$q" "/validate/$plural" "bench/bodies/$kind.json" "$q"
     done
   done
-  printf '%s %s %s %s\n' "$idle" "$(rss_kib VmHWM)" "$idle_anon" "$(rss_kib RssAnon)" >"$out/rss"
+  printf '%s %s %s %s %s %s\n' "$idle" "$(rss_kib VmHWM)" "$idle_anon" "$(rss_kib RssAnon)" "$startup_peak" \
+    "$(rss_kib RssFile)" >"$out/rss"
 }
 # The limit server with each kind's body, into out-dir: at saturation, and at the fixed rates, where
 # its latency is the tail that the stack and the machine alone give.
@@ -233,7 +238,8 @@ out = {
 for s in subjects:
     rss = [tuple(map(int, open(os.path.join(work, f"{s}-{r}", "rss")).read().split())) for r in range(1, repeats + 1)]
     out["rss_kib"][s] = {"idle": med([x[0] for x in rss]), "peak": med([x[1] for x in rss]),
-                         "idle_anon": med([x[2] for x in rss]), "anon_after_load": med([x[3] for x in rss])}
+                         "idle_anon": med([x[2] for x in rss]), "anon_after_load": med([x[3] for x in rss]),
+                         "startup_peak": med([x[4] for x in rss]), "file_after_load": med([x[5] for x in rss])}
 out["rss_kib"]["ratio_peak_peer_to_kubesteer"] = round(out["rss_kib"]["peer"]["peak"] / out["rss_kib"]["kubesteer"]["peak"], 2)
 summary = {}
 for kind in kinds:
@@ -332,14 +338,16 @@ out = {
     "variants": {"jemalloc": "tikv-jemallocator 0.7 with background threads, as released",
                  "jemalloc-lean": f"the same binary started with _RJEM_MALLOC_CONF={lean}",
                  "system": "built with --features kubesteer-webhook/system-allocator: glibc's malloc"},
-    "definition": "rss_kib: idle = VmRSS after start, peak = VmHWM after every load, idle_anon / anon_after_load = "
+    "definition": "rss_kib: idle = VmRSS after start, peak = the largest VmRSS under the loads (VmHWM reset as they "
+                  "begin), startup_peak = VmHWM before the loads, idle_anon / anon_after_load = "
                   "RssAnon (heap, stacks, allocator metadata) before and after the loads; the rest of RSS is "
-                  "the binary's pages (RssFile); rps: successful reviews per second at saturation",
+                  "the binary's pages (RssFile; file_after_load); rps: successful reviews per second at saturation",
     "rss_kib": {}, "rps": {},
 }
 for v in variants:
     rss = [tuple(map(int, open(os.path.join(work, f"{v}-{r}", "rss")).read().split())) for r in range(1, repeats + 1)]
-    out["rss_kib"][v] = {k: med([x[i] for x in rss]) for i, k in enumerate(("idle", "peak", "idle_anon", "anon_after_load"))}
+    out["rss_kib"][v] = {k: med([x[i] for x in rss]) for i, k in enumerate(
+        ("idle", "peak", "idle_anon", "anon_after_load", "startup_peak", "file_after_load"))}
     out["rss_kib"][v]["runs_peak"] = [x[1] for x in rss]
     out["rps"][v] = {f"{kind}_{e}": med([oha(v, r, f"{kind}-{e}-saturation") for r in range(1, repeats + 1)])
                      for kind in kinds for e in ("validate", "mutate")}
@@ -355,11 +363,11 @@ stop_server
 start_server "$work/limit.log" "${limit[@]}"
 measure_limit "$work"
 stop_server
-read -r idle_rss peak_rss idle_anon anon_after <"$work/rss"
-python3 - "$work" "$idle_rss" "$peak_rss" "$duration" "$rates" "$kinds" "$idle_anon" "$anon_after" <<'PY'
+read -r idle_rss peak_rss idle_anon anon_after startup_peak file_after <"$work/rss"
+python3 - "$work" "$idle_rss" "$peak_rss" "$duration" "$rates" "$kinds" "$idle_anon" "$anon_after" "$startup_peak" "$file_after" <<'PY'
 import json, os, platform, sys, datetime
 work, idle, peak, duration, rates, kinds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5].split(), sys.argv[6].split()
-idle_anon, anon_after = int(sys.argv[7]), int(sys.argv[8])
+idle_anon, anon_after, startup_peak, file_after = map(int, sys.argv[7:11])
 def load(name):
     d = json.load(open(os.path.join(work, name + ".json")))
     s, p = d["summary"], d["latencyPercentiles"]
@@ -379,7 +387,8 @@ out = {
     "machine": {"cpus": os.cpu_count(), "kernel": platform.release()},
     "setup": "release kubesteer-webhook pinned to core 0 (taskset), oha on core 1" + os.environ["BENCH_CORES"] + "; TLS 1.3, HTTP/1.1 keep-alive; "
              f"{duration} per run; saturation with 32 connections; fixed rates with 16 connections",
-    "rss_kib": {"idle": idle, "peak": peak, "idle_anon": idle_anon, "anon_after_load": anon_after},
+    "rss_kib": {"idle": idle, "peak": peak, "idle_anon": idle_anon, "anon_after_load": anon_after,
+                "startup_peak": startup_peak, "file_after_load": file_after},
     "kinds": {},
 }
 for kind in kinds:

@@ -350,6 +350,8 @@ pub async fn controllers(
     // Every watch is registered now: readiness waits for them instead.
     health.release(STARTING);
     info!("controllers started");
+    // Start-up is done (flags, kubeconfig, CRD checks, leader election): its code pages go back.
+    kubesteer_runtime::memory::release_startup_code_logged();
     // A leader over the whole cluster stores every object at its CRD's storage version once
     // (see `storage`); one watching a single namespace cannot see them all.
     let migration = async {

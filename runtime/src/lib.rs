@@ -11,10 +11,12 @@
 //! - [`scale`]: a RESTMapper for Scaler targets of any kind, and their `/scale` subresource.
 //! - [`claims::follow`]: the Scalers' claim index kept in step with their watch.
 //! - [`Allocator`]: the binaries' global allocator.
+//! - [`memory::release_startup_code`]: gives back the code pages only start-up used.
 pub mod claims;
 pub mod exposition;
 pub mod health;
 pub mod logging;
+pub mod memory;
 pub mod scale;
 pub mod signal;
 pub mod watch;

@@ -115,6 +115,8 @@ async fn serve(args: Args) -> Result<(), Error> {
         None => (tls::server_config(store)?, router(state.clone())),
     };
     tracing::info!(addr = %args.addr, mode = ?args.cert_mode, "serving admission reviews");
+    // Start-up is done (flags, kubeconfig, certificates, TLS): its code pages go back.
+    kubesteer_runtime::memory::release_startup_code_logged();
     server::serve(
         listener,
         tls,
