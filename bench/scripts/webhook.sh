@@ -364,6 +364,7 @@ start_server "$work/limit.log" "${limit[@]}"
 measure_limit "$work"
 stop_server
 read -r idle_rss peak_rss idle_anon anon_after startup_peak file_after <"$work/rss"
+export BENCH_PROFILE=$profile
 python3 - "$work" "$idle_rss" "$peak_rss" "$duration" "$rates" "$kinds" "$idle_anon" "$anon_after" "$startup_peak" "$file_after" <<'PY'
 import json, os, platform, sys, datetime
 work, idle, peak, duration, rates, kinds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5].split(), sys.argv[6].split()
@@ -385,7 +386,7 @@ out = {
     "benchmark": "webhook",
     "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     "machine": {"cpus": os.cpu_count(), "kernel": platform.release()},
-    "setup": "release kubesteer-webhook pinned to core 0 (taskset), oha on core 1" + os.environ["BENCH_CORES"] + "; TLS 1.3, HTTP/1.1 keep-alive; "
+    "setup": f"kubesteer-webhook of the {os.environ['BENCH_PROFILE']} profile pinned to core 0 (taskset), oha on core 1" + os.environ["BENCH_CORES"] + "; TLS 1.3, HTTP/1.1 keep-alive; "
              f"{duration} per run; saturation with 32 connections; fixed rates with 16 connections",
     "rss_kib": {"idle": idle, "peak": peak, "idle_anon": idle_anon, "anon_after_load": anon_after,
                 "startup_peak": startup_peak, "file_after_load": file_after},
