@@ -357,14 +357,17 @@ PY
   exit 0
 fi
 
-start_server "$work/webhook.log" "$bin/kubesteer-webhook"
+# BENCH_WEBHOOK runs another webhook command instead, e.g. the image's multi-call binary as the
+# chart runs it: BENCH_WEBHOOK="target/x86_64-unknown-linux-gnu/image/kubesteer webhook".
+read -r -a webhook_cmd <<<"${BENCH_WEBHOOK:-$bin/kubesteer-webhook}"
+start_server "$work/webhook.log" "${webhook_cmd[@]}"
 measure "$work"
 stop_server
 start_server "$work/limit.log" "${limit[@]}"
 measure_limit "$work"
 stop_server
 read -r idle_rss peak_rss idle_anon anon_after startup_peak file_after <"$work/rss"
-export BENCH_PROFILE=$profile
+export BENCH_PROFILE=$profile BENCH_WEBHOOK_CMD="${webhook_cmd[*]}"
 python3 - "$work" "$idle_rss" "$peak_rss" "$duration" "$rates" "$kinds" "$idle_anon" "$anon_after" "$startup_peak" "$file_after" <<'PY'
 import json, os, platform, sys, datetime
 work, idle, peak, duration, rates, kinds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5].split(), sys.argv[6].split()
@@ -386,7 +389,8 @@ out = {
     "benchmark": "webhook",
     "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     "machine": {"cpus": os.cpu_count(), "kernel": platform.release()},
-    "setup": f"kubesteer-webhook of the {os.environ['BENCH_PROFILE']} profile pinned to core 0 (taskset), oha on core 1" + os.environ["BENCH_CORES"] + "; TLS 1.3, HTTP/1.1 keep-alive; "
+    "webhook": os.environ["BENCH_WEBHOOK_CMD"],
+    "setup": f"the webhook command above (by default the {os.environ['BENCH_PROFILE']} profile's kubesteer-webhook) pinned to core 0 (taskset), oha on core 1" + os.environ["BENCH_CORES"] + "; TLS 1.3, HTTP/1.1 keep-alive; "
              f"{duration} per run; saturation with 32 connections; fixed rates with 16 connections",
     "rss_kib": {"idle": idle, "peak": peak, "idle_anon": idle_anon, "anon_after_load": anon_after,
                 "startup_peak": startup_peak, "file_after_load": file_after},
