@@ -18,7 +18,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher::{self, watcher, Event};
 use kube::runtime::WatchStreamExt;
 use kube::{Api, Client, ResourceExt};
-use kubesteer_api::keys::annotation::ORIGINAL_REPLICAS_OWNER;
+use kubesteer_api::keys::annotation::{APPLIED, ORIGINAL_REPLICAS_OWNER};
 use kubesteer_api::scaler::claims::{Candidate, ClaimIndex, Claimant, Claims};
 use kubesteer_api::scaler::target::Target;
 use kubesteer_api::Scaler;
@@ -39,7 +39,7 @@ type Autoscaled = HashMap<String, BTreeMap<Scaled, usize>>;
 /// One watched object: its labels and the Scaler (`namespace/name`) whose record it carries.
 #[derive(Debug, Clone, PartialEq)]
 struct Entry {
-    labels: BTreeMap<String, String>,
+    labels: Labels,
     holder: Option<String>,
     /// For the kinds watched whole (Deployments, StatefulSets): the target as a reconcile
     /// reads it, with kubesteer's annotations only, so a reconcile needs no read of it.
@@ -49,7 +49,7 @@ struct Entry {
 impl Entry {
     fn of(meta: &kube::core::ObjectMeta, replicas: Option<i32>) -> Self {
         Self {
-            labels: meta.labels.clone().unwrap_or_default(),
+            labels: Labels::of(meta.labels.as_ref()),
             holder: meta
                 .annotations
                 .as_ref()
@@ -57,9 +57,7 @@ impl Entry {
                 .cloned(),
             current: replicas.map(|r| {
                 let mut current = Current::of(meta, r);
-                current
-                    .annotations
-                    .retain(|k, _| k.starts_with(KUBESTEER_PREFIX));
+                keep_records(&mut current.annotations);
                 current
             }),
         }
@@ -68,6 +66,43 @@ impl Entry {
 
 /// The prefix of the annotations a reconcile reads on a target (its records).
 const KUBESTEER_PREFIX: &str = "kubesteer.io/";
+
+/// Keeps of a target's annotations only the records a Scaler's reconcile reads: kubesteer's,
+/// but for the fingerprint its controller stamps on its own children.
+fn keep_records(annotations: &mut BTreeMap<String, String>) {
+    annotations.retain(|k, _| k.starts_with(KUBESTEER_PREFIX) && k != APPLIED);
+}
+
+/// An object's labels in one allocation (`key NUL value NUL ...`, sorted by key), where a map
+/// takes one node of eleven slots and two strings per label: the inventory keeps every
+/// Deployment and StatefulSet of the cluster. Label keys and values never contain NUL.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Labels(Box<str>);
+
+impl Labels {
+    fn of(labels: Option<&BTreeMap<String, String>>) -> Self {
+        let mut packed = String::new();
+        for (k, v) in labels.into_iter().flatten() {
+            if !packed.is_empty() {
+                packed.push('\0');
+            }
+            packed.push_str(k);
+            packed.push('\0');
+            packed.push_str(v);
+        }
+        Self(packed.into_boxed_str())
+    }
+
+    /// The labels as a map, as selectors match them.
+    fn map(&self) -> BTreeMap<String, String> {
+        let mut parts = self.0.split('\0');
+        let mut map = BTreeMap::new();
+        while let (Some(k), Some(v)) = (parts.next(), parts.next()) {
+            map.insert(k.to_string(), v.to_string());
+        }
+        map
+    }
+}
 
 /// One watch event, as the inventory keeps it: namespace, name and entry.
 type Kept = (String, String, Entry);
@@ -476,12 +511,13 @@ impl Inventory {
             .get(&(group.to_string(), kind.to_string()))
             .and_then(|o| o.by_namespace.get(ns))
             .and_then(|n| n.get(name));
-        let candidate = entry.map(|e| Candidate {
+        let labels = entry.map(|e| e.labels.map());
+        let candidate = labels.as_ref().map(|labels| Candidate {
             group,
             kind,
             namespace: ns,
             name,
-            labels: &e.labels,
+            labels,
             namespace_labels: state.namespaces.as_ref().and_then(|n| n.get(ns)),
         });
         if let Some(candidate) = &candidate {
@@ -563,12 +599,13 @@ impl Inventory {
                 };
                 woken.extend(index.claimants(&target).cloned());
                 for entry in [before, after].into_iter().flatten() {
+                    let labels = entry.labels.map();
                     let candidate = Candidate {
                         group: &key.0,
                         kind: &key.1,
                         namespace: ns,
                         name,
-                        labels: &entry.labels,
+                        labels: &labels,
                         namespace_labels: ns_labels,
                     };
                     woken.extend(index.selectors_of(&candidate).cloned());
@@ -646,15 +683,16 @@ impl Inventory {
             for (ns, names) in namespaces {
                 let ns_labels = state.namespaces.as_ref().and_then(|n| n.get(ns));
                 for (name, entry) in names {
+                    let labels = entry.labels.map();
                     let candidate = Candidate {
                         group: &group,
                         kind: &kind,
                         namespace: ns,
                         name,
-                        labels: &entry.labels,
+                        labels: &labels,
                         namespace_labels: ns_labels,
                     };
-                    if !matcher.selects((&group, &kind), ns, name, &entry.labels, ns_labels) {
+                    if !matcher.selects((&group, &kind), ns, name, &labels, ns_labels) {
                         continue;
                     }
                     let target = Target::new(&objects.api_version, &kind, ns, name);
@@ -734,9 +772,7 @@ impl Inventory {
         };
         if newer {
             let mut current = written.clone();
-            current
-                .annotations
-                .retain(|k, _| k.starts_with(KUBESTEER_PREFIX));
+            keep_records(&mut current.annotations);
             entry.holder = current.annotations.get(ORIGINAL_REPLICAS_OWNER).cloned();
             entry.current = Some(current);
         }
@@ -759,12 +795,13 @@ impl Inventory {
         else {
             return false;
         };
+        let labels = entry.labels.map();
         let candidate = Candidate {
             group: &target.group,
             kind: &target.kind,
             namespace: &target.namespace,
             name: &target.name,
-            labels: &entry.labels,
+            labels: &labels,
             namespace_labels: state
                 .namespaces
                 .as_ref()
@@ -795,4 +832,44 @@ fn spawn_until_stopped<S, T>(
             each(item);
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_are_kept_in_one_string_and_matched_as_a_map() {
+        let map: BTreeMap<String, String> = [
+            ("app.kubernetes.io/name", "memcached"),
+            ("tier", "web"),
+            ("empty", ""),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let labels = Labels::of(Some(&map));
+        assert_eq!(labels.map(), map);
+        assert_eq!(Labels::of(None).map(), BTreeMap::new());
+        assert_eq!(Labels::of(Some(&BTreeMap::new())), Labels::default());
+        let one: BTreeMap<String, String> = [("a".to_string(), String::new())].into();
+        assert_eq!(Labels::of(Some(&one)).map(), one);
+    }
+
+    #[test]
+    fn a_target_keeps_kubesteers_records_but_not_its_childrens_fingerprint() {
+        let mut annotations: BTreeMap<String, String> = [
+            (ORIGINAL_REPLICAS_OWNER, "team/night"),
+            (APPLIED, "0123456789abcdef"),
+            ("deployment.kubernetes.io/revision", "1"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        keep_records(&mut annotations);
+        assert_eq!(
+            annotations.keys().map(String::as_str).collect::<Vec<_>>(),
+            [ORIGINAL_REPLICAS_OWNER]
+        );
+    }
 }

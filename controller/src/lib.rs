@@ -43,6 +43,10 @@ pub enum Error {
     #[error("serializing: {0}")]
     Serialize(#[from] serde_json::Error),
 
+    /// A cached object that cannot be read back (never expected: it was packed in this process).
+    #[error("cache: {0}")]
+    Cache(String),
+
     #[error("metrics server: {0}")]
     Io(#[from] std::io::Error),
 
@@ -79,6 +83,7 @@ impl Error {
             Error::Finalizer(_) => "finalizer",
             Error::MissingField { .. } => "missing_field",
             Error::Serialize(_) => "serialize",
+            Error::Cache(_) => "cache",
             Error::Io(_) => "io",
             Error::Certs(_) => "certs",
             Error::Logging(_) => "logging",
