@@ -23,7 +23,7 @@ use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use crate::args::Args;
-use crate::children::{self, children_of, Caches, Packed};
+use crate::children::{self, children_of, Caches, Compact, Packed};
 use crate::reconcilers::{self, scaler, Owner};
 use crate::runtime::metrics::Metrics;
 use crate::runtime::metrics_auth::Authorizer;
@@ -202,7 +202,7 @@ fn owner_controller<K: Owner>(
     ctx: &Arc<Context>,
     ns: Option<&str>,
     config: controller::Config,
-) -> Controller<K> {
+) -> Controller<Compact<K>> {
     let client = &ctx.client;
     let writers = ctx.caches.register(K::APP);
     let (store, writer) = reflector::store();
@@ -216,6 +216,7 @@ fn owner_controller<K: Owner>(
             }
         })
         .modify(children::trim::<K>)
+        .map_ok(children::compact_event)
         .reflect(writer)
         .applied_objects();
     let controller = Controller::for_stream(owners, store)
@@ -260,7 +261,7 @@ fn owner_controller<K: Owner>(
         |pod| {
             let ns = pod.namespace()?;
             let instance = pod.labels().get(label::INSTANCE)?;
-            Some(ObjectRef::<K>::new(instance).within(&ns))
+            Some(ObjectRef::<Compact<K>>::new(instance).within(&ns))
         },
     )
 }
@@ -276,8 +277,8 @@ async fn owned<K: Owner>(
     owner_controller::<K>(health, ctx, ns, config)
         .graceful_shutdown_on(stopped(stop))
         .run(
-            reconcilers::reconcile::<K>,
-            reconcilers::error_policy::<K>,
+            reconcilers::reconcile_compact::<K>,
+            reconcilers::error_policy::<K, Compact<K>>,
             ctx.clone(),
         )
         .for_each(|r| async move { log_result(K::KIND, r) })
@@ -319,13 +320,14 @@ pub async fn controllers(
     let scaler_objects = tolerant_watch::<Scaler>(health, &client, ns)
         .backoff(tolerant::backoff())
         .modify(children::trim::<Scaler>)
-        .reflect(writer)
         .inspect_ok(move |event| {
             for other in follow(event) {
                 let _ = claims_changed
                     .unbounded_send(ObjectRef::new(&other.name).within(&other.namespace));
             }
         })
+        .map_ok(children::compact_event)
+        .reflect(writer)
         .applied_objects();
     // Any Deployment or StatefulSet may be a target, so all are watched (their metadata is
     // enough to name them, and for selectors to pick them), as is every other kind a selector
@@ -342,9 +344,13 @@ pub async fn controllers(
     );
     let scalers = Controller::for_stream(scaler_objects, store)
         .with_config(config)
-        .reconcile_on(futures::stream::select(reconcile_claimants, woken))
+        .reconcile_on(futures::stream::select(reconcile_claimants, woken).map(compact_ref))
         .graceful_shutdown_on(stopped(stop))
-        .run(scaler::reconcile, scaler::error_policy, scaler_ctx)
+        .run(
+            scaler::reconcile_compact,
+            scaler::error_policy_compact,
+            scaler_ctx,
+        )
         .for_each(|r| async move { log_result(scaler::KIND, r) });
 
     // Every watch is registered now: readiness waits for them instead.
@@ -364,6 +370,15 @@ pub async fn controllers(
     };
     tokio::join!(owners, scalers, migration);
     info!("controllers stopped");
+}
+
+/// The key of a Scaler in its controller's store.
+fn compact_ref(scaler: ObjectRef<Scaler>) -> ObjectRef<Compact<Scaler>> {
+    let name = ObjectRef::new(&scaler.name);
+    match &scaler.namespace {
+        Some(ns) => name.within(ns),
+        None => name,
+    }
 }
 
 fn log_result<K, E1, E2>(

@@ -10,6 +10,7 @@ use std::time::Duration;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::networking::v1::Ingress;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{self, Lookup, ObjectRef, Store};
 use kube::runtime::{reflector::store::Writer, watcher};
@@ -64,6 +65,125 @@ fn dictionary(kind: &str, first: Option<&[u8]>) -> Option<Arc<[u8]>> {
     Some(dictionary)
 }
 
+/// `json` compressed against the dictionary of `K`'s kind (the first JSON of it compressed).
+fn compress<K: Resource<DynamicType = ()>>(json: &[u8]) -> Box<[u8]> {
+    let dictionary = dictionary(&K::kind(&()), Some(json)).unwrap_or_default();
+    lz4_flex::block::compress_prepend_size_with_dict(json, &dictionary).into_boxed_slice()
+}
+
+/// What [`compress`] made of a JSON of `K`, back.
+fn decompress<K: Resource<DynamicType = ()>>(packed: &[u8]) -> Result<Vec<u8>> {
+    let dictionary = dictionary(&K::kind(&()), None).unwrap_or_default();
+    lz4_flex::block::decompress_size_prepended_with_dict(packed, &dictionary)
+        .map_err(|e| Error::Cache(format!("a cached {} cannot be unpacked: {e}", K::kind(&()))))
+}
+
+/// An owner or Scaler as its controller's store keeps it: its name and namespace for the store
+/// and the controller's queue, the whole object compressed as a child is ([`Packed`]). A
+/// reconcile unpacks the one it runs for. A Memcached takes about a third of what it takes
+/// parsed, and its key in the store no longer holds its uid and resourceVersion.
+pub struct Compact<K> {
+    meta: ObjectMeta,
+    json: Box<[u8]>,
+    kind: PhantomData<fn() -> K>,
+}
+
+impl<K> Clone for Compact<K> {
+    fn clone(&self) -> Self {
+        Self {
+            meta: self.meta.clone(),
+            json: self.json.clone(),
+            kind: PhantomData,
+        }
+    }
+}
+
+impl<K> Debug for Compact<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Compact")
+            .field("namespace", &self.meta.namespace)
+            .field("name", &self.meta.name)
+            .field("packed_bytes", &self.json.len())
+            .finish()
+    }
+}
+
+impl<K: Resource<DynamicType = ()> + Serialize + DeserializeOwned> Compact<K> {
+    /// Packs `obj` whole (a store's `trim` has taken its managed fields already). Serializing a
+    /// typed object does not fail (its maps have string keys); should it, the object packs as
+    /// nothing and its reconcile reports it unreadable.
+    pub fn pack(obj: &K) -> Self {
+        Self {
+            meta: ObjectMeta {
+                name: obj.meta().name.clone(),
+                namespace: obj.meta().namespace.clone(),
+                ..ObjectMeta::default()
+            },
+            json: compress::<K>(&serde_json::to_vec(obj).unwrap_or_default()),
+            kind: PhantomData,
+        }
+    }
+
+    /// The object, as it was packed.
+    pub fn unpack(&self) -> Result<K> {
+        Ok(serde_json::from_slice(&decompress::<K>(&self.json)?)?)
+    }
+
+    /// How many bytes the object takes packed.
+    pub fn packed_len(&self) -> usize {
+        self.json.len()
+    }
+}
+
+impl<K: Resource<DynamicType = ()>> Resource for Compact<K> {
+    type DynamicType = ();
+    type Scope = K::Scope;
+
+    fn kind(_: &()) -> Cow<'_, str> {
+        K::kind(&())
+    }
+    fn group(_: &()) -> Cow<'_, str> {
+        K::group(&())
+    }
+    fn version(_: &()) -> Cow<'_, str> {
+        K::version(&())
+    }
+    fn plural(_: &()) -> Cow<'_, str> {
+        K::plural(&())
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.meta
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.meta
+    }
+}
+
+/// Read as the object it packs (the controller's bound; its watches pack what they decoded).
+impl<'de, K> serde::Deserialize<'de> for Compact<K>
+where
+    K: Resource<DynamicType = ()> + Serialize + DeserializeOwned,
+{
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        K::deserialize(d).map(|obj| Self::pack(&obj))
+    }
+}
+
+/// The same watcher event about the compacted object.
+pub fn compact_event<K>(event: watcher::Event<K>) -> watcher::Event<Compact<K>>
+where
+    K: Resource<DynamicType = ()> + Serialize + DeserializeOwned,
+{
+    use watcher::Event;
+    match event {
+        Event::Apply(o) => Event::Apply(Compact::pack(&o)),
+        Event::Delete(o) => Event::Delete(Compact::pack(&o)),
+        Event::Init => Event::Init,
+        Event::InitApply(o) => Event::InitApply(Compact::pack(&o)),
+        Event::InitDone => Event::InitDone,
+    }
+}
+
 impl<K: Resource<DynamicType = ()> + Serialize + DeserializeOwned> Packed<K> {
     /// Packs `obj` without its managed fields, and its pod template as a fingerprint.
     pub fn pack(obj: &K) -> Result<Self> {
@@ -72,13 +192,10 @@ impl<K: Resource<DynamicType = ()> + Serialize + DeserializeOwned> Packed<K> {
             meta.remove("managedFields");
         }
         let template = take_template(&mut value)?;
-        let json = serde_json::to_vec(&value)?;
-        let dictionary = dictionary(&K::kind(&()), Some(&json)).unwrap_or_default();
         Ok(Self {
             name: obj.name_any(),
             namespace: ResourceExt::namespace(obj),
-            json: lz4_flex::block::compress_prepend_size_with_dict(&json, &dictionary)
-                .into_boxed_slice(),
+            json: compress::<K>(&serde_json::to_vec(&value)?),
             template,
             kind: PhantomData,
         })
@@ -86,9 +203,7 @@ impl<K: Resource<DynamicType = ()> + Serialize + DeserializeOwned> Packed<K> {
 
     /// The JSON, uncompressed.
     fn json(&self) -> Result<Vec<u8>> {
-        let dictionary = dictionary(&K::kind(&()), None).unwrap_or_default();
-        lz4_flex::block::decompress_size_prepended_with_dict(&self.json, &dictionary)
-            .map_err(|e| Error::Cache(format!("a cached {} cannot be unpacked: {e}", K::kind(&()))))
+        decompress::<K>(&self.json)
     }
 
     /// The object as JSON, without managed fields and pod template.
@@ -534,6 +649,48 @@ mod tests {
             packed * 3 < json,
             "packed {packed} bytes of {json} bytes of JSON"
         );
+    }
+
+    #[test]
+    fn an_owner_is_stored_compact_under_its_own_key_and_unpacked_whole() {
+        use kubesteer_api::Memcached;
+        let value = json!({
+            "apiVersion": <Memcached as Resource>::api_version(&()), "kind": "Memcached",
+            "metadata": {"name": "cache", "namespace": "team", "uid": "u-1",
+                "resourceVersion": "42", "generation": 2, "finalizers": ["f"]},
+            "spec": {"size": 3},
+            "status": {"observedGeneration": 2, "readyReplicas": 3,
+                "conditions": [{"type": "Ready", "status": "True", "reason": "AllPodsReady",
+                    "message": "3 of 3 ready", "lastTransitionTime": "2026-11-27T01:10:53Z"}]}
+        });
+        let mc: Memcached = serde_json::from_value(value.clone()).unwrap();
+        let compact = Compact::pack(&mc);
+        assert_eq!(
+            serde_json::to_value(compact.unpack().unwrap()).unwrap(),
+            value
+        );
+        // The store and the controller's queue know it by kind, namespace and name only.
+        assert_eq!(<Compact<Memcached> as Resource>::kind(&()), "Memcached");
+        assert_eq!(
+            <Compact<Memcached> as Resource>::api_version(&()),
+            <Memcached as Resource>::api_version(&())
+        );
+        assert_eq!(compact.meta().uid, None);
+        assert_eq!(
+            ObjectRef::from_obj(&compact),
+            ObjectRef::new("cache").within("team")
+        );
+        // The controller decodes it as the object it packs.
+        let decoded: Compact<Memcached> = serde_json::from_value(value.clone()).unwrap();
+        assert_eq!(
+            serde_json::to_value(decoded.unpack().unwrap()).unwrap(),
+            value
+        );
+        // Watch events carry it packed.
+        match compact_event(watcher::Event::Apply(mc)) {
+            watcher::Event::Apply(c) => assert_eq!(c.name_any(), "cache"),
+            _ => panic!("not an Apply"),
+        }
     }
 
     #[test]

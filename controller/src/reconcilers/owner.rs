@@ -22,7 +22,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::children::{
-    self, apply_params, namespace_and_name, Children, Ensured, NameConflict, Packed,
+    self, apply_params, namespace_and_name, Children, Compact, Ensured, NameConflict, Packed,
 };
 use crate::{Context, Error, Result};
 use kubesteer_api::keys::condition::{AVAILABLE, DEGRADED, PROGRESSING, READY};
@@ -128,8 +128,20 @@ pub async fn reconcile<K: Owner>(owner: Arc<K>, ctx: Arc<Context>) -> Result<Act
     ctx.reconcile(K::KIND, owner.as_ref(), work).await
 }
 
-/// The error policy of an owner kind.
-pub fn error_policy<K: Owner>(owner: Arc<K>, error: &Error, ctx: Arc<Context>) -> Action {
+/// [`reconcile`] of an owner as its controller's store keeps it.
+pub async fn reconcile_compact<K: Owner>(
+    owner: Arc<Compact<K>>,
+    ctx: Arc<Context>,
+) -> Result<Action> {
+    reconcile(Arc::new(owner.unpack()?), ctx).await
+}
+
+/// The error policy of an owner kind (`R` is the kind, or the kind as its store keeps it).
+pub fn error_policy<K: Owner, R: Resource<DynamicType = ()>>(
+    owner: Arc<R>,
+    error: &Error,
+    ctx: Arc<Context>,
+) -> Action {
     ctx.error_policy(K::KIND, owner.as_ref(), error)
 }
 

@@ -30,7 +30,7 @@ use kubesteer_api::{Scaler, ScalerStatus};
 use serde_json::{json, Value};
 use tracing::{info, warn};
 
-use crate::children::{apply_params, namespace_and_name};
+use crate::children::{apply_params, namespace_and_name, Compact};
 use crate::reconcilers::{status_patch, time};
 use crate::workload::*;
 use crate::{is_status, Error, Result};
@@ -73,6 +73,26 @@ const HPA_DEFAULT_MIN_REPLICAS: i32 = 1;
 pub async fn reconcile(scaler: Arc<Scaler>, ctx: Arc<ScalerContext>) -> Result<Action> {
     ctx.reconcile(KIND, scaler.as_ref(), with_finalizer(scaler.clone(), &ctx))
         .await
+}
+
+/// [`reconcile`] of a Scaler as its controller's store keeps it.
+pub async fn reconcile_compact(
+    scaler: Arc<Compact<Scaler>>,
+    ctx: Arc<ScalerContext>,
+) -> Result<Action> {
+    reconcile(Arc::new(scaler.unpack()?), ctx).await
+}
+
+/// [`error_policy`] of a Scaler as its controller's store keeps it.
+pub fn error_policy_compact(
+    scaler: Arc<Compact<Scaler>>,
+    error: &Error,
+    ctx: Arc<ScalerContext>,
+) -> Action {
+    match scaler.unpack() {
+        Ok(unpacked) => error_policy(Arc::new(unpacked), error, ctx),
+        Err(_) => ctx.error_policy(KIND, scaler.as_ref(), error),
+    }
 }
 
 pub fn error_policy(scaler: Arc<Scaler>, error: &Error, ctx: Arc<ScalerContext>) -> Action {
