@@ -3,12 +3,11 @@
 use std::fmt::Debug;
 use std::sync::Arc;
 
-use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::client::Body;
 use kube::core::{NamespaceResourceScope, Status};
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::Store;
 use kube::{Api, Client, Resource, ResourceExt};
 use kubesteer_api::keys::{annotation, CONTROLLER_FIELD_MANAGER};
 use serde::de::DeserializeOwned;
@@ -114,10 +113,14 @@ where
 
 /// FNV-1a, 64 bits, in hex: stable across builds and Rust versions.
 pub fn fingerprint(bytes: &[u8]) -> String {
-    let hash = bytes.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+    format!("{:016x}", fingerprint_u64(bytes))
+}
+
+/// FNV-1a, 64 bits.
+pub fn fingerprint_u64(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
         (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
-    });
-    format!("{hash:016x}")
+    })
 }
 
 /// `desired` with its fingerprint annotation, as it is applied.
@@ -201,7 +204,7 @@ where
     let mut wanted_rest = wanted.clone();
     let wanted_template = take_template(&mut wanted_rest)?;
     let key = Packed::<K>::key(&name, &namespace);
-    let template_key = ObjectRef::<Deployment>::new(&name).within(&namespace);
+    let template_key = CheckedTemplates::key(&namespace, &name);
     let api: Api<K> = Api::namespaced(ctx.client.clone(), &namespace);
     let ours = |object: K, created| {
         Ok(Ensured::Ours(Applied {
@@ -211,13 +214,9 @@ where
     };
     // Records that the live template of `object` (as the apiserver answered) contains the wanted.
     let checked = |object: &K| -> Result<()> {
-        if let Some(wanted) = &wanted_template {
+        if let Some(wanted) = wanted_template {
             if let Some(live) = take_template(&mut serde_json::to_value(object)?)? {
-                let checked = Checked {
-                    wanted: wanted.clone(),
-                    live,
-                };
-                templates.record(template_key.clone(), checked, cache);
+                templates.record(template_key, Checked { wanted, live }, cache);
             }
         }
         Ok(())
@@ -230,7 +229,7 @@ where
         if contains(&cached.value()?, &wanted_rest) {
             let template_as_wanted = match (&wanted_template, cached.template()) {
                 (None, _) => true,
-                (Some(wanted), Some(live)) => templates.is_checked(&template_key, wanted, live),
+                (Some(wanted), Some(live)) => templates.is_checked(template_key, *wanted, live),
                 (Some(_), None) => false,
             };
             if template_as_wanted {

@@ -36,7 +36,7 @@ pub struct Packed<K> {
     /// The JSON, compressed against the kind's [`dictionary`].
     json: Box<[u8]>,
     /// The fingerprint of `spec.template` as the apiserver holds it, if the object has one.
-    template: Option<String>,
+    template: Option<u64>,
     kind: PhantomData<fn() -> K>,
 }
 
@@ -46,7 +46,7 @@ impl<K> Clone for Packed<K> {
             name: self.name.clone(),
             namespace: self.namespace.clone(),
             json: self.json.clone(),
-            template: self.template.clone(),
+            template: self.template,
             kind: PhantomData,
         }
     }
@@ -222,8 +222,8 @@ impl<K: Resource<DynamicType = ()> + Serialize + DeserializeOwned> Packed<K> {
     }
 
     /// The fingerprint of the object's pod template, if it has one.
-    pub fn template(&self) -> Option<&str> {
-        self.template.as_deref()
+    pub fn template(&self) -> Option<u64> {
+        self.template
     }
 
     /// The key of `name` in `namespace`, to look one up in a store.
@@ -233,13 +233,13 @@ impl<K: Resource<DynamicType = ()> + Serialize + DeserializeOwned> Packed<K> {
 }
 
 /// Removes `spec.template` from an object's JSON and returns its fingerprint, if it had one.
-pub(super) fn take_template(value: &mut Value) -> Result<Option<String>> {
+pub(super) fn take_template(value: &mut Value) -> Result<Option<u64>> {
     let template = value
         .get_mut("spec")
         .and_then(Value::as_object_mut)
         .and_then(|spec| spec.remove("template"));
     Ok(match template {
-        Some(t) => Some(fingerprint(&serde_json::to_vec(&t)?)),
+        Some(t) => Some(fingerprint_u64(&serde_json::to_vec(&t)?)),
         None => None,
     })
 }
@@ -298,40 +298,46 @@ pub struct CheckedTemplates(Mutex<CheckedInner>);
 
 #[derive(Default)]
 struct CheckedInner {
-    map: HashMap<ObjectRef<Deployment>, Checked>,
+    /// By [`CheckedTemplates::key`]: 24 bytes an entry, where names would take a hundred more.
+    map: HashMap<u64, Checked>,
     sweep_at: usize,
 }
 
 /// The fingerprints of a wanted template and of the live one found to contain it.
-#[derive(Clone, PartialEq, Eq, Debug)]
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(super) struct Checked {
-    pub(super) wanted: String,
-    pub(super) live: String,
+    pub(super) wanted: u64,
+    pub(super) live: u64,
 }
 
 impl CheckedTemplates {
-    pub(super) fn is_checked(&self, key: &ObjectRef<Deployment>, wanted: &str, live: &str) -> bool {
-        lock(&self.0)
-            .map
-            .get(key)
-            .is_some_and(|c| c.wanted == wanted && c.live == live)
+    /// The key of the child `namespace`/`name`: a fingerprint of both. Two children sharing one
+    /// would only share a record, and a record says nothing of a child whose wanted and live
+    /// templates are not the two it holds.
+    pub(super) fn key(namespace: &str, name: &str) -> u64 {
+        fingerprint_u64(format!("{namespace}/{name}").as_bytes())
     }
 
-    pub(super) fn record<K>(
-        &self,
-        key: ObjectRef<Deployment>,
-        checked: Checked,
-        cache: &Store<Packed<K>>,
-    ) where
+    pub(super) fn is_checked(&self, key: u64, wanted: u64, live: u64) -> bool {
+        lock(&self.0)
+            .map
+            .get(&key)
+            .is_some_and(|c| *c == Checked { wanted, live })
+    }
+
+    pub(super) fn record<K>(&self, key: u64, checked: Checked, cache: &Store<Packed<K>>)
+    where
         K: Resource<DynamicType = ()>,
     {
         let mut inner = lock(&self.0);
         inner.map.insert(key, checked);
         if inner.map.len() >= inner.sweep_at {
-            inner.map.retain(|k, _| {
-                let ns = k.namespace.as_deref().unwrap_or_default();
-                cache.get(&ObjectRef::new(&k.name).within(ns)).is_some()
-            });
+            let live: std::collections::HashSet<u64> = cache
+                .state()
+                .iter()
+                .map(|p| Self::key(p.namespace.as_deref().unwrap_or_default(), &p.name))
+                .collect();
+            inner.map.retain(|k, _| live.contains(k));
             inner.sweep_at = (2 * inner.map.len()).max(64);
         }
     }
@@ -346,12 +352,13 @@ impl CheckedTemplates {
                 .unwrap()
         };
         let namespace = ResourceExt::namespace(live).unwrap_or_default();
-        let key = ObjectRef::new(&live.name_any()).within(&namespace);
         let checked = Checked {
             wanted: template(desired),
             live: template(live),
         };
-        lock(&self.0).map.insert(key, checked);
+        lock(&self.0)
+            .map
+            .insert(Self::key(&namespace, &live.name_any()), checked);
     }
 
     /// How many checks are kept.
@@ -582,12 +589,12 @@ mod tests {
         assert_eq!(value["spec"]["replicas"], 2);
         assert_eq!(value["status"]["readyReplicas"], 1);
         assert_eq!(packed.object().unwrap().metadata.generation, Some(3));
-        let fingerprint = packed.template().map(str::to_string);
+        let fingerprint = packed.template();
         assert!(fingerprint.is_some());
         let edited = Packed::pack(&deployment("memcached:2")).unwrap();
-        assert_ne!(edited.template().map(str::to_string), fingerprint);
+        assert_ne!(edited.template(), fingerprint);
         let again = Packed::pack(&deployment("memcached:1")).unwrap();
-        assert_eq!(again.template().map(str::to_string), fingerprint);
+        assert_eq!(again.template(), fingerprint);
         let service: Service = serde_json::from_value(json!({
             "apiVersion": "v1", "kind": "Service", "metadata": {"name": "cache"},
             "spec": {"ports": [{"port": 80}]}
