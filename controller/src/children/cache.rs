@@ -60,7 +60,9 @@ fn dictionary(kind: &str, first: Option<&[u8]>) -> Option<Arc<[u8]>> {
     if let Some(dictionary) = dictionaries.get(kind) {
         return Some(dictionary.clone());
     }
-    let dictionary: Arc<[u8]> = first?.into();
+    // LZ4 refers back at most 64 KiB: of a larger first object, its end.
+    let first = first?;
+    let dictionary: Arc<[u8]> = first[first.len().saturating_sub(64 * 1024)..].into();
     dictionaries.insert(kind.to_string(), dictionary.clone());
     Some(dictionary)
 }
