@@ -404,12 +404,12 @@ impl ApplicationSpec {
                 ));
             }
             if let Some(r) = &from.secret_key_ref {
-                check_name(errors, &format!("{path}.secretKeyRef.name"), &r.name, false);
+                check_name(errors, format!("{path}.secretKeyRef.name"), &r.name, false);
             }
             if let Some(r) = &from.config_map_key_ref {
                 check_name(
                     errors,
-                    &format!("{path}.configMapKeyRef.name"),
+                    format!("{path}.configMapKeyRef.name"),
                     &r.name,
                     false,
                 );

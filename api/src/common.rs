@@ -113,7 +113,7 @@ pub fn check_resources(errors: &mut FieldErrors, path: &str, resources: &Resourc
         for (name, quantity) in quantities.iter().flatten() {
             check_pattern(
                 errors,
-                &format!("{path}.{list}.{name}"),
+                format!("{path}.{list}.{name}"),
                 &quantity.0,
                 &QUANTITY,
             );

@@ -3,6 +3,27 @@ use std::fmt;
 
 use serde_json::Value;
 
+/// A field path written only when an error names it: `parent.field` ([`Sub`]) or
+/// `list[index]` ([`Index`]); a valid field costs no string.
+#[derive(Debug, Clone, Copy)]
+pub struct Sub<P>(pub P, pub &'static str);
+
+impl<P: fmt::Display> fmt::Display for Sub<P> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}", self.0, self.1)
+    }
+}
+
+/// The path of a list item, `list[index]`, written only when needed (see [`Sub`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Index(pub &'static str, pub usize);
+
+impl fmt::Display for Index {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}[{}]", self.0, self.1)
+    }
+}
+
 /// What is wrong with one field; the variants follow k8s.io/apimachinery's `field.ErrorType`.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Reason {

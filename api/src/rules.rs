@@ -250,11 +250,17 @@ pub fn check_range(errors: &mut FieldErrors, path: &str, value: i64, min: i64, m
 }
 
 /// Checks a string's length in characters (as the schema's `minLength`/`maxLength` count).
-pub fn check_length(errors: &mut FieldErrors, path: &str, value: &str, min: usize, max: usize) {
+pub fn check_length(
+    errors: &mut FieldErrors,
+    path: impl std::fmt::Display,
+    value: &str,
+    min: usize,
+    max: usize,
+) {
     let n = value.chars().count();
     if n < min || n > max {
         errors.push(FieldError::invalid(
-            path,
+            path.to_string(),
             value,
             format!("must be {min}-{max} characters"),
         ));
@@ -262,24 +268,39 @@ pub fn check_length(errors: &mut FieldErrors, path: &str, value: &str, min: usiz
 }
 
 /// Checks a string against a pattern; an empty string needs no pattern to be refused.
-pub fn check_pattern(errors: &mut FieldErrors, path: &str, value: &str, pattern: &Pattern) {
+pub fn check_pattern(
+    errors: &mut FieldErrors,
+    path: impl std::fmt::Display,
+    value: &str,
+    pattern: &Pattern,
+) {
     if !pattern.is_match(value) {
-        errors.push(FieldError::invalid(path, value, pattern.message));
+        errors.push(FieldError::invalid(
+            path.to_string(),
+            value,
+            pattern.message,
+        ));
     }
 }
 
 /// Checks `value` as an object name: a DNS-1123 label or subdomain.
-pub fn check_name(errors: &mut FieldErrors, path: &str, value: &str, label: bool) {
+/// `path` is written only into an error.
+pub fn check_name(
+    errors: &mut FieldErrors,
+    path: impl std::fmt::Display,
+    value: &str,
+    label: bool,
+) {
     let (pattern, max) = if label {
         (&DNS1123_LABEL, MAX_LABEL)
     } else {
         (&DNS1123_SUBDOMAIN, MAX_SUBDOMAIN)
     };
     if value.is_empty() {
-        errors.push(FieldError::required(path, ""));
+        errors.push(FieldError::required(path.to_string(), ""));
     } else if value.len() > max {
         errors.push(FieldError::invalid(
-            path,
+            path.to_string(),
             value,
             format!("must be no more than {max} characters"),
         ));

@@ -81,11 +81,97 @@ impl From<Day> for Weekday {
 }
 
 /// A time of day: an hour 0-23 (as in the seed operator) or an "HH:MM" string.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(Serialize, Clone, Debug, PartialEq)]
 #[serde(untagged)]
 pub enum TimeOfDay {
     Hour(i64),
     Clock(String),
+}
+
+/// Read as `#[serde(untagged)]` reads it (an integer that fits an i64 is an hour, a string a
+/// clock, anything else the untagged enum's error), without buffering the value and building,
+/// then dropping, the error of the variant that does not match: an "HH:MM" string cost an
+/// `invalid type` message per window end in every review.
+impl<'de> Deserialize<'de> for TimeOfDay {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(TimeOfDayVisitor)
+    }
+}
+
+/// The error `#[serde(untagged)]` gives when no variant matches.
+const NO_TIME_OF_DAY: &str = "data did not match any variant of untagged enum TimeOfDay";
+
+struct TimeOfDayVisitor;
+
+impl<'de> serde::de::Visitor<'de> for TimeOfDayVisitor {
+    type Value = TimeOfDay;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("an hour or an \"HH:MM\" string")
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<TimeOfDay, E> {
+        Ok(TimeOfDay::Hour(v))
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<TimeOfDay, E> {
+        i64::try_from(v)
+            .map(TimeOfDay::Hour)
+            .map_err(|_| E::custom(NO_TIME_OF_DAY))
+    }
+
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<TimeOfDay, E> {
+        Ok(TimeOfDay::Clock(v.to_owned()))
+    }
+
+    fn visit_string<E: serde::de::Error>(self, v: String) -> Result<TimeOfDay, E> {
+        Ok(TimeOfDay::Clock(v))
+    }
+
+    fn visit_bytes<E: serde::de::Error>(self, v: &[u8]) -> Result<TimeOfDay, E> {
+        std::str::from_utf8(v)
+            .map(|s| TimeOfDay::Clock(s.to_owned()))
+            .map_err(|_| E::custom(NO_TIME_OF_DAY))
+    }
+
+    fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<TimeOfDay, E> {
+        Err(E::custom(NO_TIME_OF_DAY))
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<TimeOfDay, E> {
+        Err(E::custom(NO_TIME_OF_DAY))
+    }
+
+    fn visit_unit<E: serde::de::Error>(self) -> Result<TimeOfDay, E> {
+        Err(E::custom(NO_TIME_OF_DAY))
+    }
+
+    fn visit_none<E: serde::de::Error>(self) -> Result<TimeOfDay, E> {
+        Err(E::custom(NO_TIME_OF_DAY))
+    }
+
+    fn visit_some<D: serde::Deserializer<'de>>(self, _: D) -> Result<TimeOfDay, D::Error> {
+        Err(serde::de::Error::custom(NO_TIME_OF_DAY))
+    }
+
+    fn visit_newtype_struct<D: serde::Deserializer<'de>>(
+        self,
+        _: D,
+    ) -> Result<TimeOfDay, D::Error> {
+        Err(serde::de::Error::custom(NO_TIME_OF_DAY))
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, _: A) -> Result<TimeOfDay, A::Error> {
+        Err(serde::de::Error::custom(NO_TIME_OF_DAY))
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, _: A) -> Result<TimeOfDay, A::Error> {
+        Err(serde::de::Error::custom(NO_TIME_OF_DAY))
+    }
+
+    fn visit_enum<A: serde::de::EnumAccess<'de>>(self, _: A) -> Result<TimeOfDay, A::Error> {
+        Err(serde::de::Error::custom(NO_TIME_OF_DAY))
+    }
 }
 
 impl TimeOfDay {
@@ -213,7 +299,7 @@ pub(crate) fn validate_jobs(jobs: &[ScaleJob], errors: &mut FieldErrors) {
         if j.name.is_empty() {
             errors.push(FieldError::required(format!("{path}.name"), ""));
         } else if j.name.chars().count() > MAX_JOB_NAME {
-            check_length(errors, &format!("{path}.name"), &j.name, 1, MAX_JOB_NAME);
+            check_length(errors, format!("{path}.name"), &j.name, 1, MAX_JOB_NAME);
         } else if !names.insert(j.name.as_str()) {
             errors.push(FieldError::duplicate(
                 format!("{path}.name"),
@@ -223,7 +309,7 @@ pub(crate) fn validate_jobs(jobs: &[ScaleJob], errors: &mut FieldErrors) {
         if j.schedule.chars().count() > MAX_SCHEDULE {
             check_length(
                 errors,
-                &format!("{path}.schedule"),
+                format!("{path}.schedule"),
                 &j.schedule,
                 1,
                 MAX_SCHEDULE,
@@ -248,6 +334,58 @@ pub(crate) fn validate_jobs(jobs: &[ScaleJob], errors: &mut FieldErrors) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The derived untagged reading, which [`TimeOfDay`]'s own must match value for value.
+    mod derived {
+        #[derive(serde::Deserialize, Debug, Clone, PartialEq)]
+        #[serde(untagged)]
+        pub enum TimeOfDay {
+            Hour(i64),
+            Clock(String),
+        }
+    }
+
+    #[test]
+    fn a_time_of_day_reads_as_the_untagged_enum_did() {
+        let values = [
+            serde_json::json!(9),
+            serde_json::json!(-1),
+            serde_json::json!(i64::MAX),
+            serde_json::json!(u64::MAX),
+            serde_json::json!(9.0),
+            serde_json::json!(9.5),
+            serde_json::json!("17:30"),
+            serde_json::json!(""),
+            serde_json::json!(null),
+            serde_json::json!(true),
+            serde_json::json!([9]),
+            serde_json::json!({"hour": 9}),
+        ];
+        let same =
+            |a: Result<TimeOfDay, String>, b: Result<derived::TimeOfDay, String>| match (a, b) {
+                (Ok(TimeOfDay::Hour(x)), Ok(derived::TimeOfDay::Hour(y))) => x == y,
+                (Ok(TimeOfDay::Clock(x)), Ok(derived::TimeOfDay::Clock(y))) => x == y,
+                // Read from text, where an error is in a value is not compared.
+                (Err(x), Err(y)) => x.split(" at line").next() == y.split(" at line").next(),
+                _ => false,
+            };
+        for value in values {
+            let ours = TimeOfDay::deserialize(&value).map_err(|e| e.to_string());
+            let derived = derived::TimeOfDay::deserialize(&value).map_err(|e| e.to_string());
+            assert!(
+                same(ours.clone(), derived.clone()),
+                "{value}: {ours:?} vs {derived:?}"
+            );
+            let text = value.to_string();
+            let ours = serde_json::from_str::<TimeOfDay>(&text).map_err(|e| e.to_string());
+            let derived =
+                serde_json::from_str::<derived::TimeOfDay>(&text).map_err(|e| e.to_string());
+            assert!(
+                same(ours.clone(), derived.clone()),
+                "{text}: {ours:?} vs {derived:?}"
+            );
+        }
+    }
 
     #[test]
     fn a_record_is_trusted_only_by_the_scaler_that_wrote_it() {

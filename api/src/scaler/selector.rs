@@ -11,7 +11,7 @@ use kube::core::{Selector, SelectorExt};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::field::{FieldError, FieldErrors};
+use crate::field::{FieldError, FieldErrors, Sub};
 use crate::rules::scaler::{
     API_VERSION, KIND, MAX_API_VERSION, MAX_EXCLUSIONS, MAX_KIND, MAX_SELECTED_KINDS,
     MAX_SELECTED_NAMESPACES,
@@ -320,17 +320,17 @@ impl TargetSelector {
                     ));
                 }
                 if let Some(n) = &e.name {
-                    check_name(errors, &format!("{path}.name"), n, false);
+                    check_name(errors, format!("{path}.name"), n, false);
                 }
                 if let Some(k) = &e.kind {
                     if k.len() > MAX_KIND {
-                        check_length(errors, &format!("{path}.kind"), k, 1, MAX_KIND);
+                        check_length(errors, format!("{path}.kind"), k, 1, MAX_KIND);
                     } else {
-                        check_pattern(errors, &format!("{path}.kind"), k, &KIND);
+                        check_pattern(errors, format!("{path}.kind"), k, &KIND);
                     }
                 }
                 if let Some(n) = &e.namespace {
-                    check_name(errors, &format!("{path}.namespace"), n, true);
+                    check_name(errors, format!("{path}.namespace"), n, true);
                 }
                 check_labels(errors, &format!("{path}.matchLabels"), &e.match_labels);
             }
@@ -338,32 +338,29 @@ impl TargetSelector {
     }
 }
 
-/// Checks a target's or a selected kind's `apiVersion` and `kind` at `path`.
-pub fn check_kind_ref(errors: &mut FieldErrors, path: &str, api_version: &str, kind: &str) {
+/// Checks a target's or a selected kind's `apiVersion` and `kind` at `path` (written only into
+/// an error).
+pub fn check_kind_ref(
+    errors: &mut FieldErrors,
+    path: impl std::fmt::Display,
+    api_version: &str,
+    kind: &str,
+) {
+    let at = Sub(&path, "apiVersion");
     if api_version.is_empty() {
-        errors.push(FieldError::required(format!("{path}.apiVersion"), ""));
+        errors.push(FieldError::required(at.to_string(), ""));
     } else if api_version.len() > MAX_API_VERSION {
-        check_length(
-            errors,
-            &format!("{path}.apiVersion"),
-            api_version,
-            1,
-            MAX_API_VERSION,
-        );
+        check_length(errors, at, api_version, 1, MAX_API_VERSION);
     } else {
-        check_pattern(
-            errors,
-            &format!("{path}.apiVersion"),
-            api_version,
-            &API_VERSION,
-        );
+        check_pattern(errors, at, api_version, &API_VERSION);
     }
+    let at = Sub(&path, "kind");
     if kind.is_empty() {
-        errors.push(FieldError::required(format!("{path}.kind"), ""));
+        errors.push(FieldError::required(at.to_string(), ""));
     } else if kind.len() > MAX_KIND {
-        check_length(errors, &format!("{path}.kind"), kind, 1, MAX_KIND);
+        check_length(errors, at, kind, 1, MAX_KIND);
     } else {
-        check_pattern(errors, &format!("{path}.kind"), kind, &KIND);
+        check_pattern(errors, at, kind, &KIND);
     }
 }
 

@@ -348,9 +348,9 @@ impl ScalerSpec {
         let mut seen = BTreeSet::new();
         for (i, t) in self.deployments.iter().enumerate() {
             let path = format!("spec.deployments[{i}]");
-            check_name(&mut errors, &format!("{path}.name"), &t.name, false);
+            check_name(&mut errors, format!("{path}.name"), &t.name, false);
             if let Some(ns) = &t.namespace {
-                check_name(&mut errors, &format!("{path}.namespace"), ns, true);
+                check_name(&mut errors, format!("{path}.namespace"), ns, true);
             }
             if !seen.insert((t.namespace.as_deref(), t.name.as_str())) {
                 errors.push(FieldError::duplicate(

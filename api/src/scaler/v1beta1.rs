@@ -13,7 +13,7 @@ use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Serialize};
 
 pub use super::{Day, ScaleJob, TimeOfDay, DEFAULT_REPLICAS, DEFAULT_TIME_ZONE};
-use crate::field::{FieldError, FieldErrors};
+use crate::field::{FieldError, FieldErrors, Index, Sub};
 use crate::rules::scaler::{
     time_of_day_rule, API_VERSION, CLOCK, KIND, MAX_API_VERSION, MAX_DAYS, MAX_EXCLUDE_DATE,
     MAX_EXCLUDE_DATES, MAX_KIND, MAX_STATUS_TARGETS, MAX_TARGETS, MAX_TIME_ZONE, MAX_WINDOWS,
@@ -651,16 +651,16 @@ impl ScalerSpec {
         }
         let mut seen = BTreeSet::new();
         for (i, t) in refs.iter().enumerate() {
-            let path = format!("spec.scaleTargetRefs[{i}]");
-            crate::scaler::selector::check_kind_ref(errors, &path, &t.api_version, &t.kind);
-            check_name(errors, &format!("{path}.name"), &t.name, false);
+            let path = Index("spec.scaleTargetRefs", i);
+            crate::scaler::selector::check_kind_ref(errors, path, &t.api_version, &t.kind);
+            check_name(errors, Sub(path, "name"), &t.name, false);
             if let Some(ns) = &t.namespace {
-                check_name(errors, &format!("{path}.namespace"), ns, true);
+                check_name(errors, Sub(path, "namespace"), ns, true);
             }
             // The same object named twice: same group and kind, namespace and name.
             if !seen.insert((t.group(), t.kind.as_str(), t.namespace.as_deref(), &t.name)) {
                 errors.push(FieldError::duplicate(
-                    path,
+                    path.to_string(),
                     serde_json::to_value(t).unwrap_or_default(),
                 ));
             }
@@ -681,7 +681,7 @@ impl ScalerSpec {
             ));
         }
         for (i, w) in windows.iter().enumerate() {
-            let path = format!("spec.windows[{i}]");
+            let path = Index("spec.windows", i);
             let start = w.start.to_time();
             let end = w.end.to_time();
             for (field, value, parsed) in [("start", &w.start, start), ("end", &w.end, end)] {
@@ -701,7 +701,7 @@ impl ScalerSpec {
                 ));
             }
             if let Some(r) = w.replicas {
-                check_replicas(errors, &format!("{path}.replicas"), r);
+                check_replicas(errors, Sub(path, "replicas"), r);
             }
             if let Some(days) = &w.days {
                 if days.len() < MIN_DAYS {
@@ -725,10 +725,10 @@ impl ScalerSpec {
     }
 }
 
-fn check_replicas(errors: &mut FieldErrors, path: &str, value: i32) {
+fn check_replicas(errors: &mut FieldErrors, path: impl std::fmt::Display, value: i32) {
     if value < MIN_REPLICAS {
         errors.push(FieldError::invalid(
-            path,
+            path.to_string(),
             value,
             format!("must be greater than or equal to {MIN_REPLICAS}"),
         ));
