@@ -315,6 +315,8 @@ async fn decide<C: Cluster>(
                             created: object
                                 .get("metadata")
                                 .and_then(|m| m.get("creationTimestamp"))
+                                // A null one (a CREATE's) is no time: not read into an error.
+                                .filter(|t| !t.is_null())
                                 .and_then(|t| Time::deserialize(t).ok())
                                 .map(|t| t.0),
                         };

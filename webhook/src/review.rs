@@ -95,11 +95,19 @@ impl Request {
 }
 
 fn object<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
-    d.deserialize_option(Nullable(Object("request.object")))
+    d.deserialize_option(Nullable(Object {
+        path: "request.object",
+        metadata: "request.object.metadata",
+        spec: "request.object.spec",
+    }))
 }
 
 fn old_object<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
-    d.deserialize_option(Nullable(Object("request.oldObject")))
+    d.deserialize_option(Nullable(Object {
+        path: "request.oldObject",
+        metadata: "request.oldObject.metadata",
+        spec: "request.oldObject.spec",
+    }))
 }
 
 fn user_info<'de, D: Deserializer<'de>>(d: D) -> Result<UserInfo, D::Error> {
@@ -141,9 +149,14 @@ impl<'de, S: DeserializeSeed<'de>> Visitor<'de> for Nullable<S> {
     }
 }
 
-/// An object under review (its field path given), read as [`Request::object`] says.
+/// An object under review (its field path, and its metadata's and spec's, given: not formatted
+/// for every review), read as [`Request::object`] says.
 #[derive(Clone, Copy)]
-struct Object(&'static str);
+struct Object {
+    path: &'static str,
+    metadata: &'static str,
+    spec: &'static str,
+}
 
 impl<'de> DeserializeSeed<'de> for Object {
     type Value = Value;
@@ -158,7 +171,7 @@ impl<'de> Visitor<'de> for Object {
     type Value = Value;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} to be a JSON object", self.0)
+        write!(f, "{} to be a JSON object", self.path)
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
@@ -168,7 +181,7 @@ impl<'de> Visitor<'de> for Object {
             match key {
                 Some(0) => {
                     let metadata = map.next_value_seed(Metadata {
-                        path: &format!("{}.metadata", self.0),
+                        path: self.metadata,
                         left: &left,
                     })?;
                     kept.insert("metadata".into(), metadata);
@@ -176,7 +189,7 @@ impl<'de> Visitor<'de> for Object {
                 Some(_) => {
                     let spec = map.next_value_seed(Bounded {
                         left: &left,
-                        path: &format!("{}.spec", self.0),
+                        path: self.spec,
                         max: MAX_OBJECT_VALUES,
                         object: false,
                         max_string: MAX_STRING_BYTES,
