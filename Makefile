@@ -14,7 +14,7 @@ IMAGE_TAR ?= .kubesteer/image.tar
 PAUSE_IMG ?= localhost/kubesteer-pause:3.10
 PAUSE_TAR ?= .kubesteer/pause.tar
 
-.PHONY: all build plugin control-plane monitoring-tools cluster-up cluster-down manifests install run run-once test-run deploy undeploy test fmt-check clippy unit e2e bench-webhook bench-webhook-memory bench-controller fuzz keda
+.PHONY: all build plugin control-plane monitoring-tools cluster-up cluster-down manifests install run run-once test-run deploy undeploy test fmt-check clippy unit e2e bench-webhook bench-webhook-memory bench-controller bench-stores fuzz keda
 
 all: build
 
@@ -128,6 +128,14 @@ bench-webhook-memory:
 ## BENCH_FLEET_HOLD (1,000) scale-ups; bench/results/controller-fleet.json.
 bench-controller: control-plane
 	bench/scripts/controller.sh
+
+## bench-stores: what the controller's caches take per object, kept as it keeps them and parsed,
+## BENCH_STORES_COUNT (20,000) copies of bench/bodies/stores/ each, in process (no cluster), with
+## jemalloc returning freed pages at once; writes bench/results/controller-stores.json.
+bench-stores:
+	cargo build --release -p kubesteer-bench
+	_RJEM_MALLOC_CONF=dirty_decay_ms:0,muzzy_decay_ms:0 target/release/kubesteer-bench stores --count $${BENCH_STORES_COUNT:-20000} > bench/results/controller-stores.json.tmp
+	mv bench/results/controller-stores.json.tmp bench/results/controller-stores.json
 
 ## fuzz: the review-path fuzz target (webhook/fuzz) on nightly for $(FUZZ_RUNS) inputs, one job.
 ## New inputs go to $(FUZZ_CORPUS); the committed seeds in webhook/fuzz/corpus/review stay as

@@ -11,6 +11,7 @@ mod fleet;
 mod memory;
 mod report;
 mod reviews;
+mod stores;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Debug;
@@ -44,6 +45,15 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// What the controller's caches take per object, kept as it keeps them and parsed (see
+    /// stores.rs); no cluster needed.
+    Stores {
+        /// The sample objects: memcached.json, deployment.json, service.json, scaler.json.
+        #[arg(long, default_value = "bench/bodies/stores")]
+        samples: PathBuf,
+        #[arg(long, default_value_t = 20000)]
+        count: usize,
+    },
     /// Creates `count` objects and waits until all of them have converged (see `Mode`).
     Converge {
         #[arg(long, value_enum)]
@@ -452,6 +462,7 @@ async fn main() -> Result<()> {
             echo::serve(flags, kubesteer_runtime::signal::shutdown()).await?;
             return Ok(());
         }
+        Command::Stores { samples, count } => stores::run(&samples, count)?,
         Command::Reviews {
             body,
             plural,

@@ -1,0 +1,171 @@
+//! What the controller's caches take per object, in this process: `count` copies of each sample
+//! object (bench/bodies/stores/, as the apiserver returned them in the scale phase), each with
+//! its own name, namespace (one of 50), uid and resourceVersion, put through a reflector store
+//! the way the controller keeps them, against the same objects kept parsed (what a plain kube-rs
+//! controller keeps, managedFields taken off). Each line is measured as the growth of this
+//! process's resident memory while it fills, with every store before it still held.
+use std::path::Path;
+
+use anyhow::{Context as _, Result};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Service;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::watcher::Event;
+use kubesteer_api::{Memcached, Scaler};
+use kubesteer_controller::children::{trim, Compact, Packed};
+use serde::de::DeserializeOwned;
+use serde_json::{json, Value};
+
+const NAMESPACES: usize = 50;
+
+/// The sample object `file` with the identity of copy `i`.
+fn copy<K: DeserializeOwned>(sample: &Value, i: usize) -> Result<K> {
+    let mut v = sample.clone();
+    let name = format!("cache-{i}");
+    let meta = &mut v["metadata"];
+    meta["name"] = json!(name);
+    meta["namespace"] = json!(format!("scale-{}", i % NAMESPACES));
+    meta["uid"] = json!(format!("0b5c3e52-7d3f-4f6a-9c1e-{i:012}"));
+    meta["resourceVersion"] = json!(format!("{}", 1_000_000 + 7 * i));
+    for key in ["labels", "annotations"] {
+        if let Some(map) = meta[key].as_object_mut() {
+            for (k, val) in map.iter_mut() {
+                if k == "app.kubernetes.io/instance" {
+                    *val = json!(name);
+                }
+            }
+        }
+    }
+    if let Some(owners) = meta["ownerReferences"].as_array_mut() {
+        for o in owners {
+            o["name"] = json!(name);
+            o["uid"] = json!(format!("7d1e0f3a-2b4c-4d5e-8f6a-{i:012}"));
+        }
+    }
+    Ok(serde_json::from_value(v)?)
+}
+
+/// Resident memory of this process, in bytes.
+fn rss() -> Result<u64> {
+    let status = std::fs::read_to_string("/proc/self/status")?;
+    let kib = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|l| l.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .context("no VmRSS in /proc/self/status")?;
+    Ok(kib * 1024)
+}
+
+/// Fills a store with `count` copies made by `make` and returns (the store, bytes per object).
+fn fill<T>(count: usize, make: impl Fn(usize) -> Result<T>) -> Result<(Store<T>, f64)>
+where
+    T: kube::runtime::reflector::Lookup<DynamicType = ()> + Clone,
+{
+    let before = rss()?;
+    let (store, mut writer) = reflector::store::<T>();
+    writer.apply_watcher_event(&Event::Init);
+    for i in 0..count {
+        writer.apply_watcher_event(&Event::InitApply(make(i)?));
+    }
+    writer.apply_watcher_event(&Event::InitDone);
+    let grown = rss()?.saturating_sub(before);
+    Ok((store, grown as f64 / count as f64))
+}
+
+fn sample(dir: &Path, file: &str) -> Result<Value> {
+    let path = dir.join(file);
+    let text = std::fs::read_to_string(&path).with_context(|| path.display().to_string())?;
+    serde_json::from_str(&text).with_context(|| path.display().to_string())
+}
+
+pub fn run(dir: &Path, count: usize) -> Result<Value> {
+    let memcached = sample(dir, "memcached.json")?;
+    let deployment = sample(dir, "deployment.json")?;
+    let service = sample(dir, "service.json")?;
+    let scaler = sample(dir, "scaler.json")?;
+    let parsed = |mut k: Memcached| {
+        trim(&mut k);
+        k
+    };
+    let mut lines = serde_json::Map::new();
+    let mut keep = Vec::new();
+    macro_rules! line {
+        ($name:literal, $t:ty, $make:expr) => {{
+            let (store, bytes) = fill::<$t>(count, $make)?;
+            lines.insert($name.into(), json!((bytes * 10.0).round() / 10.0));
+            keep.push(Box::new(store) as Box<dyn std::any::Any>);
+        }};
+    }
+    line!("memcached_parsed", Memcached, |i| Ok(parsed(copy(
+        &memcached, i
+    )?)));
+    line!("memcached_compact", Compact<Memcached>, |i| {
+        Ok(Compact::pack(&parsed(copy(&memcached, i)?)))
+    });
+    line!("deployment_parsed", Deployment, |i| {
+        let mut d: Deployment = copy(&deployment, i)?;
+        trim(&mut d);
+        Ok(d)
+    });
+    line!("deployment_packed", Packed<Deployment>, |i| {
+        Ok(Packed::pack(&copy::<Deployment>(&deployment, i)?)?)
+    });
+    line!("service_parsed", Service, |i| {
+        let mut s: Service = copy(&service, i)?;
+        trim(&mut s);
+        Ok(s)
+    });
+    line!("service_packed", Packed<Service>, |i| {
+        Ok(Packed::pack(&copy::<Service>(&service, i)?)?)
+    });
+    line!("scaler_parsed", Scaler, |i| {
+        let mut s: Scaler = copy(&scaler, i)?;
+        trim(&mut s);
+        Ok(s)
+    });
+    line!("scaler_compact", Compact<Scaler>, |i| {
+        let mut s: Scaler = copy(&scaler, i)?;
+        trim(&mut s);
+        Ok(Compact::pack(&s))
+    });
+    drop(keep);
+    let mean = |lens: Vec<usize>| lens.iter().sum::<usize>() as f64 / lens.len().max(1) as f64;
+    let memcached_packed = mean(
+        (0..100)
+            .map(|i| Ok(Compact::pack(&parsed(copy(&memcached, i)?)).packed_len()))
+            .collect::<Result<_>>()?,
+    );
+    let deployment_packed = mean(
+        (0..100)
+            .map(|i| Ok(Packed::pack(&copy::<Deployment>(&deployment, i)?)?.packed_len()))
+            .collect::<Result<_>>()?,
+    );
+    let service_packed = mean(
+        (0..100)
+            .map(|i| Ok(Packed::pack(&copy::<Service>(&service, i)?)?.packed_len()))
+            .collect::<Result<_>>()?,
+    );
+    let json_len = |v: &Value| serde_json::to_vec(v).map(|b| b.len()).unwrap_or(0);
+    Ok(json!({
+        "what": "bytes of resident memory per object of each store, as the controller keeps it (compact, packed) and parsed (what a plain kube-rs controller keeps, managedFields taken off), filled in this order in one process",
+        "count": count,
+        "sample_json_bytes": {
+            "memcached": json_len(&memcached),
+            "deployment": json_len(&deployment),
+            "service": json_len(&service),
+            "scaler": json_len(&scaler),
+        },
+        "bytes_per_object": lines,
+        "compressed_json_bytes": {
+            "memcached": memcached_packed,
+            "deployment": deployment_packed,
+            "service": service_packed,
+        },
+        "inline_bytes": {
+            "ObjectMeta": std::mem::size_of::<k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta>(),
+            "Compact": std::mem::size_of::<Compact<Memcached>>(),
+            "Packed": std::mem::size_of::<Packed<Deployment>>(),
+            "ObjectRef": std::mem::size_of::<kube::runtime::reflector::ObjectRef<Deployment>>(),
+        },
+    }))
+}
