@@ -23,7 +23,7 @@ use kubesteer_api::scaler::claims::{Candidate, ClaimIndex, Claimant, Claims};
 use kubesteer_api::scaler::target::Target;
 use kubesteer_api::Scaler;
 use kubesteer_runtime::health::{self, Health};
-use kubesteer_runtime::watch as tolerant;
+use kubesteer_runtime::watch::{self as tolerant, map_event};
 use tokio::sync::watch;
 use tracing::warn;
 
@@ -106,17 +106,6 @@ impl Labels {
 
 /// One watch event, as the inventory keeps it: namespace, name and entry.
 type Kept = (String, String, Entry);
-
-/// `event` with each object made into what the inventory keeps of it.
-fn kept<K>(event: Event<K>, keep: impl Fn(K) -> Kept) -> Event<Kept> {
-    match event {
-        Event::Apply(o) => Event::Apply(keep(o)),
-        Event::Delete(o) => Event::Delete(keep(o)),
-        Event::Init => Event::Init,
-        Event::InitApply(o) => Event::InitApply(keep(o)),
-        Event::InitDone => Event::InitDone,
-    }
-}
 
 /// The objects of one kind: namespace → name → entry.
 #[derive(Debug, Default)]
@@ -242,7 +231,7 @@ impl Inventory {
                     .track(what, health::key(&api, &config), watcher(api, config))
                     .backoff(tolerant::backoff())
                     .map_ok(move |e| {
-                        kept(e, |o: DynamicObject| {
+                        map_event(e, |o: DynamicObject| {
                             let replicas = spec_replicas(&resource, &o).unwrap_or(0);
                             let entry = Entry::of(&o.metadata, Some(replicas));
                             (o.namespace().unwrap_or_default(), o.name_any(), entry)
@@ -260,7 +249,7 @@ impl Inventory {
                     .track(what, health::key(&api, &config), watcher(api, config))
                     .backoff(tolerant::backoff())
                     .map_ok(|e| {
-                        kept(e, |o: PartialObjectMeta<DynamicObject>| {
+                        map_event(e, |o: PartialObjectMeta<DynamicObject>| {
                             let entry = Entry::of(&o.metadata, None);
                             (o.namespace().unwrap_or_default(), o.name_any(), entry)
                         })

@@ -71,6 +71,17 @@ pub fn decode_event<K: DeserializeOwned>(
     }
 }
 
+/// `event` with each object it carries made into `f(object)`.
+pub fn map_event<A, B>(event: Event<A>, mut f: impl FnMut(A) -> B) -> Event<B> {
+    match event {
+        Event::Apply(o) => Event::Apply(f(o)),
+        Event::InitApply(o) => Event::InitApply(f(o)),
+        Event::Delete(o) => Event::Delete(f(o)),
+        Event::Init => Event::Init,
+        Event::InitDone => Event::InitDone,
+    }
+}
+
 /// The `K`s in `namespace` (all namespaces when `None`), as dynamic objects, for [`watcher`].
 pub fn api<K>(client: Client, namespace: Option<&str>) -> Api<DynamicObject>
 where

@@ -176,14 +176,7 @@ pub fn compact_event<K>(event: watcher::Event<K>) -> watcher::Event<Compact<K>>
 where
     K: Resource<DynamicType = ()> + Serialize + DeserializeOwned,
 {
-    use watcher::Event;
-    match event {
-        Event::Apply(o) => Event::Apply(Compact::pack(&o)),
-        Event::Delete(o) => Event::Delete(Compact::pack(&o)),
-        Event::Init => Event::Init,
-        Event::InitApply(o) => Event::InitApply(Compact::pack(&o)),
-        Event::InitDone => Event::InitDone,
-    }
+    kubesteer_runtime::watch::map_event(event, |o| Compact::pack(&o))
 }
 
 impl<K: Resource<DynamicType = ()> + Serialize + DeserializeOwned> Packed<K> {
