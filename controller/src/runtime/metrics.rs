@@ -43,6 +43,10 @@ pub struct Metrics {
     children: Family<ChildLabels, Counter>,
     leading: Gauge,
     scalers: ScalerMetrics,
+    /// The length of the last exposition, to write the next into one allocation of about its
+    /// size: with 10,000 Scalers it is 23 MB, and a string grown by doubling would hold its old
+    /// and new buffers at once at each step, a transient of twice that on every scrape.
+    last_len: std::sync::atomic::AtomicUsize,
 }
 
 // Reconciles take milliseconds; the top buckets catch a slow or throttled apiserver.
@@ -95,6 +99,7 @@ impl Default for Metrics {
             children,
             leading,
             scalers,
+            last_len: Default::default(),
         }
     }
 }
@@ -157,8 +162,11 @@ impl Metrics {
 
     /// The text exposition format, for `/metrics`.
     pub fn encode(&self) -> Result<String, std::fmt::Error> {
-        let mut out = String::new();
+        use std::sync::atomic::Ordering::Relaxed;
+        let last = self.last_len.load(Relaxed);
+        let mut out = String::with_capacity(last + last / 16);
         prometheus_client::encoding::text::encode(&mut out, &self.registry)?;
+        self.last_len.store(out.len(), Relaxed);
         Ok(out)
     }
 }
@@ -193,6 +201,10 @@ mod tests {
         );
         metrics.child("Deployment", false);
         let text = metrics.encode().unwrap();
+        // The next exposition is written into a buffer sized by this one, and reads the same.
+        let again = metrics.encode().unwrap();
+        assert_eq!(again, text);
+        assert!(again.capacity() >= text.len());
         assert!(
             text.contains("kubesteer_reconciles_total{kind=\"Memcached\"} 1"),
             "{text}"
