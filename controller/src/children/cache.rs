@@ -80,6 +80,24 @@ fn decompress<K: Resource<DynamicType = ()>>(packed: &[u8]) -> Result<Vec<u8>> {
         .map_err(|e| Error::Cache(format!("a cached {} cannot be unpacked: {e}", K::kind(&()))))
 }
 
+/// The kind, group, version and plural of `K`, for a type that stands for a `K` in a store.
+macro_rules! names_of_kind {
+    ($k:ident) => {
+        fn kind(_: &()) -> Cow<'_, str> {
+            <$k as Resource>::kind(&())
+        }
+        fn group(_: &()) -> Cow<'_, str> {
+            <$k as Resource>::group(&())
+        }
+        fn version(_: &()) -> Cow<'_, str> {
+            <$k as Resource>::version(&())
+        }
+        fn plural(_: &()) -> Cow<'_, str> {
+            <$k as Resource>::plural(&())
+        }
+    };
+}
+
 /// An owner or Scaler as its controller's store keeps it: its name and namespace for the store
 /// and the controller's queue, the whole object compressed as a child is ([`Packed`]). A
 /// reconcile unpacks the one it runs for. A Memcached takes about a third of what it takes
@@ -141,18 +159,7 @@ impl<K: Resource<DynamicType = ()>> Resource for Compact<K> {
     type DynamicType = ();
     type Scope = K::Scope;
 
-    fn kind(_: &()) -> Cow<'_, str> {
-        K::kind(&())
-    }
-    fn group(_: &()) -> Cow<'_, str> {
-        K::group(&())
-    }
-    fn version(_: &()) -> Cow<'_, str> {
-        K::version(&())
-    }
-    fn plural(_: &()) -> Cow<'_, str> {
-        K::plural(&())
-    }
+    names_of_kind!(K);
     fn meta(&self) -> &ObjectMeta {
         &self.meta
     }
@@ -242,18 +249,7 @@ pub(super) fn take_template(value: &mut Value) -> Result<Option<u64>> {
 impl<K: Resource<DynamicType = ()>> Lookup for Packed<K> {
     type DynamicType = ();
 
-    fn kind(_: &()) -> Cow<'_, str> {
-        K::kind(&())
-    }
-    fn group(_: &()) -> Cow<'_, str> {
-        K::group(&())
-    }
-    fn version(_: &()) -> Cow<'_, str> {
-        K::version(&())
-    }
-    fn plural(_: &()) -> Cow<'_, str> {
-        K::plural(&())
-    }
+    names_of_kind!(K);
     fn name(&self) -> Option<Cow<'_, str>> {
         Some(Cow::Borrowed(&self.name))
     }
