@@ -278,7 +278,7 @@ async fn owned<K: Owner>(
         .graceful_shutdown_on(stopped(stop))
         .run(
             reconcilers::reconcile_compact::<K>,
-            reconcilers::error_policy::<K, Compact<K>>,
+            reconcilers::error_policy::<K>,
             ctx.clone(),
         )
         .for_each(|r| async move { log_result(K::KIND, r) })

@@ -14,7 +14,7 @@
 //! ```
 //!
 //! which watches its objects and their children, fills the caches [`Owner::APP`] names, and runs
-//! [`reconcile_compact::<Cache>`](reconcile_compact) with [`error_policy::<Cache, _>`](error_policy).
+//! [`reconcile_compact::<Cache>`](reconcile_compact) with [`error_policy::<Cache>`](error_policy).
 use chrono::{DateTime, Utc};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;

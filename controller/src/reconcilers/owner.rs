@@ -136,12 +136,8 @@ pub async fn reconcile_compact<K: Owner>(
     reconcile(Arc::new(owner.unpack()?), ctx).await
 }
 
-/// The error policy of an owner kind (`R` is the kind, or the kind as its store keeps it).
-pub fn error_policy<K: Owner, R: Resource<DynamicType = ()>>(
-    owner: Arc<R>,
-    error: &Error,
-    ctx: Arc<Context>,
-) -> Action {
+/// The error policy of an owner kind, for an owner as its controller's store keeps it.
+pub fn error_policy<K: Owner>(owner: Arc<Compact<K>>, error: &Error, ctx: Arc<Context>) -> Action {
     ctx.error_policy(K::KIND, owner.as_ref(), error)
 }
 
