@@ -11,8 +11,9 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Service;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher::Event;
-use kubesteer_api::{Memcached, Scaler};
+use kubesteer_api::{Memcached, Scaler, ScalerStatus};
 use kubesteer_controller::children::{trim, Compact, Packed};
+use kubesteer_controller::metrics::Metrics;
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 
@@ -128,7 +129,20 @@ pub fn run(dir: &Path, count: usize) -> Result<Value> {
         trim(&mut s);
         Ok(Compact::pack(&s))
     });
-    drop(keep);
+    let metrics = Metrics::default();
+    let now = chrono::Utc::now();
+    let before = rss()?;
+    for i in 0..count {
+        let s: Scaler = copy(&scaler, i)?;
+        let status = s.status.clone().unwrap_or_default();
+        metrics.scaler_observed(&s, &ScalerStatus::default(), &status, None, now);
+    }
+    let grown = rss()?.saturating_sub(before) as f64 / count as f64;
+    lines.insert(
+        "scaler_metrics".into(),
+        json!((grown * 10.0).round() / 10.0),
+    );
+    drop((keep, metrics));
     let mean = |lens: Vec<usize>| lens.iter().sum::<usize>() as f64 / lens.len().max(1) as f64;
     let memcached_packed = mean(
         (0..100)
@@ -147,7 +161,7 @@ pub fn run(dir: &Path, count: usize) -> Result<Value> {
     );
     let json_len = |v: &Value| serde_json::to_vec(v).map(|b| b.len()).unwrap_or(0);
     Ok(json!({
-        "what": "bytes of resident memory per object of each store, as the controller keeps it (compact, packed) and parsed (what a plain kube-rs controller keeps, managedFields taken off), filled in this order in one process",
+        "what": "bytes of resident memory per object of each store, as the controller keeps it (compact, packed) and parsed (what a plain kube-rs controller keeps, managedFields taken off), filled in this order in one process; scaler_metrics: the per-Scaler metrics series of as many Scalers, each observed once with a status listing one target",
         "count": count,
         "sample_json_bytes": {
             "memcached": json_len(&memcached),
