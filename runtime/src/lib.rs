@@ -11,7 +11,7 @@
 //! - [`scale`]: a RESTMapper for Scaler targets of any kind, and their `/scale` subresource.
 //! - [`claims::follow`]: the Scalers' claim index kept in step with their watch.
 //! - [`Allocator`]: the binaries' global allocator.
-//! - [`memory::release_startup_code`]: gives back the code pages only start-up used.
+//! - [`memory::release_startup_code`]: gives back the code and read-only data pages only start-up used.
 pub mod claims;
 pub mod exposition;
 pub mod health;

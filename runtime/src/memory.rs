@@ -1,12 +1,15 @@
-//! Giving back the code pages only start-up used.
+//! Giving back the code and read-only data pages only start-up used.
 //!
 //! Most of a kubesteer process's resident memory is not its heap but its own executable's code,
 //! mapped from the page cache as it runs (the kernel maps 64 KiB around each page touched). Much
 //! of what start-up runs (flags, kubeconfig, certificates, TLS set-up, the first lists) never
-//! runs again. [`release_startup_code`] unmaps the executable's code pages once start-up is
-//! done; the pages the process then runs are faulted back in from the page cache, where they
-//! still are, at the cost of a minor fault each. Nothing is lost: only read-only, executable,
-//! unwritten (never copied on write) pages of the program's own file are dropped.
+//! runs again, and what it reads of the file's read-only data (the dynamic loader's symbol and
+//! relocation tables, start-up's constants) is not read again either. [`release_startup_code`]
+//! unmaps the executable's code and read-only data pages once start-up is done; the pages the
+//! process then uses are faulted back in from the page cache, where they still are, at the cost
+//! of a minor fault each. Nothing is lost: only read-only, unwritten (never copied on write)
+//! pages of the program's own file are dropped; its relocated read-only data (written by the
+//! loader before it was made read-only) is kept.
 use std::fs;
 use std::io;
 use std::path::Path;
@@ -55,14 +58,15 @@ fn mappings(smaps: &str) -> Vec<Mapping> {
     out
 }
 
-/// The ranges that may be dropped: the executable's own read-only code, never written.
+/// The ranges that may be dropped: the executable's own read-only code and data, never written.
 fn droppable<'a>(mappings: &'a [Mapping], exe: &'a str) -> impl Iterator<Item = &'a Mapping> {
-    mappings
-        .iter()
-        .filter(move |m| m.path == exe && m.perms == "r-xp" && m.anonymous_kib == 0)
+    mappings.iter().filter(move |m| {
+        m.path == exe && (m.perms == "r-xp" || m.perms == "r--p") && m.anonymous_kib == 0
+    })
 }
 
-/// Unmaps the executable's code pages (they stay in the page cache, and come back as they run).
+/// Unmaps the executable's unwritten code and read-only data pages (they stay in the page cache,
+/// and come back as they are used).
 /// Returns how many bytes of address range were released; an error when `/proc` cannot be read.
 pub fn release_startup_code() -> io::Result<usize> {
     let exe = fs::read_link("/proc/self/exe")?;
@@ -75,11 +79,12 @@ fn release(mappings: &[Mapping], exe: &Path) -> usize {
     let mut released = 0;
     for m in droppable(mappings, exe) {
         let len = m.end.saturating_sub(m.start);
-        // SAFETY: the range is a whole private, read-only, executable mapping of this program's
-        // own file, none of whose pages was ever written (no anonymous copy-on-write page, and code
-        // is never written to): MADV_DONTNEED only drops the page table entries, and the next instruction
-        // fetched from a page faults it back in with the same bytes from the page cache. No Rust
-        // object lives in it, so no reference is invalidated.
+        // SAFETY: the range is a whole private, read-only mapping of this program's own file
+        // (code, or constants the loader never relocated), none of whose pages was ever written
+        // (no anonymous copy-on-write page): MADV_DONTNEED only drops the page table entries,
+        // and the next read or instruction fetch from a page faults it back in with the same
+        // bytes from the page cache. References into it (string constants) stay valid: the
+        // addresses are unchanged and so are the bytes.
         let rc = unsafe { libc::madvise(m.start as *mut libc::c_void, len, libc::MADV_DONTNEED) };
         if rc == 0 {
             released += len;
@@ -124,9 +129,15 @@ Anonymous:             4 kB
         let chosen: Vec<_> = droppable(&all, "/usr/bin/kubesteer")
             .map(|m| (m.start, m.end))
             .collect();
-        // Not its read-only data (relocated: written), not libc, not the heap, not code with a
-        // written page (a debugger's breakpoint).
-        assert_eq!(chosen, vec![(0x55d0_c010_0000, 0x55d0_c090_0000)]);
+        // Its code and its unwritten read-only data; not its relocated read-only data (written),
+        // not libc, not the heap, not code with a written page (a debugger's breakpoint).
+        assert_eq!(
+            chosen,
+            vec![
+                (0x55d0_c000_0000, 0x55d0_c010_0000),
+                (0x55d0_c010_0000, 0x55d0_c090_0000)
+            ]
+        );
     }
 
     #[test]

@@ -86,3 +86,59 @@ fn the_image_is_small_labelled_and_not_root() -> Result<()> {
     assert!(size < 25.0, "the image is {size:.1} MiB, over 25 MiB");
     Ok(())
 }
+
+/// The image's binary has the functions the webhook runs while it answers reviews
+/// (`webhook/hot-code.order`, written by `hack/hot-code.sh`) linked first, one after the other,
+/// which keeps the webhook's resident code to a few of the kernel's fault-around windows:
+/// `hack/hot-code-link.rs` asks lld for the order and `hack/cc-link.sh` resolves the list's
+/// demangled names to the link's own symbols. (The image's copy is stripped; `make image` keeps
+/// the unstripped one in target/.)
+#[test]
+fn the_image_binary_links_the_webhooks_hot_code_first() -> Result<()> {
+    let binary = kubesteer_tests::target_dir().join("x86_64-unknown-linux-gnu/image/kubesteer");
+    let list = kubesteer_tests::repo_root().join("webhook/hot-code.order");
+    let list = std::fs::read_to_string(&list).with_context(|| list.display().to_string())?;
+    let hot: std::collections::HashSet<&str> = list.lines().collect();
+    let out = Command::new("nm")
+        .args(["-n", "-C", "--defined-only"])
+        .arg(&binary)
+        .output()
+        .context("nm not found: hack/install-prereqs.sh installs binutils")?;
+    ensure!(
+        out.status.success(),
+        "nm {}: {}",
+        binary.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let symbols = String::from_utf8_lossy(&out.stdout);
+    // The functions in address order ("ADDRESS TYPE NAME", the name may hold spaces).
+    let functions: Vec<&str> = symbols
+        .lines()
+        .filter_map(|line| {
+            let mut fields = line.splitn(3, ' ');
+            let (_, kind, name) = (fields.next()?, fields.next()?, fields.next()?);
+            matches!(kind, "t" | "T" | "w" | "W").then_some(name)
+        })
+        .collect();
+    let at: Vec<usize> = (0..functions.len())
+        .filter(|&i| hot.contains(functions[i]))
+        .collect();
+    ensure!(
+        at.len() * 2 >= hot.len(),
+        "{} of the {} functions in webhook/hot-code.order are in {}: the list is stale, run \
+         hack/hot-code.sh",
+        at.len(),
+        hot.len(),
+        binary.display()
+    );
+    // First: nearly all of them among the first as many functions of the binary (hand-written
+    // assembly, such as ring's, keeps its own place).
+    let first = at.iter().filter(|&&i| i < at.len()).count();
+    ensure!(
+        first * 10 >= at.len() * 9,
+        "only {first} of the {} listed functions are among the binary's first {}",
+        at.len(),
+        at.len()
+    );
+    Ok(())
+}
