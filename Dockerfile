@@ -16,7 +16,8 @@ ARG TARGETARCH
 WORKDIR /src
 COPY . .
 # Static glibc binaries: crt-static on the gnu target (the explicit --target keeps build scripts
-# and proc macros dynamic), in the profile `image` of Cargo.toml. The copies are stripped.
+# and proc macros dynamic), in the profile `image` of Cargo.toml, with v0 symbol names as
+# .cargo/config.toml asks (RUSTFLAGS replaces its rustflags). The copies are stripped.
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target,sharing=locked \
     set -eux; \
@@ -25,7 +26,7 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
       arm64) target=aarch64-unknown-linux-gnu ;; \
       *) echo "unsupported TARGETARCH ${TARGETARCH}" >&2; exit 1 ;; \
     esac; \
-    RUSTFLAGS='-C target-feature=+crt-static' cargo build --profile image --locked --target "$target" \
+    RUSTFLAGS='-C target-feature=+crt-static -C symbol-mangling-version=v0' cargo build --profile image --locked --target "$target" \
       -p kubesteer --bin kubesteer; \
     mkdir -p /out/bin; \
     strip --strip-all -o /out/bin/kubesteer "target/$target/image/kubesteer"; \

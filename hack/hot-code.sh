@@ -35,7 +35,7 @@ rm -rf "$work" && mkdir -p "$work"
 [ -x "$oha" ] || cargo install oha --locked --root "$cache/tools"
 # Built without the order file, so that what is measured is where the code falls by itself.
 export KUBESTEER_HOT_CODE_ORDER=off
-RUSTFLAGS='-C target-feature=+crt-static' cargo build --profile image --locked \
+RUSTFLAGS=$IMAGE_RUSTFLAGS cargo build --profile image --locked \
   --target x86_64-unknown-linux-gnu -p kubesteer --bin kubesteer
 cargo build --profile image -p kubesteer-webhook -p kubesteer-certs
 cp target/x86_64-unknown-linux-gnu/image/kubesteer target/image/kubesteer-webhook "$work/"

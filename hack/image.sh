@@ -133,7 +133,7 @@ build_image() {
   # target/$TARGET/image, is a cache of its own. Cargo skips what is up to date.
   log "building static binaries (kubesteer $version, profile image of Cargo.toml)"
   local start=$SECONDS
-  RUSTFLAGS="${RUSTFLAGS:+$RUSTFLAGS }-C target-feature=+crt-static" \
+  RUSTFLAGS="${RUSTFLAGS:+$RUSTFLAGS }$IMAGE_RUSTFLAGS" \
     "$CARGO" build --profile image --locked --target "$TARGET" \
     -p kubesteer --bin kubesteer
   log "cargo build took $((SECONDS - start))s"

@@ -7,6 +7,9 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck source=../versions.env
 . "$root/versions.env"
 cache=${KUBESTEER_CACHE:-$HOME/.cache/kubesteer}
+# The image's static binaries: crt-static on the gnu target, and v0 symbol names as in every other
+# build (.cargo/config.toml, whose rustflags RUSTFLAGS replaces).
+IMAGE_RUSTFLAGS='-C target-feature=+crt-static -C symbol-mangling-version=v0'
 bin=$cache/bin
 tag=$(basename "$0" .sh)
 log() { printf '[%s] %s\n' "$tag" "$*" >&2; }
