@@ -458,6 +458,19 @@ mod tests {
         }
     }
 
+    /// Active after the transition at `boundary`, the next one at 17:00 that day.
+    fn applied(boundary: DateTime<Utc>) -> ScalerStatus {
+        ScalerStatus {
+            active: Some(true),
+            last_transition: Some(time(boundary)),
+            next_transitions: vec![Transition {
+                time: time(at("2026-03-02T17:00:00Z")),
+                replicas: None,
+            }],
+            ..ScalerStatus::default()
+        }
+    }
+
     /// The sample lines of `text` that start with `prefix`.
     fn samples(text: &str, prefix: &str) -> Vec<String> {
         text.lines()
@@ -580,12 +593,6 @@ kubesteer_scaler_transitions_total{namespace="team",scaler="nightly"} 1"#;
         let boundary = at("2026-03-02T09:00:00Z");
         let previous = coming(boundary);
         let with_old = ScalerStatus {
-            active: Some(true),
-            last_transition: Some(time(boundary)),
-            next_transitions: vec![Transition {
-                time: time(at("2026-03-02T17:00:00Z")),
-                replicas: None,
-            }],
             targets: vec![
                 target("web", Some(0), Some(3)),
                 TargetStatus {
@@ -603,7 +610,7 @@ kubesteer_scaler_transitions_total{namespace="team",scaler="nightly"} 1"#;
                 },
                 target("dup", None, Some(2)),
             ],
-            ..ScalerStatus::default()
+            ..applied(boundary)
         };
         let nightly = named("team", "nightly");
         let written = at("2026-03-02T09:00:00.120Z");
@@ -703,12 +710,6 @@ kubesteer_scaler_replicas_held_below_original{namespace="ops",scaler="quiet"} 0"
         let boundary = at("2026-03-02T09:00:00Z");
         let previous = coming(boundary);
         let status = ScalerStatus {
-            active: Some(true),
-            last_transition: Some(time(boundary)),
-            next_transitions: vec![Transition {
-                time: time(at("2026-03-02T17:00:00Z")),
-                replicas: None,
-            }],
             targets: vec![
                 target("web", Some(0), Some(3)),
                 TargetStatus {
@@ -716,7 +717,7 @@ kubesteer_scaler_replicas_held_below_original{namespace="ops",scaler="quiet"} 0"
                     ..target("api", Some(2), Some(1))
                 },
             ],
-            ..ScalerStatus::default()
+            ..applied(boundary)
         };
         let written = at("2026-03-02T09:00:00.120Z");
         metrics.scaler_observed(&s, &previous, &status, Some(0), written);
