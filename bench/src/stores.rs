@@ -1,7 +1,8 @@
 //! What the controller's caches take per object, in this process: `count` copies of each sample
 //! object (bench/bodies/stores/, as the apiserver returned them in the scale phase), each with
-//! its own name, namespace (one of 50), uid and resourceVersion, put through a reflector store
-//! the way the controller keeps them, against the same objects kept parsed (what a plain kube-rs
+//! its own name, namespace (one of 50), uid and resourceVersion, put through the store the
+//! controller keeps them in (kube-runtime's reflector store for the owners and Scalers, its own
+//! for the children), against the same objects kept parsed (what a plain kube-rs
 //! controller keeps, managedFields taken off). Each line is measured as the growth of this
 //! process's resident memory while it fills, with every store before it still held.
 use std::path::Path;
@@ -12,7 +13,7 @@ use k8s_openapi::api::core::v1::Service;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher::Event;
 use kubesteer_api::{Memcached, Scaler, ScalerStatus};
-use kubesteer_controller::children::{trim, Compact, Packed};
+use kubesteer_controller::children::{packed_store, trim, Compact, Packed, PackedStore};
 use kubesteer_controller::metrics::Metrics;
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
@@ -57,18 +58,38 @@ fn rss() -> Result<u64> {
     Ok(kib * 1024)
 }
 
-/// Fills a store with `count` copies made by `make` and returns (the store, bytes per object).
-fn fill<T>(count: usize, make: impl Fn(usize) -> Result<T>) -> Result<(Store<T>, f64)>
+/// A store as kube-runtime keeps it (the owners' and the Scalers'), and how to write to it.
+fn reflected<T>() -> (Store<T>, impl FnMut(&Event<T>))
 where
     T: kube::runtime::reflector::Lookup<DynamicType = ()> + Clone,
 {
-    let before = rss()?;
     let (store, mut writer) = reflector::store::<T>();
-    writer.apply_watcher_event(&Event::Init);
+    (store, move |e: &Event<T>| writer.apply_watcher_event(e))
+}
+
+/// A children cache as the controller keeps it, and how to write to it.
+fn cached<K>() -> (PackedStore<K>, impl FnMut(&Event<Packed<K>>))
+where
+    K: kube::Resource<DynamicType = ()>,
+{
+    let (store, mut writer) = packed_store::<K>();
+    (store, move |e: &Event<Packed<K>>| {
+        writer.apply_watcher_event(e)
+    })
+}
+
+/// Fills `store` with `count` copies made by `make` and returns (the store, bytes per object).
+fn fill<T, S>(
+    count: usize,
+    (store, mut apply): (S, impl FnMut(&Event<T>)),
+    make: impl Fn(usize) -> Result<T>,
+) -> Result<(S, f64)> {
+    let before = rss()?;
+    apply(&Event::Init);
     for i in 0..count {
-        writer.apply_watcher_event(&Event::InitApply(make(i)?));
+        apply(&Event::InitApply(make(i)?));
     }
-    writer.apply_watcher_event(&Event::InitDone);
+    apply(&Event::InitDone);
     let grown = rss()?.saturating_sub(before);
     Ok((store, grown as f64 / count as f64))
 }
@@ -91,40 +112,42 @@ pub fn run(dir: &Path, count: usize) -> Result<Value> {
     let mut lines = serde_json::Map::new();
     let mut keep = Vec::new();
     macro_rules! line {
-        ($name:literal, $t:ty, $make:expr) => {{
-            let (store, bytes) = fill::<$t>(count, $make)?;
+        ($name:literal, $store:expr, $make:expr) => {{
+            let (store, bytes) = fill(count, $store, $make)?;
             lines.insert($name.into(), json!((bytes * 10.0).round() / 10.0));
             keep.push(Box::new(store) as Box<dyn std::any::Any>);
         }};
     }
-    line!("memcached_parsed", Memcached, |i| Ok(parsed(copy(
-        &memcached, i
-    )?)));
-    line!("memcached_compact", Compact<Memcached>, |i| {
-        Ok(Compact::pack(&parsed(copy(&memcached, i)?)))
-    });
-    line!("deployment_parsed", Deployment, |i| {
+    line!("memcached_parsed", reflected::<Memcached>(), |i| Ok(
+        parsed(copy(&memcached, i)?)
+    ));
+    line!(
+        "memcached_compact",
+        reflected::<Compact<Memcached>>(),
+        |i| { Ok(Compact::pack(&parsed(copy(&memcached, i)?))) }
+    );
+    line!("deployment_parsed", reflected::<Deployment>(), |i| {
         let mut d: Deployment = copy(&deployment, i)?;
         trim(&mut d);
         Ok(d)
     });
-    line!("deployment_packed", Packed<Deployment>, |i| {
+    line!("deployment_packed", cached::<Deployment>(), |i| {
         Ok(Packed::pack(&copy::<Deployment>(&deployment, i)?)?)
     });
-    line!("service_parsed", Service, |i| {
+    line!("service_parsed", reflected::<Service>(), |i| {
         let mut s: Service = copy(&service, i)?;
         trim(&mut s);
         Ok(s)
     });
-    line!("service_packed", Packed<Service>, |i| {
+    line!("service_packed", cached::<Service>(), |i| {
         Ok(Packed::pack(&copy::<Service>(&service, i)?)?)
     });
-    line!("scaler_parsed", Scaler, |i| {
+    line!("scaler_parsed", reflected::<Scaler>(), |i| {
         let mut s: Scaler = copy(&scaler, i)?;
         trim(&mut s);
         Ok(s)
     });
-    line!("scaler_compact", Compact<Scaler>, |i| {
+    line!("scaler_compact", reflected::<Compact<Scaler>>(), |i| {
         let mut s: Scaler = copy(&scaler, i)?;
         trim(&mut s);
         Ok(Compact::pack(&s))

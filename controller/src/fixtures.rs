@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use tokio::task::JoinHandle;
 use tower_test::mock::{self, Handle};
 
-use crate::children::{Caches, Packed, Writers};
+use crate::children::{Caches, Packed, PackedWriter, Writers};
 use crate::metrics::Metrics;
 use crate::{Clock, Context};
 use k8s_openapi::api::core::v1::Pod;
@@ -74,7 +74,7 @@ pub fn caches(app: &'static str, fill: impl FnOnce(&mut Writers)) -> Caches {
 }
 
 /// Puts `object` into a cache of children.
-pub fn put<K>(writer: &mut Writer<Packed<K>>, object: Value)
+pub fn put<K>(writer: &mut PackedWriter<K>, object: Value)
 where
     K: kube::Resource<DynamicType = ()> + serde::Serialize + serde::de::DeserializeOwned,
 {

@@ -27,7 +27,7 @@ use kubesteer_runtime::watch::{self as tolerant, map_event};
 use tokio::sync::watch;
 use tracing::warn;
 
-use crate::workload::{replicas_in_spec, replicas_in_spec_kind, spec_replicas, Current};
+use crate::workload::{kept, replicas_in_spec, replicas_in_spec_kind, spec_replicas, Current};
 
 /// (group, kind).
 type KindKey = (String, String);
@@ -55,11 +55,7 @@ impl Entry {
                 .as_ref()
                 .and_then(|a| a.get(ORIGINAL_REPLICAS_OWNER))
                 .cloned(),
-            current: replicas.map(|r| {
-                let mut current = Current::of(meta, r);
-                keep_records(&mut current.annotations);
-                current
-            }),
+            current: replicas.map(|r| Current::keeping(meta, r, is_record)),
         }
     }
 }
@@ -67,10 +63,12 @@ impl Entry {
 /// The prefix of the annotations a reconcile reads on a target (its records).
 const KUBESTEER_PREFIX: &str = "kubesteer.io/";
 
-/// Keeps of a target's annotations only the records a Scaler's reconcile reads: kubesteer's,
-/// but for the fingerprint its controller stamps on its own children.
-fn keep_records(annotations: &mut BTreeMap<String, String>) {
-    annotations.retain(|k, _| k.starts_with(KUBESTEER_PREFIX) && k != APPLIED);
+/// Whether a target's annotation `key` is one of the records a Scaler's reconcile reads:
+/// kubesteer's, but for the fingerprint its controller stamps on its own children. Only those
+/// are copied, so most Deployments keep no map at all (a map emptied after a copy would keep a
+/// node of 0.5 KiB: the inventory holds every Deployment of the cluster).
+fn is_record(key: &str) -> bool {
+    key.starts_with(KUBESTEER_PREFIX) && key != APPLIED
 }
 
 /// An object's labels in one allocation (`key NUL value NUL ...`, sorted by key), where a map
@@ -760,8 +758,10 @@ impl Inventory {
             _ => false,
         };
         if newer {
-            let mut current = written.clone();
-            keep_records(&mut current.annotations);
+            let current = Current {
+                annotations: kept(&written.annotations, is_record),
+                ..written.clone()
+            };
             entry.holder = current.annotations.get(ORIGINAL_REPLICAS_OWNER).cloned();
             entry.current = Some(current);
         }
@@ -847,7 +847,7 @@ mod tests {
 
     #[test]
     fn a_target_keeps_kubesteers_records_but_not_its_childrens_fingerprint() {
-        let mut annotations: BTreeMap<String, String> = [
+        let annotations: BTreeMap<String, String> = [
             (ORIGINAL_REPLICAS_OWNER, "team/night"),
             (APPLIED, "0123456789abcdef"),
             ("deployment.kubernetes.io/revision", "1"),
@@ -855,9 +855,16 @@ mod tests {
         .into_iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
-        keep_records(&mut annotations);
+        let meta = kube::core::ObjectMeta {
+            annotations: Some(annotations),
+            ..Default::default()
+        };
+        let kept = Entry::of(&meta, Some(1)).current.unwrap_or_default();
         assert_eq!(
-            annotations.keys().map(String::as_str).collect::<Vec<_>>(),
+            kept.annotations
+                .keys()
+                .map(String::as_str)
+                .collect::<Vec<_>>(),
             [ORIGINAL_REPLICAS_OWNER]
         );
     }

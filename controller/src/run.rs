@@ -23,7 +23,7 @@ use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use crate::args::Args;
-use crate::children::{self, children_of, Caches, Compact, Packed};
+use crate::children::{self, children_of, Caches, Compact, PackedWriter};
 use crate::reconcilers::{self, scaler, Owner};
 use crate::runtime::metrics::Metrics;
 use crate::runtime::metrics_auth::Authorizer;
@@ -172,7 +172,7 @@ fn packed<K>(
     what: String,
     api: Api<K>,
     config: watcher::Config,
-    mut writer: Writer<Packed<K>>,
+    mut writer: PackedWriter<K>,
 ) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static
 where
     K: Resource<DynamicType = ()>

@@ -28,9 +28,14 @@ pub struct Current {
 
 impl Current {
     pub fn of(meta: &ObjectMeta, replicas: i32) -> Self {
+        Self::keeping(meta, replicas, |_| true)
+    }
+
+    /// Like [`Current::of`], with only the annotations whose key `keep` accepts.
+    pub fn keeping(meta: &ObjectMeta, replicas: i32, keep: impl Fn(&str) -> bool) -> Self {
         let (settled_from, scaled_by) = provenance(meta);
         Self {
-            annotations: meta.annotations.clone().unwrap_or_default(),
+            annotations: kept(meta.annotations.iter().flatten(), keep),
             resource_version: meta.resource_version.clone(),
             replicas,
             settled_from,
@@ -38,6 +43,18 @@ impl Current {
             cached: false,
         }
     }
+}
+
+/// Copies of the annotations whose key `keep` accepts; an empty map allocates nothing.
+pub fn kept<'a>(
+    annotations: impl IntoIterator<Item = (&'a String, &'a String)>,
+    keep: impl Fn(&str) -> bool,
+) -> BTreeMap<String, String> {
+    annotations
+        .into_iter()
+        .filter(|(k, _)| keep(k))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
 }
 
 /// From a target's managedFields: the later of its creation and the last write by a manager

@@ -7,7 +7,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::client::Body;
 use kube::core::{NamespaceResourceScope, Status};
-use kube::runtime::reflector::Store;
 use kube::{Api, Client, Resource, ResourceExt};
 use kubesteer_api::keys::{annotation, CONTROLLER_FIELD_MANAGER};
 use serde::de::DeserializeOwned;
@@ -175,7 +174,7 @@ pub fn controlled_by(meta: &ObjectMeta, owner_uid: &str) -> bool {
 /// `templates` remembers which cached pod templates were found as wanted (see [`Packed`]).
 pub async fn ensure<K>(
     ctx: &Context,
-    cache: &Store<Packed<K>>,
+    cache: &PackedStore<K>,
     templates: &CheckedTemplates,
     desired: &K,
 ) -> Result<Ensured<K>>

@@ -20,6 +20,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
 
+use super::store::{packed_store, PackedStore, PackedWriter};
 use super::*;
 use crate::context::lock;
 use crate::{Error, Result};
@@ -31,8 +32,8 @@ use crate::{Error, Result};
 /// Deployment takes a few hundred bytes where its JSON takes 1.4 KiB and the parsed object 10 or
 /// more, which matters with tens of thousands of children. Reconciles unpack the one they read.
 pub struct Packed<K> {
-    name: String,
-    namespace: Option<String>,
+    pub(super) name: String,
+    pub(super) namespace: Option<String>,
     /// The JSON, compressed against the kind's [`dictionary`].
     json: Box<[u8]>,
     /// The fingerprint of `spec.template` as the apiserver holds it, if the object has one.
@@ -316,7 +317,7 @@ impl CheckedTemplates {
             .is_some_and(|c| *c == Checked { wanted, live })
     }
 
-    pub(super) fn record<K>(&self, key: u64, checked: Checked, cache: &Store<Packed<K>>)
+    pub(super) fn record<K>(&self, key: u64, checked: Checked, cache: &PackedStore<K>)
     where
         K: Resource<DynamicType = ()>,
     {
@@ -370,10 +371,10 @@ pub const SYNC_WAIT: Duration = Duration::from_secs(30);
 /// The cached children of one owner kind's app (`memcached`, `welcome`, ...).
 #[derive(Clone)]
 pub struct Children {
-    pub deployments: Store<Packed<Deployment>>,
-    pub services: Store<Packed<Service>>,
+    pub deployments: PackedStore<Deployment>,
+    pub services: PackedStore<Service>,
     /// The app's Ingresses, for kinds that own one; empty otherwise.
-    pub ingresses: Store<Packed<Ingress>>,
+    pub ingresses: PackedStore<Ingress>,
     /// The metadata of the app's pods, for kinds whose status names them; empty otherwise.
     pub pods: Store<PartialObjectMeta<Pod>>,
     pub templates: Arc<CheckedTemplates>,
@@ -385,9 +386,9 @@ impl Children {
     /// Caches that stay empty.
     pub fn empty() -> Self {
         Self {
-            deployments: reflector::store().0,
-            services: reflector::store().0,
-            ingresses: reflector::store().0,
+            deployments: packed_store().0,
+            services: packed_store().0,
+            ingresses: packed_store().0,
             pods: reflector::store().0,
             templates: Arc::default(),
             sync_deadline: tokio::time::Instant::now(),
@@ -415,9 +416,9 @@ impl Children {
 
 /// The writing ends of one app's caches, for the reflectors.
 pub struct Writers {
-    pub deployments: Writer<Packed<Deployment>>,
-    pub services: Writer<Packed<Service>>,
-    pub ingresses: Writer<Packed<Ingress>>,
+    pub deployments: PackedWriter<Deployment>,
+    pub services: PackedWriter<Service>,
+    pub ingresses: PackedWriter<Ingress>,
     pub pods: Writer<PartialObjectMeta<Pod>>,
     pub templates: Arc<CheckedTemplates>,
 }
@@ -435,9 +436,9 @@ impl Caches {
 
     /// New caches of `app`'s children, replacing any before; their writers go to its watches.
     pub fn register(&self, app: &'static str) -> Writers {
-        let (deployments, dw) = reflector::store();
-        let (services, sw) = reflector::store();
-        let (ingresses, iw) = reflector::store();
+        let (deployments, dw) = packed_store();
+        let (services, sw) = packed_store();
+        let (ingresses, iw) = packed_store();
         let (pods, pw) = reflector::store();
         let templates = Arc::new(CheckedTemplates::default());
         lock(&self.0).insert(

@@ -4,7 +4,9 @@
 mod apply;
 mod build;
 mod cache;
+mod store;
 
 pub use apply::*;
 pub use build::*;
 pub use cache::*;
+pub use store::{packed_store, PackedStore, PackedWriter};
