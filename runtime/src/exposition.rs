@@ -1,6 +1,7 @@
 //! `/metrics` in the format the scraper asks for. prometheus-client writes OpenMetrics, which
 //! Prometheus prefers; a client that asks for the Prometheus text format 0.0.4 alone (older
 //! agents, `promtool check metrics`) gets that, as client_golang's handler does.
+use axum::body::Body;
 use axum::http::header::{HeaderMap, HeaderValue, ACCEPT, CONTENT_TYPE};
 use axum::response::{IntoResponse, Response};
 
@@ -31,51 +32,94 @@ pub fn respond(headers: &HeaderMap, openmetrics: String) -> Response {
         .into_response()
 }
 
+/// Like [`respond`], for an exposition written in `parts` (each whole lines) as the body is
+/// sent, so that a large one is never held whole: each part is made when the connection takes
+/// the one before.
+pub fn respond_parts<E>(
+    headers: &HeaderMap,
+    parts: impl Iterator<Item = Result<String, E>> + Send + 'static,
+) -> Response
+where
+    E: std::error::Error + Send + Sync + 'static,
+{
+    let (content_type, mut text) = match wants_text(headers) {
+        true => (TEXT, Some(ToText::default())),
+        false => (OPENMETRICS, None),
+    };
+    let parts = parts.map(move |part| {
+        part.map(|part| match text.as_mut() {
+            Some(text) => text.convert(&part),
+            None => part,
+        })
+    });
+    (
+        [(CONTENT_TYPE, HeaderValue::from_static(content_type))],
+        Body::from_stream(futures::stream::iter(parts)),
+    )
+        .into_response()
+}
+
 /// OpenMetrics as prometheus-client writes it, in the Prometheus text format 0.0.4: a counter's
 /// HELP and TYPE name its `_total` samples, `# UNIT` and `# EOF` go, and so do `_created`
 /// samples, which the text format has no type for. (prometheus-client writes HELP unescaped,
 /// so it is taken as it is.)
 pub fn to_text(openmetrics: &str) -> String {
-    let mut out = String::with_capacity(openmetrics.len());
-    let mut counter: Option<&str> = None;
-    let mut help: Option<(&str, &str)> = None;
-    for line in openmetrics.lines() {
-        if line == "# EOF" || line.starts_with("# UNIT ") {
-            continue;
-        }
-        if let Some(rest) = line.strip_prefix("# HELP ") {
-            // Held until the TYPE line says whether the family is a counter.
-            help = Some(rest.split_once(' ').unwrap_or((rest, "")));
-            continue;
-        }
-        if let Some(rest) = line.strip_prefix("# TYPE ") {
-            let (name, kind) = rest.split_once(' ').unwrap_or((rest, "untyped"));
-            let (name, kind) = match kind {
-                "counter" => (format!("{name}_total"), "counter"),
-                "info" => (format!("{name}_info"), "gauge"),
-                "gaugehistogram" | "stateset" | "unknown" => (name.to_string(), "untyped"),
-                other => (name.to_string(), other),
-            };
-            counter = (kind == "counter").then_some(rest.split(' ').next().unwrap_or(rest));
-            if let Some((_, text)) = help.take() {
-                out.push_str(&format!("# HELP {name} {text}\n"));
-            }
-            out.push_str(&format!("# TYPE {name} {kind}\n"));
-            continue;
-        }
-        if let Some((name, text)) = help.take() {
-            out.push_str(&format!("# HELP {name} {text}\n"));
-        }
-        if let Some(family) = counter {
-            let sample = line.split(['{', ' ']).next().unwrap_or_default();
-            if sample == format!("{family}_created") {
+    ToText::default().convert(openmetrics)
+}
+
+/// [`to_text`] of an exposition that comes in parts of whole lines: what a part says of the
+/// families goes on to the next.
+#[derive(Debug, Default)]
+pub struct ToText {
+    /// The family whose samples are a counter's.
+    counter: Option<String>,
+    /// A HELP line held until the TYPE line says whether the family is a counter.
+    help: Option<(String, String)>,
+}
+
+impl ToText {
+    /// The next part, converted.
+    pub fn convert(&mut self, openmetrics: &str) -> String {
+        let mut out = String::with_capacity(openmetrics.len());
+        for line in openmetrics.lines() {
+            if line == "# EOF" || line.starts_with("# UNIT ") {
                 continue;
             }
+            if let Some(rest) = line.strip_prefix("# HELP ") {
+                let (name, text) = rest.split_once(' ').unwrap_or((rest, ""));
+                self.help = Some((name.to_string(), text.to_string()));
+                continue;
+            }
+            if let Some(rest) = line.strip_prefix("# TYPE ") {
+                let (name, kind) = rest.split_once(' ').unwrap_or((rest, "untyped"));
+                let (name, kind) = match kind {
+                    "counter" => (format!("{name}_total"), "counter"),
+                    "info" => (format!("{name}_info"), "gauge"),
+                    "gaugehistogram" | "stateset" | "unknown" => (name.to_string(), "untyped"),
+                    other => (name.to_string(), other),
+                };
+                self.counter =
+                    (kind == "counter").then(|| rest.split(' ').next().unwrap_or(rest).to_string());
+                if let Some((_, text)) = self.help.take() {
+                    out.push_str(&format!("# HELP {name} {text}\n"));
+                }
+                out.push_str(&format!("# TYPE {name} {kind}\n"));
+                continue;
+            }
+            if let Some((name, text)) = self.help.take() {
+                out.push_str(&format!("# HELP {name} {text}\n"));
+            }
+            if let Some(family) = &self.counter {
+                let sample = line.split(['{', ' ']).next().unwrap_or_default();
+                if sample.strip_suffix("_created") == Some(family.as_str()) {
+                    continue;
+                }
+            }
+            out.push_str(line);
+            out.push('\n');
         }
-        out.push_str(line);
-        out.push('\n');
+        out
     }
-    out
 }
 
 #[cfg(test)]
@@ -117,6 +161,44 @@ kubesteer_lateness_seconds_bucket{le="1.0"} 1
 kubesteer_lateness_seconds_bucket{le="+Inf"} 1
 "#
         );
+    }
+
+    #[test]
+    fn an_exposition_in_parts_converts_as_it_would_whole() {
+        let whole = to_text(OPENMETRICS_TEXT);
+        // Cut at every line: a counter's HELP, TYPE and samples each in a part of their own.
+        let mut text = ToText::default();
+        let parts: String = OPENMETRICS_TEXT
+            .split_inclusive('\n')
+            .map(|line| text.convert(line))
+            .collect();
+        assert_eq!(parts, whole);
+    }
+
+    #[tokio::test]
+    async fn parts_are_sent_one_after_another_in_the_format_asked_for() {
+        let parts = || {
+            let lines: Vec<Result<String, std::fmt::Error>> = OPENMETRICS_TEXT
+                .split_inclusive('\n')
+                .map(|p| Ok(p.to_string()))
+                .collect();
+            lines.into_iter()
+        };
+        let body = |response: Response| async move {
+            let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+                .await
+                .unwrap();
+            String::from_utf8(bytes.to_vec()).unwrap()
+        };
+        let mut text = HeaderMap::new();
+        text.insert(ACCEPT, HeaderValue::from_static("text/plain;version=0.0.4"));
+        assert_eq!(
+            body(respond_parts(&text, parts())).await,
+            to_text(OPENMETRICS_TEXT)
+        );
+        let response = respond_parts(&HeaderMap::new(), parts());
+        assert_eq!(response.headers()[CONTENT_TYPE], OPENMETRICS);
+        assert_eq!(body(response).await, OPENMETRICS_TEXT);
     }
 
     #[test]

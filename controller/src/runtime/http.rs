@@ -5,7 +5,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::State;
-use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::{middleware, Router};
@@ -45,10 +44,7 @@ async fn metrics_text(
     State(metrics): State<Arc<Metrics>>,
     headers: axum::http::HeaderMap,
 ) -> impl IntoResponse {
-    match metrics.encode() {
-        Ok(text) => exposition::respond(&headers, text),
-        Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
-    }
+    exposition::respond_parts(&headers, metrics.exposition())
 }
 
 /// Binds `addr`, then serves until `shutdown` resolves; the bound address is returned at once.

@@ -24,6 +24,8 @@ use prometheus_client::encoding::{DescriptorEncoder, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
+use super::metrics::PREFIX;
+
 // A transition lands within a few hundred milliseconds (README, Benchmarks); the top buckets
 // tell an apiserver outage (retried every 2 s) from a controller that was down.
 const LATENESS_BUCKETS: [f64; 11] = [
@@ -31,6 +33,7 @@ const LATENESS_BUCKETS: [f64; 11] = [
 ];
 
 /// The Scaler series, registered under the controller's `kubesteer_` prefix.
+#[derive(Default)]
 pub struct ScalerMetrics {
     scalers: Arc<Scalers>,
 }
@@ -68,10 +71,27 @@ struct TargetSeries {
 }
 
 impl ScalerMetrics {
-    pub fn register(registry: &mut Registry) -> Self {
-        let scalers = Arc::new(Scalers::default());
-        registry.register_collector(Box::new(Arc::clone(&scalers)));
-        Self { scalers }
+    /// The Scalers' series of a scrape, in parts (see [`Parts`]); taken from a copy, so that a
+    /// reconcile waits for the copy (6-10 ms with 20,000 Scalers, a few MB), not for the text,
+    /// and the scrape sees one consistent view.
+    pub fn parts(&self) -> Parts {
+        self.parts_of(PART)
+    }
+
+    fn parts_of(&self, per: usize) -> Parts {
+        let scalers: Vec<_> = self
+            .scalers
+            .lock()
+            .iter()
+            .map(|(key, series)| (key.clone(), ScalerSeries::clone(series)))
+            .collect();
+        Parts {
+            scalers: Arc::new(scalers),
+            per: per.max(1),
+            family: 0,
+            from: 0,
+            headed: false,
+        }
     }
 
     /// Records a reconcile of `scaler` that went from `previous` to `status` (already written,
@@ -260,46 +280,46 @@ fn target_family(
     Ok(())
 }
 
-// Names, help texts (with the full stop the registry adds to those it registers) and types as
-// when they were registered families: the chart's alerts and dashboard read them.
-impl Collector for Scalers {
-    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> fmt::Result {
-        // Written from a copy, so that a reconcile waits for the copy (6-10 ms with 20,000
-        // Scalers, a few MB beside the text's 44), not for the text (over 100 ms); one
-        // consistent view, too.
-        let scalers: Vec<_> = self
-            .lock()
-            .iter()
-            .map(|(key, series)| (key.clone(), ScalerSeries::clone(series)))
-            .collect();
-        let all = |_: &ScalerSeries| true;
-        scaler_family(
-            &mut encoder,
-            &scalers,
+/// Scalers per part of a streamed exposition: about 2.4 KB of text each, so a part is about
+/// 0.6 MB where the whole is 24 MB with 10,000 Scalers.
+const PART: usize = 256;
+
+/// How many families the Scaler series make.
+const FAMILIES: usize = 8;
+
+/// Writes family `index` (of [`FAMILIES`]) of the Scalers in `scalers`. Names, help texts (with
+/// the full stop the registry adds to those it registers) and types as when they were registered
+/// families: the chart's alerts and dashboard read them.
+fn family(encoder: &mut DescriptorEncoder<'_>, scalers: &Snapshot, index: usize) -> fmt::Result {
+    let all = |_: &ScalerSeries| true;
+    match index {
+        0 => scaler_family(
+            encoder,
+            scalers,
             (
                 "scaler_active",
                 "1 while the Scaler scales its targets (inside a window, after a cron firing, or \
-                 under an override), else 0.",
+                         under an override), else 0.",
                 MetricType::Gauge,
             ),
             all,
             |s, e| e.encode_gauge(&i64::from(s.active)),
-        )?;
-        scaler_family(
-            &mut encoder,
-            &scalers,
+        ),
+        1 => scaler_family(
+            encoder,
+            scalers,
             (
                 "scaler_next_transition_timestamp_seconds",
                 "When the Scaler's next transition is due, in Unix seconds; absent while \
-                 suspended or with none ahead.",
+                         suspended or with none ahead.",
                 MetricType::Gauge,
             ),
             |s| s.next_transition.is_some(),
             |s, e| e.encode_gauge(&s.next_transition.unwrap_or_default()),
-        )?;
-        scaler_family(
-            &mut encoder,
-            &scalers,
+        ),
+        2 => scaler_family(
+            encoder,
+            scalers,
             (
                 "scaler_transitions",
                 "Scheduled transitions the Scaler applied to its targets.",
@@ -307,14 +327,14 @@ impl Collector for Scalers {
             ),
             all,
             |s, e| e.encode_counter::<NoLabelSet, _, u64>(&s.transitions(), None),
-        )?;
-        scaler_family(
-            &mut encoder,
-            &scalers,
+        ),
+        3 => scaler_family(
+            encoder,
+            scalers,
             (
                 "scaler_transition_lateness_seconds",
                 "How long after its boundary each applied transition had its targets written, \
-                 as seen when the Scaler's status recorded it.",
+                         as seen when the Scaler's status recorded it.",
                 MetricType::Histogram,
             ),
             all,
@@ -326,10 +346,10 @@ impl Collector for Scalers {
                 }
                 e.encode_histogram::<NoLabelSet>(s.lateness_sum, s.transitions(), &buckets, None)
             },
-        )?;
-        scaler_family(
-            &mut encoder,
-            &scalers,
+        ),
+        4 => scaler_family(
+            encoder,
+            scalers,
             (
                 "scaler_targets_in_error",
                 "The Scaler's targets whose last change failed.",
@@ -337,33 +357,112 @@ impl Collector for Scalers {
             ),
             all,
             |s, e| e.encode_gauge(&i64::from(s.targets_in_error)),
-        )?;
-        scaler_family(
-            &mut encoder,
-            &scalers,
+        ),
+        5 => scaler_family(
+            encoder,
+            scalers,
             (
                 "scaler_replicas_held_below_original",
                 "Replicas the Scaler holds its targets below their recorded original: the sum \
-                 of original minus current over targets below it.",
+                         of original minus current over targets below it.",
                 MetricType::Gauge,
             ),
             all,
             |s, e| e.encode_gauge(&s.held_below_original),
-        )?;
-        target_family(
-            &mut encoder,
-            &scalers,
+        ),
+        6 => target_family(
+            encoder,
+            scalers,
             "scaler_target_desired_replicas",
             "The replicas the Scaler wants a target to have now.",
             |t| t.desired,
-        )?;
-        target_family(
-            &mut encoder,
-            &scalers,
+        ),
+        7 => target_family(
+            encoder,
+            scalers,
             "scaler_target_replicas",
             "A target's replicas as the Scaler last saw or set them.",
             |t| t.current,
-        )
+        ),
+        _ => Ok(()),
+    }
+}
+
+/// A range of a scrape's Scalers, written as one of their families.
+struct Part {
+    scalers: Arc<Vec<(Box<str>, ScalerSeries)>>,
+    range: std::ops::Range<usize>,
+    family: usize,
+}
+
+impl fmt::Debug for Part {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Part")
+            .field("range", &self.range)
+            .field("family", &self.family)
+            .finish()
+    }
+}
+
+impl Collector for Part {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> fmt::Result {
+        let scalers = self.scalers.get(self.range.clone()).unwrap_or_default();
+        family(&mut encoder, scalers, self.family)
+    }
+}
+
+/// The Scalers' series of one scrape, family after family, each in parts of `per` Scalers:
+/// the text of each part is made as the one before is sent, so that the exposition of a fleet
+/// is never held whole. A family's HELP and TYPE lines come with its first part that has series.
+pub struct Parts {
+    scalers: Arc<Vec<(Box<str>, ScalerSeries)>>,
+    per: usize,
+    family: usize,
+    from: usize,
+    /// Whether the current family's HELP and TYPE lines were written.
+    headed: bool,
+}
+
+impl Parts {
+    fn part(&self, range: std::ops::Range<usize>) -> Result<String, fmt::Error> {
+        let mut registry = Registry::with_prefix(PREFIX);
+        registry.register_collector(Box::new(Part {
+            scalers: Arc::clone(&self.scalers),
+            range,
+            family: self.family,
+        }));
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode_registry(&mut text, &registry)?;
+        Ok(text)
+    }
+}
+
+impl Iterator for Parts {
+    type Item = Result<String, fmt::Error>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        while self.family < FAMILIES {
+            let to = (self.from + self.per).min(self.scalers.len());
+            let text = match self.part(self.from..to) {
+                Ok(text) => text,
+                Err(e) => return Some(Err(e)),
+            };
+            let headed = self.headed;
+            if to >= self.scalers.len() {
+                (self.family, self.from, self.headed) = (self.family + 1, 0, false);
+            } else {
+                (self.from, self.headed) = (to, headed || !text.is_empty());
+            }
+            match (text.is_empty(), headed) {
+                (true, _) => continue,
+                (false, false) => return Some(Ok(text)),
+                (false, true) => {
+                    let samples = text.split_inclusive('\n').filter(|l| !l.starts_with("# "));
+                    return Some(Ok(samples.collect()));
+                }
+            }
+        }
+        None
     }
 }
 
@@ -634,6 +733,24 @@ kubesteer_scaler_transitions_total{namespace="team",scaler="nightly"} 1"#;
         let text = metrics.encode().unwrap();
         let expected: Vec<_> = FAMILIES_WROTE.lines().collect();
         assert_eq!(scaler_lines(&text), expected, "{text}");
+    }
+
+    #[test]
+    fn the_series_in_parts_of_one_scaler_are_the_series_in_one_part() {
+        let metrics = Metrics::default();
+        several_scalers(&metrics);
+        let whole: String = metrics
+            .scalers()
+            .parts_of(PART)
+            .map(Result::unwrap)
+            .collect();
+        let parts: Vec<String> = metrics.scalers().parts_of(1).map(Result::unwrap).collect();
+        assert_eq!(parts.concat(), whole);
+        // More parts than families, some empty ("quiet" has no next transition): each family's
+        // HELP and TYPE come once, in its first part with series.
+        assert!(parts.len() > FAMILIES, "{parts:?}");
+        assert_eq!(whole.matches("# TYPE ").count(), FAMILIES);
+        assert!(parts.iter().all(|p| p.ends_with('\n')), "{parts:?}");
     }
 
     #[test]
