@@ -12,6 +12,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Service;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher::Event;
+use kubesteer_api::scaler::claims::ClaimIndex;
 use kubesteer_api::{Memcached, Scaler, ScalerStatus};
 use kubesteer_controller::children::{packed_store, trim, Compact, Packed, PackedStore};
 use kubesteer_controller::metrics::Metrics;
@@ -152,6 +153,24 @@ pub fn run(dir: &Path, count: usize) -> Result<Value> {
         trim(&mut s);
         Ok(Compact::pack(&s))
     });
+    // The claims index (kept by the controller and the webhook): each copy claims a target of
+    // its own, named in its spec and listed in its status, as the scale phase's Scalers do.
+    let before = rss()?;
+    let mut claims = ClaimIndex::default();
+    for i in 0..count {
+        let mut s: Scaler = copy(&scaler, i)?;
+        let target = format!("idle-{i}");
+        for r in &mut s.spec.scale_target_refs {
+            r.name = target.clone();
+        }
+        for t in s.status.iter_mut().flat_map(|s| &mut s.targets) {
+            t.name = target.clone();
+        }
+        claims.upsert(&s);
+    }
+    let grown = rss()?.saturating_sub(before) as f64 / count as f64;
+    lines.insert("scaler_claims".into(), json!((grown * 10.0).round() / 10.0));
+    keep.push(Box::new(claims));
     let metrics = Metrics::default();
     let now = chrono::Utc::now();
     let before = rss()?;
@@ -184,7 +203,7 @@ pub fn run(dir: &Path, count: usize) -> Result<Value> {
     );
     let json_len = |v: &Value| serde_json::to_vec(v).map(|b| b.len()).unwrap_or(0);
     Ok(json!({
-        "what": "bytes of resident memory per object of each store, as the controller keeps it (compact, packed) and parsed (what a plain kube-rs controller keeps, managedFields taken off), filled in this order in one process; scaler_metrics: the per-Scaler metrics series of as many Scalers, each observed once with a status listing one target",
+        "what": "bytes of resident memory per object of each store, as the controller keeps it (compact, packed) and parsed (what a plain kube-rs controller keeps, managedFields taken off), filled in this order in one process; scaler_claims: the claims index of as many Scalers, each claiming a Deployment of its own; scaler_metrics: the per-Scaler metrics series of as many Scalers, each observed once with a status listing one target",
         "count": count,
         "sample_json_bytes": {
             "memcached": json_len(&memcached),

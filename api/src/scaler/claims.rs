@@ -84,15 +84,17 @@ impl Scaler {
     }
 }
 
-/// What one Scaler claims: the targets its spec names, those its status still lists, and its
-/// selector. The sets are sorted slices: a `BTreeSet` of one target allocates a node of eleven
-/// (1.3 KiB), and the controller keeps a claim for every Scaler of the cluster.
+/// What one Scaler claims: the targets its spec names and those its status still lists, and its
+/// selector. Kept small, as the controller and the webhook keep one for every Scaler of the
+/// cluster: the targets are one sorted slice, each marked whether the spec names it (a
+/// `BTreeSet` of one target allocates a node of eleven, 1.3 KiB), and the selector, which most
+/// Scalers do not have, is boxed.
 #[derive(Debug, Clone)]
 struct Claim {
     claimant: Claimant,
-    targets: Box<[Target]>,
-    named: Box<[Target]>,
-    selector: Option<(TargetSelector, Matcher)>,
+    /// Each claimed target, and whether the spec names it (else only the status lists it).
+    targets: Box<[(Target, bool)]>,
+    selector: Option<Box<(TargetSelector, Matcher)>>,
 }
 
 /// An object a selector may pick, as the controller's watches saw it.
@@ -179,7 +181,12 @@ impl ClaimIndex {
     fn names(&self, c: &Claimant, target: &Target) -> bool {
         self.scalers
             .get(&(c.namespace.clone(), c.name.clone()))
-            .is_some_and(|claim| claim.named.binary_search(target).is_ok())
+            .is_some_and(|claim| {
+                let at = claim.targets.binary_search_by(|(t, _)| t.cmp(target));
+                at.ok()
+                    .and_then(|i| claim.targets.get(i))
+                    .is_some_and(|(_, named)| *named)
+            })
     }
 
     /// The oldest Scaler older than `me` whose selector picks `candidate`, which therefore
@@ -212,7 +219,7 @@ impl ClaimIndex {
     /// The selector of each Scaler that has one, with the Scaler's namespace.
     pub fn selectors(&self) -> impl Iterator<Item = (&Claimant, &TargetSelector)> {
         self.selecting.iter().filter_map(|(c, key)| {
-            let (selector, _) = self.scalers.get(key)?.selector.as_ref()?;
+            let (selector, _) = self.scalers.get(key)?.selector.as_deref()?;
             Some((c, selector))
         })
     }
@@ -220,7 +227,7 @@ impl ClaimIndex {
     fn selects(&self, key: &ScalerKey, candidate: &Candidate<'_>) -> bool {
         self.scalers
             .get(key)
-            .and_then(|c| c.selector.as_ref())
+            .and_then(|c| c.selector.as_deref())
             .is_some_and(|(_, m)| candidate.selected_by(m))
     }
 
@@ -243,10 +250,13 @@ impl ClaimIndex {
         });
         let key = (claimant.namespace.clone(), claimant.name.clone());
         let before = self.scalers.get(&key);
+        let claimed: Box<[(Target, bool)]> = targets
+            .iter()
+            .map(|t| (t.clone(), named.contains(t)))
+            .collect();
         let unchanged = before.is_some_and(|c| {
             c.claimant == claimant
-                && c.targets.iter().eq(&targets)
-                && c.named.iter().eq(&named)
+                && c.targets == claimed
                 && c.selector.as_ref().map(|s| &s.0) == selector.as_ref().map(|s| &s.0)
         });
         if unchanged {
@@ -275,9 +285,8 @@ impl ClaimIndex {
             key.clone(),
             Claim {
                 claimant,
-                targets: targets.into_iter().collect(),
-                named: named.into_iter().collect(),
-                selector,
+                targets: claimed,
+                selector: selector.map(Box::new),
             },
         );
         if selector_changed {
@@ -303,14 +312,14 @@ impl ClaimIndex {
     /// The other Scalers whose selectors may pick an object the selector of `key` picks: those
     /// searching a namespace it searches (any, when either selects namespaces by label).
     fn overlapping(&self, key: &ScalerKey) -> BTreeSet<Claimant> {
-        let Some((_, mine)) = self.scalers.get(key).and_then(|c| c.selector.as_ref()) else {
+        let Some((_, mine)) = self.scalers.get(key).and_then(|c| c.selector.as_deref()) else {
             return BTreeSet::new();
         };
         self.selecting
             .iter()
             .filter(|(_, other)| other != key)
             .filter(|(_, other)| {
-                let Some((_, theirs)) = self.scalers.get(other).and_then(|c| c.selector.as_ref())
+                let Some((_, theirs)) = self.scalers.get(other).and_then(|c| c.selector.as_deref())
                 else {
                     return false;
                 };
@@ -341,7 +350,7 @@ impl ClaimIndex {
             return BTreeSet::new();
         };
         self.selecting.remove(&(claimant.clone(), key.clone()));
-        for target in &targets {
+        for (target, _) in &targets {
             if let Some(claimants) = self.targets.get_mut(target) {
                 claimants.retain(|c| *c != claimant);
                 if claimants.is_empty() {
@@ -349,7 +358,7 @@ impl ClaimIndex {
                 }
             }
         }
-        targets.into_vec().into_iter().collect()
+        targets.into_vec().into_iter().map(|(t, _)| t).collect()
     }
 
     fn others_on(&self, targets: &BTreeSet<Target>, me: &ScalerKey) -> BTreeSet<Claimant> {
