@@ -15,7 +15,7 @@ use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{ApiResource, DynamicObject};
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher::{self, watcher, Event};
+use kube::runtime::watcher::{watcher, Event};
 use kube::runtime::WatchStreamExt;
 use kube::{Api, Client, ResourceExt};
 use kubesteer_api::keys::annotation::{APPLIED, ORIGINAL_REPLICAS_OWNER};
@@ -213,7 +213,7 @@ impl Inventory {
                 ..Objects::default()
             },
         );
-        let config = watcher::Config::default();
+        let config = tolerant::config();
         let what = format!("Scaler target {}", resource.kind);
         // The apps/v1 workloads whole (their replicas are in the spec), so that a reconcile
         // reads them from here; other kinds by their metadata.
@@ -278,7 +278,7 @@ impl Inventory {
             state.namespaces = Some(HashMap::new());
         }
         let api: Api<PartialObjectMeta<Namespace>> = Api::all(runner.client.clone());
-        let config = watcher::Config::default();
+        let config = tolerant::config();
         let stream = runner
             .health
             .track(
@@ -327,7 +327,7 @@ impl Inventory {
             Some(ns) => Api::namespaced(runner.client.clone(), ns),
             None => Api::all(runner.client.clone()),
         };
-        let config = watcher::Config::default();
+        let config = tolerant::config();
         let stream = runner
             .health
             .track(

@@ -139,7 +139,7 @@ where
     K: Resource<DynamicType = ()> + DeserializeOwned + Send + 'static,
 {
     let api = tolerant::api::<K>(client.clone(), ns);
-    let config = watcher::Config::default();
+    let config = tolerant::config();
     let key = health::key(&api, &config);
     let watch = tolerant::watcher::<K>(api, config, skipped::<K>);
     health.track(K::kind(&()).to_string(), key, watch)

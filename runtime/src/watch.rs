@@ -33,6 +33,18 @@ pub fn backoff() -> impl Backoff {
     )
 }
 
+/// Objects per page of a watch's list. kube's default is 500: a page of Deployments, parsed with
+/// their managed fields, is about 5 MB, and each watch holds one while it lists, so after a
+/// restart the lists' pages were the largest part of the heap (a third of it, with 10,000
+/// Memcacheds). 100 makes that a fifth, for five times the list requests (500 for 50,000
+/// Deployments, once per start or relist).
+pub const PAGE: u32 = 100;
+
+/// The configuration every watch starts from: lists in pages of [`PAGE`] objects.
+pub fn config() -> watcher::Config {
+    watcher::Config::default().page_size(PAGE)
+}
+
 /// A watched object that could not be read as its kind, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Undecodable {

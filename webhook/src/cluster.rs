@@ -87,7 +87,7 @@ impl KubeCluster {
         let claims = Claims::default();
         let (deployments, w2) = reflector::store();
         let (hpas, w3) = reflector::store();
-        let cfg = watcher::Config::default().any_semantic();
+        let cfg = kubesteer_runtime::watch::config().any_semantic();
         let skipped = |o: Undecodable| {
             tracing::warn!(
                 kind = "Scaler",

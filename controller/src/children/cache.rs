@@ -510,7 +510,7 @@ pub fn trim_pod(pod: &mut PartialObjectMeta<Pod>) {
 
 /// The watch config of one app's children, by label.
 pub fn children_of(app: &str) -> watcher::Config {
-    watcher::Config::default().labels(&owned_by_kubesteer(app))
+    kubesteer_runtime::watch::config().labels(&owned_by_kubesteer(app))
 }
 
 #[cfg(test)]
