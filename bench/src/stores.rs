@@ -1,8 +1,7 @@
 //! What the controller's caches take per object, in this process: `count` copies of each sample
 //! object (bench/bodies/stores/, as the apiserver returned them in the scale phase), each with
 //! its own name, namespace (one of 50), uid and resourceVersion, put through the store the
-//! controller keeps them in (kube-runtime's reflector store for the owners and Scalers, its own
-//! for the children), against the same objects kept parsed (what a plain kube-rs
+//! controller keeps them in (its own, packed), against the same objects kept parsed (what a plain kube-rs
 //! controller keeps, managedFields taken off). Each line is measured as the growth of this
 //! process's resident memory while it fills, with every store before it still held.
 use std::path::Path;
@@ -14,7 +13,7 @@ use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher::Event;
 use kubesteer_api::scaler::claims::ClaimIndex;
 use kubesteer_api::{Memcached, Scaler, ScalerStatus};
-use kubesteer_controller::children::{packed_store, trim, Compact, Packed, PackedStore};
+use kubesteer_controller::children::{packed_store, trim, Packed, PackedStore};
 use kubesteer_controller::metrics::Metrics;
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
@@ -59,7 +58,8 @@ fn rss() -> Result<u64> {
     Ok(kib * 1024)
 }
 
-/// A store as kube-runtime keeps it (the owners' and the Scalers'), and how to write to it.
+/// A store as kube-runtime keeps it (what a plain kube-rs controller keeps), and how to write
+/// to it.
 fn reflected<T>() -> (Store<T>, impl FnMut(&Event<T>))
 where
     T: kube::runtime::reflector::Lookup<DynamicType = ()> + Clone,
@@ -68,7 +68,8 @@ where
     (store, move |e: &Event<T>| writer.apply_watcher_event(e))
 }
 
-/// A children cache as the controller keeps it, and how to write to it.
+/// A store as the controller keeps it (its children caches, and since its own queue replaced
+/// kube-runtime's `Controller`, its owners and Scalers too), and how to write to it.
 fn cached<K>() -> (PackedStore<K>, impl FnMut(&Event<Packed<K>>))
 where
     K: kube::Resource<DynamicType = ()>,
@@ -122,11 +123,9 @@ pub fn run(dir: &Path, count: usize) -> Result<Value> {
     line!("memcached_parsed", reflected::<Memcached>(), |i| Ok(
         parsed(copy(&memcached, i)?)
     ));
-    line!(
-        "memcached_compact",
-        reflected::<Compact<Memcached>>(),
-        |i| { Ok(Compact::pack(&parsed(copy(&memcached, i)?))) }
-    );
+    line!("memcached_packed", cached::<Memcached>(), |i| {
+        Ok(Packed::whole(&parsed(copy(&memcached, i)?))?)
+    });
     line!("deployment_parsed", reflected::<Deployment>(), |i| {
         let mut d: Deployment = copy(&deployment, i)?;
         trim(&mut d);
@@ -148,10 +147,10 @@ pub fn run(dir: &Path, count: usize) -> Result<Value> {
         trim(&mut s);
         Ok(s)
     });
-    line!("scaler_compact", reflected::<Compact<Scaler>>(), |i| {
+    line!("scaler_packed", cached::<Scaler>(), |i| {
         let mut s: Scaler = copy(&scaler, i)?;
         trim(&mut s);
-        Ok(Compact::pack(&s))
+        Ok(Packed::whole(&s)?)
     });
     // The claims index (kept by the controller and the webhook): each copy claims a target of
     // its own, named in its spec and listed in its status, as the scale phase's Scalers do.
@@ -188,7 +187,7 @@ pub fn run(dir: &Path, count: usize) -> Result<Value> {
     let mean = |lens: Vec<usize>| lens.iter().sum::<usize>() as f64 / lens.len().max(1) as f64;
     let memcached_packed = mean(
         (0..100)
-            .map(|i| Ok(Compact::pack(&parsed(copy(&memcached, i)?)).packed_len()))
+            .map(|i| Ok(Packed::whole(&parsed(copy(&memcached, i)?))?.packed_len()))
             .collect::<Result<_>>()?,
     );
     let deployment_packed = mean(
@@ -203,7 +202,7 @@ pub fn run(dir: &Path, count: usize) -> Result<Value> {
     );
     let json_len = |v: &Value| serde_json::to_vec(v).map(|b| b.len()).unwrap_or(0);
     Ok(json!({
-        "what": "bytes of resident memory per object of each store, as the controller keeps it (compact, packed) and parsed (what a plain kube-rs controller keeps, managedFields taken off), filled in this order in one process; scaler_claims: the claims index of as many Scalers, each claiming a Deployment of its own; scaler_metrics: the per-Scaler metrics series of as many Scalers, each observed once with a status listing one target",
+        "what": "bytes of resident memory per object of each store, as the controller keeps it (packed) and parsed (what a plain kube-rs controller keeps, managedFields taken off), filled in this order in one process; scaler_claims: the claims index of as many Scalers, each claiming a Deployment of its own; scaler_metrics: the per-Scaler metrics series of as many Scalers, each observed once with a status listing one target",
         "count": count,
         "sample_json_bytes": {
             "memcached": json_len(&memcached),
@@ -219,7 +218,6 @@ pub fn run(dir: &Path, count: usize) -> Result<Value> {
         },
         "inline_bytes": {
             "ObjectMeta": std::mem::size_of::<k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta>(),
-            "Compact": std::mem::size_of::<Compact<Memcached>>(),
             "Packed": std::mem::size_of::<Packed<Deployment>>(),
             "ObjectRef": std::mem::size_of::<kube::runtime::reflector::ObjectRef<Deployment>>(),
         },

@@ -4,8 +4,8 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::runtime::queue::Action;
 use chrono::{DateTime, Utc};
-use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Client, Resource, ResourceExt};
 use kubesteer_api::keys::{reason, CONTROLLER_FIELD_MANAGER};

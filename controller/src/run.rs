@@ -4,13 +4,16 @@ use std::sync::Arc;
 
 use std::fmt::Debug;
 
+use std::future::Future;
+use std::time::Duration;
+
+use futures::stream::BoxStream;
 use futures::{FutureExt, Stream, StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::networking::v1::Ingress;
 use kube::core::PartialObjectMeta;
-use kube::runtime::controller::{self, Controller};
-use kube::runtime::reflector::{self, store::Writer, ObjectRef};
+use kube::runtime::reflector::{store::Writer, ObjectRef};
 use kube::runtime::watcher::{self, watcher, Event};
 use kube::runtime::WatchStreamExt;
 use kube::{Api, Client, Resource, ResourceExt};
@@ -23,12 +26,13 @@ use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use crate::args::Args;
-use crate::children::{self, children_of, Caches, Compact, PackedWriter};
+use crate::children::{self, children_of, packed_store, Caches, Packed, PackedStore, PackedWriter};
 use crate::reconcilers::{self, scaler, Owner};
 use crate::runtime::metrics::Metrics;
 use crate::runtime::metrics_auth::Authorizer;
+use crate::runtime::queue::{self, Action, ObjectKey, Settings};
 use crate::runtime::{http, lease, stopped, STARTING};
-use crate::{storage, Context, Result, SystemClock};
+use crate::{storage, Context, Error, Result, SystemClock};
 use kubesteer_api::keys::label;
 
 /// Runs the controller until SIGTERM or SIGINT.
@@ -186,26 +190,125 @@ where
 {
     tracked(health, what, api, config)
         .backoff(tolerant::backoff())
-        .inspect_ok(move |event| match children::pack_event(event) {
-            Ok(packed) => writer.apply_watcher_event(&packed),
-            Err(e) => warn!(error = %e, "could not cache a watched object"),
-        })
+        .inspect_ok(
+            move |event| match children::pack_event(event, Packed::pack) {
+                Ok(packed) => writer.apply_watcher_event(&packed),
+                Err(e) => warn!(error = %e, "could not cache a watched object"),
+            },
+        )
         .touched_objects()
 }
 
-/// The controller of an owner kind `K` (Memcached, Welcome, Application): its objects cached
-/// without managedFields (and forgotten by `ctx` when deleted), and reconciled on changes to them
-/// and to their Deployments and Services (and Ingresses if `K` owns some), which fill the caches
-/// of `K::APP`, and to their pods if `K` names them. Every watch is registered with `health`.
-fn owner_controller<K: Owner>(
+/// The items of `watch`, its errors logged (the watch retries them with a backoff).
+fn logged<T: Send + 'static>(
+    kind: &'static str,
+    watch: impl Stream<Item = Result<T, watcher::Error>> + Send + 'static,
+) -> impl Stream<Item = T> + Send + 'static {
+    watch.filter_map(move |item| {
+        std::future::ready(match item {
+            Ok(item) => Some(item),
+            Err(e) => {
+                warn!(kind, error = %e, "watch failed; retrying");
+                None
+            }
+        })
+    })
+}
+
+/// The key of a namespaced object in its controller's queue.
+fn key_of<K: Resource>(obj: &K) -> ObjectKey {
+    ObjectKey::new(&obj.namespace().unwrap_or_default(), &obj.name_any())
+}
+
+/// The owners of kind `K` that `child` names in its owner references.
+fn owners_of<K: Resource<DynamicType = ()>, C: Resource>(child: &C) -> Vec<ObjectKey> {
+    let (api_version, kind) = (K::api_version(&()), K::kind(&()));
+    let ns = child.namespace().unwrap_or_default();
+    child
+        .owner_references()
+        .iter()
+        .filter(|o| o.api_version == api_version && o.kind == kind)
+        .map(|o| ObjectKey::new(&ns, &o.name))
+        .collect()
+}
+
+/// A watch of the `K`s that keeps each one whole and packed in `writer`'s store, and yields the
+/// ones it saw created or changed.
+fn packed_whole<K>(
+    watch: impl Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static,
+    mut writer: PackedWriter<K>,
+) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static
+where
+    K: Resource<DynamicType = ()> + Clone + Serialize + DeserializeOwned + Send + 'static,
+{
+    watch
+        .inspect_ok(
+            move |event| match children::pack_event(event, Packed::whole) {
+                Ok(packed) => writer.apply_watcher_event(&packed),
+                Err(e) => {
+                    warn!(kind = %K::kind(&()), error = %e, "could not cache a watched object")
+                }
+            },
+        )
+        .applied_objects()
+}
+
+/// Resolves once `store` has listed its objects once (or can no longer: its watch is gone).
+fn listed<K: Resource<DynamicType = ()>>(store: &PackedStore<K>) -> impl Future<Output = ()> {
+    let store = store.clone();
+    async move {
+        let _ = store.wait_until_ready().await;
+    }
+}
+
+/// One reconcile of the object `key` names, read from `store`: `reconcile`'s action, or on
+/// failure `error_policy`'s. An object gone from the store meanwhile is not reconciled.
+async fn reconcile_one<K, C, F>(
+    kind: &'static str,
+    store: PackedStore<K>,
+    ctx: Arc<C>,
+    key: ObjectKey,
+    reconcile: impl FnOnce(Arc<K>, Arc<C>) -> F,
+    error_policy: impl FnOnce(Arc<K>, &Error, Arc<C>) -> Action,
+) -> Action
+where
+    K: Resource<DynamicType = ()> + Serialize + DeserializeOwned,
+    F: Future<Output = Result<Action>>,
+{
+    let Some(packed) = store.get_key(&key) else {
+        debug!(kind, object = %key, "gone");
+        return Action::await_change();
+    };
+    let obj = match packed.object() {
+        Ok(obj) => Arc::new(obj),
+        Err(e) => {
+            warn!(kind, object = %key, error = %e, "cannot read the cached object; it waits for its next change");
+            return Action::await_change();
+        }
+    };
+    match reconcile(obj.clone(), ctx.clone()).await {
+        Ok(action) => {
+            debug!(kind, object = %key, ?action, "reconciled");
+            action
+        }
+        // The error policy logs the failure with its backoff.
+        Err(e) => error_policy(obj, &e, ctx),
+    }
+}
+
+/// What reconciles an owner kind `K` (Memcached, Welcome, Application): its objects, kept
+/// packed in the returned store (and forgotten by `ctx` when deleted), and the keys of those to
+/// reconcile on changes to them and to their Deployments and Services (and Ingresses if `K`
+/// owns some), which fill the caches of `K::APP`, and to their pods if `K` names them. Every
+/// watch is registered with `health`.
+fn owner_triggers<K: Owner>(
     health: &Health,
     ctx: &Arc<Context>,
     ns: Option<&str>,
-    config: controller::Config,
-) -> Controller<Compact<K>> {
+) -> (PackedStore<K>, BoxStream<'static, ObjectKey>) {
     let client = &ctx.client;
     let writers = ctx.caches.register(K::APP);
-    let (store, writer) = reflector::store();
+    let (store, writer) = packed_store();
     let forget = ctx.clone();
     let kind = K::KIND;
     let owners = tolerant_watch::<K>(health, client, ns)
@@ -215,55 +318,59 @@ fn owner_controller<K: Owner>(
                 forget.forget(K::KIND, owner);
             }
         })
-        .modify(children::trim::<K>)
-        .map_ok(children::compact_event)
-        .reflect(writer)
-        .applied_objects();
-    let controller = Controller::for_stream(owners, store)
-        .with_config(config)
-        .owns_stream(packed(
+        .modify(children::trim::<K>);
+    let owners = logged(kind, packed_whole(owners, writer)).map(|owner| key_of(&owner));
+    fn owned<K: Owner, C: Resource + Send + 'static>(
+        children: impl Stream<Item = Result<C, watcher::Error>> + Send + 'static,
+    ) -> BoxStream<'static, ObjectKey> {
+        logged(K::KIND, children)
+            .flat_map(|child| futures::stream::iter(owners_of::<K, C>(&child)))
+            .boxed()
+    }
+    let mut triggers = vec![
+        owners.boxed(),
+        owned::<K, _>(packed(
             health,
             format!("{kind} Deployment"),
             api::<Deployment>(client, ns),
             children_of(K::APP),
             writers.deployments,
-        ))
-        .owns_stream(packed(
+        )),
+        owned::<K, _>(packed(
             health,
             format!("{kind} Service"),
             api::<Service>(client, ns),
             children_of(K::APP),
             writers.services,
-        ));
-    let controller = match K::OWNS_INGRESS {
-        true => controller.owns_stream(packed(
+        )),
+    ];
+    if K::OWNS_INGRESS {
+        triggers.push(owned::<K, _>(packed(
             health,
             format!("{kind} Ingress"),
             api::<Ingress>(client, ns),
             children_of(K::APP),
             writers.ingresses,
-        )),
-        false => controller,
-    };
-    if !K::NAMES_PODS {
-        return controller;
+        )));
     }
-    // Pods name the nodes in the status, so their comings and goings trigger a reconcile.
-    controller.watches_stream(
-        cached(
+    if K::NAMES_PODS {
+        // Pods name the nodes in the status, so their comings and goings trigger a reconcile.
+        let pods = cached(
             health,
             format!("{kind} Pod"),
             api::<PartialObjectMeta<Pod>>(client, ns),
             children_of(K::APP),
             writers.pods,
             children::trim_pod,
-        ),
-        |pod| {
-            let ns = pod.namespace()?;
-            let instance = pod.labels().get(label::INSTANCE)?;
-            Some(ObjectRef::<Compact<K>>::new(instance).within(&ns))
-        },
-    )
+        );
+        let instances = logged(kind, pods).filter_map(|pod| {
+            let ns = pod.namespace();
+            let instance = pod.labels().get(label::INSTANCE).cloned();
+            std::future::ready(ns.zip(instance).map(|(ns, i)| ObjectKey::new(&ns, &i)))
+        });
+        triggers.push(instances.boxed());
+    }
+    (store, futures::stream::select_all(triggers).boxed())
 }
 
 /// Registers owner kind `K`: its controller runs until `stop` turns true.
@@ -271,18 +378,22 @@ async fn owned<K: Owner>(
     health: &Health,
     ctx: &Arc<Context>,
     ns: Option<&str>,
-    config: controller::Config,
+    settings: Settings,
     stop: watch::Receiver<bool>,
 ) {
-    owner_controller::<K>(health, ctx, ns, config)
-        .graceful_shutdown_on(stopped(stop))
-        .run(
-            reconcilers::reconcile_compact::<K>,
-            reconcilers::error_policy::<K>,
+    let (store, triggers) = owner_triggers::<K>(health, ctx, ns);
+    let ready = listed(&store);
+    queue::run(triggers, settings, ready, stopped(stop), |key| {
+        reconcile_one(
+            K::KIND,
+            store.clone(),
             ctx.clone(),
+            key,
+            reconcilers::reconcile::<K>,
+            reconcilers::error_policy::<K>,
         )
-        .for_each(|r| async move { log_result(K::KIND, r) })
-        .await
+    })
+    .await
 }
 
 /// Runs the controllers until `stop` turns true, letting running reconciles finish.
@@ -298,19 +409,25 @@ pub async fn controllers(
     let ns = args.namespace.as_deref();
     let migration_stop = stop.clone();
     let ctx = Arc::new(base.with_caches(Caches::empty()));
-    let config = controller::Config::default().concurrency(args.concurrency);
-    let owner_config = config.clone().debounce(args.debounce);
+    let settings = Settings {
+        concurrency: args.concurrency,
+        debounce: Duration::ZERO,
+    };
+    let owner_settings = Settings {
+        debounce: args.debounce,
+        ..settings
+    };
 
     // One line per owner kind (see `reconcilers`). Welcome's Secrets are not watched: the
     // controller may write them but not read them.
     let owners = futures::future::join_all([
-        owned::<Memcached>(health, &ctx, ns, owner_config.clone(), stop.clone()).boxed(),
-        owned::<Welcome>(health, &ctx, ns, owner_config.clone(), stop.clone()).boxed(),
-        owned::<Application>(health, &ctx, ns, owner_config.clone(), stop.clone()).boxed(),
+        owned::<Memcached>(health, &ctx, ns, owner_settings, stop.clone()).boxed(),
+        owned::<Welcome>(health, &ctx, ns, owner_settings, stop.clone()).boxed(),
+        owned::<Application>(health, &ctx, ns, owner_settings, stop.clone()).boxed(),
     ]);
 
     // No debounce for Scalers: it would delay the requeue at a window's boundary.
-    let (store, writer) = reflector::store();
+    let (store, writer) = packed_store::<Scaler>();
     // The claims index follows the same watch. When a Scaler's claims change (created,
     // deleted, a target added or dropped or given back), the others that claim one of those
     // targets are reconciled at once, so a younger one takes over when the owner lets go.
@@ -322,18 +439,16 @@ pub async fn controllers(
         .modify(children::trim::<Scaler>)
         .inspect_ok(move |event| {
             for other in follow(event) {
-                let _ = claims_changed
-                    .unbounded_send(ObjectRef::new(&other.name).within(&other.namespace));
+                let _ =
+                    claims_changed.unbounded_send(ObjectKey::new(&other.namespace, &other.name));
             }
-        })
-        .map_ok(children::compact_event)
-        .reflect(writer)
-        .applied_objects();
+        });
+    let scaler_objects = logged(scaler::KIND, packed_whole(scaler_objects, writer));
     // Any Deployment or StatefulSet may be a target, so all are watched (their metadata is
     // enough to name them, and for selectors to pick them), as is every other kind a selector
     // names; a change wakes the Scalers that name, hold or select the object. Targets of other
     // kinds named in scaleTargetRefs are brought back at each transition.
-    let (wake, woken) = futures::channel::mpsc::unbounded();
+    let (wake, woken) = futures::channel::mpsc::unbounded::<ObjectRef<Scaler>>();
     scaler_ctx.inventory.start(
         client.clone(),
         health.clone(),
@@ -342,16 +457,27 @@ pub async fn controllers(
         stop.clone(),
         scaler_ctx.claims.clone(),
     );
-    let scalers = Controller::for_stream(scaler_objects, store)
-        .with_config(config)
-        .reconcile_on(futures::stream::select(reconcile_claimants, woken).map(compact_ref))
-        .graceful_shutdown_on(stopped(stop))
-        .run(
-            scaler::reconcile_compact,
-            scaler::error_policy_compact,
-            scaler_ctx,
+    let woken = woken.map(|scaler| {
+        ObjectKey::new(
+            scaler.namespace.as_deref().unwrap_or_default(),
+            &scaler.name,
         )
-        .for_each(|r| async move { log_result(scaler::KIND, r) });
+    });
+    let triggers = futures::stream::select_all([
+        scaler_objects.map(|scaler| key_of(&scaler)).boxed(),
+        reconcile_claimants.boxed(),
+        woken.boxed(),
+    ]);
+    let scalers = queue::run(triggers, settings, listed(&store), stopped(stop), |key| {
+        reconcile_one(
+            scaler::KIND,
+            store.clone(),
+            scaler_ctx.clone(),
+            key,
+            scaler::reconcile,
+            scaler::error_policy,
+        )
+    });
 
     // Every watch is registered now: readiness waits for them instead.
     health.release(STARTING);
@@ -370,38 +496,4 @@ pub async fn controllers(
     };
     tokio::join!(owners, scalers, migration);
     info!("controllers stopped");
-}
-
-/// The key of a Scaler in its controller's store.
-fn compact_ref(scaler: ObjectRef<Scaler>) -> ObjectRef<Compact<Scaler>> {
-    let name = ObjectRef::new(&scaler.name);
-    match &scaler.namespace {
-        Some(ns) => name.within(ns),
-        None => name,
-    }
-}
-
-fn log_result<K, E1, E2>(
-    kind: &str,
-    result: std::result::Result<
-        (ObjectRef<K>, kube::runtime::controller::Action),
-        kube::runtime::controller::Error<E1, E2>,
-    >,
-) where
-    K: kube::Resource,
-    E1: std::error::Error,
-    E2: std::error::Error,
-{
-    match result {
-        Ok((obj, action)) => debug!(kind, object = %obj, ?action, "reconciled"),
-        // Reconcile errors are logged with their backoff by the error policy already.
-        Err(kube::runtime::controller::Error::ReconcilerFailed(_, obj)) => {
-            debug!(kind, object = %obj, "reconcile failed")
-        }
-        // Events of children whose owner is already gone; nothing to do.
-        Err(kube::runtime::controller::Error::ObjectNotFound(obj)) => {
-            debug!(kind, object = %obj, "owner gone")
-        }
-        Err(e) => warn!(kind, error = %e, "controller"),
-    }
 }

@@ -10,7 +10,6 @@ use std::time::Duration;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::networking::v1::Ingress;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{self, Lookup, ObjectRef, Store};
 use kube::runtime::{reflector::store::Writer, watcher};
@@ -99,94 +98,6 @@ macro_rules! names_of_kind {
     };
 }
 
-/// An owner or Scaler as its controller's store keeps it: its name and namespace for the store
-/// and the controller's queue, the whole object compressed as a child is ([`Packed`]). A
-/// reconcile unpacks the one it runs for. A Memcached takes about a third of what it takes
-/// parsed, and its key in the store no longer holds its uid and resourceVersion.
-pub struct Compact<K> {
-    meta: ObjectMeta,
-    json: Box<[u8]>,
-    kind: PhantomData<fn() -> K>,
-}
-
-impl<K> Clone for Compact<K> {
-    fn clone(&self) -> Self {
-        Self {
-            meta: self.meta.clone(),
-            json: self.json.clone(),
-            kind: PhantomData,
-        }
-    }
-}
-
-impl<K> Debug for Compact<K> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Compact")
-            .field("namespace", &self.meta.namespace)
-            .field("name", &self.meta.name)
-            .field("packed_bytes", &self.json.len())
-            .finish()
-    }
-}
-
-impl<K: Resource<DynamicType = ()> + Serialize + DeserializeOwned> Compact<K> {
-    /// Packs `obj` whole (a store's `trim` has taken its managed fields already). Serializing a
-    /// typed object does not fail (its maps have string keys); should it, the object packs as
-    /// nothing and its reconcile reports it unreadable.
-    pub fn pack(obj: &K) -> Self {
-        Self {
-            meta: ObjectMeta {
-                name: obj.meta().name.clone(),
-                namespace: obj.meta().namespace.clone(),
-                ..ObjectMeta::default()
-            },
-            json: compress::<K>(&serde_json::to_vec(obj).unwrap_or_default()),
-            kind: PhantomData,
-        }
-    }
-
-    /// The object, as it was packed.
-    pub fn unpack(&self) -> Result<K> {
-        Ok(serde_json::from_slice(&decompress::<K>(&self.json)?)?)
-    }
-
-    /// How many bytes the object takes packed.
-    pub fn packed_len(&self) -> usize {
-        self.json.len()
-    }
-}
-
-impl<K: Resource<DynamicType = ()>> Resource for Compact<K> {
-    type DynamicType = ();
-    type Scope = K::Scope;
-
-    names_of_kind!(K);
-    fn meta(&self) -> &ObjectMeta {
-        &self.meta
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.meta
-    }
-}
-
-/// Read as the object it packs (the controller's bound; its watches pack what they decoded).
-impl<'de, K> serde::Deserialize<'de> for Compact<K>
-where
-    K: Resource<DynamicType = ()> + Serialize + DeserializeOwned,
-{
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        K::deserialize(d).map(|obj| Self::pack(&obj))
-    }
-}
-
-/// The same watcher event about the compacted object.
-pub fn compact_event<K>(event: watcher::Event<K>) -> watcher::Event<Compact<K>>
-where
-    K: Resource<DynamicType = ()> + Serialize + DeserializeOwned,
-{
-    kubesteer_runtime::watch::map_event(event, |o| Compact::pack(&o))
-}
-
 impl<K: Resource<DynamicType = ()> + Serialize + DeserializeOwned> Packed<K> {
     /// Packs `obj` without its managed fields, and its pod template as a fingerprint.
     pub fn pack(obj: &K) -> Result<Self> {
@@ -200,6 +111,18 @@ impl<K: Resource<DynamicType = ()> + Serialize + DeserializeOwned> Packed<K> {
             namespace: ResourceExt::namespace(obj),
             json: compress::<K>(&serde_json::to_vec(&value)?),
             template,
+            kind: PhantomData,
+        })
+    }
+
+    /// Packs `obj` whole, pod template and all: an owner or a Scaler, which its reconcile reads
+    /// in full (its watch has taken the managed fields off already).
+    pub fn whole(obj: &K) -> Result<Self> {
+        Ok(Self {
+            name: obj.name_any(),
+            namespace: ResourceExt::namespace(obj),
+            json: compress::<K>(&serde_json::to_vec(obj)?),
+            template: None,
             kind: PhantomData,
         })
     }
@@ -265,17 +188,18 @@ impl<K: Resource<DynamicType = ()>> Lookup for Packed<K> {
     }
 }
 
-/// The same watcher event about the packed object.
-pub fn pack_event<K>(event: &watcher::Event<K>) -> Result<watcher::Event<Packed<K>>>
-where
-    K: Resource<DynamicType = ()> + Serialize + DeserializeOwned,
-{
+/// The same watcher event about the object packed by `pack` ([`Packed::pack`] or
+/// [`Packed::whole`]).
+pub fn pack_event<K>(
+    event: &watcher::Event<K>,
+    pack: fn(&K) -> Result<Packed<K>>,
+) -> Result<watcher::Event<Packed<K>>> {
     use watcher::Event;
     Ok(match event {
-        Event::Apply(o) => Event::Apply(Packed::pack(o)?),
-        Event::Delete(o) => Event::Delete(Packed::pack(o)?),
+        Event::Apply(o) => Event::Apply(pack(o)?),
+        Event::Delete(o) => Event::Delete(pack(o)?),
         Event::Init => Event::Init,
-        Event::InitApply(o) => Event::InitApply(Packed::pack(o)?),
+        Event::InitApply(o) => Event::InitApply(pack(o)?),
         Event::InitDone => Event::InitDone,
     })
 }
@@ -516,6 +440,7 @@ pub fn children_of(app: &str) -> watcher::Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
     use serde_json::json;
 
     #[tokio::test]
@@ -674,7 +599,8 @@ mod tests {
     }
 
     #[test]
-    fn an_owner_is_stored_compact_under_its_own_key_and_unpacked_whole() {
+    fn an_owner_is_packed_whole_and_found_by_its_key() {
+        use crate::runtime::queue::ObjectKey;
         use kubesteer_api::Memcached;
         let value = json!({
             "apiVersion": <Memcached as Resource>::api_version(&()), "kind": "Memcached",
@@ -686,33 +612,25 @@ mod tests {
                     "message": "3 of 3 ready", "lastTransitionTime": "2026-11-27T01:10:53Z"}]}
         });
         let mc: Memcached = serde_json::from_value(value.clone()).unwrap();
-        let compact = Compact::pack(&mc);
+        let (store, mut writer) = packed_store::<Memcached>();
+        writer.apply_watcher_event(&pack_event(&watcher::Event::Apply(mc), Packed::whole).unwrap());
+        // The controller's queue finds it by namespace and name, and reads it back whole.
+        let found = store.get_key(&ObjectKey::new("team", "cache")).unwrap();
         assert_eq!(
-            serde_json::to_value(compact.unpack().unwrap()).unwrap(),
+            serde_json::to_value(found.object().unwrap()).unwrap(),
             value
         );
-        // The store and the controller's queue know it by kind, namespace and name only.
-        assert_eq!(<Compact<Memcached> as Resource>::kind(&()), "Memcached");
-        assert_eq!(
-            <Compact<Memcached> as Resource>::api_version(&()),
-            <Memcached as Resource>::api_version(&())
-        );
-        assert_eq!(compact.meta().uid, None);
-        assert_eq!(
-            ObjectRef::from_obj(&compact),
-            ObjectRef::new("cache").within("team")
-        );
-        // The controller decodes it as the object it packs.
-        let decoded: Compact<Memcached> = serde_json::from_value(value.clone()).unwrap();
-        assert_eq!(
-            serde_json::to_value(decoded.unpack().unwrap()).unwrap(),
-            value
-        );
-        // Watch events carry it packed.
-        match compact_event(watcher::Event::Apply(mc)) {
-            watcher::Event::Apply(c) => assert_eq!(c.name_any(), "cache"),
-            _ => panic!("not an Apply"),
-        }
+        assert!(store.get_key(&ObjectKey::new("other", "cache")).is_none());
+        // Whole means whole: a pod template stays, where a child's cache keeps a fingerprint.
+        let d: Deployment = serde_json::from_value(json!({
+            "metadata": {"name": "web", "namespace": "team"},
+            "spec": {"selector": {}, "template": {"spec": {"containers": [{"name": "web"}]}}}
+        }))
+        .unwrap();
+        let whole = Packed::whole(&d).unwrap();
+        assert_eq!(whole.template(), None);
+        assert_eq!(whole.object().unwrap().spec, d.spec);
+        assert_ne!(Packed::pack(&d).unwrap().object().unwrap().spec, d.spec);
     }
 
     #[test]

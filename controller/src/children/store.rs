@@ -18,6 +18,7 @@ use kube::Resource;
 use tokio::sync::watch;
 
 use super::Packed;
+use crate::runtime::queue::ObjectKey;
 
 /// The objects of one kind, packed; cheap to clone (one shared table).
 pub struct PackedStore<K> {
@@ -82,8 +83,8 @@ impl<K> Shared<K> {
     /// Puts `packed` into `table`, in place of the one of the same name.
     fn insert(&self, table: &mut HashTable<Arc<Packed<K>>>, packed: Arc<Packed<K>>) {
         let hash = self.hash_of(&packed);
-        let (namespace, name) = (packed.namespace.clone(), packed.name.clone());
-        match table.find_mut(hash, |p| Self::is(p, namespace.as_deref(), &name)) {
+        let (namespace, name) = (packed.namespace.as_deref(), packed.name.as_str());
+        match table.find_mut(hash, |p| Self::is(p, namespace, name)) {
             Some(slot) => *slot = packed,
             None => {
                 table.insert_unique(hash, packed, |p| self.hash_of(p));
@@ -95,10 +96,18 @@ impl<K> Shared<K> {
 impl<K: Resource<DynamicType = ()>> PackedStore<K> {
     /// The cached object `key` names, if any.
     pub fn get(&self, key: &ObjectRef<Packed<K>>) -> Option<Arc<Packed<K>>> {
-        let namespace = key.namespace.as_deref();
-        let hash = self.shared.hash(namespace, &key.name);
+        self.find(key.namespace.as_deref(), &key.name)
+    }
+
+    /// The cached object `key` names, if any.
+    pub fn get_key(&self, key: &ObjectKey) -> Option<Arc<Packed<K>>> {
+        self.find(Some(&key.namespace), &key.name)
+    }
+
+    fn find(&self, namespace: Option<&str>, name: &str) -> Option<Arc<Packed<K>>> {
+        let hash = self.shared.hash(namespace, name);
         read(&self.shared.table)
-            .find(hash, |p| Shared::is(p, namespace, &key.name))
+            .find(hash, |p| Shared::is(p, namespace, name))
             .cloned()
     }
 

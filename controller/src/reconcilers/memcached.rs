@@ -119,8 +119,8 @@ mod tests {
     use crate::children::Caches;
     use crate::fixtures::{self, Call};
     use crate::reconcilers::{name_conflict_conditions, reconcile, NAME_CONFLICT_REQUEUE};
+    use crate::runtime::queue::Action;
     use k8s_openapi::api::apps::v1::Deployment;
-    use kube::runtime::controller::Action;
     use kubesteer_api::keys::annotation;
     use serde_json::json;
     use std::sync::Arc;

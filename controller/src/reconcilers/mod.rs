@@ -10,11 +10,12 @@
 //! the list of owner kinds in `run::controllers`:
 //!
 //! ```text
-//! owned::<Cache>(health, &ctx, ns, owner_config.clone(), stop.clone()).boxed(),
+//! owned::<Cache>(health, &ctx, ns, owner_settings, stop.clone()).boxed(),
 //! ```
 //!
 //! which watches its objects and their children, fills the caches [`Owner::APP`] names, and runs
-//! [`reconcile_compact::<Cache>`](reconcile_compact) with [`error_policy::<Cache>`](error_policy).
+//! [`reconcile::<Cache>`](reconcile) with [`error_policy::<Cache>`](error_policy) from the
+//! controller's queue (`runtime::queue`).
 use chrono::{DateTime, Utc};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;

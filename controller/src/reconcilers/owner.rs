@@ -6,6 +6,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::runtime::queue::Action;
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentCondition};
 use k8s_openapi::api::core::v1::Service;
@@ -14,7 +15,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Api, DeleteParams, Preconditions};
 use kube::core::object::HasStatus;
 use kube::core::NamespaceResourceScope;
-use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::Resource;
 use kubesteer_api::common::condition;
@@ -22,7 +22,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::children::{
-    self, apply_params, namespace_and_name, Children, Compact, Ensured, NameConflict, Packed,
+    self, apply_params, namespace_and_name, Children, Ensured, NameConflict, Packed,
 };
 use crate::{Context, Error, Result};
 use kubesteer_api::keys::condition::{AVAILABLE, DEGRADED, PROGRESSING, READY};
@@ -128,16 +128,8 @@ pub async fn reconcile<K: Owner>(owner: Arc<K>, ctx: Arc<Context>) -> Result<Act
     ctx.reconcile(K::KIND, owner.as_ref(), work).await
 }
 
-/// [`reconcile`] of an owner as its controller's store keeps it.
-pub async fn reconcile_compact<K: Owner>(
-    owner: Arc<Compact<K>>,
-    ctx: Arc<Context>,
-) -> Result<Action> {
-    reconcile(Arc::new(owner.unpack()?), ctx).await
-}
-
-/// The error policy of an owner kind, for an owner as its controller's store keeps it.
-pub fn error_policy<K: Owner>(owner: Arc<Compact<K>>, error: &Error, ctx: Arc<Context>) -> Action {
+/// The error policy of an owner kind.
+pub fn error_policy<K: Owner>(owner: Arc<K>, error: &Error, ctx: Arc<Context>) -> Action {
     ctx.error_policy(K::KIND, owner.as_ref(), error)
 }
 

@@ -2,6 +2,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use crate::runtime::queue::Action;
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{
@@ -11,7 +12,6 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::ByteString;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
-use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Api, Resource, ResourceExt};
 use kubesteer_api::keys::{annotation, reason, CONTROLLER_FIELD_MANAGER};

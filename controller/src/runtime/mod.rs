@@ -14,6 +14,7 @@ pub mod http;
 pub mod lease;
 pub mod metrics;
 pub mod metrics_auth;
+pub mod queue;
 pub mod scaler_metrics;
 
 /// What `/readyz` waits for until the controllers run or, under leader election, the Lease is

@@ -5,10 +5,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::runtime::queue::Action;
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use kube::api::{ApiResource, DynamicObject, ListParams, Patch, PatchParams};
-use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::finalizer::{finalizer, Event as Finalizer};
 use kube::runtime::reflector::ObjectRef;
@@ -30,7 +30,7 @@ use kubesteer_api::{Scaler, ScalerStatus};
 use serde_json::{json, Value};
 use tracing::{info, warn};
 
-use crate::children::{apply_params, namespace_and_name, Compact};
+use crate::children::{apply_params, namespace_and_name};
 use crate::reconcilers::{status_patch, time};
 use crate::workload::*;
 use crate::{is_status, Error, Result};
@@ -75,26 +75,6 @@ pub async fn reconcile(scaler: Arc<Scaler>, ctx: Arc<ScalerContext>) -> Result<A
         .await
 }
 
-/// [`reconcile`] of a Scaler as its controller's store keeps it.
-pub async fn reconcile_compact(
-    scaler: Arc<Compact<Scaler>>,
-    ctx: Arc<ScalerContext>,
-) -> Result<Action> {
-    reconcile(Arc::new(scaler.unpack()?), ctx).await
-}
-
-/// [`error_policy`] of a Scaler as its controller's store keeps it.
-pub fn error_policy_compact(
-    scaler: Arc<Compact<Scaler>>,
-    error: &Error,
-    ctx: Arc<ScalerContext>,
-) -> Action {
-    match scaler.unpack() {
-        Ok(unpacked) => error_policy(Arc::new(unpacked), error, ctx),
-        Err(_) => ctx.error_policy(KIND, scaler.as_ref(), error),
-    }
-}
-
 pub fn error_policy(scaler: Arc<Scaler>, error: &Error, ctx: Arc<ScalerContext>) -> Action {
     let now = ctx.clock.now();
     let unavailable = error.is_unavailable();
@@ -137,20 +117,26 @@ pub fn retry_delay(
 async fn with_finalizer(scaler: Arc<Scaler>, ctx: &ScalerContext) -> Result<Action> {
     let (ns, _) = namespace_and_name(KIND, scaler.as_ref())?;
     let api: Api<Scaler> = Api::namespaced(ctx.client.clone(), &ns);
+    // kube-runtime's helper speaks its own `Action`, which cannot be read back: the reconcile's
+    // is kept here. When the helper runs none (it added the finalizer, whose write brings the
+    // next reconcile, or the Scaler is going and the finalizer gone), there is nothing to await.
+    let mut action = Action::await_change();
+    let kept = &mut action;
     match finalizer(
         &api,
         RESTORE_TARGETS_FINALIZER,
         scaler,
         |event| async move {
-            match event {
-                Finalizer::Apply(s) => apply(&s, ctx).await,
-                Finalizer::Cleanup(s) => cleanup(&s, ctx).await,
-            }
+            *kept = match event {
+                Finalizer::Apply(s) => apply(&s, ctx).await?,
+                Finalizer::Cleanup(s) => cleanup(&s, ctx).await?,
+            };
+            Ok::<_, Error>(kube::runtime::controller::Action::await_change())
         },
     )
     .await
     {
-        Ok(action) => Ok(action),
+        Ok(_) => Ok(action),
         // A second cleanup raced the first; the Scaler is gone, which is all that was wanted.
         Err(kube::runtime::finalizer::Error::RemoveFinalizer(e)) if is_status(&e, 404) => {
             Ok(Action::await_change())
