@@ -339,7 +339,10 @@ mod tests {
         h.queue.await.unwrap();
         // Which of the two came first is the scheduler's choice; the other never started.
         let names = log.names();
-        let first = names.first().and_then(|n| n.strip_prefix("start ")).unwrap();
+        let first = names
+            .first()
+            .and_then(|n| n.strip_prefix("start "))
+            .unwrap();
         assert_eq!(names, [format!("start {first}"), format!("end {first}")]);
     }
 }
