@@ -37,13 +37,15 @@ type Scaled = (String, String, String);
 type Autoscaled = HashMap<String, BTreeMap<Scaled, usize>>;
 
 /// One watched object: its labels and the Scaler (`namespace/name`) whose record it carries.
+/// 40 bytes, as the inventory holds one for every Deployment of the cluster in the slots of
+/// its maps, up to half of them empty: the target as read is boxed (it would take 96 more).
 #[derive(Debug, Clone, PartialEq)]
 struct Entry {
     labels: Labels,
-    holder: Option<String>,
+    holder: Option<Box<str>>,
     /// For the kinds watched whole (Deployments, StatefulSets): the target as a reconcile
     /// reads it, with kubesteer's annotations only, so a reconcile needs no read of it.
-    current: Option<Current>,
+    current: Option<Box<Current>>,
 }
 
 impl Entry {
@@ -54,8 +56,8 @@ impl Entry {
                 .annotations
                 .as_ref()
                 .and_then(|a| a.get(ORIGINAL_REPLICAS_OWNER))
-                .cloned(),
-            current: replicas.map(|r| Current::keeping(meta, r, is_record)),
+                .map(|h| h.as_str().into()),
+            current: replicas.map(|r| Box::new(Current::keeping(meta, r, is_record))),
         }
     }
 }
@@ -105,13 +107,16 @@ impl Labels {
 /// One watch event, as the inventory keeps it: namespace, name and entry.
 type Kept = (String, String, Entry);
 
+/// The objects of one kind in one namespace: name → entry.
+type Names = BTreeMap<Box<str>, Entry>;
+
 /// The objects of one kind: namespace → name → entry.
 #[derive(Debug, Default)]
 struct Objects {
     api_version: String,
     /// Whether the watch has listed them all once.
     synced: bool,
-    by_namespace: BTreeMap<String, BTreeMap<String, Entry>>,
+    by_namespace: BTreeMap<String, Names>,
 }
 
 #[derive(Debug, Default)]
@@ -258,7 +263,7 @@ impl Inventory {
         let inventory = self.clone();
         let claims = claims.clone();
         let stop = runner.stop.clone();
-        let mut relisted: Option<BTreeMap<String, BTreeMap<String, Entry>>> = None;
+        let mut relisted: Option<BTreeMap<String, Names>> = None;
         spawn_until_stopped(stream, stop, move |event| match event {
             Ok(event) => inventory.apply(&key, event, &mut relisted, &claims, &runner.wake),
             Err(e) => warn!(kind = %key.1, error = %e, "Scaler target watch"),
@@ -529,7 +534,7 @@ impl Inventory {
         &self,
         key: &KindKey,
         event: Event<Kept>,
-        relisted: &mut Option<BTreeMap<String, BTreeMap<String, Entry>>>,
+        relisted: &mut Option<BTreeMap<String, Names>>,
         claims: &Claims,
         wake: &UnboundedSender<ObjectRef<Scaler>>,
     ) {
@@ -542,10 +547,16 @@ impl Inventory {
                     .get_or_insert_with(BTreeMap::new)
                     .entry(ns)
                     .or_default()
-                    .insert(name, entry);
+                    .insert(name.into(), entry);
             }
             Event::InitDone => {
+                // Built again from the sorted entries, each map's nodes come out full, where
+                // inserting in order leaves them about half empty.
                 let fresh = relisted.take().unwrap_or_default();
+                let fresh = fresh
+                    .into_iter()
+                    .map(|(ns, names)| (ns, names.into_iter().collect()))
+                    .collect();
                 let mut state = self.write();
                 if let Some(objects) = state.kinds.get_mut(key) {
                     objects.by_namespace = fresh;
@@ -618,7 +629,7 @@ impl Inventory {
                 .by_namespace
                 .entry(ns.to_string())
                 .or_default()
-                .insert(name.to_string(), e),
+                .insert(name.into(), e),
             None => {
                 let names = objects.by_namespace.get_mut(ns)?;
                 let before = names.remove(name);
@@ -658,15 +669,14 @@ impl Inventory {
                 continue;
             };
             complete &= objects.synced;
-            let namespaces: Box<dyn Iterator<Item = (&String, &BTreeMap<String, Entry>)>> =
-                match &listed {
-                    Some(names) => Box::new(
-                        names
-                            .iter()
-                            .filter_map(|n| objects.by_namespace.get_key_value(*n)),
-                    ),
-                    None => Box::new(objects.by_namespace.iter()),
-                };
+            let namespaces: Box<dyn Iterator<Item = (&String, &Names)>> = match &listed {
+                Some(names) => Box::new(
+                    names
+                        .iter()
+                        .filter_map(|n| objects.by_namespace.get_key_value(*n)),
+                ),
+                None => Box::new(objects.by_namespace.iter()),
+            };
             for (ns, names) in namespaces {
                 let ns_labels = state.namespaces.as_ref().and_then(|n| n.get(ns));
                 for (name, entry) in names {
@@ -726,9 +736,9 @@ impl Inventory {
         let entry = objects
             .by_namespace
             .get(&target.namespace)
-            .and_then(|n| n.get(&target.name));
+            .and_then(|n| n.get(target.name.as_str()));
         match entry {
-            Some(e) => Some(Some(e.current.clone()?)),
+            Some(e) => Some(Some(Current::clone(e.current.as_deref()?))),
             // Only a kind watched whole knows that an object is not there.
             None if replicas_in_spec_kind(&target.group, &target.kind) => Some(None),
             None => None,
@@ -744,7 +754,7 @@ impl Inventory {
             .kinds
             .get_mut(&(target.group.clone(), target.kind.clone()))
             .and_then(|o| o.by_namespace.get_mut(&target.namespace))
-            .and_then(|n| n.get_mut(&target.name))
+            .and_then(|n| n.get_mut(target.name.as_str()))
         else {
             return;
         };
@@ -753,7 +763,7 @@ impl Inventory {
                 .as_deref()
                 .and_then(|v| v.parse::<u64>().ok())
         };
-        let newer = match (entry.current.as_ref().and_then(version), version(written)) {
+        let newer = match (entry.current.as_deref().and_then(version), version(written)) {
             (Some(have), Some(got)) => got > have,
             _ => false,
         };
@@ -762,8 +772,11 @@ impl Inventory {
                 annotations: kept(&written.annotations, is_record),
                 ..written.clone()
             };
-            entry.holder = current.annotations.get(ORIGINAL_REPLICAS_OWNER).cloned();
-            entry.current = Some(current);
+            entry.holder = current
+                .annotations
+                .get(ORIGINAL_REPLICAS_OWNER)
+                .map(|h| h.as_str().into());
+            entry.current = Some(Box::new(current));
         }
     }
 
@@ -780,7 +793,7 @@ impl Inventory {
         let Some(entry) = objects
             .by_namespace
             .get(&target.namespace)
-            .and_then(|n| n.get(&target.name))
+            .and_then(|n| n.get(target.name.as_str()))
         else {
             return false;
         };
@@ -860,6 +873,7 @@ mod tests {
             ..Default::default()
         };
         let kept = Entry::of(&meta, Some(1)).current.unwrap_or_default();
+        assert_eq!(std::mem::size_of::<Entry>(), 40);
         assert_eq!(
             kept.annotations
                 .keys()
