@@ -88,12 +88,13 @@ impl Scaler {
 /// selector. Kept small, as the controller and the webhook keep one for every Scaler of the
 /// cluster: the targets are one sorted slice, each marked whether the spec names it (a
 /// `BTreeSet` of one target allocates a node of eleven, 1.3 KiB), and the selector, which most
-/// Scalers do not have, is boxed.
+/// Scalers do not have, is boxed. The claimant and the targets are shared with the index's
+/// map from target to claimants, not copied into it.
 #[derive(Debug, Clone)]
 struct Claim {
-    claimant: Claimant,
+    claimant: Arc<Claimant>,
     /// Each claimed target, and whether the spec names it (else only the status lists it).
-    targets: Box<[(Target, bool)]>,
+    targets: Box<[(Arc<Target>, bool)]>,
     selector: Option<Box<(TargetSelector, Matcher)>>,
 }
 
@@ -137,17 +138,17 @@ impl Candidate<'_> {
 pub struct ClaimIndex {
     /// target → claimants, oldest first (most targets have one: a `Vec` of one, where a
     /// `BTreeSet` would allocate a node of eleven).
-    targets: HashMap<Target, Vec<Claimant>>,
+    targets: HashMap<Arc<Target>, Vec<Arc<Claimant>>>,
     /// (namespace, name) of each Scaler → what it claims.
     scalers: HashMap<ScalerKey, Claim>,
     /// The Scalers with a selector, oldest first.
-    selecting: BTreeSet<(Claimant, ScalerKey)>,
+    selecting: BTreeSet<(Arc<Claimant>, ScalerKey)>,
 }
 
 impl ClaimIndex {
     /// The Scalers that claim `target`, oldest first.
     pub fn claimants(&self, target: &Target) -> impl Iterator<Item = &Claimant> {
-        self.targets.get(target).into_iter().flatten()
+        self.targets.get(target).into_iter().flatten().map(|c| &**c)
     }
 
     /// The owner of `target`: its oldest claimant.
@@ -182,7 +183,7 @@ impl ClaimIndex {
         self.scalers
             .get(&(c.namespace.clone(), c.name.clone()))
             .is_some_and(|claim| {
-                let at = claim.targets.binary_search_by(|(t, _)| t.cmp(target));
+                let at = claim.targets.binary_search_by(|(t, _)| (**t).cmp(target));
                 at.ok()
                     .and_then(|i| claim.targets.get(i))
                     .is_some_and(|(_, named)| *named)
@@ -194,10 +195,10 @@ impl ClaimIndex {
     pub fn older_selector(&self, candidate: &Candidate<'_>, me: &Claimant) -> Option<&Claimant> {
         self.selecting
             .iter()
-            .take_while(|(c, _)| c < me)
+            .take_while(|(c, _)| **c < *me)
             .filter(|(c, _)| !c.is(&me.namespace, &me.name))
             .find(|(_, key)| self.selects(key, candidate))
-            .map(|(c, _)| c)
+            .map(|(c, _)| &**c)
     }
 
     /// Every Scaler whose selector picks `candidate`.
@@ -208,7 +209,7 @@ impl ClaimIndex {
         self.selecting
             .iter()
             .filter(|(_, key)| self.selects(key, candidate))
-            .map(|(c, _)| c)
+            .map(|(c, _)| &**c)
     }
 
     /// Whether the Scaler `namespace/name` selects `candidate`.
@@ -220,7 +221,7 @@ impl ClaimIndex {
     pub fn selectors(&self) -> impl Iterator<Item = (&Claimant, &TargetSelector)> {
         self.selecting.iter().filter_map(|(c, key)| {
             let (selector, _) = self.scalers.get(key)?.selector.as_deref()?;
-            Some((c, selector))
+            Some((&**c, selector))
         })
     }
 
@@ -236,7 +237,7 @@ impl ClaimIndex {
     /// and, when its selector changed or it is new or gone, the other Scalers whose selectors
     /// may pick the same objects.
     pub fn upsert(&mut self, scaler: &Scaler) -> BTreeSet<Claimant> {
-        let claimant = Claimant::of(&scaler.metadata);
+        let claimant = Arc::new(Claimant::of(&scaler.metadata));
         let targets = scaler.claimed_targets();
         let own = claimant.namespace.clone();
         let named: BTreeSet<Target> = scaler
@@ -250,13 +251,16 @@ impl ClaimIndex {
         });
         let key = (claimant.namespace.clone(), claimant.name.clone());
         let before = self.scalers.get(&key);
-        let claimed: Box<[(Target, bool)]> = targets
-            .iter()
-            .map(|t| (t.clone(), named.contains(t)))
-            .collect();
+        let same_targets = |claimed: &[(Arc<Target>, bool)]| {
+            claimed.len() == targets.len()
+                && claimed
+                    .iter()
+                    .zip(&targets)
+                    .all(|((t, n), target)| **t == *target && *n == named.contains(target))
+        };
         let unchanged = before.is_some_and(|c| {
             c.claimant == claimant
-                && c.targets == claimed
+                && same_targets(&c.targets)
                 && c.selector.as_ref().map(|s| &s.0) == selector.as_ref().map(|s| &s.0)
         });
         if unchanged {
@@ -269,13 +273,19 @@ impl ClaimIndex {
             overlapping.extend(self.overlapping(&key));
         }
         let mut touched = self.forget(&key);
+        let mut claimed = Vec::with_capacity(targets.len());
         for target in &targets {
-            let claimants = self.targets.entry(target.clone()).or_default();
+            let shared = match self.targets.get_key_value(target) {
+                Some((shared, _)) => shared.clone(),
+                None => Arc::new(target.clone()),
+            };
+            let claimants = self.targets.entry(shared.clone()).or_default();
             if let Err(at) = claimants.binary_search(&claimant) {
                 // Exactly one more: a `Vec` grows to four at its first push.
                 claimants.reserve_exact(1);
                 claimants.insert(at, claimant.clone());
             }
+            claimed.push((shared, named.contains(target)));
         }
         touched.extend(targets.iter().cloned());
         if selector.is_some() {
@@ -285,7 +295,7 @@ impl ClaimIndex {
             key.clone(),
             Claim {
                 claimant,
-                targets: claimed,
+                targets: claimed.into_boxed_slice(),
                 selector: selector.map(Box::new),
             },
         );
@@ -328,7 +338,7 @@ impl ClaimIndex {
                     _ => true,
                 }
             })
-            .map(|(c, _)| c.clone())
+            .map(|(c, _)| Claimant::clone(c))
             .collect()
     }
 
@@ -358,7 +368,11 @@ impl ClaimIndex {
                 }
             }
         }
-        targets.into_vec().into_iter().map(|(t, _)| t).collect()
+        targets
+            .into_vec()
+            .into_iter()
+            .map(|(t, _)| Arc::unwrap_or_clone(t))
+            .collect()
     }
 
     fn others_on(&self, targets: &BTreeSet<Target>, me: &ScalerKey) -> BTreeSet<Claimant> {
