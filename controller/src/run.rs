@@ -275,20 +275,22 @@ where
     K: Resource<DynamicType = ()> + Serialize + DeserializeOwned,
     F: Future<Output = Result<Action>>,
 {
+    // Named as kube-runtime names objects (`Kind.version.group/name.namespace`), as before.
+    let object = || ObjectRef::<K>::new(&key.name).within(&key.namespace);
     let Some(packed) = store.get_key(&key) else {
-        debug!(kind, object = %key, "gone");
+        debug!(kind, object = %object(), "gone");
         return Action::await_change();
     };
     let obj = match packed.object() {
         Ok(obj) => Arc::new(obj),
         Err(e) => {
-            warn!(kind, object = %key, error = %e, "cannot read the cached object; it waits for its next change");
+            warn!(kind, object = %object(), error = %e, "cannot read the cached object; it waits for its next change");
             return Action::await_change();
         }
     };
     match reconcile(obj.clone(), ctx.clone()).await {
         Ok(action) => {
-            debug!(kind, object = %key, ?action, "reconciled");
+            debug!(kind, object = %object(), ?action, "reconciled");
             action
         }
         // The error policy logs the failure with its backoff.
