@@ -212,6 +212,31 @@ mod tests {
         }
     }
 
+    impl Harness {
+        fn send(&self, names: &[&str]) {
+            for name in names {
+                self.triggers.send(key(name)).unwrap();
+            }
+        }
+
+        /// Stops the queue and waits until it has.
+        async fn stop(self) {
+            self.stop.send_replace(true);
+            self.queue.await.unwrap();
+        }
+    }
+
+    /// A queue as [`start`] makes it, its store ready at once.
+    fn ready(settings: Settings, work: Duration, action: Action) -> (Harness, Log) {
+        let log = Log::default();
+        let mut h = start(settings, log.clone(), work, action);
+        h.ready.take().unwrap().send(()).unwrap();
+        (h, log)
+    }
+
+    /// Reconciles that take 10 s and ask for nothing more.
+    const TEN_SECONDS: Duration = Duration::from_secs(10);
+
     fn tokio_stream_of(
         mut rx: mpsc::UnboundedReceiver<ObjectKey>,
     ) -> impl Stream<Item = ObjectKey> {
@@ -236,16 +261,13 @@ mod tests {
             Duration::ZERO,
             Action::await_change(),
         );
-        for _ in 0..3 {
-            h.triggers.send(key("a")).unwrap();
-        }
+        h.send(&["a", "a", "a"]);
         settle(Duration::from_secs(1)).await;
         assert!(log.names().is_empty(), "ran before the store was ready");
         h.ready.take().unwrap().send(()).unwrap();
         settle(Duration::from_secs(1)).await;
         assert_eq!(log.names(), ["start a", "end a"]);
-        h.stop.send_replace(true);
-        h.queue.await.unwrap();
+        h.stop().await;
     }
 
     /// The start times of the reconciles, in seconds since the test began.
@@ -257,86 +279,53 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn never_runs_one_object_twice_at_once() {
-        let log = Log::default();
-        let settings = Settings::default();
-        let mut h = start(
-            settings,
-            log.clone(),
-            Duration::from_secs(10),
-            Action::await_change(),
-        );
-        h.ready.take().unwrap().send(()).unwrap();
-        h.triggers.send(key("a")).unwrap();
+        let (h, log) = ready(Settings::default(), TEN_SECONDS, Action::await_change());
+        h.send(&["a"]);
         settle(Duration::from_secs(1)).await;
         // A change to "a" while it is reconciled waits for that reconcile to end; "b" does not.
-        h.triggers.send(key("a")).unwrap();
-        h.triggers.send(key("b")).unwrap();
+        h.send(&["a", "b"]);
         settle(Duration::from_secs(60)).await;
         assert_eq!(
             log.names(),
             ["start a", "start b", "end a", "start a", "end b", "end a"]
         );
         assert_eq!(starts(&log), [0, 1, 10]);
-        h.stop.send_replace(true);
-        h.queue.await.unwrap();
+        h.stop().await;
     }
 
     #[tokio::test(start_paused = true)]
     async fn keeps_to_the_concurrency_limit() {
-        let log = Log::default();
         let settings = Settings {
             concurrency: 2,
             debounce: Duration::ZERO,
         };
-        let mut h = start(
-            settings,
-            log.clone(),
-            Duration::from_secs(10),
-            Action::await_change(),
-        );
-        h.ready.take().unwrap().send(()).unwrap();
-        for name in ["a", "b", "c"] {
-            h.triggers.send(key(name)).unwrap();
-        }
+        let (h, log) = ready(settings, TEN_SECONDS, Action::await_change());
+        h.send(&["a", "b", "c"]);
         settle(Duration::from_secs(60)).await;
         assert_eq!(starts(&log), [0, 0, 10]);
-        h.stop.send_replace(true);
-        h.queue.await.unwrap();
+        h.stop().await;
     }
 
     #[tokio::test(start_paused = true)]
     async fn requeues_after_what_the_reconcile_asks() {
-        let log = Log::default();
-        let settings = Settings::default();
         let action = Action::requeue(Duration::from_secs(30));
-        let mut h = start(settings, log.clone(), Duration::ZERO, action);
-        h.ready.take().unwrap().send(()).unwrap();
-        h.triggers.send(key("a")).unwrap();
+        let (h, log) = ready(Settings::default(), Duration::ZERO, action);
+        h.send(&["a"]);
         settle(Duration::from_secs(100)).await;
         assert_eq!(starts(&log), [0, 30, 60, 90]);
-        h.stop.send_replace(true);
-        h.queue.await.unwrap();
+        h.stop().await;
     }
 
     #[tokio::test(start_paused = true)]
     async fn stop_lets_running_reconciles_finish_and_starts_none() {
-        let log = Log::default();
         let settings = Settings {
             concurrency: 1,
             debounce: Duration::ZERO,
         };
-        let mut h = start(
-            settings,
-            log.clone(),
-            Duration::from_secs(10),
-            Action::await_change(),
-        );
-        h.ready.take().unwrap().send(()).unwrap();
-        h.triggers.send(key("a")).unwrap();
-        h.triggers.send(key("b")).unwrap();
+        let (h, log) = ready(settings, TEN_SECONDS, Action::await_change());
+        h.send(&["a", "b"]);
         settle(Duration::from_secs(1)).await;
-        h.stop.send_replace(true);
-        h.queue.await.unwrap();
+        h.stop().await;
         // Which of the two came first is the scheduler's choice; the other never started.
         let names = log.names();
         let first = names
