@@ -176,7 +176,7 @@ fn packed<K>(
     what: String,
     api: Api<K>,
     config: watcher::Config,
-    mut writer: PackedWriter<K>,
+    writer: PackedWriter<K>,
 ) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static
 where
     K: Resource<DynamicType = ()>
@@ -188,15 +188,8 @@ where
         + Sync
         + 'static,
 {
-    tracked(health, what, api, config)
-        .backoff(tolerant::backoff())
-        .inspect_ok(
-            move |event| match children::pack_event(event, Packed::pack) {
-                Ok(packed) => writer.apply_watcher_event(&packed),
-                Err(e) => warn!(error = %e, "could not cache a watched object"),
-            },
-        )
-        .touched_objects()
+    let watch = tracked(health, what, api, config).backoff(tolerant::backoff());
+    packing(watch, writer, Packed::pack).touched_objects()
 }
 
 /// The items of `watch`, its errors logged (the watch retries them with a backoff).
@@ -232,25 +225,20 @@ fn owners_of<K: Resource<DynamicType = ()>, C: Resource>(child: &C) -> Vec<Objec
         .collect()
 }
 
-/// A watch of the `K`s that keeps each one whole and packed in `writer`'s store, and yields the
-/// ones it saw created or changed.
-fn packed_whole<K>(
+/// `watch`, each event's object packed by `pack` ([`Packed::pack`] or [`Packed::whole`]) into
+/// `writer`'s store as it passes.
+fn packing<K>(
     watch: impl Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static,
     mut writer: PackedWriter<K>,
-) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static
+    pack: fn(&K) -> crate::Result<Packed<K>>,
+) -> impl Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static
 where
-    K: Resource<DynamicType = ()> + Clone + Serialize + DeserializeOwned + Send + 'static,
+    K: Resource<DynamicType = ()> + Send + 'static,
 {
-    watch
-        .inspect_ok(
-            move |event| match children::pack_event(event, Packed::whole) {
-                Ok(packed) => writer.apply_watcher_event(&packed),
-                Err(e) => {
-                    warn!(kind = %K::kind(&()), error = %e, "could not cache a watched object")
-                }
-            },
-        )
-        .applied_objects()
+    watch.inspect_ok(move |event| match children::pack_event(event, pack) {
+        Ok(packed) => writer.apply_watcher_event(&packed),
+        Err(e) => warn!(kind = %K::kind(&()), error = %e, "could not cache a watched object"),
+    })
 }
 
 /// Resolves once `store` has listed its objects once (or can no longer: its watch is gone).
@@ -321,8 +309,9 @@ fn owner_triggers<K: Owner>(
             }
         })
         .modify(children::trim::<K>);
-    let owners = logged(kind, packed_whole(owners, writer)).map(|owner| key_of(&owner));
-    fn owned<K: Owner, C: Resource + Send + 'static>(
+    let owners = packing(owners, writer, Packed::whole).applied_objects();
+    let owners = logged(kind, owners).map(|owner| key_of(&owner));
+    fn owners_named_by<K: Owner, C: Resource + Send + 'static>(
         children: impl Stream<Item = Result<C, watcher::Error>> + Send + 'static,
     ) -> BoxStream<'static, ObjectKey> {
         logged(K::KIND, children)
@@ -331,14 +320,14 @@ fn owner_triggers<K: Owner>(
     }
     let mut triggers = vec![
         owners.boxed(),
-        owned::<K, _>(packed(
+        owners_named_by::<K, _>(packed(
             health,
             format!("{kind} Deployment"),
             api::<Deployment>(client, ns),
             children_of(K::APP),
             writers.deployments,
         )),
-        owned::<K, _>(packed(
+        owners_named_by::<K, _>(packed(
             health,
             format!("{kind} Service"),
             api::<Service>(client, ns),
@@ -347,7 +336,7 @@ fn owner_triggers<K: Owner>(
         )),
     ];
     if K::OWNS_INGRESS {
-        triggers.push(owned::<K, _>(packed(
+        triggers.push(owners_named_by::<K, _>(packed(
             health,
             format!("{kind} Ingress"),
             api::<Ingress>(client, ns),
@@ -445,7 +434,8 @@ pub async fn controllers(
                     claims_changed.unbounded_send(ObjectKey::new(&other.namespace, &other.name));
             }
         });
-    let scaler_objects = logged(scaler::KIND, packed_whole(scaler_objects, writer));
+    let scaler_objects = packing(scaler_objects, writer, Packed::whole).applied_objects();
+    let scaler_objects = logged(scaler::KIND, scaler_objects);
     // Any Deployment or StatefulSet may be a target, so all are watched (their metadata is
     // enough to name them, and for selectors to pick them), as is every other kind a selector
     // names; a change wakes the Scalers that name, hold or select the object. Targets of other
