@@ -189,12 +189,12 @@ mod tests {
     }
 
     const DEPLOYMENT: &str = "/apis/apps/v1/namespaces/team/deployments/cache?&force=true&fieldManager=kubesteer-controller";
-    const STATUS: &str = "/apis/kubesteer.io/v1alpha1/namespaces/team/memcacheds/cache/status?&force=true&fieldManager=kubesteer-controller";
-    // A child missing from the cache is created by an apply without force that can only create.
+    const STATUS: &str = "/apis/kubesteer.io/v1alpha1/namespaces/team/memcacheds/cache/status?&fieldManager=kubesteer-controller";
+    // A child missing from the cache is created (a POST), which never writes an existing object.
     const CREATE_DEPLOYMENT: &str =
-        "/apis/apps/v1/namespaces/team/deployments/cache?&fieldManager=kubesteer-controller";
+        "/apis/apps/v1/namespaces/team/deployments?&fieldManager=kubesteer-controller";
     const CREATE_SERVICE: &str =
-        "/api/v1/namespaces/team/services/cache?&fieldManager=kubesteer-controller";
+        "/api/v1/namespaces/team/services?&fieldManager=kubesteer-controller";
     const GET_DEPLOYMENT: &str = "/apis/apps/v1/namespaces/team/deployments/cache";
     const GET_SERVICE: &str = "/api/v1/namespaces/team/services/cache";
 
@@ -261,21 +261,19 @@ mod tests {
         let mc = memcached(json!({"size": 2}));
         let (ctx, verifier) = fixtures::context();
         let scenario = verifier.run(vec![
-            // Children missing from the cache are created without a read first: the apply carries
-            // a resourceVersion no stored object has, so a same-named object is never written.
-            Call::patch(CREATE_DEPLOYMENT)
+            // Children missing from the cache are created without a read first: a create never
+            // writes a same-named object.
+            Call::post(CREATE_DEPLOYMENT)
                 .body(|b| {
                     assert_eq!(b["kind"], "Deployment");
-                    assert_eq!(b["metadata"]["resourceVersion"], "1");
                     assert_eq!(b["spec"]["replicas"], 2);
                     let fingerprint = &b["metadata"]["annotations"][annotation::APPLIED];
                     assert_eq!(fingerprint.as_str().map(str::len), Some(16), "{b}");
                 })
                 .created_as(deployment_with(json!({}))),
-            Call::patch(CREATE_SERVICE)
+            Call::post(CREATE_SERVICE)
                 .body(|b| {
                     assert_eq!(b["kind"], "Service");
-                    assert_eq!(b["metadata"]["resourceVersion"], "1");
                     assert_eq!(b["spec"]["clusterIP"], "None");
                 })
                 .created(),
@@ -333,7 +331,6 @@ mod tests {
         // Only the write after the grace: the earlier reconciles send nothing.
         let scenario = verifier.run(vec![Call::patch(STATUS)
             .body(|b| {
-                assert_eq!(b["kind"], "Memcached");
                 assert_eq!(b["status"]["readyReplicas"], 0);
                 assert_eq!(b["status"]["observedGeneration"], 2);
                 assert_eq!(b["status"]["nodes"], json!(["cache-a"]));
@@ -464,6 +461,53 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn the_first_apply_to_a_created_deployment_moves_its_fields_to_the_apply_entry() {
+        let mc = memcached(json!({"size": 2}));
+        let mut scaled = applied_deployment(&mc, READY());
+        scaled["spec"]["replicas"] = json!(5);
+        let (ctx, verifier) =
+            fixtures::context_cached(world_with(scaled, &mc, &["cache-a", "cache-b"]));
+        // What the apply answers: the create's fields are still in an Update entry, where no
+        // apply can remove them.
+        let mut answer = applied_deployment(&mc, READY());
+        answer["metadata"]["resourceVersion"] = json!("41");
+        answer["metadata"]["managedFields"] = json!([
+            {"manager": "kubesteer-controller", "operation": "Apply", "apiVersion": "apps/v1",
+             "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:replicas": {}}}},
+            {"manager": "kubesteer-controller", "operation": "Update", "apiVersion": "apps/v1",
+             "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:replicas": {}, "f:paused": {}}}},
+        ]);
+        let scenario = verifier.run(vec![
+            Call::patch(DEPLOYMENT).respond(answer),
+            Call::patch(&format!(
+                "{GET_DEPLOYMENT}?&fieldManager=kubesteer-controller"
+            ))
+            .body(|b| {
+                assert_eq!(
+                    b[0],
+                    json!({"op": "test", "path": "/metadata/resourceVersion", "value": "41"})
+                );
+                assert_eq!(b[1]["path"], "/metadata/managedFields");
+                let entries = b[1]["value"].as_array().unwrap();
+                assert_eq!(entries.len(), 1, "{b}");
+                assert_eq!(entries[0]["operation"], "Apply");
+                assert_eq!(
+                    entries[0]["fieldsV1"],
+                    json!({"f:spec": {"f:replicas": {}, "f:paused": {}}})
+                );
+            })
+            .respond(applied_deployment(&mc, READY())),
+            // Applied again: now whatever it leaves out is removed.
+            Call::patch(DEPLOYMENT)
+                .body(|b| assert_eq!(b["spec"]["replicas"], 2))
+                .respond(applied_deployment(&mc, READY())),
+            Call::patch(STATUS).respond_status_of(&mc),
+        ]);
+        reconcile(Arc::new(mc.clone()), ctx.clone()).await.unwrap();
+        scenario.finish(ctx).await;
+    }
+
+    #[tokio::test]
     async fn a_hand_edited_pod_template_missing_from_the_cache_is_read_once_and_applied_again() {
         let mc = memcached(json!({"size": 2}));
         let mut edited = applied_deployment(&mc, READY());
@@ -521,7 +565,7 @@ mod tests {
         checked(&caches, &mc);
         let (ctx, verifier) = fixtures::context_cached(caches);
         let scenario = verifier.run(vec![
-            Call::patch(CREATE_SERVICE).created(),
+            Call::post(CREATE_SERVICE).created(),
             Call::event("team")
                 .body(|b| assert_eq!(b["note"], "Created Service cache"))
                 .respond_with_body(),
@@ -578,8 +622,8 @@ mod tests {
         // The create finds the name taken (409, nothing written); the Deployment read then is not
         // this Memcached's, so no write goes to it. The Service, free, is created as usual.
         let scenario = verifier.run(vec![
-            Call::patch(CREATE_DEPLOYMENT).conflict(),
-            Call::patch(CREATE_SERVICE).created(),
+            Call::post(CREATE_DEPLOYMENT).already_exists(),
+            Call::post(CREATE_SERVICE).created(),
             Call::get(GET_DEPLOYMENT).respond(hand_made_deployment()),
             Call::event("team")
                 .body(|b| assert_eq!(b["note"], "Created Service cache"))
@@ -604,8 +648,8 @@ mod tests {
         let mc = memcached(json!({"size": 2}));
         let (ctx, verifier) = fixtures::context();
         let scenario = verifier.run(vec![
-            Call::patch(CREATE_DEPLOYMENT).conflict(),
-            Call::patch(CREATE_SERVICE).created(),
+            Call::post(CREATE_DEPLOYMENT).already_exists(),
+            Call::post(CREATE_SERVICE).created(),
             Call::get(GET_DEPLOYMENT).not_found(),
         ]);
         assert_eq!(
@@ -662,8 +706,8 @@ mod tests {
         let mc = memcached(json!({"size": 2}));
         let (ctx, verifier) = fixtures::context();
         let scenario = verifier.run(vec![
-            Call::patch(CREATE_DEPLOYMENT).conflict(),
-            Call::patch(CREATE_SERVICE).conflict(),
+            Call::post(CREATE_DEPLOYMENT).already_exists(),
+            Call::post(CREATE_SERVICE).already_exists(),
             Call::get(GET_SERVICE).respond(applied_service(&mc)),
             Call::get(GET_DEPLOYMENT).respond(applied_deployment(&mc, READY())),
             Call::patch(STATUS)

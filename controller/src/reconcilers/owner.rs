@@ -22,7 +22,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::children::{
-    self, apply_params, namespace_and_name, Children, Ensured, NameConflict, Packed,
+    self, namespace_and_name, write_params, Children, Ensured, NameConflict, Packed,
 };
 use crate::{Context, Error, Result};
 use kubesteer_api::keys::condition::{AVAILABLE, DEGRADED, PROGRESSING, READY};
@@ -208,7 +208,7 @@ async fn reconcile_owner<K: Owner>(owner: &K, ctx: &Context) -> Result<Action> {
             }
         }
         let api: Api<K> = Api::namespaced(ctx.client.clone(), &ns);
-        api.patch_status(&name, &apply_params(), &status_patch::<K>(&status))
+        api.patch_status(&name, &write_params(), &status_patch(&status)?)
             .await?;
         ctx.status_written(K::KIND, owner);
     }
@@ -525,7 +525,7 @@ where
     status.observe(generation, conditions);
     if owner.status() != Some(&status) {
         let api: Api<K> = Api::namespaced(ctx.client.clone(), &ns);
-        api.patch_status(&name, &apply_params(), &status_patch::<K>(&status))
+        api.patch_status(&name, &write_params(), &status_patch(&status)?)
             .await?;
         ctx.status_written(kind, owner);
         let note = conflicts

@@ -428,13 +428,13 @@ mod tests {
         "/api/v1/namespaces/team/secrets?&fieldManager=kubesteer-controller";
     const SECRET_PATCH: &str =
         "/api/v1/namespaces/team/secrets/hello-credentials?&fieldManager=kubesteer-controller";
-    // A Deployment or Service missing from the cache is created by an apply that can only create.
+    // A Deployment or Service missing from the cache is created (a POST).
     const DEPLOYMENT_CREATE: &str =
-        "/apis/apps/v1/namespaces/team/deployments/hello?&fieldManager=kubesteer-controller";
+        "/apis/apps/v1/namespaces/team/deployments?&fieldManager=kubesteer-controller";
     const SERVICE_CREATE: &str =
-        "/api/v1/namespaces/team/services/hello?&fieldManager=kubesteer-controller";
+        "/api/v1/namespaces/team/services?&fieldManager=kubesteer-controller";
     const SECRET_URL: &str = "/api/v1/namespaces/team/secrets/hello-credentials";
-    const STATUS: &str = "/apis/kubesteer.io/v1alpha1/namespaces/team/welcomes/hello/status?&force=true&fieldManager=kubesteer-controller";
+    const STATUS: &str = "/apis/kubesteer.io/v1alpha1/namespaces/team/welcomes/hello/status?&fieldManager=kubesteer-controller";
 
     fn with_node_port(mut service: serde_json::Value) -> serde_json::Value {
         service["spec"]["ports"][0]["nodePort"] = json!(30123);
@@ -554,7 +554,7 @@ mod tests {
                     assert_eq!(bytes.0, SECRET.as_bytes());
                 })
                 .created_as(stored_secret(&w, "sec-uid")),
-            Call::patch(DEPLOYMENT_CREATE)
+            Call::post(DEPLOYMENT_CREATE)
                 .body(|b| {
                     no_password_in(b);
                     assert_eq!(
@@ -569,7 +569,7 @@ mod tests {
                 })
                 .created(),
             // Deployment and Service are ensured together, the Deployment first.
-            Call::patch(SERVICE_CREATE)
+            Call::post(SERVICE_CREATE)
                 .body(|b| assert_eq!(b["spec"]["type"], "NodePort"))
                 .created_as(with_node_port(serde_json::to_value(service(&welcome(json!({"name": "kubesteer"}))).unwrap()).unwrap())),
             Call::event("team")
@@ -645,7 +645,7 @@ mod tests {
                     assert!(!annotations.contains_key(annotation::CREDENTIALS_UID), "{b}");
                 })
                 .respond_with_body(),
-            Call::patch(SERVICE_CREATE)
+            Call::post(SERVICE_CREATE)
                 .body(|b| assert_eq!(b["spec"]["type"], "ClusterIP"))
                 .created(),
             Call::event("team")
@@ -669,7 +669,7 @@ mod tests {
                 "Precondition failed: UID in precondition: sec-uid, UID in object meta: users-uid",
             ),
             Call::patch(DEPLOYMENT).respond_with_body(),
-            Call::patch(SERVICE_CREATE).created(),
+            Call::post(SERVICE_CREATE).created(),
             Call::event("team")
                 .body(|b| assert!(b["note"].as_str().unwrap().ends_with("Service hello"), "{b}"))
                 .respond_with_body(),
@@ -689,7 +689,7 @@ mod tests {
         let (ctx, verifier) = with_cached(users, None);
         let scenario = verifier.run(vec![
             Call::patch(DEPLOYMENT).respond_with_body(),
-            Call::patch(SERVICE_CREATE).created(),
+            Call::post(SERVICE_CREATE).created(),
             Call::event("team")
                 .body(|b| {
                     assert!(
@@ -707,7 +707,7 @@ mod tests {
         foreign["metadata"]["ownerReferences"][0]["uid"] = json!("someone-else");
         let (ctx, verifier) = with_cached(foreign, None);
         let scenario = verifier.run(vec![
-            Call::patch(SERVICE_CREATE).created(),
+            Call::post(SERVICE_CREATE).created(),
             Call::event("team")
                 .body(|b| assert!(b["note"].as_str().unwrap().ends_with("Service hello"), "{b}"))
                 .respond_with_body(),
@@ -746,7 +746,7 @@ mod tests {
                 "the server rejected our request due to an error in our request",
             ),
             // No Deployment: its pods would read someone else's Secret as the password.
-            Call::patch(SERVICE_CREATE).created(),
+            Call::post(SERVICE_CREATE).created(),
             Call::event("team")
                 .body(|b| assert!(b["note"].as_str().unwrap().ends_with("Service hello"), "{b}"))
                 .respond_with_body(),
@@ -785,7 +785,7 @@ mod tests {
         let scenario = verifier.run(vec![
             Call::post(SECRET_CREATE).already_exists(),
             Call::patch(SECRET_PATCH).respond(stored_secret(&w, "sec-uid")),
-            Call::patch(DEPLOYMENT_CREATE)
+            Call::post(DEPLOYMENT_CREATE)
                 .body(|b| {
                     assert_eq!(
                         b["metadata"]["annotations"][annotation::CREDENTIALS_UID],
@@ -793,7 +793,7 @@ mod tests {
                     )
                 })
                 .created(),
-            Call::patch(SERVICE_CREATE).created(),
+            Call::post(SERVICE_CREATE).created(),
             Call::event("team")
                 .body(|b| {
                     assert!(
@@ -816,7 +816,7 @@ mod tests {
             refused(),
             Call::post(SECRET_CREATE).already_exists(),
             refused(),
-            Call::patch(SERVICE_CREATE).created(),
+            Call::post(SERVICE_CREATE).created(),
             Call::event("team")
                 .body(|b| {
                     assert!(
@@ -841,8 +841,8 @@ mod tests {
         );
         let (ctx, verifier) = fixtures::context();
         let scenario = verifier.run(vec![
-            Call::patch(DEPLOYMENT_CREATE).created(),
-            Call::patch(SERVICE_CREATE).created(),
+            Call::post(DEPLOYMENT_CREATE).created(),
+            Call::post(SERVICE_CREATE).created(),
             Call::event("team")
                 .body(|b| {
                     assert!(

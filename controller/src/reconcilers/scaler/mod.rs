@@ -8,16 +8,14 @@ use std::time::Duration;
 use crate::runtime::queue::Action;
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
-use kube::api::{ApiResource, DynamicObject, ListParams, Patch, PatchParams};
+use kube::api::{ApiResource, DynamicObject, ListParams, Patch};
 use kube::runtime::events::EventType;
 use kube::runtime::finalizer::{finalizer, Event as Finalizer};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
 use kubesteer_api::common::condition;
 use kubesteer_api::keys::condition::READY;
-use kubesteer_api::keys::{
-    annotation, reason, CONTROLLER_FIELD_MANAGER, RESTORE_TARGETS_FINALIZER,
-};
+use kubesteer_api::keys::{annotation, reason, RESTORE_TARGETS_FINALIZER};
 use kubesteer_api::rules::scaler::MAX_STATUS_TARGETS;
 use kubesteer_api::scaler::claims::{ClaimIndex, Claimant};
 use kubesteer_api::scaler::plan::Plan;
@@ -30,7 +28,7 @@ use kubesteer_api::{Scaler, ScalerStatus};
 use serde_json::{json, Value};
 use tracing::{info, warn};
 
-use crate::children::{apply_params, namespace_and_name};
+use crate::children::{namespace_and_name, write_params};
 use crate::reconcilers::{status_patch, time};
 use crate::workload::*;
 use crate::{is_status, Error, Result};

@@ -73,7 +73,7 @@ pub(super) async fn patch_status(
     status: &ScalerStatus,
 ) -> Result<()> {
     let api: Api<Scaler> = Api::namespaced(ctx.client.clone(), ns);
-    api.patch_status(name, &apply_params(), &status_patch::<Scaler>(status))
+    api.patch_status(name, &write_params(), &status_patch(status)?)
         .await?;
     Ok(())
 }

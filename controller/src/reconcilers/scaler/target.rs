@@ -84,13 +84,6 @@ pub(super) async fn record_of(
     }
 }
 
-pub(super) fn params() -> PatchParams {
-    PatchParams {
-        field_manager: Some(CONTROLLER_FIELD_MANAGER.into()),
-        ..PatchParams::default()
-    }
-}
-
 /// The target's metadata and `/scale`, None when it does not exist.
 pub(super) async fn read(
     ctx: &ScalerContext,
@@ -235,7 +228,7 @@ pub(super) async fn write_target(
                 &target.name,
                 to,
                 rv.as_deref(),
-                &params(),
+                &write_params(),
             )
             .await
     };
@@ -256,7 +249,7 @@ pub(super) async fn write_target(
             patch["metadata"]["resourceVersion"] = json!(current.resource_version);
         }
         let object = api
-            .patch(&target.name, &params(), &Patch::Merge(&patch))
+            .patch(&target.name, &write_params(), &Patch::Merge(&patch))
             .await?;
         let replicas = spec_replicas(resource, &object).unwrap_or(to);
         written = Current::of(&object.metadata, replicas);
@@ -270,7 +263,7 @@ pub(super) async fn write_target(
     if !change.restoring {
         if let Some(record) = &change.record {
             let meta = api
-                .patch_metadata(&target.name, &params(), &Patch::Merge(record))
+                .patch_metadata(&target.name, &write_params(), &Patch::Merge(record))
                 .await?;
             written.annotations = meta.annotations().clone();
             rv = None;
@@ -283,7 +276,7 @@ pub(super) async fn write_target(
     if change.restoring {
         if let Some(record) = &change.record {
             let meta = api
-                .patch_metadata(&target.name, &params(), &Patch::Merge(record))
+                .patch_metadata(&target.name, &write_params(), &Patch::Merge(record))
                 .await?;
             written.annotations = meta.annotations().clone();
         }
@@ -485,7 +478,7 @@ pub(super) async fn reconcile_target(
                 Via::Autoscaler(hpa) => {
                     let api: Api<HorizontalPodAutoscaler> =
                         Api::namespaced(ctx.client.clone(), &target.namespace);
-                    api.patch(hpa, &params(), &Patch::Merge(patch))
+                    api.patch(hpa, &write_params(), &Patch::Merge(patch))
                         .await
                         .map(|_| now.clone())
                 }
@@ -495,7 +488,7 @@ pub(super) async fn reconcile_target(
                         &target.namespace,
                         &scaled_objects(),
                     );
-                    api.patch(name, &params(), &Patch::Merge(patch))
+                    api.patch(name, &write_params(), &Patch::Merge(patch))
                         .await
                         .map(|_| now.clone())
                 }

@@ -6,7 +6,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kubesteer_runtime::scale::Unscalable;
 use serde_json::json;
 
-pub(super) const STATUS: &str = "/apis/kubesteer.io/v1beta1/namespaces/team/scalers/nightly/status?&force=true&fieldManager=kubesteer-controller";
+pub(super) const STATUS: &str = "/apis/kubesteer.io/v1beta1/namespaces/team/scalers/nightly/status?&fieldManager=kubesteer-controller";
 pub(super) const WEB: &str = "/apis/apps/v1/namespaces/team/deployments/web";
 pub(super) const API: &str = "/apis/apps/v1/namespaces/other/deployments/api";
 pub(super) const SCALER: &str = "/apis/kubesteer.io/v1beta1/namespaces/team/scalers/nightly?";
