@@ -401,16 +401,17 @@ pub fn pod_names(
     app: &str,
     instance: &str,
 ) -> Vec<String> {
+    // Filtered under the store's lock, the instance (the most telling) first: only the few
+    // matching pods are cloned out, not every pod of every owner.
     let mut names: Vec<String> = pods
-        .state()
-        .iter()
-        .filter(|p| {
+        .state_filter(|p| {
             let labels = p.labels();
-            p.metadata.namespace.as_deref() == Some(ns)
-                && p.metadata.deletion_timestamp.is_none()
+            labels.get(label::INSTANCE).map(String::as_str) == Some(instance)
+                && p.metadata.namespace.as_deref() == Some(ns)
                 && labels.get(label::NAME).map(String::as_str) == Some(app)
-                && labels.get(label::INSTANCE).map(String::as_str) == Some(instance)
+                && p.metadata.deletion_timestamp.is_none()
         })
+        .iter()
         .map(|p| p.name_any())
         .collect();
     names.sort();
