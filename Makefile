@@ -14,7 +14,7 @@ IMAGE_TAR ?= .kubesteer/image.tar
 PAUSE_IMG ?= localhost/kubesteer-pause:3.10
 PAUSE_TAR ?= .kubesteer/pause.tar
 
-.PHONY: all build plugin control-plane monitoring-tools cluster-up cluster-down manifests install run run-once test-run deploy undeploy test fmt-check clippy unit e2e bench-webhook bench-webhook-memory bench-controller bench-stores fuzz keda
+.PHONY: all build plugin control-plane monitoring-tools cluster-up cluster-down manifests install run run-once test-run deploy undeploy test fmt-check clippy unit e2e bench-webhook bench-webhook-memory bench-controller bench-stores bench-verbs fuzz keda
 
 all: build
 
@@ -128,6 +128,12 @@ bench-webhook-memory:
 ## BENCH_FLEET_HOLD (1,000) scale-ups; bench/results/controller-fleet.json.
 bench-controller: control-plane
 	bench/scripts/controller.sh
+
+## bench-verbs: what each of kubesteer's writes costs the apiserver (and etcd) in CPU, by verb: POST
+## against an apply that creates, a JSON patch of the status against an apply of it; on a cluster of
+## its own with the controller-manager paused; writes bench/results/apiserver-verbs.json.
+bench-verbs: control-plane
+	bench/scripts/verbs.sh
 
 ## bench-stores: what the controller's caches take per object, kept as it keeps them and parsed,
 ## BENCH_STORES_COUNT (20,000) copies of bench/bodies/stores/ each, in process (no cluster), with

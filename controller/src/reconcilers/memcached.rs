@@ -439,6 +439,13 @@ mod tests {
         scenario.finish(ctx).await;
     }
 
+    /// The apply of a size-2 Memcached's Deployment, answered as applied.
+    fn applied_for_size_2(mc: &Memcached) -> Call {
+        Call::patch(DEPLOYMENT)
+            .body(|b| assert_eq!(b["spec"]["replicas"], 2))
+            .respond(applied_deployment(mc, READY()))
+    }
+
     #[tokio::test]
     async fn a_hand_scaled_or_outdated_cached_deployment_is_applied_again() {
         let mc = memcached(json!({"size": 2}));
@@ -450,9 +457,7 @@ mod tests {
             let (ctx, verifier) =
                 fixtures::context_cached(world_with(cached, &mc, &["cache-a", "cache-b"]));
             let scenario = verifier.run(vec![
-                Call::patch(DEPLOYMENT)
-                    .body(|b| assert_eq!(b["spec"]["replicas"], 2))
-                    .respond(applied_deployment(&mc, READY())),
+                applied_for_size_2(&mc),
                 Call::patch(STATUS).respond_status_of(&mc),
             ]);
             reconcile(Arc::new(mc.clone()), ctx.clone()).await.unwrap();
@@ -498,9 +503,7 @@ mod tests {
             })
             .respond(applied_deployment(&mc, READY())),
             // Applied again: now whatever it leaves out is removed.
-            Call::patch(DEPLOYMENT)
-                .body(|b| assert_eq!(b["spec"]["replicas"], 2))
-                .respond(applied_deployment(&mc, READY())),
+            applied_for_size_2(&mc),
             Call::patch(STATUS).respond_status_of(&mc),
         ]);
         reconcile(Arc::new(mc.clone()), ctx.clone()).await.unwrap();
