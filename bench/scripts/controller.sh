@@ -34,7 +34,9 @@
 #
 # BENCH_SUBJECT=peers runs the convergence phase only, side by side: per run (BENCH_REPEATS,
 # default 3) the subjects of BENCH_PEER_SUBJECTS (default all five: ceiling kubesteer go-default
-# go-tuned go-tutorial), each on a fresh cluster: the ceiling; kubesteer's controller; the
+# go-tuned go-tutorial; `owned` only when named), each on a fresh cluster: the ceiling; `owned`,
+# the ceiling of any controller (each Memcached created by the bench client, then its Deployment
+# and Service with the controller owner reference, no controller running); kubesteer's controller; the
 # operator-sdk-style Go peer that applies its children on every reconcile (bench/peers/controller,
 # controller-runtime v0.22) with kubebuilder's defaults (go-default: 1 worker, client QPS 20,
 # burst 30) and tuned (go-tuned, BENCH_PEER_TUNED, default 32 workers, QPS 1000, burst 2000); and
@@ -104,7 +106,7 @@ if [ "$subject" = peers ]; then
   [ ${#peer_subjects[@]} -gt 0 ] || { echo "bench-controller: BENCH_PEER_SUBJECTS is empty" >&2 && exit 2; }
   for name in "${peer_subjects[@]}"; do
     case $name in
-      ceiling | kubesteer | go-default | go-tuned | go-tutorial) ;;
+      ceiling | owned | kubesteer | go-default | go-tuned | go-tutorial) ;;
       *) echo "bench-controller: unknown subject $name in BENCH_PEER_SUBJECTS" >&2 && exit 2 ;;
     esac
   done
@@ -271,6 +273,13 @@ if [ "$subject" = peers ]; then
           "${bench[@]}" converge --mode ceiling --namespace ceiling --count "$count" --size 1 \
             --concurrency "$concurrency" >"$work/ceiling-$r.json"
           ;;
+        owned)
+          stop_controller
+          log "run $r/$repeats: owned ($count Memcacheds, then their Deployments + Services with owner references, plain client)"
+          fresh_cluster
+          "${bench[@]}" converge --mode owned --namespace owned --count "$count" --size 1 \
+            --concurrency "$concurrency" >"$work/owned-$r.json"
+          ;;
         kubesteer) converge_with kubesteer "$r" ;;
         go-default) converge_with go-default "$r" "$peer" --workers 1 --qps 20 --burst 30 ;;
         go-tuned) converge_with go-tuned "$r" "$peer" "${tuned[@]}" ;;
@@ -298,7 +307,7 @@ def per(counts, n):
 def subject(name):
     runs = [load(f"{name}-{r}") for r in range(1, repeats + 1)]
     section = {"converged_s": med([x["converged_s"] for x in runs]), "runs_converged_s": [x["converged_s"] for x in runs]}
-    if name != "ceiling":
+    if name not in ("ceiling", "owned"):
         procs = [load(f"{name}-{r}-process") for r in range(1, repeats + 1)]
         reqs = [load(f"{name}-{r}-requests") for r in range(1, repeats + 1)]
         touches = [load(f"{name}-{r}-touch") for r in range(1, repeats + 1)]
@@ -318,7 +327,7 @@ def subject(name):
                                          for q, t in zip(resyncs, touches)],
         })
     return section
-s = {n: subject(n) for n in ("ceiling", "kubesteer", "go-default", "go-tuned", "go-tutorial") if n in names}
+s = {n: subject(n) for n in ("ceiling", "owned", "kubesteer", "go-default", "go-tuned", "go-tutorial") if n in names}
 def get(name, key):
     return s.get(name, {}).get(key)
 def ratio(a, b):
@@ -350,6 +359,9 @@ out = {
         "kubesteer_to_ceiling_time": ratio(get("kubesteer", "converged_s"), get("ceiling", "converged_s")),
         "go_tuned_to_ceiling_time": ratio(get("go-tuned", "converged_s"), get("ceiling", "converged_s")),
         "go_tutorial_to_ceiling_time": ratio(get("go-tutorial", "converged_s"), get("ceiling", "converged_s")),
+        "owned_to_ceiling_time": ratio(get("owned", "converged_s"), get("ceiling", "converged_s")),
+        "kubesteer_to_owned_time": ratio(get("kubesteer", "converged_s"), get("owned", "converged_s")),
+        "go_tutorial_to_owned_time": ratio(get("go-tutorial", "converged_s"), get("owned", "converged_s")),
         "go_tuned_to_kubesteer_cpu": ratio(get("go-tuned", "cpu_s"), get("kubesteer", "cpu_s")),
         "go_tutorial_to_kubesteer_cpu": ratio(get("go-tutorial", "cpu_s"), get("kubesteer", "cpu_s")),
         "go_tuned_to_kubesteer_peak_rss": ratio(get("go-tuned", "peak_rss_mib"), get("kubesteer", "peak_rss_mib")),
@@ -358,7 +370,9 @@ out = {
         "go_tutorial_to_kubesteer_requests": ratio(get("go-tutorial", "requests_per_memcached"), get("kubesteer", "requests_per_memcached")),
     },
     "definition": "converged_s: from the first Memcached create until every Memcached has Ready=True (ceiling: "
-                  "until every directly created Deployment has rolled out); requests_per_memcached: the "
+                  "until every directly created Deployment has rolled out; owned: each Memcached created, then its "
+                  "Deployment and Service with the controller owner reference, until every Deployment has rolled "
+                  "out, with no controller running); requests_per_memcached: the "
                   "controller's non-watch requests in that window (apiserver audit log) per Memcached, "
                   "writes_per_memcached those of them that are not get, list or watch, "
                   "requests_by_verb_resource and requests_per_memcached_by_verb_resource those of the first run "
@@ -366,7 +380,7 @@ out = {
                   "from the first annotation patch until the quiet period after the last, per Memcached (an "
                   "annotation does not change metadata.generation: 0 is ideal), resync_by_verb_resource those "
                   "of the first run; fastest_go_to_kubesteer_time: the faster of go-tuned and go-tutorial by "
-                  "median; ratios above 1 favour kubesteer, except *_to_ceiling_time (1 is the ceiling); "
+                  "median; ratios above 1 favour kubesteer, except *_to_ceiling_time and *_to_owned_time (1 is that line); "
                   "a ratio is null when a subject was not run",
 }
 json.dump(out, open("bench/results/controller-peers.json", "w"), indent=2)

@@ -292,6 +292,11 @@ enum Mode {
     /// The same Deployments and Services as the controller would write, created directly
     /// (POST), converged when each Deployment has rolled out with every pod Ready.
     Ceiling,
+    /// The ceiling of any controller: each Memcached created, then its Deployment and Service
+    /// created (POST) with the controller owner reference to it, as a controller's children
+    /// carry; converged as the ceiling. What a controller cannot avoid, without its own reads,
+    /// status writes and events.
+    Owned,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -756,7 +761,7 @@ async fn converge(
             })
             .await?
         }
-        Mode::Ceiling => {
+        Mode::Ceiling | Mode::Owned => {
             let api: Api<Deployment> = spread.api(&client);
             watch_until(api, count, move |d: &Deployment| {
                 watched.holds(d.namespace().as_deref()) && rolled_out(d)
@@ -794,6 +799,20 @@ async fn converge(
                         .await?;
                     Ok(2)
                 }
+                Mode::Owned => {
+                    let owner = Api::<Memcached>::namespaced(client.clone(), namespace)
+                        .create(pp, &memcached(name, namespace, size))
+                        .await?;
+                    let d = kubesteer_controller::memcached::deployment(&owner)?;
+                    let s = kubesteer_controller::memcached::service(&owner)?;
+                    Api::<Deployment>::namespaced(client.clone(), namespace)
+                        .create(pp, &d)
+                        .await?;
+                    Api::<Service>::namespaced(client, namespace)
+                        .create(pp, &s)
+                        .await?;
+                    Ok(3)
+                }
             }
         }
     }))
@@ -823,7 +842,7 @@ async fn converge(
         "mode": format!("{mode:?}").to_lowercase(),
         "until": match mode {
             Mode::Controller => format!("{until:?}").to_lowercase(),
-            Mode::Ceiling => "rolled_out".to_string(),
+            Mode::Ceiling | Mode::Owned => "rolled_out".to_string(),
         },
         "namespace": spread.of(0),
         "namespaces": spread.names.len(),
