@@ -719,6 +719,23 @@ fn ceiling_objects(name: &str, namespace: &str, size: i32) -> Result<(Deployment
     Ok((d, s))
 }
 
+/// POSTs a Memcached's Deployment and Service, as the ceiling and owned lines make them.
+async fn create_children(
+    client: &Client,
+    pp: &PostParams,
+    d: &Deployment,
+    s: &Service,
+) -> Result<()> {
+    let namespace = d.namespace().unwrap_or_default();
+    Api::<Deployment>::namespaced(client.clone(), &namespace)
+        .create(pp, d)
+        .await?;
+    Api::<Service>::namespaced(client.clone(), &namespace)
+        .create(pp, s)
+        .await?;
+    Ok(())
+}
+
 /// Times, from the start, at which a share of the objects had converged.
 fn progress(start: Instant, done: &HashMap<String, Instant>) -> Value {
     let mut t: Vec<f64> = done.values().map(|i| secs(*i - start)).collect();
@@ -791,12 +808,7 @@ async fn converge(
                 }
                 Mode::Ceiling => {
                     let (d, s) = ceiling_objects(name, namespace, size)?;
-                    Api::<Deployment>::namespaced(client.clone(), namespace)
-                        .create(pp, &d)
-                        .await?;
-                    Api::<Service>::namespaced(client, namespace)
-                        .create(pp, &s)
-                        .await?;
+                    create_children(&client, pp, &d, &s).await?;
                     Ok(2)
                 }
                 Mode::Owned => {
@@ -805,12 +817,7 @@ async fn converge(
                         .await?;
                     let d = kubesteer_controller::memcached::deployment(&owner)?;
                     let s = kubesteer_controller::memcached::service(&owner)?;
-                    Api::<Deployment>::namespaced(client.clone(), namespace)
-                        .create(pp, &d)
-                        .await?;
-                    Api::<Service>::namespaced(client, namespace)
-                        .create(pp, &s)
-                        .await?;
+                    create_children(&client, pp, &d, &s).await?;
                     Ok(3)
                 }
             }
