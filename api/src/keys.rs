@@ -15,6 +15,15 @@ pub mod annotation {
     /// as it was before ("" when it was not paused), with [`ORIGINAL_REPLICAS_OWNER`] naming
     /// that Scaler.
     pub const ORIGINAL_PAUSED_REPLICAS: &str = "kubesteer.io/original-paused-replicas";
+    /// Every annotation of a Scaler's record on a target. The Scaler writes them with merge
+    /// patches under kubesteer's field manager; a child that is also a Scaler's target keeps
+    /// them when its owner applies it, as the record is not the owner's to remove.
+    pub const SCALER_RECORD: [&str; 4] = [
+        ORIGINAL_REPLICAS,
+        ORIGINAL_REPLICAS_OWNER,
+        ORIGINAL_MIN_REPLICAS,
+        ORIGINAL_PAUSED_REPLICAS,
+    ];
     /// KEDA's own annotation on a ScaledObject: while present, KEDA deletes the HPA it made and
     /// holds the target at this many replicas (KEDA 2.x).
     pub const KEDA_PAUSED_REPLICAS: &str = "autoscaling.keda.sh/paused-replicas";

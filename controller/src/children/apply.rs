@@ -84,15 +84,6 @@ where
     })
 }
 
-/// The annotations a Scaler records on its targets with merge patches under the same field
-/// manager: a child can be a Scaler's target, and its record is not the owner's to remove.
-const SCALER_RECORD: [&str; 4] = [
-    annotation::ORIGINAL_REPLICAS,
-    annotation::ORIGINAL_REPLICAS_OWNER,
-    annotation::ORIGINAL_MIN_REPLICAS,
-    annotation::ORIGINAL_PAUSED_REPLICAS,
-];
-
 /// `meta`'s managed fields with kubesteer's Update entries (its creates' and merge patches')
 /// folded into its Apply entry, but for a Scaler's record, which stays in an Update entry; None
 /// when there is nothing to fold.
@@ -110,7 +101,7 @@ pub fn upgraded(meta: &ObjectMeta) -> Option<Vec<ManagedFieldsEntry>> {
             continue;
         };
         let mut fields = fields.clone();
-        if let Some(record) = split_off_annotations(&mut fields, &SCALER_RECORD) {
+        if let Some(record) = split_off_annotations(&mut fields, &annotation::SCALER_RECORD) {
             kept.push(ManagedFieldsEntry {
                 fields_v1: Some(FieldsV1(record)),
                 ..update.clone()
