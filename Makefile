@@ -120,8 +120,8 @@ bench-webhook-memory:
 ## bench-controller: controller benchmark on a cluster of its own (KUBESTEER_CLUSTER=bench);
 ## writes bench/results/controller.json.
 ## BENCH_SUBJECT=peers: convergence only; ceiling, kubesteer, the Go apply peer with kubebuilder's
-## defaults and tuned, the Go peer in the kubebuilder tutorial's pattern, and (when named) the owned line
-## (BENCH_PEER_SUBJECTS picks),
+## defaults and tuned, the Go peer in the kubebuilder tutorial's pattern, and (when named) the owned and
+## writes lines (BENCH_PEER_SUBJECTS picks),
 ## each on a fresh cluster, BENCH_REPEATS runs (3), with requests per Memcached and per no-op
 ## resync from the audit log; bench/results/controller-peers.json.
 ## BENCH_PHASES=fleet: on a fresh cluster, one selector Scaler per namespace switching BENCH_FLEET_NAMESPACES

@@ -34,9 +34,12 @@
 #
 # BENCH_SUBJECT=peers runs the convergence phase only, side by side: per run (BENCH_REPEATS,
 # default 3) the subjects of BENCH_PEER_SUBJECTS (default all five: ceiling kubesteer go-default
-# go-tuned go-tutorial; `owned` only when named), each on a fresh cluster: the ceiling; `owned`,
-# the ceiling of any controller (each Memcached created by the bench client, then its Deployment
-# and Service with the controller owner reference, no controller running); kubesteer's controller; the
+# go-tuned go-tutorial; `owned` and `writes` only when named), each on a fresh cluster: the ceiling;
+# `owned`, the ceiling of any controller (each Memcached created by the bench client, then its
+# Deployment and Service with the controller owner reference, no controller running); `writes`, the
+# floor of kubesteer's own writes (owned, plus each Memcached's first status and Created event as
+# kubesteer writes them, and its Ready status as soon as the client's Deployment watch sees it rolled
+# out: no controller, no reconcile, no cache); kubesteer's controller; the
 # operator-sdk-style Go peer that applies its children on every reconcile (bench/peers/controller,
 # controller-runtime v0.22) with kubebuilder's defaults (go-default: 1 worker, client QPS 20,
 # burst 30) and tuned (go-tuned, BENCH_PEER_TUNED, default 32 workers, QPS 1000, burst 2000); and
@@ -106,7 +109,7 @@ if [ "$subject" = peers ]; then
   [ ${#peer_subjects[@]} -gt 0 ] || { echo "bench-controller: BENCH_PEER_SUBJECTS is empty" >&2 && exit 2; }
   for name in "${peer_subjects[@]}"; do
     case $name in
-      ceiling | owned | kubesteer | go-default | go-tuned | go-tutorial) ;;
+      ceiling | owned | writes | kubesteer | go-default | go-tuned | go-tutorial) ;;
       *) echo "bench-controller: unknown subject $name in BENCH_PEER_SUBJECTS" >&2 && exit 2 ;;
     esac
   done
@@ -280,6 +283,13 @@ if [ "$subject" = peers ]; then
           "${bench[@]}" converge --mode owned --namespace owned --count "$count" --size 1 \
             --concurrency "$concurrency" >"$work/owned-$r.json"
           ;;
+        writes)
+          stop_controller
+          log "run $r/$repeats: writes ($count Memcacheds with kubesteer's writes for each, plain client, no controller)"
+          fresh_cluster
+          "${bench[@]}" converge --mode writes --namespace writes --count "$count" --size 1 \
+            --concurrency "$concurrency" >"$work/writes-$r.json"
+          ;;
         kubesteer) converge_with kubesteer "$r" ;;
         go-default) converge_with go-default "$r" "$peer" --workers 1 --qps 20 --burst 30 ;;
         go-tuned) converge_with go-tuned "$r" "$peer" "${tuned[@]}" ;;
@@ -307,7 +317,7 @@ def per(counts, n):
 def subject(name):
     runs = [load(f"{name}-{r}") for r in range(1, repeats + 1)]
     section = {"converged_s": med([x["converged_s"] for x in runs]), "runs_converged_s": [x["converged_s"] for x in runs]}
-    if name not in ("ceiling", "owned"):
+    if name not in ("ceiling", "owned", "writes"):
         procs = [load(f"{name}-{r}-process") for r in range(1, repeats + 1)]
         reqs = [load(f"{name}-{r}-requests") for r in range(1, repeats + 1)]
         touches = [load(f"{name}-{r}-touch") for r in range(1, repeats + 1)]
@@ -327,7 +337,7 @@ def subject(name):
                                          for q, t in zip(resyncs, touches)],
         })
     return section
-s = {n: subject(n) for n in ("ceiling", "owned", "kubesteer", "go-default", "go-tuned", "go-tutorial") if n in names}
+s = {n: subject(n) for n in ("ceiling", "owned", "writes", "kubesteer", "go-default", "go-tuned", "go-tutorial") if n in names}
 def get(name, key):
     return s.get(name, {}).get(key)
 def ratio(a, b):
@@ -362,6 +372,9 @@ out = {
         "owned_to_ceiling_time": ratio(get("owned", "converged_s"), get("ceiling", "converged_s")),
         "kubesteer_to_owned_time": ratio(get("kubesteer", "converged_s"), get("owned", "converged_s")),
         "go_tutorial_to_owned_time": ratio(get("go-tutorial", "converged_s"), get("owned", "converged_s")),
+        "writes_to_ceiling_time": ratio(get("writes", "converged_s"), get("ceiling", "converged_s")),
+        "kubesteer_to_writes_time": ratio(get("kubesteer", "converged_s"), get("writes", "converged_s")),
+        "go_tutorial_to_writes_time": ratio(get("go-tutorial", "converged_s"), get("writes", "converged_s")),
         "go_tuned_to_kubesteer_cpu": ratio(get("go-tuned", "cpu_s"), get("kubesteer", "cpu_s")),
         "go_tutorial_to_kubesteer_cpu": ratio(get("go-tutorial", "cpu_s"), get("kubesteer", "cpu_s")),
         "go_tuned_to_kubesteer_peak_rss": ratio(get("go-tuned", "peak_rss_mib"), get("kubesteer", "peak_rss_mib")),
@@ -372,7 +385,10 @@ out = {
     "definition": "converged_s: from the first Memcached create until every Memcached has Ready=True (ceiling: "
                   "until every directly created Deployment has rolled out; owned: each Memcached created, then its "
                   "Deployment and Service with the controller owner reference, until every Deployment has rolled "
-                  "out, with no controller running); requests_per_memcached: the "
+                  "out, with no controller running; writes: as owned, plus each Memcached's first status (a JSON "
+                  "patch) and Created event as kubesteer writes them, and its Ready status written as soon as the "
+                  "client's one Deployment watch sees the Deployment rolled out, until every Ready status is "
+                  "written: kubesteer's writes with no controller); requests_per_memcached: the "
                   "controller's non-watch requests in that window (apiserver audit log) per Memcached, "
                   "writes_per_memcached those of them that are not get, list or watch, "
                   "requests_by_verb_resource and requests_per_memcached_by_verb_resource those of the first run "
@@ -380,7 +396,7 @@ out = {
                   "from the first annotation patch until the quiet period after the last, per Memcached (an "
                   "annotation does not change metadata.generation: 0 is ideal), resync_by_verb_resource those "
                   "of the first run; fastest_go_to_kubesteer_time: the faster of go-tuned and go-tutorial by "
-                  "median; ratios above 1 favour kubesteer, except *_to_ceiling_time and *_to_owned_time (1 is that line); "
+                  "median; ratios above 1 favour kubesteer, except *_to_ceiling_time, *_to_owned_time and *_to_writes_time (1 is that line); "
                   "a ratio is null when a subject was not run",
 }
 json.dump(out, open("bench/results/controller-peers.json", "w"), indent=2)

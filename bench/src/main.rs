@@ -297,6 +297,11 @@ enum Mode {
     /// carry; converged as the ceiling. What a controller cannot avoid, without its own reads,
     /// status writes and events.
     Owned,
+    /// The floor of kubesteer's own writes: the owned line plus, per Memcached, its first status
+    /// (the JSON patch kubesteer writes) and its Created event, then its Ready status as soon as
+    /// this client's one Deployment watch sees the Deployment rolled out. What kubesteer writes,
+    /// with no reconcile, cache, pod watch or read; converged when every Ready status is written.
+    Writes,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -736,6 +741,71 @@ async fn create_children(
     Ok(())
 }
 
+/// The writes line's Ready status write of one Memcached: its name and when it was written.
+type ReadyWrite = tokio::task::JoinHandle<Result<(String, Instant)>>;
+
+/// Per Memcached name, its Deployment once seen rolled out (the writes line).
+#[derive(Default)]
+struct Rollouts(Mutex<HashMap<String, Arc<tokio::sync::watch::Sender<Option<Deployment>>>>>);
+
+impl Rollouts {
+    fn of(&self, name: &str) -> Result<Arc<tokio::sync::watch::Sender<Option<Deployment>>>> {
+        let mut map = self.0.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
+        Ok(map
+            .entry(name.to_string())
+            .or_insert_with(|| Arc::new(tokio::sync::watch::channel(None).0))
+            .clone())
+    }
+
+    /// Records that `d` has rolled out (the first time only).
+    fn rolled_out(&self, d: &Deployment) {
+        if let Ok(tx) = self.of(&d.name_any()) {
+            tx.send_if_modified(|seen| seen.is_none() && seen.replace(d.clone()).is_none());
+        }
+    }
+
+    /// The Deployment of `name`, once it has rolled out.
+    async fn wait(&self, name: &str) -> Result<Deployment> {
+        let mut rx = self.of(name)?.subscribe();
+        let seen = rx.wait_for(Option::is_some).await?;
+        seen.clone().context("a rollout without its Deployment")
+    }
+}
+
+/// Writes the status kubesteer would write for `owner` with `deployment` (no pods named), as it
+/// does: one JSON patch of the whole status under its field manager.
+async fn write_status(
+    api: &Api<Memcached>,
+    owner: &Memcached,
+    d: &Deployment,
+) -> Result<Memcached> {
+    let status = kubesteer_controller::memcached::status(owner, d, Vec::new(), Utc::now());
+    let patch = kubesteer_controller::reconcilers::status_patch(&status)?;
+    let pp = kubesteer_controller::children::write_params();
+    Ok(api.patch_status(&owner.name_any(), &pp, &patch).await?)
+}
+
+/// The Normal event kubesteer records when it has created a Memcached's children.
+async fn created_event(client: &Client, owner: &Memcached) -> Result<()> {
+    use kube::runtime::events::{Event as Recorded, EventType, Recorder, Reporter};
+    let reporter = Reporter {
+        controller: "kubesteer-controller".into(),
+        instance: None,
+    };
+    let name = owner.name_any();
+    let event = Recorded {
+        type_: EventType::Normal,
+        reason: "Created".into(),
+        note: Some(format!("Created Deployment {name}, Service {name}")),
+        action: "Created".into(),
+        secondary: None,
+    };
+    Recorder::new(client.clone(), reporter)
+        .publish(&event, &owner.object_ref(&()))
+        .await?;
+    Ok(())
+}
+
 /// Times, from the start, at which a share of the objects had converged.
 fn progress(start: Instant, done: &HashMap<String, Instant>) -> Value {
     let mut t: Vec<f64> = done.values().map(|i| secs(*i - start)).collect();
@@ -763,6 +833,10 @@ async fn converge(
 ) -> Result<Value> {
     spread.ensure(&client).await?;
     let watched = spread.clone();
+    // The writes line's Ready statuses, each written once its Deployment has rolled out.
+    let rollouts = Arc::new(Rollouts::default());
+    let ready_writes = Arc::new(tokio::sync::Semaphore::new(concurrency.max(1)));
+    let readied: Mutex<Vec<ReadyWrite>> = Mutex::default();
     let watch = match mode {
         Mode::Controller => {
             let api: Api<Memcached> = spread.api(&client);
@@ -778,10 +852,15 @@ async fn converge(
             })
             .await?
         }
-        Mode::Ceiling | Mode::Owned => {
+        Mode::Ceiling | Mode::Owned | Mode::Writes => {
             let api: Api<Deployment> = spread.api(&client);
+            let rollouts = rollouts.clone();
             watch_until(api, count, move |d: &Deployment| {
-                watched.holds(d.namespace().as_deref()) && rolled_out(d)
+                let done = watched.holds(d.namespace().as_deref()) && rolled_out(d);
+                if done {
+                    rollouts.rolled_out(d);
+                }
+                done
             })
             .await?
         }
@@ -799,6 +878,7 @@ async fn converge(
         let client = client.clone();
         let pp = &pp;
         let namespace = spread.of(i);
+        let (rollouts, ready_writes, readied) = (&rollouts, &ready_writes, &readied);
         async move {
             match mode {
                 Mode::Controller => {
@@ -820,6 +900,28 @@ async fn converge(
                     create_children(&client, pp, &d, &s).await?;
                     Ok(3)
                 }
+                Mode::Writes => {
+                    let api = Api::<Memcached>::namespaced(client.clone(), namespace);
+                    let owner = api.create(pp, &memcached(name, namespace, size)).await?;
+                    let d = kubesteer_controller::memcached::deployment(&owner)?;
+                    let s = kubesteer_controller::memcached::service(&owner)?;
+                    create_children(&client, pp, &d, &s).await?;
+                    let owner = write_status(&api, &owner, &d).await?;
+                    created_event(&client, &owner).await?;
+                    let (rollouts, ready_writes) = (rollouts.clone(), ready_writes.clone());
+                    let name = name.clone();
+                    let ready = tokio::spawn(async move {
+                        let d = rollouts.wait(&name).await?;
+                        let _permit = ready_writes.acquire().await?;
+                        write_status(&api, &owner, &d).await?;
+                        Ok((name, Instant::now()))
+                    });
+                    readied
+                        .lock()
+                        .map_err(|_| anyhow::anyhow!("poisoned"))?
+                        .push(ready);
+                    Ok(6)
+                }
             }
         }
     }))
@@ -831,9 +933,23 @@ async fn converge(
         "{mode:?}: {requests} creates accepted in {:.1}s; waiting for convergence",
         created.as_secs_f64()
     ));
-    let done = match tokio::time::timeout(timeout.saturating_sub(created), watch).await {
-        Ok(done) => done?,
-        Err(_) => bail!("{mode:?}: not converged within {timeout:?}"),
+    let done = match mode {
+        // Converged when the last Ready status is written, not when the rollouts are seen.
+        Mode::Writes => {
+            let handles =
+                std::mem::take(&mut *readied.lock().map_err(|_| anyhow::anyhow!("poisoned"))?);
+            let all = futures::future::try_join_all(handles);
+            let written = match tokio::time::timeout(timeout.saturating_sub(created), all).await {
+                Ok(written) => written?,
+                Err(_) => bail!("{mode:?}: not converged within {timeout:?}"),
+            };
+            watch.abort();
+            written.into_iter().collect::<Result<HashMap<_, _>>>()?
+        }
+        _ => match tokio::time::timeout(timeout.saturating_sub(created), watch).await {
+            Ok(done) => done?,
+            Err(_) => bail!("{mode:?}: not converged within {timeout:?}"),
+        },
     };
     let converged = done.values().max().map(|t| *t - start).unwrap_or_default();
     let converged_at = started_at + TimeDelta::from_std(converged)?;
@@ -850,6 +966,7 @@ async fn converge(
         "until": match mode {
             Mode::Controller => format!("{until:?}").to_lowercase(),
             Mode::Ceiling | Mode::Owned => "rolled_out".to_string(),
+            Mode::Writes => "ready_written".to_string(),
         },
         "namespace": spread.of(0),
         "namespaces": spread.names.len(),
