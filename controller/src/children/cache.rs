@@ -26,14 +26,15 @@ use crate::{Error, Result};
 
 /// A cached object kept as its compact JSON, without what no reconcile reads: its managed fields
 /// and its pod template (most of a Deployment), of which only a fingerprint stays, for drift.
-/// The JSON is compressed (LZ4) against the first object of its kind that was packed: children
-/// of one kind come from one builder and differ in little but names, uids and times, so a
-/// Deployment takes a few hundred bytes where its JSON takes 1.4 KiB and the parsed object 10 or
-/// more, which matters with tens of thousands of children. Reconciles unpack the one they read.
+/// The JSON is compressed (LZ4) against the objects of its kind seen before ([`Dictionaries`]):
+/// children of one kind come from one builder and differ in little but names, uids and times, so
+/// a Deployment takes a few hundred bytes where its JSON takes 1.4 KiB and the parsed object 10
+/// or more, which matters with tens of thousands of children. Reconciles unpack the one they
+/// read.
 pub struct Packed<K> {
     pub(super) name: String,
     pub(super) namespace: Option<String>,
-    /// The JSON, compressed against the kind's [`dictionary`].
+    /// The JSON, compressed against one of the kind's [`Dictionaries`].
     json: Box<[u8]>,
     /// The fingerprint of `spec.template` as the apiserver holds it, if the object has one.
     template: Option<u64>,
@@ -52,32 +53,126 @@ impl<K> Clone for Packed<K> {
     }
 }
 
-/// The dictionary of `kind`'s packed objects: the JSON of the first one packed (`first`, if none
-/// was before). One per kind for the life of the process, so every packed object can be read.
-fn dictionary(kind: &str, first: Option<&[u8]>) -> Option<Arc<[u8]>> {
-    static DICTIONARIES: OnceLock<Mutex<HashMap<String, Arc<[u8]>>>> = OnceLock::new();
-    let mut dictionaries = lock(DICTIONARIES.get_or_init(Mutex::default));
-    if let Some(dictionary) = dictionaries.get(kind) {
-        return Some(dictionary.clone());
-    }
-    // LZ4 refers back at most 64 KiB: of a larger first object, its end.
-    let first = first?;
-    let dictionary: Arc<[u8]> = first[first.len().saturating_sub(64 * 1024)..].into();
-    dictionaries.insert(kind.to_string(), dictionary.clone());
-    Some(dictionary)
+/// LZ4 refers back at most this far, so a dictionary is at most this long.
+const WINDOW: usize = 64 * 1024;
+/// How many dictionaries a kind may have.
+const MAX_DICTIONARIES: usize = 8;
+
+/// The dictionaries one kind's objects are compressed against. The first is the JSON of the
+/// first object packed. Objects change as they live: a child is first seen without a status and
+/// then with one, an owner gains its conditions, and their words were not in the first. So when
+/// an object packs to half again as much as the kind's objects do (a running average), its JSON
+/// is appended to the newest dictionary to make the next one: each holds what the one before
+/// held, and the objects packed after it find those words too. Objects packed before keep
+/// theirs; the first byte of a packed object says which. None is ever dropped.
+#[derive(Default)]
+struct Dictionaries {
+    all: Vec<Arc<[u8]>>,
+    /// A running average of the packed sizes, of the objects that did not make a dictionary.
+    typical: f64,
 }
 
-/// `json` compressed against the dictionary of `K`'s kind (the first JSON of it compressed).
+impl Dictionaries {
+    /// The newest dictionary and its index, if there is one.
+    fn newest(&self) -> Option<(u8, Arc<[u8]>)> {
+        let index = self.all.len().checked_sub(1)?;
+        Some((index as u8, self.all[index].clone()))
+    }
+
+    /// Makes `json` the first dictionary.
+    fn first(&mut self, json: &[u8]) -> (u8, Arc<[u8]>) {
+        let first: Arc<[u8]> = json[json.len().saturating_sub(WINDOW)..].into();
+        self.all.push(first.clone());
+        (0, first)
+    }
+
+    /// Notes that `json` packed to `len` bytes against dictionary `index`; returns the next
+    /// dictionary (and its index) if `json` made one, to pack it against that instead.
+    fn packed(&mut self, json: &[u8], index: u8, len: usize) -> Option<(u8, Arc<[u8]>)> {
+        let newest = self.all.len().checked_sub(1)?;
+        let (len, typical) = (len as f64, self.typical);
+        let unlike = typical > 0.0 && len > typical * 1.5 && len > typical + 64.0;
+        if unlike && usize::from(index) == newest && self.all.len() < MAX_DICTIONARIES {
+            let mut next = self.all[newest].to_vec();
+            next.extend_from_slice(json);
+            let next: Arc<[u8]> = next[next.len().saturating_sub(WINDOW)..].into();
+            self.all.push(next.clone());
+            return Some((newest as u8 + 1, next));
+        }
+        self.typical = match typical > 0.0 {
+            true => typical + (len - typical) / 64.0,
+            false => len,
+        };
+        None
+    }
+}
+
+/// Dictionaries by kind.
+type Table = Mutex<HashMap<String, Dictionaries>>;
+
+/// The dictionaries of every kind, for the life of the process, so every packed object can be
+/// read.
+fn table() -> &'static Table {
+    static TABLE: OnceLock<Table> = OnceLock::new();
+    TABLE.get_or_init(Mutex::default)
+}
+
+/// `json` of `kind` packed against its dictionaries in `table`: the index of the dictionary, then
+/// the LZ4 block.
+fn compress_in(table: &Table, kind: &str, json: &[u8]) -> Box<[u8]> {
+    let pack = |index: u8, dictionary: &[u8]| {
+        let mut out = vec![index];
+        out.extend(lz4_flex::block::compress_prepend_size_with_dict(
+            json, dictionary,
+        ));
+        out.into_boxed_slice()
+    };
+    let newest = {
+        let mut table = lock(table);
+        let dictionaries = table.entry(kind.into()).or_default();
+        match dictionaries.newest() {
+            Some(newest) => newest,
+            // The first object of its kind is packed against itself, and says nothing of how
+            // large the others pack.
+            None => {
+                let (index, dictionary) = dictionaries.first(json);
+                return pack(index, &dictionary);
+            }
+        }
+    };
+    let (index, dictionary) = newest;
+    let packed = pack(index, &dictionary);
+    let next = lock(table)
+        .get_mut(kind)
+        .and_then(|d| d.packed(json, index, packed.len()));
+    match next {
+        Some((index, dictionary)) => pack(index, &dictionary),
+        None => packed,
+    }
+}
+
+/// What [`compress_in`] made of a JSON of `kind`, back.
+fn decompress_in(table: &Table, kind: &str, packed: &[u8]) -> Result<Vec<u8>> {
+    let unpack = || -> std::result::Result<Vec<u8>, String> {
+        let (&index, block) = packed.split_first().ok_or("nothing packed")?;
+        let dictionary = lock(table)
+            .get(kind)
+            .and_then(|d| d.all.get(usize::from(index)).cloned())
+            .ok_or_else(|| format!("no dictionary {index}"))?;
+        lz4_flex::block::decompress_size_prepended_with_dict(block, &dictionary)
+            .map_err(|e| e.to_string())
+    };
+    unpack().map_err(|e| Error::Cache(format!("a cached {kind} cannot be unpacked: {e}")))
+}
+
+/// `json` compressed against the dictionaries of `K`'s kind.
 fn compress<K: Resource<DynamicType = ()>>(json: &[u8]) -> Box<[u8]> {
-    let dictionary = dictionary(&K::kind(&()), Some(json)).unwrap_or_default();
-    lz4_flex::block::compress_prepend_size_with_dict(json, &dictionary).into_boxed_slice()
+    compress_in(table(), &K::kind(&()), json)
 }
 
 /// What [`compress`] made of a JSON of `K`, back.
 fn decompress<K: Resource<DynamicType = ()>>(packed: &[u8]) -> Result<Vec<u8>> {
-    let dictionary = dictionary(&K::kind(&()), None).unwrap_or_default();
-    lz4_flex::block::decompress_size_prepended_with_dict(packed, &dictionary)
-        .map_err(|e| Error::Cache(format!("a cached {} cannot be unpacked: {e}", K::kind(&()))))
+    decompress_in(table(), &K::kind(&()), packed)
 }
 
 /// The kind, group, version and plural of `K`, for a type that stands for a `K` in a store.
@@ -597,6 +692,96 @@ mod tests {
             packed * 3 < json,
             "packed {packed} bytes of {json} bytes of JSON"
         );
+    }
+
+    /// A Deployment's JSON as the cache keeps it, `i`-th of its kind, created `i` seconds after
+    /// the first; `status` as the controller-manager writes it once it has rolled out.
+    fn deployment_json(i: usize, status: bool) -> Vec<u8> {
+        let at = |s: usize| format!("2026-11-27T01:{:02}:{:02}Z", (10 + s / 60) % 60, s % 60);
+        let mut d = json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": format!("cache-{i}"), "namespace": format!("team-{}", i % 7),
+                "uid": format!("5f0c1d2e-3a4b-4c5d-8e9f-{i:012}"),
+                "resourceVersion": format!("{}", 100_000 + 37 * i), "generation": 1,
+                "creationTimestamp": at(i),
+                "labels": {"app.kubernetes.io/name": "memcached",
+                    "app.kubernetes.io/instance": format!("cache-{i}")}},
+            "spec": {"replicas": 1, "revisionHistoryLimit": 10, "progressDeadlineSeconds": 600,
+                "selector": {"matchLabels": {"app.kubernetes.io/instance": format!("cache-{i}")}}}
+        });
+        if status {
+            let progressed = format!(
+                "ReplicaSet \"cache-{i}-{:010x}\" has successfully progressed.",
+                i * 2_654_435_761
+            );
+            d["status"] = json!({"observedGeneration": 1, "replicas": 1, "readyReplicas": 1,
+                "availableReplicas": 1, "updatedReplicas": 1, "conditions": [
+                    {"type": "Available", "status": "True", "lastUpdateTime": at(i + 2),
+                     "lastTransitionTime": at(i + 2), "reason": "MinimumReplicasAvailable",
+                     "message": "Deployment has minimum availability."},
+                    {"type": "Progressing", "status": "True", "lastUpdateTime": at(i + 2),
+                     "lastTransitionTime": at(i), "reason": "NewReplicaSetAvailable",
+                     "message": progressed}]});
+        }
+        serde_json::to_vec(&d).unwrap()
+    }
+
+    #[test]
+    fn objects_that_gain_a_status_pack_against_a_dictionary_that_has_one() {
+        let table = Table::default();
+        let jsons: Vec<Vec<u8>> = (0..300)
+            .map(|i| deployment_json(i, false))
+            .chain((0..300).map(|i| deployment_json(i, true)))
+            .collect();
+        let packed: Vec<Box<[u8]>> = jsons.iter().map(|j| compress_in(&table, "T", j)).collect();
+        for (json, packed) in jsons.iter().zip(&packed) {
+            assert_eq!(&decompress_in(&table, "T", packed).unwrap(), json);
+        }
+        let made = lock(&table)["T"].all.len();
+        assert!(
+            (2..=MAX_DICTIONARIES).contains(&made),
+            "{made} dictionaries"
+        );
+        // Against the first alone (no status in it), as before there were more.
+        let first = &jsons[0];
+        let alone: usize = jsons[300..]
+            .iter()
+            .map(|j| lz4_flex::block::compress_prepend_size_with_dict(j, first).len() + 1)
+            .sum();
+        let now: usize = packed[300..].iter().map(|p| p.len()).sum();
+        assert!(
+            now * 10 < alone * 7,
+            "with a status: {now} bytes, {alone} against the first"
+        );
+        // The objects without a status packed as small as before.
+        let before: usize = jsons[1..300]
+            .iter()
+            .map(|j| lz4_flex::block::compress_prepend_size_with_dict(j, first).len() + 1)
+            .sum();
+        let unchanged: usize = packed[1..300].iter().map(|p| p.len()).sum();
+        assert_eq!(unchanged, before);
+    }
+
+    #[test]
+    fn a_kind_makes_at_most_its_share_of_dictionaries_and_every_object_reads_back() {
+        let table = Table::default();
+        // Each object twice the size of the last, unlike anything before it.
+        let jsons: Vec<Vec<u8>> = (0..14)
+            .map(|i| {
+                let words: Vec<String> = (0..1usize << i).map(|w| format!("w{i}-{w}")).collect();
+                serde_json::to_vec(&json!({"metadata": {"name": i}, "words": words})).unwrap()
+            })
+            .collect();
+        let packed: Vec<Box<[u8]>> = jsons.iter().map(|j| compress_in(&table, "T", j)).collect();
+        assert_eq!(lock(&table)["T"].all.len(), MAX_DICTIONARIES);
+        assert!(lock(&table)["T"].all.iter().all(|d| d.len() <= WINDOW));
+        for (json, packed) in jsons.iter().zip(&packed) {
+            assert_eq!(&decompress_in(&table, "T", packed).unwrap(), json);
+        }
+        // A dictionary that is not there is an error naming the kind, never a panic.
+        let err = decompress_in(&table, "T", &[200, 1, 0, 0, 0, 0]).unwrap_err();
+        assert!(err.to_string().contains("cached T"), "{err}");
+        assert!(decompress_in(&table, "T", &[]).is_err());
     }
 
     #[test]
