@@ -913,7 +913,11 @@ async fn converge(
                     let ready = tokio::spawn(async move {
                         let d = rollouts.wait(&name).await?;
                         let _permit = ready_writes.acquire().await?;
-                        write_status(&api, &owner, &d).await?;
+                        let written = write_status(&api, &owner, &d).await?;
+                        let conditions = written.status.map(|s| s.conditions).unwrap_or_default();
+                        if !has_ready_condition(&conditions) {
+                            bail!("{name}: its status written once rolled out is not Ready");
+                        }
                         Ok((name, Instant::now()))
                     });
                     readied
