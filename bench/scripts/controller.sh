@@ -96,7 +96,10 @@ fi
 kubeconfig=$KUBESTEER_STATE/kubeconfig
 pki=$KUBESTEER_STATE/kwok/clusters/$KUBESTEER_CLUSTER/pki
 logs=$KUBESTEER_STATE/kwok/clusters/$KUBESTEER_CLUSTER/logs
+# A run on a cluster other than the default one keeps its files apart, so that two runs at once
+# do not remove each other's.
 work=$root/bench/tmp/controller
+[ "$KUBESTEER_CLUSTER" = bench ] || work=$work-$KUBESTEER_CLUSTER
 rm -rf "$work"
 mkdir -p "$work" bench/results
 bench=(nice -n 5 env KUBECONFIG="$kubeconfig" "$bin/kubesteer-bench")
