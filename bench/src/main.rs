@@ -785,19 +785,22 @@ async fn write_status(
     Ok(api.patch_status(&owner.name_any(), &pp, &patch).await?)
 }
 
-/// The Normal event kubesteer records when it has created a Memcached's children.
+/// The Normal event kubesteer records when it has created a Memcached's children, with its
+/// reporter, reason and note.
 async fn created_event(client: &Client, owner: &Memcached) -> Result<()> {
     use kube::runtime::events::{Event as Recorded, EventType, Recorder, Reporter};
+    use kubesteer_api::keys::{reason, CONTROLLER_FIELD_MANAGER};
     let reporter = Reporter {
-        controller: "kubesteer-controller".into(),
+        controller: CONTROLLER_FIELD_MANAGER.into(),
         instance: None,
     };
     let name = owner.name_any();
+    let children = [format!("Deployment {name}"), format!("Service {name}")];
     let event = Recorded {
         type_: EventType::Normal,
-        reason: "Created".into(),
-        note: Some(format!("Created Deployment {name}, Service {name}")),
-        action: "Created".into(),
+        reason: reason::CREATED.into(),
+        note: kubesteer_controller::reconcilers::created_note(&children),
+        action: reason::CREATED.into(),
         secondary: None,
     };
     Recorder::new(client.clone(), reporter)
@@ -857,7 +860,8 @@ async fn converge(
             let rollouts = rollouts.clone();
             watch_until(api, count, move |d: &Deployment| {
                 let done = watched.holds(d.namespace().as_deref()) && rolled_out(d);
-                if done {
+                // Only the writes line acts on a rollout.
+                if done && mode == Mode::Writes {
                     rollouts.rolled_out(d);
                 }
                 done
