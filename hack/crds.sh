@@ -16,4 +16,11 @@ if [ -n "$url" ]; then
     '{"spec":{"conversion":{"webhook":{"clientConfig":{"url":null,"service":{"namespace":"kubesteer-system","name":"kubesteer-webhook","path":"/convert","port":443}}}}}}' >/dev/null
 fi
 "${kubectl[@]}" apply --server-side --force-conflicts -f "$crds" >/dev/null
-"${kubectl[@]}" wait --for=condition=Established --timeout=60s -f "$crds" >/dev/null
+# Not `kubectl wait --for=condition=Established`: it fails at once on a CRD that has no status
+# yet ("accessor error: <nil> is of the type <nil>"), which a just-created one may not.
+want=$(for _ in "$crds"*.yaml; do printf 'True '; done)
+deadline=$((SECONDS + 60))
+until [ "$("${kubectl[@]}" get -f "$crds" -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Established")].status}{" "}{end}')" = "$want" ]; do
+  [ "$SECONDS" -lt "$deadline" ] || die "the CRDs in $crds were not Established within 60s"
+  sleep 0.25
+done

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, ensure, Context, Result};
 use base64::Engine as _;
 use chrono::Utc;
 
@@ -188,6 +188,29 @@ pub fn install_crds() -> Result<()> {
         bail!("hack/crds.sh: {}", String::from_utf8_lossy(&out.stderr));
     }
     Ok(())
+}
+
+/// Waits up to a minute until the CRD `name` is Established. Not `kubectl wait`: it fails at once
+/// on a CRD that has no status yet ("accessor error: <nil>"), as a just-created one may not.
+pub fn crd_established(name: &str) -> Result<()> {
+    eventually(
+        Duration::from_secs(60),
+        &format!("the CRD {name} to be Established"),
+        || {
+            let status = kubectl_ok(
+                &[
+                    "get",
+                    "crd",
+                    name,
+                    "-o",
+                    "jsonpath={.status.conditions[?(@.type==\"Established\")].status}",
+                ],
+                None,
+            )?;
+            ensure!(status == "True", "Established is {status:?}");
+            Ok(Some(()))
+        },
+    )
 }
 
 /// A Role in `ns` with `verbs` on `resource`, bound to `user`.

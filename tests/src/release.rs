@@ -114,7 +114,34 @@ impl Release {
         args.extend(auth.iter().map(String::as_str));
         args.extend(extra);
         helm(&args).with_context(|| release.describe())?;
+        release.reach_webhook()?;
         Ok(release)
+    }
+
+    /// `helm --wait` sees the webhook's pods Ready, but the apiserver reaches them through the
+    /// Service, which kube-proxy may not route yet, and it may not trust the CA the webhook injects
+    /// yet: its first calls can time out or fail. Waits up to a minute until a server-side dry run
+    /// in the user namespace gets an answer from the webhook, whichever answer it is.
+    fn reach_webhook(&self) -> Result<()> {
+        let probe = "apiVersion: kubesteer.io/v1alpha1\nkind: Welcome\n\
+                     metadata: {name: webhook-probe}\nspec: {name: probe}\n";
+        crate::eventually(
+            std::time::Duration::from_secs(60),
+            "the apiserver to reach the release's webhook",
+            || {
+                let run = kubectl(
+                    &["create", "--dry-run=server", "-n", &self.user_ns, "-f", "-"],
+                    Some(probe),
+                )?;
+                ensure!(
+                    !run.stderr.contains("failed calling webhook"),
+                    "{}",
+                    run.stderr.trim()
+                );
+                Ok(Some(()))
+            },
+        )
+        .with_context(|| self.describe())
     }
 
     pub fn fullname(&self) -> String {

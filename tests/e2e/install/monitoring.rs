@@ -12,7 +12,7 @@ use std::time::Duration;
 use anyhow::{bail, ensure, Context, Result};
 use kubesteer_tests::release::Release;
 use kubesteer_tests::{
-    cached_tool, eventually, kubectl_ok, repo_root, target_dir, unbase64, unix_now,
+    cached_tool, crd_established, eventually, kubectl_ok, repo_root, target_dir, unbase64, unix_now,
 };
 use serde_json::Value;
 
@@ -394,15 +394,7 @@ fn install_monitoring_crds() -> Result<()> {
         );
         let file = file.to_str().context("path")?;
         kubectl_ok(&["apply", "--server-side", "-f", file], None)?;
-        kubectl_ok(
-            &[
-                "wait",
-                "--for=condition=Established",
-                "--timeout=60s",
-                &format!("crd/{crd}.monitoring.coreos.com"),
-            ],
-            None,
-        )?;
+        crd_established(&format!("{crd}.monitoring.coreos.com"))?;
     }
     Ok(())
 }
