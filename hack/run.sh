@@ -170,6 +170,15 @@ samples() {
     { "${kubectl[@]}" create deployment web --image=nginx --replicas=1 >/dev/null && created_web=1; }
   # Removed on Ctrl-C only when none of them was there before.
   [ -n "$("${kubectl[@]}" get -f config/samples/ --ignore-not-found -o name 2>/dev/null)" ] || applied_samples=1
+  # helm --wait sees the webhook's pods Ready; the apiserver reaches them through their Service,
+  # which kube-proxy may not route yet (its calls then time out): a server-side dry run tells.
+  step "waiting until the apiserver reaches the webhook (kubectl apply --dry-run=server, 60s)"
+  local deadline=$((SECONDS + 60)) out
+  until out=$("${kubectl[@]}" apply --dry-run=server -f config/samples/ 2>&1) ||
+    ! grep -q 'failed calling webhook' <<<"$out"; do
+    [ "$SECONDS" -lt "$deadline" ] || { printf '%s\n' "$out" >&2; die "the apiserver could not reach the webhook within 60s"; }
+    sleep 1
+  done
   step "applying config/samples/ through the webhook"
   "${kubectl[@]}" apply -f config/samples/
   step "waiting until the controller has every sample Ready"
