@@ -839,7 +839,6 @@ async fn converge(
     // The writes line's Ready statuses, each written once its Deployment has rolled out.
     let rollouts = Arc::new(Rollouts::default());
     let ready_writes = Arc::new(tokio::sync::Semaphore::new(concurrency.max(1)));
-    let readied: Mutex<Vec<ReadyWrite>> = Mutex::default();
     let watch = match mode {
         Mode::Controller => {
             let api: Api<Memcached> = spread.api(&client);
@@ -878,22 +877,22 @@ async fn converge(
     let start = Instant::now();
     let pp = PostParams::default();
     let names: Vec<String> = (0..count).map(|i| format!("mc-{i:05}")).collect();
-    let requests = futures::stream::iter(names.iter().enumerate().map(|(i, name)| {
+    let (requests, readied) = futures::stream::iter(names.iter().enumerate().map(|(i, name)| {
         let client = client.clone();
         let pp = &pp;
         let namespace = spread.of(i);
-        let (rollouts, ready_writes, readied) = (&rollouts, &ready_writes, &readied);
+        let (rollouts, ready_writes) = (&rollouts, &ready_writes);
         async move {
             match mode {
                 Mode::Controller => {
                     let api: Api<Memcached> = Api::namespaced(client, namespace);
                     api.create(pp, &memcached(name, namespace, size)).await?;
-                    Ok::<usize, anyhow::Error>(1)
+                    Ok::<_, anyhow::Error>((1, None))
                 }
                 Mode::Ceiling => {
                     let (d, s) = ceiling_objects(name, namespace, size)?;
                     create_children(&client, pp, &d, &s).await?;
-                    Ok(2)
+                    Ok((2, None))
                 }
                 Mode::Owned => {
                     let owner = Api::<Memcached>::namespaced(client.clone(), namespace)
@@ -902,7 +901,7 @@ async fn converge(
                     let d = kubesteer_controller::memcached::deployment(&owner)?;
                     let s = kubesteer_controller::memcached::service(&owner)?;
                     create_children(&client, pp, &d, &s).await?;
-                    Ok(3)
+                    Ok((3, None))
                 }
                 Mode::Writes => {
                     let api = Api::<Memcached>::namespaced(client.clone(), namespace);
@@ -914,7 +913,7 @@ async fn converge(
                     created_event(&client, &owner).await?;
                     let (rollouts, ready_writes) = (rollouts.clone(), ready_writes.clone());
                     let name = name.clone();
-                    let ready = tokio::spawn(async move {
+                    let ready: ReadyWrite = tokio::spawn(async move {
                         let d = rollouts.wait(&name).await?;
                         let _permit = ready_writes.acquire().await?;
                         let written = write_status(&api, &owner, &d).await?;
@@ -924,17 +923,19 @@ async fn converge(
                         }
                         Ok((name, Instant::now()))
                     });
-                    readied
-                        .lock()
-                        .map_err(|_| anyhow::anyhow!("poisoned"))?
-                        .push(ready);
-                    Ok(6)
+                    Ok((6, Some(ready)))
                 }
             }
         }
     }))
     .buffer_unordered(concurrency.max(1))
-    .try_fold(0usize, |n, k| async move { Ok(n + k) })
+    .try_fold(
+        (0usize, Vec::new()),
+        |(n, mut readied), (k, ready)| async move {
+            readied.extend(ready);
+            Ok((n + k, readied))
+        },
+    )
     .await?;
     let created = start.elapsed();
     log(format!(
@@ -944,9 +945,7 @@ async fn converge(
     let done = match mode {
         // Converged when the last Ready status is written, not when the rollouts are seen.
         Mode::Writes => {
-            let handles =
-                std::mem::take(&mut *readied.lock().map_err(|_| anyhow::anyhow!("poisoned"))?);
-            let all = futures::future::try_join_all(handles);
+            let all = futures::future::try_join_all(readied);
             let written = match tokio::time::timeout(timeout.saturating_sub(created), all).await {
                 Ok(written) => written?,
                 Err(_) => bail!("{mode:?}: not converged within {timeout:?}"),
