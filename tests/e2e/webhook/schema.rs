@@ -3,23 +3,14 @@
 use std::time::Duration;
 
 use anyhow::Result;
-use kubesteer_tests::{eventually, jsonpath, kubectl, kubectl_ok, repo_root, Namespace};
+use kubesteer_tests::{
+    crd_established, eventually, jsonpath, kubectl, kubectl_ok, repo_root, Namespace,
+};
 
 #[test]
 fn the_crds_are_established() -> Result<()> {
     for kind in kubesteer_api::kind::ALL {
-        let crd = format!("{}.kubesteer.io", kind.plural());
-        let status = kubectl_ok(
-            &[
-                "get",
-                "crd",
-                &crd,
-                "-o",
-                "jsonpath={.status.conditions[?(@.type==\"Established\")].status}",
-            ],
-            None,
-        )?;
-        assert_eq!(status, "True", "{crd}");
+        crd_established(&format!("{}.kubesteer.io", kind.plural()))?;
     }
     Ok(())
 }
