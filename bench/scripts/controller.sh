@@ -51,6 +51,8 @@
 # controller's requests are counted from then until BENCH_RESYNC_SECONDS (default 20) after the
 # last annotation. Writes the medians and ratios to bench/results/controller-peers.json
 # (controller.json is left alone); subjects left out are missing there, their ratios null.
+# BENCH_APISERVER_PROFILE=<seconds> adds a CPU profile of the apiserver over the first <seconds>
+# of each run's convergence (bench/scripts/profile-shares.py reads them).
 . "$(dirname "$0")/../../hack/lib.sh"
 tag=bench-controller
 cd "$root"
@@ -240,6 +242,22 @@ report() { # phase [flags]
   "${bench[@]}" report "$@" --work "$work" --out bench/results/controller.json --k8s "$K8S_VERSION"
 }
 
+# BENCH_APISERVER_PROFILE=<seconds>: a CPU profile of the apiserver over the first <seconds> of
+# each peers run's convergence, in $work/<subject>-<run>.pprof (bench/scripts/profile-shares.py
+# says where its time went). profile_start before the run's creates, profile_end after.
+profile_pid=
+profile_start() { # name run
+  [ -n "${BENCH_APISERVER_PROFILE:-}" ] || return 0
+  "$cache/bin/kubectl" --kubeconfig "$kubeconfig" get --raw \
+    "/debug/pprof/profile?seconds=$BENCH_APISERVER_PROFILE" >"$work/$1-$2.pprof" &
+  profile_pid=$!
+}
+profile_end() {
+  [ -n "$profile_pid" ] || return 0
+  wait "$profile_pid" || { log "the apiserver's profile failed"; exit 1; }
+  profile_pid=
+}
+
 # One convergence run of a controller on a fresh cluster: converge, CPU and memory, requests.
 converge_with() { # name run controller-command...
   local name=$1 r=$2
@@ -248,8 +266,10 @@ converge_with() { # name run controller-command...
   log "run $r/$repeats: $name ($count Memcacheds)"
   fresh_cluster
   start_controller "$work/$name-$r.log" "$@"
+  profile_start "$name" "$r"
   "${bench[@]}" converge --mode controller --namespace memcached --count "$count" --size 1 \
     --concurrency "$concurrency" >"$work/$name-$r.json"
+  profile_end
   process "$work/$name-$r-process.json"
   sleep 5 # the last requests reach the audit log
   audit "$work/$name-$r.json" "$work/$name-$r-requests.json"
@@ -276,22 +296,28 @@ if [ "$subject" = peers ]; then
           stop_controller
           log "run $r/$repeats: ceiling ($count Deployments + Services, plain client)"
           fresh_cluster
+          profile_start ceiling "$r"
           "${bench[@]}" converge --mode ceiling --namespace ceiling --count "$count" --size 1 \
             --concurrency "$concurrency" >"$work/ceiling-$r.json"
+          profile_end
           ;;
         owned)
           stop_controller
           log "run $r/$repeats: owned ($count Memcacheds, then their Deployments + Services with owner references, plain client)"
           fresh_cluster
+          profile_start owned "$r"
           "${bench[@]}" converge --mode owned --namespace owned --count "$count" --size 1 \
             --concurrency "$concurrency" >"$work/owned-$r.json"
+          profile_end
           ;;
         writes)
           stop_controller
           log "run $r/$repeats: writes ($count Memcacheds with kubesteer's writes for each, plain client, no controller)"
           fresh_cluster
+          profile_start writes "$r"
           "${bench[@]}" converge --mode writes --namespace writes --count "$count" --size 1 \
             --concurrency "$concurrency" >"$work/writes-$r.json"
+          profile_end
           ;;
         kubesteer) converge_with kubesteer "$r" ;;
         go-default) converge_with go-default "$r" "$peer" --workers 1 --qps 20 --burst 30 ;;
