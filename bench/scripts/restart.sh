@@ -2,7 +2,8 @@
 # The controller restarted on a settled benchmark cluster: its peak RSS (VmHWM) and its RSS once it
 # is ready (every watch listed) and its reconcile count stood still for 15 s, BENCH_RESTARTS (3)
 # times in a row, with the controller-manager paused (SIGSTOP) so that nothing else changes, and
-# its CPU time until then; and, around each restart, how many Memcacheds, Scalers, Deployments and Services changed (a restart should write nothing;
+# its CPU time until then; and, around each restart, how many Memcacheds, Scalers, Deployments
+# and Services changed (none, unless the controller before it had writes left to make;
 # BENCH_RESTART_CHANGES=0 skips counting them, which takes kubectl a minute on 60,000 objects).
 # Needs a cluster that `BENCH_PHASES=scale BENCH_KEEP_CLUSTER=1 make bench-controller` left, with
 # the same BENCH_CLUSTER and BENCH_STATE; prints JSON. Example, on a smaller cluster:
