@@ -53,7 +53,7 @@
 # (controller.json is left alone); subjects left out are missing there, their ratios null.
 # BENCH_APISERVER_PROFILE=<seconds> adds a CPU profile of the apiserver over the first <seconds>
 # of each run's convergence (bench/scripts/profile-shares.py reads them).
-. "$(dirname "$0")/../../hack/lib.sh"
+. "$(dirname "$0")/controller-lib.sh"
 tag=bench-controller
 cd "$root"
 # shellcheck source=../versions.env
@@ -98,10 +98,7 @@ fi
 kubeconfig=$KUBESTEER_STATE/kubeconfig
 pki=$KUBESTEER_STATE/kwok/clusters/$KUBESTEER_CLUSTER/pki
 logs=$KUBESTEER_STATE/kwok/clusters/$KUBESTEER_CLUSTER/logs
-# A run on a cluster other than the default one keeps its files apart, so that two runs at once
-# do not remove each other's.
-work=$root/bench/tmp/controller
-[ "$KUBESTEER_CLUSTER" = bench ] || work=$work-$KUBESTEER_CLUSTER
+work=$(bench_work "$KUBESTEER_CLUSTER")
 rm -rf "$work"
 mkdir -p "$work" bench/results
 bench=(nice -n 5 env KUBECONFIG="$kubeconfig" "$bin/kubesteer-bench")
@@ -142,11 +139,9 @@ stop_controller() {
     controller_pid=
   fi
 }
-# The bench cluster's kube-controller-manager (kwok runs it as a process of this machine).
-kcm_pid() { pgrep -f "kube-controller-manager.*/clusters/$KUBESTEER_CLUSTER/" | head -1; }
 resume_kcm() {
   local pid
-  pid=$(kcm_pid)
+  pid=$(kcm_pid "$KUBESTEER_CLUSTER")
   if [ -n "$pid" ]; then kill -CONT "$pid" 2>/dev/null || true; fi
 }
 cleanup() {
@@ -213,9 +208,9 @@ ensure_controller() {
 quiesce() {
   local before after
   for _ in $(seq 1 30); do
-    before=$(curl -sf "http://127.0.0.1:$port/metrics" | awk '/^kubesteer_reconciles_total/ {s += $2} END {print s}')
+    before=$(reconciles_total "$port")
     sleep 20
-    after=$(curl -sf "http://127.0.0.1:$port/metrics" | awk '/^kubesteer_reconciles_total/ {s += $2} END {print s}')
+    after=$(reconciles_total "$port")
     if [ "$before" = "$after" ]; then return 0; fi
   done
   log "the controller did not quiesce within 10 minutes"
@@ -287,36 +282,24 @@ if [ "$subject" = peers ]; then
   read -r -a tuned <<<"$peer_tuned"
   read -r -a tutorial_flags <<<"$peer_tutorial"
   n=${#peer_subjects[@]}
+  declare -A plain_lines=(
+    [ceiling]="$count Deployments + Services"
+    [owned]="$count Memcacheds, then their Deployments + Services with owner references"
+    [writes]="$count Memcacheds with kubesteer's writes for each, no controller"
+  )
   for r in $(seq 1 "$repeats"); do
     # Rotate the order, so no subject always runs first (or last) on the machine.
     for i in $(seq 0 $((n - 1))); do
       name=${peer_subjects[$(((i + r - 1) % n))]}
       case $name in
-        ceiling)
+        ceiling | owned | writes)
+          # The plain client's lines: no controller runs; the bench's mode is the subject's name.
           stop_controller
-          log "run $r/$repeats: ceiling ($count Deployments + Services, plain client)"
+          log "run $r/$repeats: $name (${plain_lines[$name]}, plain client)"
           fresh_cluster
-          profile_start ceiling "$r"
-          "${bench[@]}" converge --mode ceiling --namespace ceiling --count "$count" --size 1 \
-            --concurrency "$concurrency" >"$work/ceiling-$r.json"
-          profile_end
-          ;;
-        owned)
-          stop_controller
-          log "run $r/$repeats: owned ($count Memcacheds, then their Deployments + Services with owner references, plain client)"
-          fresh_cluster
-          profile_start owned "$r"
-          "${bench[@]}" converge --mode owned --namespace owned --count "$count" --size 1 \
-            --concurrency "$concurrency" >"$work/owned-$r.json"
-          profile_end
-          ;;
-        writes)
-          stop_controller
-          log "run $r/$repeats: writes ($count Memcacheds with kubesteer's writes for each, plain client, no controller)"
-          fresh_cluster
-          profile_start writes "$r"
-          "${bench[@]}" converge --mode writes --namespace writes --count "$count" --size 1 \
-            --concurrency "$concurrency" >"$work/writes-$r.json"
+          profile_start "$name" "$r"
+          "${bench[@]}" converge --mode "$name" --namespace "$name" --count "$count" --size 1 \
+            --concurrency "$concurrency" >"$work/$name-$r.json"
           profile_end
           ;;
         kubesteer) converge_with kubesteer "$r" ;;
@@ -517,7 +500,7 @@ if has scale; then
   # Idle as in "nothing changes": the same window with the controller-manager paused (SIGSTOP),
   # so that no Deployment it is still rolling out turns a Memcached Ready meanwhile. What the
   # controller sends then is its own doing: requeues, resyncs, writes that change nothing.
-  kcm=$(kcm_pid)
+  kcm=$(kcm_pid "$KUBESTEER_CLUSTER")
   [ -n "$kcm" ] || { log "no kube-controller-manager process of cluster $KUBESTEER_CLUSTER"; exit 1; }
   kill -STOP "$kcm"
   quiesce

@@ -6,7 +6,7 @@ fields count in both). Used on the profiles that BENCH_APISERVER_PROFILE makes i
 
     bench/scripts/profile-shares.py bench/tmp/controller/*-1.pprof
 
-Names are taken from the file names (kubesteer-1.pprof is kubesteer, run 1).
+Each profile is keyed by its file name without .pprof (kubesteer-1: kubesteer, run 1).
 """
 import json
 import os

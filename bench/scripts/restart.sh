@@ -10,23 +10,21 @@
 #   BENCH_PHASES=scale BENCH_SCALE_MEMCACHEDS=6000 BENCH_SCALE_SCALERS=1200 BENCH_SCALE_NAMESPACES=6 \
 #     BENCH_KEEP_CLUSTER=1 BENCH_CLUSTER=wtest make bench-controller
 #   BENCH_CLUSTER=wtest bench/scripts/restart.sh
-. "$(dirname "$0")/../../hack/lib.sh"
+. "$(dirname "$0")/controller-lib.sh"
 cd "$root"
 cluster=${BENCH_CLUSTER:-bench}
 state=${BENCH_STATE:-$root/bench/tmp/cluster}
-work=$root/bench/tmp/controller
-[ "$cluster" = bench ] || work=$work-$cluster
+work=$(bench_work "$cluster")
 restarts=${BENCH_RESTARTS:-3}
 count_changes=${BENCH_RESTART_CHANGES:-1}
 port=${BENCH_METRICS_PORT:-19680}
 bin=${BENCH_CONTROLLER_BIN:-target/release/kubesteer-controller}
 kc=("$cache/bin/kubectl" --kubeconfig "$state/kubeconfig")
 [ -f "$work/controller.kubeconfig" ] || { echo "restart: no benchmark cluster left in $work (see the header)" >&2 && exit 2; }
-kcm=$(pgrep -f "kube-controller-manager.*/clusters/$cluster/" | head -1)
+kcm=$(kcm_pid "$cluster")
 [ -n "$kcm" ] || { echo "restart: no kube-controller-manager of cluster $cluster" >&2 && exit 2; }
 log() { printf '[bench-restart %s] %s\n' "$(date +%T)" "$*" >&2; }
-reconciles() { { curl -sf "http://127.0.0.1:$port/metrics" || true; } | awk '/^kubesteer_reconciles_total/ {s += $2} END {print s + 0}'; }
-# kind/namespace/name resourceVersion of every object the controller reads, sorted.
+# kind/namespace/name resourceVersion of every Memcached, Scaler, Deployment and Service, sorted.
 versions() {
   local kind
   [ "$count_changes" != 0 ] || return 0
@@ -55,7 +53,7 @@ for i in $(seq 1 "$restarts"); do
   while [ "$still" -lt 15 ]; do
     sleep 1
     kill -0 "$pid" 2>/dev/null || { log "the controller exited; its log:"; tail -20 "$work/restart-$i.log" >&2; exit 1; }
-    count=$(reconciles)
+    count=$(reconciles_total "$port") || count=0 # not answering yet
     # Settled: every watch has listed (ready) and no reconcile for 15 s.
     if [ "$count" = "$last" ] && curl -sf "http://127.0.0.1:$port/readyz" >/dev/null; then
       still=$((still + 1))
