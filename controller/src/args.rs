@@ -54,12 +54,14 @@ pub struct Args {
     #[arg(long, env = "KUBESTEER_CONCURRENCY", default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..))]
     pub concurrency: u16,
 
-    /// How long a Memcached or Welcome waits after a change before it is reconciled, so that
-    /// a burst of changes (a rollout) makes one reconcile. Scalers are never delayed.
+    /// How long a Memcached, Welcome or Application waits after a change before it is
+    /// reconciled, so that the watch events of one write (a child created, a status written)
+    /// make one reconcile. Every Ready waits this long once more, so it is short. Scalers are
+    /// never delayed.
     #[arg(
         long,
         env = "KUBESTEER_DEBOUNCE",
-        default_value = "1s",
+        default_value = "300ms",
         value_parser = humantime::parse_duration
     )]
     pub debounce: Duration,
@@ -94,7 +96,10 @@ mod tests {
         assert_eq!(a.metrics_addr.to_string(), "0.0.0.0:8080");
         assert!(!a.leader_election && !a.metrics_auth);
         assert_eq!(a.lease_name, "kubesteer-controller");
-        assert_eq!((a.concurrency, a.debounce), (32, Duration::from_secs(1)));
+        assert_eq!(
+            (a.concurrency, a.debounce),
+            (32, Duration::from_millis(300))
+        );
         assert_eq!(a.runtime.watch_stale_after, Duration::from_secs(30));
         assert!(Args::try_parse_from(["kubesteer-controller", "--concurrency=0"]).is_err());
         let a = Args::try_parse_from([

@@ -1,7 +1,7 @@
 //! Caching: what the watches keep of the children (packed, without managed fields or pod
 //! template, which stays as a fingerprint), and the per-kind stores a reconcile reads.
 use std::borrow::Cow;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt::Debug;
 use std::marker::PhantomData;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -302,8 +302,13 @@ pub fn pack_event<K>(
 /// Which pod templates were checked against which wanted ones. As the cache keeps only a
 /// template's fingerprint, a child whose live template is new to this map is read once in full;
 /// after that, a template that a hand edit changed shows as a fingerprint that was never checked.
-/// Checks of deleted children are dropped whenever the map has doubled, so it stays within twice
-/// the live children.
+/// Checks of deleted children are dropped whenever the map has doubled, so it stays within about
+/// twice the live children. A check missing from the cache is dropped only at the second sweep
+/// that misses it: a child just created is checked from the create's answer before its watch
+/// event reaches the cache, and dropping its check then would cost a read of it.
+/// The fewest checks kept before the first sweep.
+const MIN_SWEEP: usize = 64;
+
 #[derive(Default)]
 pub struct CheckedTemplates(Mutex<CheckedInner>);
 
@@ -312,6 +317,8 @@ struct CheckedInner {
     /// By [`CheckedTemplates::key`]: 24 bytes an entry, where names would take a hundred more.
     map: HashMap<u64, Checked>,
     sweep_at: usize,
+    /// The checks the last sweep kept though the cache did not hold their child.
+    unseen: HashSet<u64>,
 }
 
 /// The fingerprints of a wanted template and of the live one found to contain it.
@@ -342,14 +349,16 @@ impl CheckedTemplates {
     {
         let mut inner = lock(&self.0);
         inner.map.insert(key, checked);
-        if inner.map.len() >= inner.sweep_at {
-            let live: std::collections::HashSet<u64> = cache
+        if inner.map.len() >= inner.sweep_at.max(MIN_SWEEP) {
+            let live: HashSet<u64> = cache
                 .state()
                 .iter()
                 .map(|p| Self::key(p.namespace.as_deref().unwrap_or_default(), &p.name))
                 .collect();
-            inner.map.retain(|k, _| live.contains(k));
-            inner.sweep_at = (2 * inner.map.len()).max(64);
+            let CheckedInner { map, unseen, .. } = &mut *inner;
+            map.retain(|k, _| live.contains(k) || !unseen.contains(k));
+            *unseen = map.keys().filter(|k| !live.contains(k)).copied().collect();
+            inner.sweep_at = 2 * inner.map.len();
         }
     }
 
@@ -848,5 +857,44 @@ mod tests {
             ["cache-a", "cache-b"]
         );
         assert!(pod_names(&store, "team", "welcome", "cache").is_empty());
+    }
+
+    #[test]
+    fn a_check_outlives_one_sweep_before_its_child_reaches_the_cache_but_not_two() {
+        let caches = Caches::empty();
+        let mut w = caches.register("memcached");
+        let cache = w.deployments.as_reader();
+        let templates = CheckedTemplates::default();
+        let check = Checked { wanted: 1, live: 2 };
+        let record = |i: usize| {
+            let key = CheckedTemplates::key("team", &format!("cache-{i}"));
+            templates.record(key, check, &cache);
+            key
+        };
+        let cached = |w: &mut Writers, i: usize| {
+            crate::fixtures::put(
+                &mut w.deployments,
+                json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                    "metadata": {"name": format!("cache-{i}"), "namespace": "team"}}),
+            )
+        };
+        // Checked from the creates' answers, none cached yet: the first sweep (at 64) keeps them.
+        let first: Vec<u64> = (0..MIN_SWEEP).map(record).collect();
+        assert_eq!(templates.len(), MIN_SWEEP);
+        assert!(first.iter().all(|k| templates.is_checked(*k, 1, 2)));
+        // Their watch events come, but for child 0, deleted meanwhile.
+        for i in 1..MIN_SWEEP {
+            cached(&mut w, i);
+        }
+        // The next sweep (at twice 64) keeps every cached child's check and drops child 0's,
+        // missed twice; the new checks, missed once, stay.
+        let second: Vec<u64> = (MIN_SWEEP..2 * MIN_SWEEP).map(record).collect();
+        assert!(
+            !templates.is_checked(first[0], 1, 2),
+            "a child missed by two sweeps"
+        );
+        assert!(first[1..].iter().all(|k| templates.is_checked(*k, 1, 2)));
+        assert!(second.iter().all(|k| templates.is_checked(*k, 1, 2)));
+        assert_eq!(templates.len(), 2 * MIN_SWEEP - 1);
     }
 }
