@@ -299,6 +299,9 @@ pub fn pack_event<K>(
     })
 }
 
+/// The fewest checks kept before the first sweep.
+const MIN_SWEEP: usize = 64;
+
 /// Which pod templates were checked against which wanted ones. As the cache keeps only a
 /// template's fingerprint, a child whose live template is new to this map is read once in full;
 /// after that, a template that a hand edit changed shows as a fingerprint that was never checked.
@@ -306,9 +309,6 @@ pub fn pack_event<K>(
 /// twice the live children. A check missing from the cache is dropped only at the second sweep
 /// that misses it: a child just created is checked from the create's answer before its watch
 /// event reaches the cache, and dropping its check then would cost a read of it.
-/// The fewest checks kept before the first sweep.
-const MIN_SWEEP: usize = 64;
-
 #[derive(Default)]
 pub struct CheckedTemplates(Mutex<CheckedInner>);
 
