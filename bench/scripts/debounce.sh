@@ -10,15 +10,16 @@
 # Knobs: BENCH_DEBOUNCE_VALUES, BENCH_REPEATS (rounds, default 3), and what a peers run of
 # bench/scripts/controller.sh takes (BENCH_CLUSTER, BENCH_CONVERGE_COUNT, ...).
 set -euo pipefail
-root=$(cd "$(dirname "$0")/../.." && pwd)
+# shellcheck source=controller-lib.sh
+. "$(dirname "$0")/controller-lib.sh"
 cd "$root"
 read -r -a values <<<"${BENCH_DEBOUNCE_VALUES:-1s 300ms 500ms}"
 rounds=${BENCH_REPEATS:-3}
 out=bench/tmp/debounce
 rm -rf "$out"
 mkdir -p "$out"
-# controller.sh's per-run files: bench/tmp/controller, or bench/tmp/controller-CLUSTER.
-work=bench/tmp/controller${BENCH_CLUSTER:+-$BENCH_CLUSTER}
+# Where controller.sh leaves each run's files, for the cluster it uses.
+work=$(bench_work "${BENCH_CLUSTER:-bench}")
 n=${#values[@]}
 order=()
 for r in $(seq 1 "$rounds"); do
