@@ -11,12 +11,9 @@ use serde_json::{json, Value};
 use tokio::task::JoinHandle;
 use tower_test::mock::{self, Handle};
 
-use crate::children::{Caches, Packed, PackedWriter, Writers};
+use crate::children::{Caches, Packed, PackedWriter, PodNamesWriter, Writers};
 use crate::metrics::Metrics;
 use crate::{Clock, Context};
-use k8s_openapi::api::core::v1::Pod;
-use kube::core::PartialObjectMeta;
-use kube::runtime::reflector::store::Writer;
 use kube::runtime::watcher::Event;
 
 /// A clock the test sets.
@@ -83,7 +80,7 @@ where
 }
 
 /// Puts a pod's metadata into the pod cache.
-pub fn put_pod(writer: &mut Writer<PartialObjectMeta<Pod>>, object: Value) {
+pub fn put_pod(writer: &mut PodNamesWriter, object: Value) {
     writer.apply_watcher_event(&Event::Apply(serde_json::from_value(object).unwrap()));
 }
 

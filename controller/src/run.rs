@@ -13,7 +13,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::networking::v1::Ingress;
 use kube::core::PartialObjectMeta;
-use kube::runtime::reflector::{store::Writer, ObjectRef};
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher::{self, watcher, Event};
 use kube::runtime::WatchStreamExt;
 use kube::{Api, Client, Resource, ResourceExt};
@@ -147,26 +147,6 @@ where
     let key = health::key(&api, &config);
     let watch = tolerant::watcher::<K>(api, config, skipped::<K>);
     health.track(K::kind(&()).to_string(), key, watch)
-}
-
-/// A watch that keeps what `trim` leaves of each object in a cache, and yields the objects it
-/// saw change or go, to trigger reconciles.
-fn cached<K>(
-    health: &Health,
-    what: String,
-    api: Api<K>,
-    config: watcher::Config,
-    writer: Writer<K>,
-    trim: fn(&mut K),
-) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static
-where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
-{
-    tracked(health, what, api, config)
-        .backoff(tolerant::backoff())
-        .modify(trim)
-        .reflect(writer)
-        .touched_objects()
 }
 
 /// A watch that keeps each object packed in a cache, and yields the objects it saw change or
@@ -346,14 +326,16 @@ fn owner_triggers<K: Owner>(
     }
     if K::NAMES_PODS {
         // Pods name the nodes in the status, so their comings and goings trigger a reconcile.
-        let pods = cached(
+        let mut writer = writers.pods;
+        let pods = tracked(
             health,
             format!("{kind} Pod"),
             api::<PartialObjectMeta<Pod>>(client, ns),
             children_of(K::APP),
-            writers.pods,
-            children::trim_pod,
-        );
+        )
+        .backoff(tolerant::backoff())
+        .inspect_ok(move |event| writer.apply_watcher_event(event))
+        .touched_objects();
         let instances = logged(kind, pods).filter_map(|pod| {
             let ns = pod.namespace();
             let instance = pod.labels().get(label::INSTANCE).cloned();

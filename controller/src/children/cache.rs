@@ -8,13 +8,11 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::networking::v1::Ingress;
-use kube::core::PartialObjectMeta;
-use kube::runtime::reflector::{self, Lookup, ObjectRef, Store};
-use kube::runtime::{reflector::store::Writer, watcher};
+use kube::runtime::reflector::{Lookup, ObjectRef};
+use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
-use kubesteer_api::keys::label;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
@@ -403,8 +401,8 @@ pub struct Children {
     pub services: PackedStore<Service>,
     /// The app's Ingresses, for kinds that own one; empty otherwise.
     pub ingresses: PackedStore<Ingress>,
-    /// The metadata of the app's pods, for kinds whose status names them; empty otherwise.
-    pub pods: Store<PartialObjectMeta<Pod>>,
+    /// The names of the app's pods, for kinds whose status names them; empty otherwise.
+    pub pods: PodNames,
     pub templates: Arc<CheckedTemplates>,
     /// Until when a reconcile waits for the caches' first lists (`synced`).
     pub sync_deadline: tokio::time::Instant,
@@ -417,7 +415,7 @@ impl Children {
             deployments: packed_store().0,
             services: packed_store().0,
             ingresses: packed_store().0,
-            pods: reflector::store().0,
+            pods: pod_names_cache("").0,
             templates: Arc::default(),
             sync_deadline: tokio::time::Instant::now(),
         }
@@ -447,7 +445,7 @@ pub struct Writers {
     pub deployments: PackedWriter<Deployment>,
     pub services: PackedWriter<Service>,
     pub ingresses: PackedWriter<Ingress>,
-    pub pods: Writer<PartialObjectMeta<Pod>>,
+    pub pods: PodNamesWriter,
     pub templates: Arc<CheckedTemplates>,
 }
 
@@ -467,7 +465,7 @@ impl Caches {
         let (deployments, dw) = packed_store();
         let (services, sw) = packed_store();
         let (ingresses, iw) = packed_store();
-        let (pods, pw) = reflector::store();
+        let (pods, pw) = pod_names_cache(app);
         let templates = Arc::new(CheckedTemplates::default());
         lock(&self.0).insert(
             app,
@@ -498,43 +496,10 @@ impl Caches {
     }
 }
 
-/// Sorted names of the live (not terminating) pods of `app` instance `instance` in `ns`.
-pub fn pod_names(
-    pods: &Store<PartialObjectMeta<Pod>>,
-    ns: &str,
-    app: &str,
-    instance: &str,
-) -> Vec<String> {
-    // Filtered under the store's lock, the instance (the most telling) first: only the few
-    // matching pods are cloned out, not every pod of every owner.
-    let mut names: Vec<String> = pods
-        .state_filter(|p| {
-            let labels = p.labels();
-            labels.get(label::INSTANCE).map(String::as_str) == Some(instance)
-                && p.metadata.namespace.as_deref() == Some(ns)
-                && labels.get(label::NAME).map(String::as_str) == Some(app)
-                && p.metadata.deletion_timestamp.is_none()
-        })
-        .iter()
-        .map(|p| p.name_any())
-        .collect();
-    names.sort();
-    names
-}
-
 /// What a cache keeps of an object: everything but the managed fields, which are most of its
 /// size and which nothing here reads.
 pub fn trim<K: Resource>(obj: &mut K) {
     obj.meta_mut().managed_fields = None;
-}
-
-/// What the pod cache keeps: name, namespace, labels and deletion timestamp.
-pub fn trim_pod(pod: &mut PartialObjectMeta<Pod>) {
-    let meta = &mut pod.metadata;
-    meta.managed_fields = None;
-    meta.annotations = None;
-    meta.owner_references = None;
-    meta.generate_name = None;
 }
 
 /// The watch config of one app's children, by label.
@@ -826,37 +791,6 @@ mod tests {
         assert_eq!(whole.template(), None);
         assert_eq!(whole.object().unwrap().spec, d.spec);
         assert_ne!(Packed::pack(&d).unwrap().object().unwrap().spec, d.spec);
-    }
-
-    #[test]
-    fn pods_are_named_by_app_instance_and_namespace_and_terminating_ones_are_left_out() {
-        let (store, mut writer) = reflector::store::<PartialObjectMeta<Pod>>();
-        let pod = |ns: &str, name: &str, instance: &str, deleting: bool| {
-            let mut p: PartialObjectMeta<Pod> = serde_json::from_value(json!({
-                "apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": name, "namespace": ns,
-                    "labels": {label::NAME: "memcached", label::INSTANCE: instance}}
-            }))
-            .unwrap();
-            if deleting {
-                p.metadata.deletion_timestamp = Some(crate::reconcilers::time(chrono::Utc::now()));
-            }
-            p
-        };
-        for p in [
-            pod("team", "cache-b", "cache", false),
-            pod("team", "cache-a", "cache", false),
-            pod("team", "cache-old", "cache", true),
-            pod("team", "other-x", "other", false),
-            pod("elsewhere", "cache-z", "cache", false),
-        ] {
-            writer.apply_watcher_event(&watcher::Event::Apply(p));
-        }
-        assert_eq!(
-            pod_names(&store, "team", "memcached", "cache"),
-            ["cache-a", "cache-b"]
-        );
-        assert!(pod_names(&store, "team", "welcome", "cache").is_empty());
     }
 
     #[test]

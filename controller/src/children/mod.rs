@@ -4,9 +4,11 @@
 mod apply;
 mod build;
 mod cache;
+mod pods;
 mod store;
 
 pub use apply::*;
 pub use build::*;
 pub use cache::*;
+pub use pods::{pod_names_cache, PodNames, PodNamesWriter};
 pub use store::{packed_store, PackedStore, PackedWriter};

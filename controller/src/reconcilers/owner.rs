@@ -188,7 +188,7 @@ async fn reconcile_owner<K: Owner>(owner: &K, ctx: &Context) -> Result<Action> {
         return Ok(owner.settled(&prepared));
     }
     let pods = match K::NAMES_PODS {
-        true => children::pod_names(&children.pods, &ns, K::APP, &name),
+        true => children.pods.of(&ns, &name),
         false => Vec::new(),
     };
     let observed = Observed {
