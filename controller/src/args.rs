@@ -66,6 +66,17 @@ pub struct Args {
     )]
     pub debounce: Duration,
 
+    /// The longest a stream of changes closer together than `--debounce` puts a reconcile off,
+    /// from the first of them: a large Memcached's rollout, pod after pod, still has its status
+    /// reconciled every few seconds meanwhile. Not shorter than `--debounce`.
+    #[arg(
+        long,
+        env = "KUBESTEER_DEBOUNCE_MAX",
+        default_value = "3s",
+        value_parser = humantime::parse_duration
+    )]
+    pub debounce_max: Duration,
+
     /// The flags the webhook takes too: logging and readiness.
     #[command(flatten)]
     pub runtime: kubesteer_runtime::RuntimeArgs,
@@ -97,8 +108,8 @@ mod tests {
         assert!(!a.leader_election && !a.metrics_auth);
         assert_eq!(a.lease_name, "kubesteer-controller");
         assert_eq!(
-            (a.concurrency, a.debounce),
-            (32, Duration::from_millis(300))
+            (a.concurrency, a.debounce, a.debounce_max),
+            (32, Duration::from_millis(300), Duration::from_secs(3))
         );
         assert_eq!(a.runtime.watch_stale_after, Duration::from_secs(30));
         assert!(Args::try_parse_from(["kubesteer-controller", "--concurrency=0"]).is_err());
@@ -109,11 +120,13 @@ mod tests {
             "--metrics-addr=127.0.0.1:0",
             "--log-json",
             "--debounce=250ms",
+            "--debounce-max=2s",
             "--watch-stale-after=1m",
         ])
         .unwrap();
         assert!(a.leader_election && a.runtime.log_json);
         assert_eq!(a.debounce, Duration::from_millis(250));
+        assert_eq!(a.debounce_max, Duration::from_secs(2));
         assert_eq!(a.runtime.watch_stale_after, Duration::from_secs(60));
         let e = Args::try_parse_from(["kubesteer-controller", "--debounce=1000"]).unwrap_err();
         assert!(e.to_string().contains("--debounce"), "{e}");

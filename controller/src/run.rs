@@ -5,7 +5,6 @@ use std::sync::Arc;
 use std::fmt::Debug;
 
 use std::future::Future;
-use std::time::Duration;
 
 use futures::stream::BoxStream;
 use futures::{FutureExt, Stream, StreamExt, TryStreamExt};
@@ -384,10 +383,11 @@ pub async fn controllers(
     let ctx = Arc::new(base.with_caches(Caches::empty()));
     let settings = Settings {
         concurrency: args.concurrency,
-        debounce: Duration::ZERO,
+        ..Settings::default()
     };
     let owner_settings = Settings {
         debounce: args.debounce,
+        debounce_max: args.debounce_max,
         ..settings
     };
 

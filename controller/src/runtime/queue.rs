@@ -6,14 +6,18 @@
 //! controller's own store, and the queue holds an [`ObjectKey`] (32 bytes) per object waiting.
 //!
 //! It behaves as a `Controller` does: requests for one object are merged (the earliest wins),
-//! each waits `debounce` for more; at most `concurrency` reconciles run at once (0: no limit),
+//! each waits `debounce` for more, though never longer than `debounce_max` after the first of
+//! them (kube-runtime's debounce has no bound: events closer than `debounce` put a reconcile off
+//! for as long as they last, the whole rollout of a large Memcached); at most `concurrency` reconciles run at once (0: no limit),
 //! never two of one object (a request for an object being reconciled waits for it to finish);
 //! nothing runs until the store has listed once; a reconcile's [`Action`] schedules the next;
 //! and on `stop` no new reconcile starts while the running ones finish.
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::future::{poll_fn, Future};
+use std::hash::{BuildHasher, RandomState};
 use std::pin::pin;
+use std::sync::Mutex;
 use std::task::Poll;
 use std::time::Duration;
 
@@ -21,6 +25,8 @@ use futures::stream::FuturesUnordered;
 use futures::{FutureExt, Stream, StreamExt};
 use kube::runtime::scheduler::{debounced_scheduler, ScheduleRequest};
 use tokio::time::Instant;
+
+use crate::context::lock;
 
 /// What a reconcile asks for next: another reconcile after a while, or none until a change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,11 +80,60 @@ impl fmt::Display for ObjectKey {
     }
 }
 
-/// How many reconciles run at once (0: no limit), and how long a request waits for more.
+/// How many reconciles run at once (0: no limit), how long a request waits for more, and how
+/// long at most after the first of them (no longer than `debounce` when not more than it).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Settings {
     pub concurrency: u16,
     pub debounce: Duration,
+    pub debounce_max: Duration,
+}
+
+/// When each burst of requests began, by object, so that a burst's reconcile waits `debounce`
+/// after its last request but no more than `debounce_max` after its first. The scheduler puts a
+/// request off to its `run_at` plus `debounce`; so a request arrives with `run_at` now, or the
+/// burst's deadline less `debounce` once that is earlier. Keyed by a hash of the object: 24 bytes
+/// an entry, only while a request waits; two objects sharing one would only share a deadline.
+struct Bursts {
+    debounce: Duration,
+    /// How long after a burst's first request its reconcile is due at the latest, less `debounce`.
+    bound: Duration,
+    first: Mutex<HashMap<u64, Instant>>,
+    hasher: RandomState,
+}
+
+impl Bursts {
+    fn new(settings: &Settings) -> Self {
+        Self {
+            debounce: settings.debounce,
+            bound: settings.debounce_max.saturating_sub(settings.debounce),
+            first: Mutex::default(),
+            hasher: RandomState::new(),
+        }
+    }
+
+    /// The `run_at` of a request for `key` made `now`.
+    fn run_at(&self, key: &ObjectKey, now: Instant) -> Instant {
+        if self.debounce.is_zero() {
+            return now;
+        }
+        let hash = self.hasher.hash_one(key);
+        let first = *lock(&self.first).entry(hash).or_insert(now);
+        now.min(first + self.bound)
+    }
+
+    /// `key`'s reconcile starts: its burst is over.
+    fn done(&self, key: &ObjectKey) {
+        if self.debounce.is_zero() {
+            return;
+        }
+        let mut first = lock(&self.first);
+        first.remove(&self.hasher.hash_one(key));
+        // A relist's burst (every object at once) leaves no table of its size behind.
+        if first.is_empty() && first.capacity() > 1024 {
+            first.shrink_to_fit();
+        }
+    }
 }
 
 /// Reconciles the objects `triggers` name with `reconcile` until `stop`, then waits for the
@@ -96,9 +151,10 @@ pub async fn run<T, R, F>(
     F: Future<Output = Action>,
 {
     let (requeue, requeued) = futures::channel::mpsc::unbounded();
+    let bursts = Bursts::new(&settings);
     let now = |key| ScheduleRequest {
+        run_at: bursts.run_at(&key, Instant::now()),
         message: key,
-        run_at: Instant::now(),
     };
     let requests = futures::stream::select(triggers.map(now), requeued).take_until(stop);
     let mut scheduler = pin!(debounced_scheduler(requests, settings.debounce));
@@ -135,6 +191,7 @@ pub async fn run<T, R, F>(
         };
         match next {
             Poll::Ready(Some(key)) => {
+                bursts.done(&key);
                 busy.insert(key.clone());
                 let work = reconcile(key.clone());
                 running.push(work.map(move |action| (key, action)));
@@ -254,6 +311,7 @@ mod tests {
         let settings = Settings {
             concurrency: 2,
             debounce: Duration::from_millis(100),
+            ..Settings::default()
         };
         let mut h = start(
             settings,
@@ -277,6 +335,37 @@ mod tests {
         starts.map(|(_, t)| t.as_secs()).collect()
     }
 
+    /// The start times of `name`'s reconciles, in milliseconds since the test began.
+    fn starts_of(log: &Log, name: &str) -> Vec<u128> {
+        let log = log.0.lock().unwrap();
+        let starts = log.iter().filter(|(n, _)| *n == format!("start {name}"));
+        starts.map(|(_, t)| t.as_millis()).collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_burst_waits_for_quiet_but_never_past_debounce_max_after_its_first_request() {
+        let settings = Settings {
+            concurrency: 0,
+            debounce: Duration::from_millis(300),
+            debounce_max: Duration::from_secs(1),
+        };
+        let (h, log) = ready(settings, Duration::ZERO, Action::await_change());
+        // "a" changes every 120 ms for 2.4 s, closer than the debounce all along: unbounded, it
+        // would wait until 2.7 s. "b" changes twice, 240 ms apart, then is quiet.
+        for i in 0..=20 {
+            h.send(&["a"]);
+            if i == 0 || i == 2 {
+                h.send(&["b"]);
+            }
+            settle(Duration::from_millis(120)).await;
+        }
+        settle(Duration::from_secs(5)).await;
+        // Bursts begin at 0, 1.08 and 2.16 s; the third ends at 2.4 s, before its bound.
+        assert_eq!(starts_of(&log, "a"), [1000, 2080, 2700]);
+        assert_eq!(starts_of(&log, "b"), [540]);
+        h.stop().await;
+    }
+
     #[tokio::test(start_paused = true)]
     async fn never_runs_one_object_twice_at_once() {
         let (h, log) = ready(Settings::default(), TEN_SECONDS, Action::await_change());
@@ -298,6 +387,7 @@ mod tests {
         let settings = Settings {
             concurrency: 2,
             debounce: Duration::ZERO,
+            ..Settings::default()
         };
         let (h, log) = ready(settings, TEN_SECONDS, Action::await_change());
         h.send(&["a", "b", "c"]);
@@ -321,6 +411,7 @@ mod tests {
         let settings = Settings {
             concurrency: 1,
             debounce: Duration::ZERO,
+            ..Settings::default()
         };
         let (h, log) = ready(settings, TEN_SECONDS, Action::await_change());
         h.send(&["a", "b"]);
