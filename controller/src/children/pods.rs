@@ -168,6 +168,11 @@ mod tests {
         .unwrap()
     }
 
+    /// A pod of the Memcached `team/cache`.
+    fn cache_pod(name: &str) -> PartialObjectMeta<Pod> {
+        pod("team", name, "memcached", "cache")
+    }
+
     fn deleting(mut p: PartialObjectMeta<Pod>) -> PartialObjectMeta<Pod> {
         p.metadata.deletion_timestamp = Some(crate::reconcilers::time(chrono::Utc::now()));
         p
@@ -177,9 +182,9 @@ mod tests {
     fn pods_are_named_by_instance_and_namespace_and_only_the_apps_live_ones() {
         let (names, mut w) = pod_names_cache("memcached");
         for p in [
-            pod("team", "cache-b", "memcached", "cache"),
-            pod("team", "cache-a", "memcached", "cache"),
-            deleting(pod("team", "cache-old", "memcached", "cache")),
+            cache_pod("cache-b"),
+            cache_pod("cache-a"),
+            deleting(cache_pod("cache-old")),
             pod("team", "other-x", "memcached", "other"),
             pod("elsewhere", "cache-z", "memcached", "cache"),
             pod("team", "cache-w", "welcome", "cache"),
@@ -196,19 +201,14 @@ mod tests {
     fn a_pod_that_terminates_is_relabelled_or_goes_leaves_its_list() {
         let (names, mut w) = pod_names_cache("memcached");
         for n in ["cache-a", "cache-b", "cache-c"] {
-            w.apply_watcher_event(&Event::Apply(pod("team", n, "memcached", "cache")));
+            w.apply_watcher_event(&Event::Apply(cache_pod(n)));
         }
-        w.apply_watcher_event(&Event::Apply(deleting(pod(
-            "team",
-            "cache-a",
-            "memcached",
-            "cache",
-        ))));
+        w.apply_watcher_event(&Event::Apply(deleting(cache_pod("cache-a"))));
         // Taken out of the instance by its label (a pod kept for debugging): listed elsewhere.
         w.apply_watcher_event(&Event::Apply(pod("team", "cache-b", "memcached", "debug")));
         assert_eq!(names.of("team", "cache"), ["cache-c"]);
         assert_eq!(names.of("team", "debug"), ["cache-b"]);
-        w.apply_watcher_event(&Event::Delete(pod("team", "cache-c", "memcached", "cache")));
+        w.apply_watcher_event(&Event::Delete(cache_pod("cache-c")));
         w.apply_watcher_event(&Event::Delete(pod("team", "cache-b", "memcached", "debug")));
         assert!(names.of("team", "cache").is_empty() && names.of("team", "debug").is_empty());
         let index = read(&names.index);
@@ -220,12 +220,7 @@ mod tests {
         let (names, mut w) = pod_names_cache("memcached");
         let mut ready = Box::pin(names.wait_until_ready());
         w.apply_watcher_event(&Event::Init);
-        w.apply_watcher_event(&Event::InitApply(pod(
-            "team",
-            "cache-a",
-            "memcached",
-            "cache",
-        )));
+        w.apply_watcher_event(&Event::InitApply(cache_pod("cache-a")));
         assert!(
             names.of("team", "cache").is_empty(),
             "not before the list is done"
@@ -236,12 +231,7 @@ mod tests {
         assert_eq!(names.of("team", "cache"), ["cache-a"]);
         // A relist that no longer finds cache-a drops it; cache-b is new.
         w.apply_watcher_event(&Event::Init);
-        w.apply_watcher_event(&Event::InitApply(pod(
-            "team",
-            "cache-b",
-            "memcached",
-            "cache",
-        )));
+        w.apply_watcher_event(&Event::InitApply(cache_pod("cache-b")));
         assert_eq!(names.of("team", "cache"), ["cache-a"]);
         w.apply_watcher_event(&Event::InitDone);
         assert_eq!(names.of("team", "cache"), ["cache-b"]);
