@@ -8,8 +8,8 @@
 //! It behaves as a `Controller` does: requests for one object are merged (the earliest wins),
 //! each waits `debounce` for more, though never longer than `debounce_max` after the first of
 //! them (kube-runtime's debounce has no bound: events closer than `debounce` put a reconcile off
-//! for as long as they last, the whole rollout of a large Memcached); at most `concurrency` reconciles run at once (0: no limit),
-//! never two of one object (a request for an object being reconciled waits for it to finish);
+//! for as long as they last, the whole rollout of a large Memcached); at most `concurrency`
+//! reconciles run at once (0: no limit), never two of one object (a request for an object being reconciled waits for it to finish);
 //! nothing runs until the store has listed once; a reconcile's [`Action`] schedules the next;
 //! and on `stop` no new reconcile starts while the running ones finish.
 use std::collections::{HashMap, HashSet};
@@ -81,7 +81,7 @@ impl fmt::Display for ObjectKey {
 }
 
 /// How many reconciles run at once (0: no limit), how long a request waits for more, and how
-/// long at most after the first of them (no longer than `debounce` when not more than it).
+/// long at most after the first of them (a `debounce_max` below `debounce` counts as `debounce`).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Settings {
     pub concurrency: u16,
