@@ -157,6 +157,31 @@ pub fn jsonpath(ns: &str, resource: &str, path: &str) -> Result<String> {
     )
 }
 
+/// The sorted names of the live pods of the owner `instance` in `ns` (its
+/// `app.kubernetes.io/instance` label): terminating pods are on their way out and are left out.
+pub fn instance_pods(ns: &str, instance: &str) -> Result<Vec<String>> {
+    let out = kubectl_ok(
+        &[
+            "get",
+            "pods",
+            "-n",
+            ns,
+            "-l",
+            &format!("app.kubernetes.io/instance={instance}"),
+            "-o",
+            "jsonpath={range .items[*]}{.metadata.name} {.metadata.deletionTimestamp}{\"\\n\"}{end}",
+        ],
+        None,
+    )?;
+    let mut names: Vec<String> = out
+        .lines()
+        .filter(|l| l.split_whitespace().count() == 1)
+        .map(|l| l.trim().to_string())
+        .collect();
+    names.sort();
+    Ok(names)
+}
+
 /// The notes of the events with `reason` in `ns`, oldest first.
 pub fn event_notes(ns: &str, reason: &str) -> Result<Vec<String>> {
     let out = kubectl_ok(

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, ensure, Context, Result};
 use kubesteer_tests::release::{image, Release, REAL_NODE};
 use kubesteer_tests::{
-    eventually, helm, jsonpath, kubectl, kubectl_ok, repo_root, unique, WEBHOOKS,
+    eventually, helm, instance_pods, jsonpath, kubectl, kubectl_ok, repo_root, unique, WEBHOOKS,
 };
 
 /// Every pod of `component` runs the project image on the real node, Running and Ready.
@@ -512,6 +512,18 @@ fn the_charts_pods_reconcile_every_kind_through_their_own_webhook() -> Result<()
             "scaler/fleet",
         ],
         None,
+    )
+    .with_context(|| release.describe())?;
+    // The chart's controller sees the Memcached's pods through its own pod watch, under its own
+    // RBAC: its status names the 3 of them.
+    eventually(
+        Duration::from_secs(90),
+        "memcached/cache's status.nodes naming its 3 pods",
+        || {
+            let pods = instance_pods(n, "cache")?;
+            let nodes = user_get(&release, "memcached/cache", "{.status.nodes[*]}")?;
+            Ok((pods.len() == 3 && nodes == pods.join(" ")).then_some(()))
+        },
     )
     .with_context(|| release.describe())?;
     for scaler in ["office-hours", "fleet"] {

@@ -4,7 +4,8 @@ use std::time::Duration;
 
 use anyhow::Result;
 use kubesteer_tests::{
-    event_notes, eventually, jsonpath, kubectl, kubectl_ok, ControllerProcess, Namespace,
+    event_notes, eventually, instance_pods, jsonpath, kubectl, kubectl_ok, ControllerProcess,
+    Namespace,
 };
 
 const MEMCACHED: &str = r#"
@@ -15,24 +16,6 @@ spec: {size: 2}
 "#;
 
 const WAIT: Duration = Duration::from_secs(90);
-
-fn pods(ns: &str) -> Result<Vec<String>> {
-    let out = kubectl_ok(
-        &[
-            "get", "pods", "-n", ns, "-l", "app.kubernetes.io/instance=cache",
-            "-o", "jsonpath={range .items[*]}{.metadata.name} {.metadata.deletionTimestamp}{\"\\n\"}{end}",
-        ],
-        None,
-    )?;
-    // Terminating pods are on their way out and are not memcached nodes any more.
-    let mut names: Vec<String> = out
-        .lines()
-        .filter(|l| l.split_whitespace().count() == 1)
-        .map(|l| l.trim().to_string())
-        .collect();
-    names.sort();
-    Ok(names)
-}
 
 fn wait_ready_replicas(ns: &str, want: &str) -> Result<()> {
     eventually(WAIT, &format!("status.readyReplicas {want}"), || {
@@ -88,7 +71,7 @@ fn memcached_runs_scales_reverts_hand_edits_and_is_collected() -> Result<()> {
     wait_ready_replicas(ns.name(), "2")?;
     eventually(WAIT, "status.nodes naming the 2 pods", || {
         let nodes = jsonpath(ns.name(), "memcached/cache", "{.status.nodes[*]}")?;
-        let pods = pods(ns.name())?;
+        let pods = instance_pods(ns.name(), "cache")?;
         Ok((pods.len() == 2 && nodes == pods.join(" ")).then_some(()))
     })?;
     // Reconciles after the rollout found the children as wanted in the watch caches, and sent
