@@ -46,6 +46,11 @@ pub struct Applied<K> {
     pub created: bool,
 }
 
+/// How often the fold of a created child's fields into its Apply entry is tried. Each try after
+/// the first follows a write by someone else (the deployment controller's status, a label) since
+/// the managed fields were read, and reads them again.
+const FOLD_ATTEMPTS: u32 = 4;
+
 /// Server-side applies the namespaced `obj`. Unlike `Api::patch` it keeps the answer's status
 /// code, as 201 Created is the one exact sign that the object did not exist before.
 ///
@@ -53,6 +58,9 @@ pub struct Applied<K> {
 /// clears; the first apply to it finds that entry in its answer, folds it into the Apply entry
 /// ([`upgraded`]) and applies again, so that what this apply left out is removed (as a client-go
 /// client does with `csaupgrade`). Only an object's first apply after its create pays for that.
+/// The fold replaces the managed fields only if no one wrote the object since they were read (a
+/// `test` of its resourceVersion); when someone did, they are read again, up to
+/// [`FOLD_ATTEMPTS`] times.
 pub async fn apply<K>(client: &Client, obj: &K) -> Result<Applied<K>>
 where
     K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
@@ -63,20 +71,42 @@ where
 {
     let applied = apply_with(client, obj, &apply_params()).await?;
     let meta = applied.object.meta();
-    let Some(entries) = upgraded(meta) else {
+    let Some(mut entries) = upgraded(meta) else {
         return Ok(applied);
     };
     let (Some(ns), Some(name)) = (meta.namespace.as_deref(), meta.name.as_deref()) else {
         return Ok(applied);
     };
-    // Only the fields' owners change, and only if no one wrote the object in between.
-    let patch: json_patch::Patch = serde_json::from_value(serde_json::json!([
-        {"op": "test", "path": "/metadata/resourceVersion", "value": meta.resource_version},
-        {"op": "replace", "path": "/metadata/managedFields", "value": entries},
-    ]))?;
-    Api::<K>::namespaced(client.clone(), ns)
-        .patch(name, &write_params(), &Patch::<()>::Json(patch))
-        .await?;
+    let api = Api::<K>::namespaced(client.clone(), ns);
+    let mut version = meta.resource_version.clone();
+    let mut attempt = 1;
+    loop {
+        // Only the fields' owners change, and only if no one wrote the object in between.
+        let patch: json_patch::Patch = serde_json::from_value(serde_json::json!([
+            {"op": "test", "path": "/metadata/resourceVersion", "value": version},
+            {"op": "replace", "path": "/metadata/managedFields", "value": entries},
+        ]))?;
+        match api
+            .patch(name, &write_params(), &Patch::<()>::Json(patch))
+            .await
+        {
+            Ok(_) => break,
+            // The test failed: written since. Read the managed fields again; nothing is left to
+            // fold if the object is gone or someone folded them.
+            Err(e) if is_status(&e, 422) && attempt < FOLD_ATTEMPTS => {
+                attempt += 1;
+                let Some(live) = api.get_opt(name).await? else {
+                    return Ok(applied);
+                };
+                let Some(again) = upgraded(live.meta()) else {
+                    return Ok(applied);
+                };
+                entries = again;
+                version = live.meta().resource_version.clone();
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
     let again = apply_with(client, obj, &apply_params()).await?;
     Ok(Applied {
         object: again.object,

@@ -511,6 +511,53 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_fold_refused_as_the_deployment_was_written_since_reads_it_again_and_folds() {
+        let mc = memcached(json!({"size": 2}));
+        let mut scaled = applied_deployment(&mc, READY());
+        scaled["spec"]["replicas"] = json!(5);
+        let (ctx, verifier) =
+            fixtures::context_cached(world_with(scaled, &mc, &["cache-a", "cache-b"]));
+        let created = |version: &str| {
+            let mut object = applied_deployment(&mc, READY());
+            object["metadata"]["resourceVersion"] = json!(version);
+            object["metadata"]["managedFields"] = json!([
+                {"manager": "kubesteer-controller", "operation": "Apply", "apiVersion": "apps/v1",
+                 "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:replicas": {}}}},
+                {"manager": "kubesteer-controller", "operation": "Update", "apiVersion": "apps/v1",
+                 "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:paused": {}}}},
+            ]);
+            object
+        };
+        let fold = |version: &'static str| {
+            Call::patch(&format!(
+                "{GET_DEPLOYMENT}?&fieldManager=kubesteer-controller"
+            ))
+            .body(move |b| {
+                assert_eq!(
+                    b[0],
+                    json!({"op": "test", "path": "/metadata/resourceVersion", "value": version})
+                );
+                assert_eq!(b[1]["value"].as_array().unwrap().len(), 1, "{b}");
+            })
+        };
+        // The deployment controller writes the status between the apply and the fold: the test
+        // of the resourceVersion fails (422), and the fold is made again on what was written.
+        let scenario = verifier.run(vec![
+            Call::patch(DEPLOYMENT).respond(created("41")),
+            fold("41").error(
+                422,
+                "the server rejected our request due to an error in our request",
+            ),
+            Call::get(GET_DEPLOYMENT).respond(created("42")),
+            fold("42").respond(applied_deployment(&mc, READY())),
+            applied_for_size_2(&mc),
+            Call::patch(STATUS).respond_status_of(&mc),
+        ]);
+        reconcile(Arc::new(mc.clone()), ctx.clone()).await.unwrap();
+        scenario.finish(ctx).await;
+    }
+
+    #[tokio::test]
     async fn a_hand_edited_pod_template_missing_from_the_cache_is_read_once_and_applied_again() {
         let mc = memcached(json!({"size": 2}));
         let mut edited = applied_deployment(&mc, READY());
