@@ -51,6 +51,9 @@
 # controller's requests are counted from then until BENCH_RESYNC_SECONDS (default 20) after the
 # last annotation. Writes the medians and ratios to bench/results/controller-peers.json
 # (controller.json is left alone); subjects left out are missing there, their ratios null.
+# BENCH_CARGO_PROFILE (default release) is the cargo profile the controller and the client are
+# built with; `image` is the profile of the image's binary (opt-level s, fat LTO), here linked
+# dynamically. The peers report names it (cargo_profile).
 # BENCH_APISERVER_PROFILE=<seconds> adds a CPU profile of the apiserver over the first <seconds>
 # of each run's convergence (bench/scripts/profile-shares.py reads them).
 . "$(dirname "$0")/controller-lib.sh"
@@ -309,7 +312,7 @@ if [ "$subject" = peers ]; then
       esac
     done
   done
-  python3 - "$work" "$repeats" "$count" "$(git rev-parse --short HEAD)" "$(peer_go_version)" "$K8S_VERSION" \
+  BENCH_BUILT_PROFILE=$profile python3 - "$work" "$repeats" "$count" "$(git rev-parse --short HEAD)" "$(peer_go_version)" "$K8S_VERSION" \
     "$peer_tuned" "$peer_tutorial" "${BENCH_CONTROLLER_CPUS:-0}" "$resync_seconds" "${peer_subjects[*]}" <<'PY'
 import json, os, platform, statistics, sys, datetime
 work, repeats, count, commit, go, k8s, tuned, tutorial, cpus, resync_s, names = (
@@ -362,6 +365,7 @@ out = {
     "machine": {"cpus": os.cpu_count(), "kernel": platform.release(), "cpu": next(
         (l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")},
     "count": count, "size": 1, "repeats": repeats, "subjects_run": names,
+    "cargo_profile": os.environ["BENCH_BUILT_PROFILE"],
     "setup": f"kwok binary runtime, Kubernetes {k8s}; a fresh cluster for every run of every subject; each "
              f"controller pinned to cpus {cpus} (taskset) with the same client certificate; the same niced "
              "kubesteer-bench client creates the Memcacheds and watches for Ready=True; medians of the runs; "
