@@ -516,16 +516,35 @@ fn the_charts_pods_reconcile_every_kind_through_their_own_webhook() -> Result<()
     .with_context(|| release.describe())?;
     // The chart's controller sees the Memcached's pods through its own pod watch, under its own
     // RBAC: its status names the 3 of them.
-    eventually(
-        Duration::from_secs(90),
-        "memcached/cache's status.nodes naming its 3 pods",
-        || {
-            let pods = instance_pods(n, "cache")?;
-            let nodes = user_get(&release, "memcached/cache", "{.status.nodes[*]}")?;
-            Ok((pods.len() == 3 && nodes == pods.join(" ")).then_some(()))
-        },
-    )
-    .with_context(|| release.describe())?;
+    let nodes_name_pods = |count: usize| {
+        eventually(
+            Duration::from_secs(90),
+            &format!("memcached/cache's status.nodes naming its {count} pods"),
+            || {
+                let pods = instance_pods(n, "cache")?;
+                let nodes = user_get(&release, "memcached/cache", "{.status.nodes[*]}")?;
+                Ok((pods.len() == count && nodes == pods.join(" ")).then_some(()))
+            },
+        )
+        .with_context(|| release.describe())
+    };
+    nodes_name_pods(3)?;
+    // A size change: the first apply to the Deployment it created, which moves the create's
+    // fields to its Apply entry while the deployment controller writes the Deployment's status.
+    kubectl_ok(
+        &[
+            "patch",
+            "-n",
+            n,
+            "memcached/cache",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"size":2}}"#,
+        ],
+        None,
+    )?;
+    user_wait(&release, "deployment/cache", "{.spec.replicas}", "2")?;
+    nodes_name_pods(2)?;
     for scaler in ["office-hours", "fleet"] {
         let finalizers = user_get(
             &release,
@@ -670,6 +689,15 @@ fn the_charts_pods_reconcile_every_kind_through_their_own_webhook() -> Result<()
             .take(5)
             .collect::<Vec<_>>()
             .join("\n")
+    );
+    // Nor did any reconcile fail.
+    let failed: Vec<&str> = controller
+        .lines()
+        .filter(|l| l.contains("reconcile failed"))
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "reconciles of the chart's controller failed: {failed:#?}"
     );
     let reasons = kubectl_ok(
         &[
