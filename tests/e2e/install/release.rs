@@ -444,6 +444,22 @@ fn user_get(release: &Release, object: &str, path: &str) -> Result<String> {
     jsonpath(&release.user_ns, object, path)
 }
 
+/// A merge patch of `object` in the release's user namespace, as the cluster's admin.
+fn user_patch(release: &Release, object: &str, patch: &str) -> Result<String> {
+    kubectl_ok(
+        &[
+            "patch",
+            "-n",
+            &release.user_ns,
+            object,
+            "--type=merge",
+            "-p",
+            patch,
+        ],
+        None,
+    )
+}
+
 /// Waits until `path` of `object` in the user namespace reads `want`.
 fn user_wait(release: &Release, object: &str, path: &str, want: &str) -> Result<()> {
     eventually(
@@ -531,18 +547,7 @@ fn the_charts_pods_reconcile_every_kind_through_their_own_webhook() -> Result<()
     nodes_name_pods(3)?;
     // A size change: the first apply to the Deployment it created, which moves the create's
     // fields to its Apply entry while the deployment controller writes the Deployment's status.
-    kubectl_ok(
-        &[
-            "patch",
-            "-n",
-            n,
-            "memcached/cache",
-            "--type=merge",
-            "-p",
-            r#"{"spec":{"size":2}}"#,
-        ],
-        None,
-    )?;
+    user_patch(&release, "memcached/cache", r#"{"spec":{"size":2}}"#)?;
     user_wait(&release, "deployment/cache", "{.spec.replicas}", "2")?;
     nodes_name_pods(2)?;
     for scaler in ["office-hours", "fleet"] {
@@ -619,17 +624,10 @@ fn the_charts_pods_reconcile_every_kind_through_their_own_webhook() -> Result<()
 
     // hpaCooperation switched off inside the window: the HPA the Scaler raised gets its own
     // minReplicas back, found by the name the status recorded, and the Deployment is held itself.
-    kubectl_ok(
-        &[
-            "patch",
-            "-n",
-            n,
-            "scaler/fleet",
-            "--type=merge",
-            "-p",
-            r#"{"spec":{"hpaCooperation":"Disabled"}}"#,
-        ],
-        None,
+    user_patch(
+        &release,
+        "scaler/fleet",
+        r#"{"spec":{"hpaCooperation":"Disabled"}}"#,
     )?;
     user_wait(&release, "hpa/api", "{.spec.minReplicas}", "1")?;
     user_wait(
@@ -937,18 +935,7 @@ fn a_dry_run_scaler_reports_and_writes_nothing_until_switched_off() -> Result<()
         "no record either"
     );
     // Switched off, the current state is applied at once.
-    kubectl_ok(
-        &[
-            "patch",
-            "-n",
-            n,
-            "scaler/preview",
-            "--type=merge",
-            "-p",
-            r#"{"spec":{"dryRun":false}}"#,
-        ],
-        None,
-    )?;
+    user_patch(&release, "scaler/preview", r#"{"spec":{"dryRun":false}}"#)?;
     user_wait(&release, "deployment/web", "{.spec.replicas}", "3")?;
     Ok(())
 }
