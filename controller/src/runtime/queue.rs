@@ -9,9 +9,10 @@
 //! each waits `debounce` for more, though never longer than `debounce_max` after the first of
 //! them (kube-runtime's debounce has no bound: events closer than `debounce` put a reconcile off
 //! for as long as they last, the whole rollout of a large Memcached); at most `concurrency`
-//! reconciles run at once (0: no limit), never two of one object (a request for an object being reconciled waits for it to finish);
-//! nothing runs until the store has listed once; a reconcile's [`Action`] schedules the next;
-//! and on `stop` no new reconcile starts while the running ones finish.
+//! reconciles run at once (0: no limit), never two of one object (a request for an object
+//! being reconciled waits for it to finish); nothing runs until the store has listed once; a
+//! reconcile's [`Action`] schedules the next; and on `stop` no new reconcile starts while the
+//! running ones finish.
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::future::{poll_fn, Future};
