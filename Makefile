@@ -14,7 +14,7 @@ IMAGE_TAR ?= .kubesteer/image.tar
 PAUSE_IMG ?= localhost/kubesteer-pause:3.10
 PAUSE_TAR ?= .kubesteer/pause.tar
 
-.PHONY: all build plugin control-plane monitoring-tools cluster-up cluster-down manifests install run run-once test-run deploy undeploy test fmt-check clippy unit e2e bench-webhook bench-webhook-memory bench-controller bench-stores bench-verbs fuzz keda
+.PHONY: all build plugin control-plane monitoring-tools cluster-up cluster-down manifests install run run-once test-run deploy undeploy test fmt-check clippy doc-check unit e2e bench-webhook bench-webhook-memory bench-controller bench-stores bench-verbs fuzz keda
 
 all: build
 
@@ -79,13 +79,17 @@ deploy: image
 undeploy:
 	hack/deploy.sh down
 
-test: fmt-check clippy unit e2e test-run
+test: fmt-check clippy doc-check unit e2e test-run
 
 fmt-check:
 	$(CARGO) fmt --all -- --check
 
 clippy:
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+## doc-check: the workspace's own docs build with no rustdoc warning (broken or private links).
+doc-check:
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps
 
 ## unit: every crate's tests but the e2e ones (the image's multi-call binary's too, in kubesteer/),
 ## and the e2e helpers' own unit tests (no cluster).

@@ -1322,7 +1322,7 @@ async fn lateness(
 }
 
 /// When the controller's writes to the lateness targets were answered, after each boundary, from
-/// its log lines ("Scaled Deployment <ns>/late-..." after the opening, "Restored ..." after the
+/// its log lines (`Scaled Deployment <ns>/late-...` after the opening, "Restored ..." after the
 /// closing): the change was stored by then, whenever a watch delivers it.
 fn written_lateness(log: &std::path::Path, namespace: &str, late: &Value) -> Result<Value> {
     let boundary = |key: &str| -> Result<DateTime<Utc>> {

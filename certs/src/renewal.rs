@@ -40,7 +40,7 @@ impl fmt::Display for Renewal {
     }
 }
 
-/// What [`ensure_dir`] did.
+/// What [`ensure_dir`](crate::storage::ensure_dir) did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
     /// A new CA and serving certificate were written.

@@ -57,7 +57,7 @@ const FORGET_AFTER: Duration = Duration::from_secs(2 * 300);
 
 /// State kept per object (kind, namespace, name). An entry goes when its object is deleted
 /// ([`Context::forget`]); one whose deletion went unseen (a watch gap) goes once it was not
-/// touched for [`FORGET_AFTER`], swept whenever the map has doubled. The event recorder's own
+/// touched for `FORGET_AFTER`, swept whenever the map has doubled. The event recorder's own
 /// map of event series needs none of this: kube-runtime drops series older than 6 minutes.
 pub struct PerObject<V> {
     inner: Mutex<PerObjectInner<V>>,

@@ -94,7 +94,7 @@ pub fn map_event<A, B>(event: Event<A>, mut f: impl FnMut(A) -> B) -> Event<B> {
     }
 }
 
-/// The `K`s in `namespace` (all namespaces when `None`), as dynamic objects, for [`watcher`].
+/// The `K`s in `namespace` (all namespaces when `None`), as dynamic objects, for [`watcher()`].
 pub fn api<K>(client: Client, namespace: Option<&str>) -> Api<DynamicObject>
 where
     K: Resource<DynamicType = ()>,

@@ -216,7 +216,7 @@ pub fn install_crds() -> Result<()> {
 }
 
 /// Waits up to a minute until the CRD `name` is Established. Not `kubectl wait`: it fails at once
-/// on a CRD that has no status yet ("accessor error: <nil>"), as a just-created one may not.
+/// on a CRD that has no status yet (`accessor error: <nil>`), as a just-created one may not.
 pub fn crd_established(name: &str) -> Result<()> {
     eventually(
         Duration::from_secs(60),

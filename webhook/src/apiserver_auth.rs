@@ -21,7 +21,7 @@ use crate::server::VerifiedClient;
 /// The paths any client may call.
 const OPEN: &[&str] = &["/healthz", "/readyz", "/metrics", crate::conversion::PATH];
 
-/// `app` with every path but [`OPEN`] answered only for a verified client certificate whose
+/// `app` with every path but `OPEN` answered only for a verified client certificate whose
 /// common name or DNS name is in `names` (any name when `names` is empty).
 pub fn require(app: Router, names: Vec<String>) -> Router {
     app.layer(axum::middleware::from_fn_with_state(Arc::new(names), check))

@@ -24,7 +24,7 @@ use crate::{Error, Result};
 
 /// A cached object kept as its compact JSON, without what no reconcile reads: its managed fields
 /// and its pod template (most of a Deployment), of which only a fingerprint stays, for drift.
-/// The JSON is compressed (LZ4) against the objects of its kind seen before ([`Dictionaries`]):
+/// The JSON is compressed (LZ4) against the objects of its kind seen before (`Dictionaries`):
 /// children of one kind come from one builder and differ in little but names, uids and times, so
 /// a Deployment takes a few hundred bytes where its JSON takes 1.4 KiB and the parsed object 10
 /// or more, which matters with tens of thousands of children. Reconciles unpack the one they

@@ -1,4 +1,4 @@
-//! Welcome: a web app that says "Hello <name>", its Service, and a Secret for a plain password.
+//! Welcome: a web app that says "Hello `<name>`", its Service, and a Secret for a plain password.
 use std::collections::BTreeMap;
 use std::time::Duration;
 

@@ -361,7 +361,7 @@ pub(super) fn next_action(
     }
 }
 
-/// The time to sleep from `now` until `next` (a timer never fires early; see [`at_boundary`]).
+/// The time to sleep from `now` until `next` (a timer never fires early; see `at_boundary`).
 pub fn until(now: DateTime<Utc>, next: DateTime<Utc>) -> Duration {
     (next - now).to_std().unwrap_or_default()
 }
