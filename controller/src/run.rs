@@ -455,7 +455,14 @@ pub async fn controllers(
 
     // Every watch is registered now: readiness waits for them instead.
     health.release(STARTING);
-    info!("controllers started");
+    // The tuning in effect, whether from flags or their environment fallbacks (the chart's
+    // `controller.extraEnv`).
+    info!(
+        concurrency = args.concurrency,
+        debounce = %humantime::format_duration(args.debounce),
+        debounce_max = %humantime::format_duration(args.debounce_max),
+        "controllers started"
+    );
     // Start-up is done (flags, kubeconfig, CRD checks, leader election): its code pages go back.
     kubesteer_runtime::memory::release_startup_code_logged();
     // A leader over the whole cluster stores every object at its CRD's storage version once

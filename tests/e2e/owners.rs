@@ -1,6 +1,6 @@
 //! The controller and the kinds that own children (Application, Memcached, Welcome), end to end.
 mod application;
-mod debounce;
+pub(crate) mod debounce;
 mod memcached;
 mod name_conflict;
 mod welcome;

@@ -26,6 +26,16 @@ pub struct Release {
 
 impl Release {
     pub fn install(prefix: &str, extra: &[&str]) -> Result<Self> {
+        Self::install_with_env(prefix, &[], extra)
+    }
+
+    /// [`Release::install`] with `controller_env` added to the controller's `extraEnv` (after
+    /// the `WATCH_NAMESPACE` every test release sets there), as a user would set its tuning.
+    pub fn install_with_env(
+        prefix: &str,
+        controller_env: &[(&str, &str)],
+        extra: &[&str],
+    ) -> Result<Self> {
         let ready = kubectl_ok(
             &[
                 "get",
@@ -78,10 +88,12 @@ impl Release {
             "webhook.namespaceSelector.matchLabels.kubesteer\\.io/e2e={}",
             release.name
         );
-        let watch = format!(
-            r#"controller.extraEnv=[{{"name":"WATCH_NAMESPACE","value":"{}"}}]"#,
-            release.user_ns
-        );
+        let env: Vec<_> = [("WATCH_NAMESPACE", release.user_ns.as_str())]
+            .iter()
+            .chain(controller_env)
+            .map(|(name, value)| serde_json::json!({"name": name, "value": value}))
+            .collect();
+        let watch = format!("controller.extraEnv={}", serde_json::Value::from(env));
         let mut args = vec![
             "install",
             &release.name,

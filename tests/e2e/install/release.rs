@@ -715,6 +715,41 @@ fn the_charts_pods_reconcile_every_kind_through_their_own_webhook() -> Result<()
     Ok(())
 }
 
+/// The controller's tuning set as the chart's README says, through `controller.extraEnv`: the
+/// chart's controller pod reports the debounce and bound it took from `KUBESTEER_DEBOUNCE` and
+/// `KUBESTEER_DEBOUNCE_MAX`, and under them a Memcached whose Deployment keeps changing faster
+/// than the debounce still gets its spec change, within the bound, with no failed reconcile.
+#[test]
+fn the_charts_controller_takes_its_debounce_from_extra_env() -> Result<()> {
+    use crate::owners::debounce::{spec_change_lands_through_churn, DEBOUNCE, DEBOUNCE_MAX};
+    let debounce = format!("{}s", DEBOUNCE.as_secs());
+    let bound = format!("{}s", DEBOUNCE_MAX.as_secs());
+    let env = [
+        ("KUBESTEER_DEBOUNCE", debounce.as_str()),
+        ("KUBESTEER_DEBOUNCE_MAX", bound.as_str()),
+    ];
+    let release = Release::install_with_env("tune", &env, &[])?;
+    on_real_node(&release, "controller", 2)?;
+    let logs = || component_logs(&release, "controller");
+    // The leader logs it once its watches are registered, as it turns Ready.
+    let started = eventually(
+        Duration::from_secs(30),
+        "the controller's \"controllers started\" line",
+        || {
+            let logs = logs()?;
+            let line = logs.lines().find(|l| l.contains("controllers started"));
+            Ok(line.and_then(|l| l.find('{').map(|at| l[at..].to_string())))
+        },
+    )?;
+    let started: serde_json::Value =
+        serde_json::from_str(&started).with_context(|| format!("not JSON: {started}"))?;
+    ensure!(
+        started["debounce"] == debounce.as_str() && started["debounce_max"] == bound.as_str(),
+        "the controller did not take the chart's extraEnv: {started}"
+    );
+    spec_change_lands_through_churn(&release.user_ns, logs).with_context(|| release.describe())
+}
+
 /// A ValidatingAdmissionPolicy that refuses any change of `frozen`'s replicas in `ns`: a refusal
 /// by the apiserver that no retry changes, deleted with the guard.
 struct Freeze(String);

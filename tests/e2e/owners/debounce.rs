@@ -5,11 +5,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Result};
-use kubesteer_tests::{eventually, jsonpath, kubectl_ok, ControllerProcess, Namespace};
+use kubesteer_tests::{eventually, jsonpath, kubectl, kubectl_ok, ControllerProcess, Namespace};
 
 /// Long beside a kubectl write on a busy machine, so that the writes never pause for as long.
-const DEBOUNCE: Duration = Duration::from_secs(8);
-const DEBOUNCE_MAX: Duration = Duration::from_secs(9);
+pub(crate) const DEBOUNCE: Duration = Duration::from_secs(8);
+pub(crate) const DEBOUNCE_MAX: Duration = Duration::from_secs(9);
 
 /// Annotates `deployment/cache` again and again until `stop`, recording when each write was
 /// answered: each is a watch event of an owned child, so a request to reconcile its Memcached.
@@ -47,19 +47,29 @@ fn a_spec_change_lands_while_the_children_keep_changing_faster_than_the_debounce
     let debounce_max = format!("--debounce-max={}s", DEBOUNCE_MAX.as_secs());
     let controller =
         ControllerProcess::start_with(ns.name(), ns.name(), &[&debounce, &debounce_max])?;
-    let run = ns.apply(
-        "apiVersion: kubesteer.io/v1alpha1\nkind: Memcached\nmetadata: {name: cache}\nspec: {size: 1}\n",
+    spec_change_lands_through_churn(ns.name(), || Ok(controller.logs()))
+}
+
+/// The scenario above in `ns`, whose controller runs with [`DEBOUNCE`] and [`DEBOUNCE_MAX`] and
+/// whose log `logs` reads: a host process here, the chart's controller pod in the install tests.
+pub(crate) fn spec_change_lands_through_churn(
+    ns: &str,
+    logs: impl Fn() -> Result<String>,
+) -> Result<()> {
+    let run = kubectl(
+        &["apply", "-n", ns, "-f", "-"],
+        Some("apiVersion: kubesteer.io/v1alpha1\nkind: Memcached\nmetadata: {name: cache}\nspec: {size: 1}\n"),
     )?;
     ensure!(run.ok, "{run:?}");
     eventually(Duration::from_secs(90), "deployment/cache", || {
-        let replicas = jsonpath(ns.name(), "deployment/cache", "{.spec.replicas}");
+        let replicas = jsonpath(ns, "deployment/cache", "{.spec.replicas}");
         Ok(replicas.is_ok_and(|r| r == "1").then_some(()))
     })?;
 
     let stop = Arc::new(AtomicBool::new(false));
     let answered = Arc::new(Mutex::new(Vec::new()));
     let churner = {
-        let (ns, stop, answered) = (ns.name().to_string(), stop.clone(), answered.clone());
+        let (ns, stop, answered) = (ns.to_string(), stop.clone(), answered.clone());
         std::thread::spawn(move || churn(ns, stop, answered))
     };
     let writes = || answered.lock().unwrap_or_else(|e| e.into_inner()).clone();
@@ -67,13 +77,24 @@ fn a_spec_change_lands_while_the_children_keep_changing_faster_than_the_debounce
         eventually(Duration::from_secs(30), "the churn under way", || {
             Ok((writes().len() >= 3).then_some(()))
         })?;
-        ns.merge_patch("memcached/cache", r#"{"spec":{"size":2}}"#)?;
+        kubectl_ok(
+            &[
+                "patch",
+                "-n",
+                ns,
+                "memcached/cache",
+                "--type=merge",
+                "-p",
+                r#"{"spec":{"size":2}}"#,
+            ],
+            None,
+        )?;
         let patched = Instant::now();
         eventually(
             Duration::from_secs(30),
             "deployment/cache at 2 replicas",
             || {
-                let replicas = jsonpath(ns.name(), "deployment/cache", "{.spec.replicas}")?;
+                let replicas = jsonpath(ns, "deployment/cache", "{.spec.replicas}")?;
                 Ok((replicas == "2").then_some(()))
             },
         )?;
@@ -106,7 +127,7 @@ fn a_spec_change_lands_while_the_children_keep_changing_faster_than_the_debounce
     );
     // The other writers made no reconcile fail (the first apply after the create folds the
     // create's fields while the annotations keep coming).
-    let logs = controller.logs();
+    let logs = logs()?;
     ensure!(
         !logs.contains("reconcile failed"),
         "a reconcile failed:\n{logs}"
