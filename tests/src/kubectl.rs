@@ -96,15 +96,12 @@ impl Namespace {
 
     /// `kubectl apply -f -` of `yaml` in this namespace.
     pub fn apply(&self, yaml: &str) -> Result<Run> {
-        kubectl(&["apply", "-n", &self.0, "-f", "-"], Some(yaml))
+        apply(&self.0, yaml)
     }
 
     /// `kubectl patch --type=merge` of `object` (e.g. `memcached/cache`) in this namespace.
     pub fn merge_patch(&self, object: &str, patch: &str) -> Result<String> {
-        kubectl_ok(
-            &["patch", "-n", &self.0, object, "--type=merge", "-p", patch],
-            None,
-        )
+        merge_patch(&self.0, object, patch)
     }
 
     /// Waits until the controller has written the status of `object`'s current generation
@@ -265,6 +262,20 @@ pub fn grant(ns: &str, role: &str, verbs: &str, resource: &str, user: &str) -> R
         None,
     )?;
     Ok(())
+}
+
+/// `kubectl apply -f -` of `yaml` in `ns`, as the cluster's admin.
+pub fn apply(ns: &str, yaml: &str) -> Result<Run> {
+    kubectl(&["apply", "-n", ns, "-f", "-"], Some(yaml))
+}
+
+/// `kubectl patch --type=merge` of `object` (e.g. `memcached/cache`) in `ns`, as the cluster's
+/// admin.
+pub fn merge_patch(ns: &str, object: &str, patch: &str) -> Result<String> {
+    kubectl_ok(
+        &["patch", "-n", ns, object, "--type=merge", "-p", patch],
+        None,
+    )
 }
 
 /// `kubectl apply` of `yaml` in `ns` as `user`.

@@ -246,7 +246,7 @@ impl Release {
     /// `kubectl apply` in the user namespace (the install has waited until the apiserver reaches
     /// the webhook, so every answer is the webhook's own).
     pub fn apply(&self, yaml: &str) -> Result<crate::Run> {
-        kubectl(&["apply", "-n", &self.user_ns, "-f", "-"], Some(yaml))
+        crate::apply(&self.user_ns, yaml)
     }
 }
 

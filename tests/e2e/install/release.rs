@@ -446,18 +446,7 @@ fn user_get(release: &Release, object: &str, path: &str) -> Result<String> {
 
 /// A merge patch of `object` in the release's user namespace, as the cluster's admin.
 fn user_patch(release: &Release, object: &str, patch: &str) -> Result<String> {
-    kubectl_ok(
-        &[
-            "patch",
-            "-n",
-            &release.user_ns,
-            object,
-            "--type=merge",
-            "-p",
-            patch,
-        ],
-        None,
-    )
+    kubesteer_tests::merge_patch(&release.user_ns, object, patch)
 }
 
 /// Waits until `path` of `object` in the user namespace reads `want`.

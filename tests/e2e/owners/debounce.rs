@@ -5,7 +5,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Result};
-use kubesteer_tests::{eventually, jsonpath, kubectl, kubectl_ok, ControllerProcess, Namespace};
+use kubesteer_tests::{
+    apply, eventually, jsonpath, kubectl_ok, merge_patch, ControllerProcess, Namespace,
+};
 
 /// Long beside a kubectl write on a busy machine, so that the writes never pause for as long.
 pub(crate) const DEBOUNCE: Duration = Duration::from_secs(8);
@@ -56,9 +58,9 @@ pub(crate) fn spec_change_lands_through_churn(
     ns: &str,
     logs: impl Fn() -> Result<String>,
 ) -> Result<()> {
-    let run = kubectl(
-        &["apply", "-n", ns, "-f", "-"],
-        Some("apiVersion: kubesteer.io/v1alpha1\nkind: Memcached\nmetadata: {name: cache}\nspec: {size: 1}\n"),
+    let run = apply(
+        ns,
+        "apiVersion: kubesteer.io/v1alpha1\nkind: Memcached\nmetadata: {name: cache}\nspec: {size: 1}\n",
     )?;
     ensure!(run.ok, "{run:?}");
     eventually(Duration::from_secs(90), "deployment/cache", || {
@@ -77,18 +79,7 @@ pub(crate) fn spec_change_lands_through_churn(
         eventually(Duration::from_secs(30), "the churn under way", || {
             Ok((writes().len() >= 3).then_some(()))
         })?;
-        kubectl_ok(
-            &[
-                "patch",
-                "-n",
-                ns,
-                "memcached/cache",
-                "--type=merge",
-                "-p",
-                r#"{"spec":{"size":2}}"#,
-            ],
-            None,
-        )?;
+        merge_patch(ns, "memcached/cache", r#"{"spec":{"size":2}}"#)?;
         let patched = Instant::now();
         eventually(
             Duration::from_secs(30),
