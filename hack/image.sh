@@ -127,22 +127,30 @@ build_image() {
   need buildah "apt-get install podman buildah"
 
   # Static glibc binaries: crt-static on the gnu target. The explicit --target keeps build
-  # scripts and proc macros dynamic and the output in target/$TARGET/, apart from the normal
-  # target/ cache. The profile `image` is defined once, in Cargo.toml (release made small: fat
-  # LTO, one codegen unit, opt-level s; CARGO_PROFILE_IMAGE_* override it); its output,
-  # target/$TARGET/image, is a cache of its own. Cargo skips what is up to date.
-  log "building static binaries (kubesteer $version, profile image of Cargo.toml)"
+  # scripts and proc macros dynamic. The profile `image` is defined once, in Cargo.toml (release
+  # made small: fat LTO, one codegen unit, opt-level s; CARGO_PROFILE_IMAGE_* override it). It
+  # builds in $image_target_dir (hack/lib.sh), a cache shared by every checkout: cargo skips what
+  # is up to date, and a checkout's own crates never mix with another's (their paths differ).
+  # Nothing removes what an old Cargo.lock built there: past 4 GiB (about 3 builds' worth), start over.
+  if [[ -d $image_target_dir ]] && (($(du -sm "$image_target_dir" | cut -f1) > 4096)); then
+    log "$image_target_dir is over 4 GiB: clearing it"
+    rm -rf "$image_target_dir"
+  fi
+  log "building static binaries (kubesteer $version, profile image of Cargo.toml, in $image_target_dir)"
   local start=$SECONDS
   RUSTFLAGS="${RUSTFLAGS:+$RUSTFLAGS }$IMAGE_RUSTFLAGS" \
-    "$CARGO" build --profile image --locked --target "$TARGET" \
+    "$CARGO" build --profile image --locked --target "$TARGET" --target-dir "$image_target_dir" \
     -p kubesteer --bin kubesteer
   log "cargo build took $((SECONDS - start))s"
 
-  # One stripped multi-call binary (the profile keeps symbols, handy in target/), and the three
-  # program names as links to it: it runs as the name it is called by.
+  # The unstripped binary goes to target/$TARGET/image/kubesteer, where the tests and the
+  # benchmarks read it (its symbols: tests/e2e/install/image.rs). The image gets one stripped
+  # multi-call binary, and the program names as links to it: it runs as the name it is called by.
+  local built="$image_target_dir/$TARGET/image/kubesteer" bin="target/$TARGET/image/kubesteer" b
+  [[ -x $built ]] || die "$built was not built"
+  mkdir -p "$(dirname "$bin")"
+  cp -f "$built" "$bin.tmp.$$" && mv -f "$bin.tmp.$$" "$bin"
   stage=$(mktemp -d)
-  local bin="target/$TARGET/image/kubesteer" b
-  [[ -x $bin ]] || die "$bin was not built"
   if LC_ALL=C file "$bin" 2>/dev/null | grep -q 'dynamically linked'; then
     die "$bin is dynamically linked; is RUSTFLAGS overriding crt-static?"
   fi
