@@ -4,7 +4,8 @@
 # .kubesteer/e2e/. tests/src/lib.rs reads that kubeconfig by default. As root the cluster has a
 # real node of its own (hack/node.sh), beside `make run`'s; the project image is built
 # (make image) for tests/e2e/install/image.rs and loaded into that node for
-# tests/e2e/install/release.rs.
+# tests/e2e/install/release.rs. It builds (niced, its output in $KUBESTEER_STATE/image-build.log)
+# while the groups that run the host's binaries do; the groups that need it run last and wait.
 # The cluster is started here and torn down afterwards; KUBESTEER_KEEP_CLUSTER=1 keeps it, and
 # the next run reuses it. KUBESTEER_E2E_GROUPS runs only the groups it names.
 # KUBESTEER_E2E_CLUSTER and KUBESTEER_E2E_STATE name another one.
@@ -18,7 +19,12 @@ export KUBECONFIG=$KUBESTEER_KUBECONFIG
 img=${KUBESTEER_IMAGE:-kubesteer:dev}
 export KUBESTEER_IMAGE=$img
 export KUBESTEER_IMAGE_ARCHIVE=$KUBESTEER_STATE/image.tar
+image_pid=
+image_log=$KUBESTEER_STATE/image-build.log
 cleanup() {
+  # A build still running (a group failed before install::) goes with the script: its process
+  # group, since make runs cargo.
+  if [ -n "$image_pid" ]; then kill -- "-$image_pid" 2>/dev/null || true; fi
   if [ "${KUBESTEER_KEEP_CLUSTER:-0}" = 0 ]; then
     hack/cluster.sh down
   else
@@ -29,10 +35,26 @@ trap cleanup EXIT
 hack/install-prereqs.sh
 hack/cluster.sh up
 cargo build --workspace --bins
-make --no-print-directory image IMG="$img" IMAGE_TAR="$KUBESTEER_IMAGE_ARCHIVE"
-if hack/node.sh status; then
-  hack/node.sh load "$KUBESTEER_IMAGE_ARCHIVE"
-fi
+# The image's build (hack/image.sh: its own target dir, so no lock on target/) in a process group
+# of its own (setsid), at a lower priority than the tests and the cluster.
+mkdir -p "$KUBESTEER_STATE"
+setsid nice -n 10 make --no-print-directory image IMG="$img" IMAGE_TAR="$KUBESTEER_IMAGE_ARCHIVE" \
+  >"$image_log" 2>&1 &
+image_pid=$!
+# image_ready: waits for the image's build (its log goes to stderr), then loads the image into the
+# real node; the build's failure fails the run.
+image_ready() {
+  [ -n "$image_pid" ] || return 0
+  local rc=0
+  echo "[e2e] waiting for the image's build ($image_log)" >&2
+  wait "$image_pid" || rc=$?
+  image_pid=
+  cat "$image_log" >&2
+  [ "$rc" = 0 ] || { echo "[e2e] the image's build failed ($rc)" >&2; exit 1; }
+  if hack/node.sh status; then
+    hack/node.sh load "$KUBESTEER_IMAGE_ARCHIVE"
+  fi
+}
 # One e2e binary (tests/e2e/main.rs), run one file's tests at a time (`scaler::conversion::`),
 # since the tests of a file may share cluster-wide state; areas in this order, every test once.
 cargo test -p kubesteer-tests --test e2e --no-run
@@ -44,7 +66,23 @@ groups=${KUBESTEER_E2E_GROUPS:-$(cargo test -q -p kubesteer-tests --test e2e -- 
        { split($0, p, "::"); r = (p[1] in rank) ? rank[p[1]] : n + 1; print r, NR, $0 }' |
   sort -n -k1,1 -k2,2 | cut -d" " -f3)}
 [ -n "$groups" ] || { echo "[e2e] no tests listed by tests/e2e" >&2; exit 1; }
+# needs_image GROUP: whether the group's file runs the image: the install:: area (the image's own
+# checks) and every file that installs the chart (Release::).
+needs_image() {
+  local rest=${1#*::} file
+  file=tests/e2e/${1%%::*}/${rest%%::*}.rs
+  case $1 in install::*) return 0 ;; esac
+  [ -f "$file" ] && grep -q 'Release::' "$file"
+}
+# The groups that need the image run last, in their order, so that it builds beside the others.
+host_groups= image_groups=
 for group in $groups; do
+  if needs_image "$group"; then image_groups="$image_groups $group"; else host_groups="$host_groups $group"; fi
+done
+for group in $host_groups $image_groups; do
+  if needs_image "$group"; then image_ready; fi
   echo "[e2e] $group" >&2
   cargo test -q -p kubesteer-tests --test e2e -- --test-threads "${KUBESTEER_E2E_THREADS:-4}" "$group"
 done
+# Every run builds the image, whichever groups it ran.
+image_ready
