@@ -59,8 +59,8 @@ const FOLD_ATTEMPTS: u32 = 4;
 /// ([`upgraded`]) and applies again, so that what this apply left out is removed (as a client-go
 /// client does with `csaupgrade`). Only an object's first apply after its create pays for that.
 /// The fold replaces the managed fields only if no one wrote the object since they were read (a
-/// `test` of its resourceVersion); when someone did, they are read again, up to 4 times
-/// (`FOLD_ATTEMPTS`).
+/// `test` of its resourceVersion); when someone did, they are read again, as many times as
+/// `FOLD_ATTEMPTS` allows.
 pub async fn apply<K>(client: &Client, obj: &K) -> Result<Applied<K>>
 where
     K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
