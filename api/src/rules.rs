@@ -107,6 +107,13 @@ pub mod scaler {
         r"^([01][0-9]|2[0-3]):[0-5][0-9]$",
         "must be an hour 0-23 or \"HH:MM\"",
     );
+    /// A window's end may also be the end of its day: the hour 24, or "24:00" (kube-downscaler's
+    /// `Sat-Sun 00:00-24:00`), so that a window can last a whole day.
+    pub const END_OF_DAY_HOUR: i64 = 24;
+    pub static END_CLOCK: Pattern = Pattern::new(
+        r"^(([01][0-9]|2[0-3]):[0-5][0-9]|24:00)$",
+        "must be an hour 0-24 or \"HH:MM\" (\"24:00\": the end of the day)",
+    );
 
     /// Why a window whose end is its start is refused.
     pub const SAME_START_AND_END: &str = "must differ from spec.start";
@@ -114,16 +121,16 @@ pub mod scaler {
     /// The CEL rule of the spec: `end` is not the same time of day as `start`. A malformed time
     /// counts as -1 minutes and passes here, since its own rule refuses it.
     pub fn start_differs_from_end_rule() -> String {
-        let minutes = |f: &str| {
+        let minutes = |f: &str, pattern: &Pattern| {
             format!(
                 "(type(self.{f}) == int ? self.{f} * 60 : (self.{f}.matches('{}') ? int(self.{f}.substring(0, 2)) * 60 + int(self.{f}.substring(3, 5)) : -1))",
-                CLOCK.regex
+                pattern.regex
             )
         };
         format!(
             "!has(self.start) || !has(self.end) || {start} < 0 || {start} != {end}",
-            start = minutes("start"),
-            end = minutes("end")
+            start = minutes("start", &CLOCK),
+            end = minutes("end", &END_CLOCK)
         )
     }
 
@@ -156,11 +163,19 @@ pub mod scaler {
         "must be \"version\" or \"group/version\", such as \"apps/v1\"",
     );
 
-    /// The CEL rule of `start` and `end` (int-or-string): an hour or an "HH:MM" string.
+    /// The CEL rule of `start` (int-or-string): an hour or an "HH:MM" string.
     pub fn time_of_day_rule() -> String {
         format!(
             "type(self) == int ? (self >= 0 && self <= {MAX_HOUR}) : self.matches('{}')",
             CLOCK.regex
+        )
+    }
+
+    /// The CEL rule of `end`: as `start`'s, or the end of the day (24, "24:00").
+    pub fn end_of_window_rule() -> String {
+        format!(
+            "type(self) == int ? (self >= 0 && self <= {END_OF_DAY_HOUR}) : self.matches('{}')",
+            END_CLOCK.regex
         )
     }
 }
@@ -440,5 +455,11 @@ mod tests {
             scaler::time_of_day_rule(),
             "type(self) == int ? (self >= 0 && self <= 23) : self.matches('^([01][0-9]|2[0-3]):[0-5][0-9]$')"
         );
+        for end in ["00:00", "23:59", "24:00"] {
+            assert!(scaler::END_CLOCK.is_match(end), "{end}");
+        }
+        for bad in ["24:01", "25:00", "7:45", "24:0", "24"] {
+            assert!(!scaler::END_CLOCK.is_match(bad), "{bad}");
+        }
     }
 }

@@ -28,7 +28,8 @@ use serde::{Deserialize, Serialize};
 use crate::field::{FieldError, FieldErrors};
 use crate::keys::annotation::{ORIGINAL_REPLICAS, ORIGINAL_REPLICAS_OWNER};
 use crate::rules::scaler::{
-    CLOCK, MAX_HOUR, MAX_JOBS, MAX_JOB_NAME, MAX_SCHEDULE, MAX_TIME_ZONE, MIN_JOBS,
+    CLOCK, END_CLOCK, END_OF_DAY_HOUR, MAX_HOUR, MAX_JOBS, MAX_JOB_NAME, MAX_SCHEDULE,
+    MAX_TIME_ZONE, MIN_JOBS,
 };
 use crate::rules::{check_length, MAX_INT32, MIN_REPLICAS};
 use schedule::ScheduleError;
@@ -80,7 +81,8 @@ impl From<Day> for Weekday {
     }
 }
 
-/// A time of day: an hour 0-23 (as in the seed operator) or an "HH:MM" string.
+/// A time of day: an hour 0-23 (as in the seed operator) or an "HH:MM" string; a window's end
+/// may also be 24 or "24:00", the end of the day ([`TimeOfDay::to_end`]).
 #[derive(Serialize, Clone, Debug, PartialEq)]
 #[serde(untagged)]
 pub enum TimeOfDay {
@@ -189,6 +191,18 @@ impl TimeOfDay {
                 let (h, m) = s.split_once(':')?;
                 NaiveTime::from_hms_opt(h.parse().ok()?, m.parse().ok()?, 0)
             }
+        }
+    }
+
+    /// As a window's end: a time of day, or the end of the day (24, "24:00"); None when the value
+    /// is out of range or malformed.
+    pub fn to_end(&self) -> Option<schedule::WindowEnd> {
+        match self {
+            TimeOfDay::Hour(END_OF_DAY_HOUR) => Some(schedule::WindowEnd::EndOfDay),
+            TimeOfDay::Clock(s) if END_CLOCK.is_match(s) && !CLOCK.is_match(s) => {
+                Some(schedule::WindowEnd::EndOfDay)
+            }
+            _ => self.to_time().map(schedule::WindowEnd::At),
         }
     }
 

@@ -7,9 +7,9 @@ use chrono_tz::Tz;
 
 use crate::field::{FieldError, FieldErrors};
 use crate::keys::reason;
-use crate::rules::scaler::{CLOCK, SAME_START_AND_END};
+use crate::rules::scaler::{CLOCK, END_CLOCK, SAME_START_AND_END};
 use crate::scaler::schedule::{
-    resolve_local, CronSchedule, Firing, Instant, Window, FIRING_HORIZON_YEARS,
+    resolve_local, CronSchedule, Firing, Instant, Window, WindowEnd, FIRING_HORIZON_YEARS,
 };
 use crate::scaler::v1beta1::{ExcludeDate, ScaleWindow, ScalerSpec, DEFAULT_REPLICAS};
 use crate::scaler::{job_error, parse_time_zone};
@@ -173,7 +173,7 @@ fn windows_of(
         let path = format!("spec.windows[{i}]");
         let json = |v| serde_json::to_value(v).unwrap_or_default();
         let start = w.start.to_time();
-        let end = w.end.to_time();
+        let end = w.end.to_end();
         if start.is_none() {
             errors.push(FieldError::invalid(
                 format!("{path}.start"),
@@ -185,13 +185,13 @@ fn windows_of(
             errors.push(FieldError::invalid(
                 format!("{path}.end"),
                 json(&w.end),
-                CLOCK.message,
+                END_CLOCK.message,
             ));
         }
         let (Some(start), Some(end)) = (start, end) else {
             continue;
         };
-        if start == end {
+        if end == WindowEnd::At(start) {
             errors.push(FieldError::invalid(
                 format!("{path}.end"),
                 json(&w.end),
@@ -614,6 +614,31 @@ mod tests {
     }
 
     #[test]
+    fn a_weekend_to_24_00_has_no_gap_at_midnight() {
+        // kube-downscaler's `Sat-Sun 00:00-24:00`. 2026-06-06 is a Saturday.
+        let weekend = |end: Value| {
+            spec(json!({
+                "timeZone": "Europe/Berlin",
+                "windows": [{"days": ["Sat", "Sun"], "start": "00:00", "end": end, "replicas": 0}]
+            }))
+        };
+        for end in [json!("24:00"), json!(24)] {
+            let s = weekend(end.clone());
+            assert!(s.validate(utc(2026, 6, 1, 0, 0)).is_empty(), "{end}");
+            // 23:59:30 on Saturday in Berlin, then just before Sunday's end of day.
+            for now in [utc(2026, 6, 6, 21, 59), utc(2026, 6, 7, 21, 59)] {
+                let p = plan(&s, now);
+                assert_eq!(p.replicas, Some(0), "{end} at {now}");
+                // Monday 00:00 in Berlin is the next change.
+                assert_eq!(next(&p)[0], (utc(2026, 6, 7, 22, 0), None), "{end}");
+            }
+        }
+        // What "23:59" gives instead: a minute outside the window every night.
+        let p = plan(&weekend(json!("23:59")), utc(2026, 6, 6, 21, 59));
+        assert_eq!(p.replicas, None);
+    }
+
+    #[test]
     fn an_excluded_day_closes_a_window_at_local_midnight_and_reopens_it_after() {
         let s = spec(json!({
             "timeZone": "Europe/Berlin",
@@ -849,7 +874,7 @@ mod tests {
             [
                 "spec.timeZone: Invalid value: \"Mars/Olympus\": must be an IANA time zone name such as \"Europe/Berlin\"",
                 "spec.windows[0].start: Invalid value: 25: must be an hour 0-23 or \"HH:MM\"",
-                "spec.windows[0].end: Invalid value: \"7:00\": must be an hour 0-23 or \"HH:MM\"",
+                "spec.windows[0].end: Invalid value: \"7:00\": must be an hour 0-24 or \"HH:MM\" (\"24:00\": the end of the day)",
                 "spec.windows[1].end: Invalid value: \"09:00\": must differ from spec.windows[1].start",
                 "spec.windows[2].days: Invalid value: []: must name at least one day when given",
             ]

@@ -88,11 +88,27 @@ fn day_bit(day: Weekday) -> u8 {
     1 << day.num_days_from_monday()
 }
 
+/// Where a window closes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WindowEnd {
+    /// At this time of day: later than the start the same day, earlier the next day.
+    At(NaiveTime),
+    /// At the end of the day the window opened ("24:00"): a window from "00:00" to it lasts the
+    /// whole day, and such windows on days that follow each other make one.
+    EndOfDay,
+}
+
+impl From<NaiveTime> for WindowEnd {
+    fn from(t: NaiveTime) -> Self {
+        WindowEnd::At(t)
+    }
+}
+
 /// A daily window `[start, end)` in `tz`, opening only on `days`.
 #[derive(Debug, Clone)]
 pub struct Window {
     start: NaiveTime,
-    end: NaiveTime,
+    end: WindowEnd,
     days: u8,
     tz: Tz,
 }
@@ -109,11 +125,12 @@ impl Window {
     /// `end` before `start` crosses midnight; `days` (None: every day) filters openings only.
     pub fn new(
         start: NaiveTime,
-        end: NaiveTime,
+        end: impl Into<WindowEnd>,
         days: Option<&[Weekday]>,
         tz: Tz,
     ) -> Result<Self, ScheduleError> {
-        if start == end {
+        let end = end.into();
+        if end == WindowEnd::At(start) {
             return Err(ScheduleError::StartEqualsEnd);
         }
         let days = match days {
@@ -169,14 +186,14 @@ impl Window {
             if !self.opens_on(day.weekday()) {
                 continue;
             }
-            let close_day = if self.end < self.start {
-                day.succ_opt()
-            } else {
-                Some(day)
+            let (close_day, close_time) = match self.end {
+                WindowEnd::At(end) if end < self.start => (day.succ_opt(), end),
+                WindowEnd::At(end) => (Some(day), end),
+                WindowEnd::EndOfDay => (day.succ_opt(), NaiveTime::MIN),
             };
             let Some(close_day) = close_day else { continue };
             let open = resolve_local(self.tz, day, self.start);
-            let close = resolve_local(self.tz, close_day, self.end);
+            let close = resolve_local(self.tz, close_day, close_time);
             // A window swallowed by a DST gap opens and closes at once, so it never happens.
             if close <= open {
                 continue;
@@ -477,6 +494,42 @@ mod tests {
             state(false, utc(2025, 6, 7, 22, 0), Some(utc(2025, 6, 7, 6, 0)))
         );
         assert!(!w.state_at(utc(2025, 6, 7, 12, 0)).active);
+    }
+
+    #[test]
+    fn a_window_to_the_end_of_the_day_lasts_all_day_and_joins_the_next_days() {
+        // 2025-06-07 is a Saturday.
+        let (sat, sun) = (Weekday::Sat, Weekday::Sun);
+        let w = Window::new(hm(0, 0), WindowEnd::EndOfDay, Some(&[sat, sun]), Tz::UTC).unwrap();
+        let weekend = Some(utc(2025, 6, 7, 0, 0));
+        for t in [
+            utc(2025, 6, 7, 0, 0),
+            utc(2025, 6, 7, 23, 59),
+            utc(2025, 6, 8, 0, 0),
+            utc(2025, 6, 8, 23, 59),
+        ] {
+            // No boundary at Saturday's or Sunday's end of day: Monday 00:00 is the next.
+            assert_eq!(
+                w.state_at(t),
+                state(true, utc(2025, 6, 9, 0, 0), weekend),
+                "{t}"
+            );
+        }
+        assert!(!w.state_at(utc(2025, 6, 9, 0, 0)).active);
+        assert!(!w.state_at(utc(2025, 6, 6, 23, 59)).active);
+
+        // An evening window to the end of the day closes at midnight, in the zone.
+        let berlin = chrono_tz::Europe::Berlin;
+        let w = Window::new(hm(20, 30), WindowEnd::EndOfDay, None, berlin).unwrap();
+        assert_eq!(
+            w.state_at(utc(2025, 6, 6, 21, 0)),
+            state(true, utc(2025, 6, 6, 22, 0), Some(utc(2025, 6, 6, 18, 30)))
+        );
+        // "00:00" as the end of a window from 00:00 is no window at all.
+        assert_eq!(
+            Window::new(hm(0, 0), hm(0, 0), None, Tz::UTC).unwrap_err(),
+            ScheduleError::StartEqualsEnd
+        );
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Scaler: scales Deployments on a schedule, either a daily window or cron jobs.
 use std::collections::BTreeSet;
 
-use chrono::{NaiveTime, Weekday};
+use chrono::Weekday;
 use chrono_tz::Tz;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{CustomResource, KubeSchema};
@@ -12,11 +12,11 @@ use super::{job_error, parse_time_zone};
 pub use super::{Day, ScaleJob, TimeOfDay, DEFAULT_REPLICAS, DEFAULT_TIME_ZONE};
 use crate::field::{FieldError, FieldErrors};
 use crate::rules::scaler::{
-    time_of_day_rule, CLOCK, MAX_DAYS, MAX_JOBS, MAX_TARGETS, MAX_TIME_ZONE, MIN_DAYS, MIN_JOBS,
-    MIN_TARGETS,
+    end_of_window_rule, time_of_day_rule, CLOCK, END_CLOCK, MAX_DAYS, MAX_JOBS, MAX_TARGETS,
+    MAX_TIME_ZONE, MIN_DAYS, MIN_JOBS, MIN_TARGETS,
 };
 use crate::rules::{check_name, MAX_GENERATION, MAX_INT32, MAX_LABEL, MAX_SUBDOMAIN, MIN_REPLICAS};
-use crate::scaler::schedule::{CronSchedule, Window};
+use crate::scaler::schedule::{CronSchedule, Window, WindowEnd};
 
 /// Scales Deployments on a schedule: a daily window (start, end, replicas) or cron jobs.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
@@ -52,9 +52,9 @@ pub struct ScalerSpec {
     #[schemars(schema_with = "time_of_day_schema")]
     pub start: Option<TimeOfDay>,
 
-    /// When the window closes (window mode): an hour 0-23, or "HH:MM", in timeZone. Exclusive; earlier than start means the window crosses midnight.
+    /// When the window closes (window mode): an hour 0-24, or "HH:MM", in timeZone. Exclusive; earlier than start means the window crosses midnight, and "24:00" (or 24) is the end of the day it opened.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "time_of_day_schema")]
+    #[schemars(schema_with = "end_of_window_schema")]
     pub end: Option<TimeOfDay>,
 
     /// Replicas for every target while the window is open (window mode). Defaults to 1; 0 is allowed.
@@ -107,6 +107,16 @@ fn time_of_day_schema(_: &mut SchemaGenerator) -> Schema {
         "x-kubernetes-validations": [{
             "rule": time_of_day_rule(),
             "message": CLOCK.message,
+        }],
+    })
+}
+
+fn end_of_window_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "x-kubernetes-int-or-string": true,
+        "x-kubernetes-validations": [{
+            "rule": end_of_window_rule(),
+            "message": END_CLOCK.message,
         }],
     })
 }
@@ -258,10 +268,14 @@ impl ScalerSpec {
                 _ => None,
             }
         } else {
-            let start = self.time_of_day(&mut errors, "spec.start", self.start.as_ref());
-            let end = self.time_of_day(&mut errors, "spec.end", self.end.as_ref());
+            let start = time_of_day(&mut errors, "spec.start", self.start.as_ref(), |t| {
+                t.to_time().ok_or(CLOCK.message)
+            });
+            let end = time_of_day(&mut errors, "spec.end", self.end.as_ref(), |t| {
+                t.to_end().ok_or(END_CLOCK.message)
+            });
             match (start, end, tz) {
-                (Some(s), Some(e), _) if s == e => {
+                (Some(s), Some(e), _) if WindowEnd::At(s) == e => {
                     errors.push(FieldError::invalid(
                         "spec.end",
                         self.end
@@ -304,30 +318,6 @@ impl ScalerSpec {
 
     fn parsed_time_zone(&self, errors: &mut FieldErrors) -> Option<Tz> {
         parse_time_zone(self.time_zone(), errors)
-    }
-
-    fn time_of_day(
-        &self,
-        errors: &mut FieldErrors,
-        path: &str,
-        value: Option<&TimeOfDay>,
-    ) -> Option<NaiveTime> {
-        match value {
-            None => {
-                errors.push(FieldError::required(
-                    path,
-                    "start and end are required unless jobs are given",
-                ));
-                None
-            }
-            Some(v) => {
-                let t = v.to_time();
-                if t.is_none() {
-                    errors.push(FieldError::invalid(path, v.as_json(), CLOCK.message));
-                }
-                t
-            }
-        }
     }
 
     /// Every violation of the field rules, each with its path.
@@ -413,6 +403,26 @@ impl ScalerSpec {
     }
 }
 
+/// `value` read by `parse` (a start or an end), or None after pushing why not: missing, or
+/// `parse`'s message.
+fn time_of_day<T>(
+    errors: &mut FieldErrors,
+    path: &str,
+    value: Option<&TimeOfDay>,
+    parse: impl Fn(&TimeOfDay) -> Result<T, &'static str>,
+) -> Option<T> {
+    let Some(v) = value else {
+        errors.push(FieldError::required(
+            path,
+            "start and end are required unless jobs are given",
+        ));
+        return None;
+    };
+    parse(v)
+        .map_err(|message| errors.push(FieldError::invalid(path, v.as_json(), message)))
+        .ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -452,7 +462,7 @@ mod tests {
         );
         assert!(
             m.contains(
-                &"spec.end: Invalid value: \"7:00\": must be an hour 0-23 or \"HH:MM\"".to_string()
+                &"spec.end: Invalid value: \"7:00\": must be an hour 0-24 or \"HH:MM\" (\"24:00\": the end of the day)".to_string()
             ),
             "{m:?}"
         );
@@ -618,6 +628,7 @@ mod tests {
 
     #[test]
     fn time_of_day_parses_both_forms() {
+        use chrono::NaiveTime;
         assert_eq!(
             TimeOfDay::Hour(23).to_time(),
             NaiveTime::from_hms_opt(23, 0, 0)
@@ -631,5 +642,33 @@ mod tests {
         for bad in ["7:45", "24:00", "12:60", "ab:cd", "1200", "+1:00"] {
             assert_eq!(TimeOfDay::Clock(bad.into()).to_time(), None, "{bad}");
         }
+    }
+
+    #[test]
+    fn an_end_may_be_the_end_of_the_day_and_a_start_may_not() {
+        use chrono::NaiveTime;
+        for end in [TimeOfDay::Hour(24), TimeOfDay::Clock("24:00".into())] {
+            assert_eq!(end.to_end(), Some(WindowEnd::EndOfDay), "{end:?}");
+        }
+        assert_eq!(
+            TimeOfDay::Clock("23:59".into()).to_end(),
+            NaiveTime::from_hms_opt(23, 59, 0).map(WindowEnd::At)
+        );
+        for bad in [TimeOfDay::Hour(25), TimeOfDay::Clock("24:01".into())] {
+            assert_eq!(bad.to_end(), None, "{bad:?}");
+        }
+        let spec = |start: &str, end: &str| -> ScalerSpec {
+            serde_json::from_value(serde_json::json!({
+                "deployments": [{"name": "web"}], "start": start, "end": end
+            }))
+            .unwrap()
+        };
+        assert!(spec("00:00", "24:00").schedule().is_ok());
+        let errors = spec("24:00", "08:00").schedule().err().unwrap_or_default();
+        let errors: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            errors,
+            ["spec.start: Invalid value: \"24:00\": must be an hour 0-23 or \"HH:MM\""]
+        );
     }
 }

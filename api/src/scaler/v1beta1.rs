@@ -15,14 +15,15 @@ use serde::{Deserialize, Serialize};
 pub use super::{Day, ScaleJob, TimeOfDay, DEFAULT_REPLICAS, DEFAULT_TIME_ZONE};
 use crate::field::{FieldError, FieldErrors, Index, Sub};
 use crate::rules::scaler::{
-    time_of_day_rule, API_VERSION, CLOCK, KIND, MAX_API_VERSION, MAX_DAYS, MAX_EXCLUDE_DATE,
-    MAX_EXCLUDE_DATES, MAX_KIND, MAX_STATUS_TARGETS, MAX_TARGETS, MAX_TIME_ZONE, MAX_WINDOWS,
-    MIN_DAYS, MIN_TARGETS, MIN_WINDOWS, NEXT_TRANSITIONS, SAME_START_AND_END,
+    end_of_window_rule, time_of_day_rule, API_VERSION, CLOCK, END_CLOCK, KIND, MAX_API_VERSION,
+    MAX_DAYS, MAX_EXCLUDE_DATE, MAX_EXCLUDE_DATES, MAX_KIND, MAX_STATUS_TARGETS, MAX_TARGETS,
+    MAX_TIME_ZONE, MAX_WINDOWS, MIN_DAYS, MIN_TARGETS, MIN_WINDOWS, NEXT_TRANSITIONS,
+    SAME_START_AND_END,
 };
 use crate::rules::{
     check_length, check_name, MAX_GENERATION, MAX_INT32, MAX_LABEL, MAX_SUBDOMAIN, MIN_REPLICAS,
 };
-use crate::scaler::schedule::Instant;
+use crate::scaler::schedule::{Instant, WindowEnd};
 use crate::scaler::target::{group_of, Target};
 
 /// This version, the stored one.
@@ -209,8 +210,8 @@ pub struct ScaleWindow {
     /// When the window opens: an hour 0-23 or "HH:MM", inclusive. In the spring-forward gap it opens at the first instant after the gap; a time repeated in the fall-back overlap means its first occurrence.
     #[schemars(schema_with = "time_of_day_schema")]
     pub start: TimeOfDay,
-    /// When the window closes: an hour 0-23 or "HH:MM", exclusive; earlier than start means the window crosses midnight. Must differ from start. DST as for start.
-    #[schemars(schema_with = "time_of_day_schema")]
+    /// When the window closes: an hour 0-24 or "HH:MM", exclusive; earlier than start means the window crosses midnight, and "24:00" (or 24) is the end of the day it opened, so start "00:00" and end "24:00" is the whole day. Must differ from start. DST as for start.
+    #[schemars(schema_with = "end_of_window_schema")]
     pub end: TimeOfDay,
     /// Replicas for every target while this window is open; 0 is allowed. 1 when absent. Where windows overlap, the highest replicas wins.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -237,6 +238,17 @@ fn time_of_day_schema(_: &mut SchemaGenerator) -> Schema {
         "x-kubernetes-validations": [{
             "rule": time_of_day_rule(),
             "message": CLOCK.message,
+        }],
+    })
+}
+
+fn end_of_window_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "x-kubernetes-int-or-string": true,
+        "maxLength": MAX_CLOCK,
+        "x-kubernetes-validations": [{
+            "rule": end_of_window_rule(),
+            "message": END_CLOCK.message,
         }],
     })
 }
@@ -683,17 +695,22 @@ impl ScalerSpec {
         for (i, w) in windows.iter().enumerate() {
             let path = Index("spec.windows", i);
             let start = w.start.to_time();
-            let end = w.end.to_time();
-            for (field, value, parsed) in [("start", &w.start, start), ("end", &w.end, end)] {
-                if parsed.is_none() {
-                    errors.push(FieldError::invalid(
-                        format!("{path}.{field}"),
-                        time_json(value),
-                        CLOCK.message,
-                    ));
-                }
+            let end = w.end.to_end();
+            if start.is_none() {
+                errors.push(FieldError::invalid(
+                    format!("{path}.start"),
+                    time_json(&w.start),
+                    CLOCK.message,
+                ));
             }
-            if start.is_some() && start == end {
+            if end.is_none() {
+                errors.push(FieldError::invalid(
+                    format!("{path}.end"),
+                    time_json(&w.end),
+                    END_CLOCK.message,
+                ));
+            }
+            if start.is_some() && start.map(WindowEnd::At) == end {
                 errors.push(FieldError::invalid(
                     format!("{path}.end"),
                     time_json(&w.end),

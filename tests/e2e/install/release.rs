@@ -595,7 +595,7 @@ fn the_charts_pods_reconcile_every_kind_through_their_own_webhook() -> Result<()
             "scaler/fleet",
             "--type=merge",
             "-p",
-            r#"{"spec":{"windows":[{"start":"00:00","end":"23:59","replicas":9}]}}"#,
+            r#"{"spec":{"windows":[{"start":"00:00","end":"24:00","replicas":9}]}}"#,
         ],
         None,
     )?;
@@ -1014,10 +1014,18 @@ fn a_cron_job_is_suspended_while_its_replicas_would_be_0_and_resumed_after() -> 
     )?;
     let run = release.apply(&format!(
         "apiVersion: kubesteer.io/v1beta1\nkind: Scaler\nmetadata: {{name: quiet}}\nspec:\n  scaleTargetRefs: [{{apiVersion: batch/v1, kind: CronJob, name: report}}]\n  windows: [{}]\n",
-        window(-1, 1, 0)
+        // docs/scaler.md's whole-day window: open from 00:00 to the end of the day, every day.
+        r#"{start: "00:00", end: "24:00", replicas: 0}"#
     ))?;
     ensure!(run.ok, "{run:?}");
     user_wait(&release, "cronjob/report", "{.spec.suspend}", "true")?;
+    // Open for good: no change ahead, not even at midnight.
+    user_wait(
+        &release,
+        "scaler/quiet",
+        "{.status.active}/{.status.nextTransitions[*].time}",
+        "true/",
+    )?;
     user_wait(
         &release,
         "scaler/quiet",
@@ -1032,7 +1040,33 @@ fn a_cron_job_is_suspended_while_its_replicas_would_be_0_and_resumed_after() -> 
     kubectl_ok(&["delete", "-n", n, "scaler/quiet", "--timeout=60s"], None)
         .with_context(|| release.describe())?;
     user_wait(&release, "cronjob/report", "{.spec.suspend}", "false")?;
+
+    // docs/migrating.md's Scalers, as written, pass the CRD and the chart's webhook (a server-side
+    // dry run: nothing is stored). api/tests/migrating.rs checks what their schedules do.
+    for yaml in migration_guide_scalers()? {
+        let run = kubectl(
+            &["apply", "--dry-run=server", "-n", n, "-f", "-"],
+            Some(&yaml),
+        )?;
+        ensure!(
+            run.ok && run.stdout.contains("created (server dry run)"),
+            "{yaml}\n{run:?}"
+        );
+    }
     Ok(())
+}
+
+/// The Scalers of docs/migrating.md, one YAML document each.
+fn migration_guide_scalers() -> Result<Vec<String>> {
+    let page = std::fs::read_to_string(kubesteer_tests::repo_root().join("docs/migrating.md"))?;
+    let scalers: Vec<String> = page
+        .split("```yaml\n")
+        .skip(1)
+        .filter_map(|block| block.split_once("```").map(|(yaml, _)| yaml.to_string()))
+        .filter(|yaml| yaml.contains("kind: Scaler"))
+        .collect();
+    ensure!(scalers.len() >= 6, "found {} Scalers", scalers.len());
+    Ok(scalers)
 }
 
 /// One window, in YAML, from `from` to `to` hours from now, at `replicas`.

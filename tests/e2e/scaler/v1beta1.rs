@@ -211,7 +211,7 @@ fn on_an_excluded_date_the_window_stays_closed_until_midnight() -> Result<()> {
         "Deployment",
         "web",
         &format!(
-            "  hpaCooperation: Disabled\n  timeZone: {zone}\n  windows: [{{start: \"00:00\", end: \"23:59\", replicas: 3}}]\n  excludeDates: [\"{today}\"]\n"
+            "  hpaCooperation: Disabled\n  timeZone: {zone}\n  windows: [{{start: \"00:00\", end: \"24:00\", replicas: 3}}]\n  excludeDates: [\"{today}\"]\n"
         ),
     );
     let run = ns.apply(&yaml)?;
@@ -246,7 +246,7 @@ fn on_an_excluded_date_the_window_stays_closed_until_midnight() -> Result<()> {
         "Deployment",
         "web",
         &format!(
-            "  hpaCooperation: Disabled\n  timeZone: {zone}\n  windows: [{{start: \"00:00\", end: \"23:59\", replicas: 3}}]\n  excludeDates: [\"--01-01\"]\n"
+            "  hpaCooperation: Disabled\n  timeZone: {zone}\n  windows: [{{start: \"00:00\", end: \"24:00\", replicas: 3}}]\n  excludeDates: [\"--01-01\"]\n"
         ),
     );
     if !today.ends_with("-01-01") {

@@ -355,12 +355,22 @@ fn scaler_cases() -> Vec<Case> {
         c.set(time, json!(0), Accept);
         c.set(time, json!(sc::MAX_HOUR), Accept);
         c.set(time, json!(-1), Refuse);
-        c.set(time, json!(sc::MAX_HOUR + 1), Refuse);
+        c.set(time, json!(sc::END_OF_DAY_HOUR + 1), Refuse);
         c.set(time, json!(9.5), Refuse);
         c.set(time, json!(true), Refuse);
         c.strings(time, &["23:59", "00:00"], Accept);
-        c.strings(time, &["7:00", "24:00", "12:60", "noon", ""], Refuse);
+        c.strings(time, &["7:00", "24:01", "12:60", "noon", ""], Refuse);
     }
+    // The end of the day ends a window, and never starts one.
+    c.set("/windows/0/start", json!(sc::END_OF_DAY_HOUR), Refuse);
+    c.set("/windows/0/start", json!("24:00"), Refuse);
+    c.set("/windows/0/end", json!(sc::END_OF_DAY_HOUR), Accept);
+    c.set("/windows/0/end", json!("24:00"), Accept);
+    c.set(
+        "/windows/0",
+        json!({"start": "00:00", "end": "24:00"}),
+        Accept,
+    );
     c.set("/windows/0/end", json!("09:00"), Refuse);
     c.set("/windows/0/end", json!(9), Refuse);
     c.set("/windows/0/end", json!("09:01"), Accept);
