@@ -52,6 +52,8 @@ const (
 	scalerMaxSchedule = 128
 	scalerMaxTimeZone = 64
 	scalerMaxHour     = 23
+	// A window's end may be the end of its day: 24 or "24:00".
+	scalerEndOfDayHour = 24
 
 	scalerMinWindows      = 1
 	scalerMaxWindows      = 20
@@ -82,7 +84,9 @@ var (
 	quantity = newPattern(`^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$`,
 		"must match the regular expression of a quantity, such as 250m or 64Mi")
 	clock = newPattern(`^([01][0-9]|2[0-3]):[0-5][0-9]$`, `must be an hour 0-23 or "HH:MM"`)
-	email = newPattern(`^[^@[:space:][:cntrl:]]{1,64}@([a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?\.)+[a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?$`,
+	// What a bad window end is told.
+	endClockMessage = `must be an hour 0-24 or "HH:MM" ("24:00": the end of the day)`
+	email           = newPattern(`^[^@[:space:][:cntrl:]]{1,64}@([a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?\.)+[a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?$`,
 		"must be a valid email address")
 )
 
@@ -383,6 +387,28 @@ func (s *ScalerSpec) timeZone() string {
 	return *s.TimeZone
 }
 
+// minutes of a window's end: a time of day, or the end of the day (24, "24:00") as 1440.
+func endOfWindow(errs field.ErrorList, path *field.Path, raw *json.RawMessage) (int, field.ErrorList) {
+	if raw != nil {
+		var hour int64
+		if err := json.Unmarshal(*raw, &hour); err == nil && hour == scalerEndOfDayHour {
+			return 24 * 60, errs
+		}
+		var s string
+		if err := json.Unmarshal(*raw, &s); err == nil && s == "24:00" {
+			return 24 * 60, errs
+		}
+	}
+	n := len(errs)
+	minutes, errs := timeOfDay(errs, path, raw)
+	for i := n; i < len(errs); i++ {
+		if errs[i].Type == field.ErrorTypeInvalid {
+			errs[i].Detail = endClockMessage
+		}
+	}
+	return minutes, errs
+}
+
 // minutes of a time of day, or -1 with the error.
 func timeOfDay(errs field.ErrorList, path *field.Path, raw *json.RawMessage) (int, field.ErrorList) {
 	if raw == nil {
@@ -507,7 +533,7 @@ func (s *ScalerSpec) checkWindows(errs field.ErrorList) field.ErrorList {
 		p := windows.Index(i)
 		var start, end int
 		start, errs = timeOfDay(errs, p.Child("start"), w.Start)
-		end, errs = timeOfDay(errs, p.Child("end"), w.End)
+		end, errs = endOfWindow(errs, p.Child("end"), w.End)
 		if start >= 0 && start == end {
 			var v any
 			_ = json.Unmarshal(*w.End, &v)
