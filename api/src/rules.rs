@@ -103,6 +103,9 @@ pub mod scaler {
     pub const MAX_TIME_ZONE: usize = 64;
     /// A time of day as an hour: 0 to this, inclusive.
     pub const MAX_HOUR: i64 = 23;
+    /// "HH:MM": the longest time of day; bounding it keeps the CEL cost of the rules that read
+    /// start and end (a list of windows, v1alpha1's spec) in budget.
+    pub const MAX_CLOCK: usize = 5;
     pub static CLOCK: Pattern = Pattern::new(
         r"^([01][0-9]|2[0-3]):[0-5][0-9]$",
         "must be an hour 0-23 or \"HH:MM\"",

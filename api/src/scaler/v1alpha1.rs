@@ -12,8 +12,8 @@ use super::{job_error, parse_time_zone};
 pub use super::{Day, ScaleJob, TimeOfDay, DEFAULT_REPLICAS, DEFAULT_TIME_ZONE};
 use crate::field::{FieldError, FieldErrors};
 use crate::rules::scaler::{
-    end_of_window_rule, time_of_day_rule, CLOCK, END_CLOCK, MAX_DAYS, MAX_JOBS, MAX_TARGETS,
-    MAX_TIME_ZONE, MIN_DAYS, MIN_JOBS, MIN_TARGETS,
+    end_of_window_rule, time_of_day_rule, CLOCK, END_CLOCK, MAX_CLOCK, MAX_DAYS, MAX_JOBS,
+    MAX_TARGETS, MAX_TIME_ZONE, MIN_DAYS, MIN_JOBS, MIN_TARGETS,
 };
 use crate::rules::{check_name, MAX_GENERATION, MAX_INT32, MAX_LABEL, MAX_SUBDOMAIN, MIN_REPLICAS};
 use crate::scaler::schedule::{CronSchedule, Window, WindowEnd};
@@ -104,6 +104,7 @@ pub struct ScaleTarget {
 fn time_of_day_schema(_: &mut SchemaGenerator) -> Schema {
     json_schema!({
         "x-kubernetes-int-or-string": true,
+        "maxLength": MAX_CLOCK,
         "x-kubernetes-validations": [{
             "rule": time_of_day_rule(),
             "message": CLOCK.message,
@@ -114,6 +115,7 @@ fn time_of_day_schema(_: &mut SchemaGenerator) -> Schema {
 fn end_of_window_schema(_: &mut SchemaGenerator) -> Schema {
     json_schema!({
         "x-kubernetes-int-or-string": true,
+        "maxLength": MAX_CLOCK,
         "x-kubernetes-validations": [{
             "rule": end_of_window_rule(),
             "message": END_CLOCK.message,

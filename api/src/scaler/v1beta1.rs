@@ -16,8 +16,8 @@ pub use super::{Day, ScaleJob, TimeOfDay, DEFAULT_REPLICAS, DEFAULT_TIME_ZONE};
 use crate::field::{FieldError, FieldErrors, Index, Sub};
 use crate::rules::scaler::{
     end_of_window_rule, time_of_day_rule, API_VERSION, CLOCK, END_CLOCK, KIND, MAX_API_VERSION,
-    MAX_DAYS, MAX_EXCLUDE_DATE, MAX_EXCLUDE_DATES, MAX_KIND, MAX_STATUS_TARGETS, MAX_TARGETS,
-    MAX_TIME_ZONE, MAX_WINDOWS, MIN_DAYS, MIN_TARGETS, MIN_WINDOWS, NEXT_TRANSITIONS,
+    MAX_CLOCK, MAX_DAYS, MAX_EXCLUDE_DATE, MAX_EXCLUDE_DATES, MAX_KIND, MAX_STATUS_TARGETS,
+    MAX_TARGETS, MAX_TIME_ZONE, MAX_WINDOWS, MIN_DAYS, MIN_TARGETS, MIN_WINDOWS, NEXT_TRANSITIONS,
     SAME_START_AND_END,
 };
 use crate::rules::{
@@ -227,9 +227,6 @@ impl Default for TimeOfDay {
 
 /// Why a window whose end is its start is refused, by the apiserver.
 const SAME_WINDOW_START_AND_END: &str = "must differ from start";
-
-/// "HH:MM": the longest time of day; bounding it keeps the CEL cost of a list of windows in budget.
-const MAX_CLOCK: usize = 5;
 
 fn time_of_day_schema(_: &mut SchemaGenerator) -> Schema {
     json_schema!({
