@@ -28,8 +28,8 @@ use serde::{Deserialize, Serialize};
 use crate::field::{FieldError, FieldErrors};
 use crate::keys::annotation::{ORIGINAL_REPLICAS, ORIGINAL_REPLICAS_OWNER};
 use crate::rules::scaler::{
-    CLOCK, END_CLOCK, END_OF_DAY_HOUR, MAX_HOUR, MAX_JOBS, MAX_JOB_NAME, MAX_SCHEDULE,
-    MAX_TIME_ZONE, MIN_JOBS,
+    end_of_window_rule, time_of_day_rule, CLOCK, END_CLOCK, END_OF_DAY_HOUR, MAX_CLOCK, MAX_HOUR,
+    MAX_JOBS, MAX_JOB_NAME, MAX_SCHEDULE, MAX_TIME_ZONE, MIN_JOBS,
 };
 use crate::rules::{check_length, MAX_INT32, MIN_REPLICAS};
 use schedule::ScheduleError;
@@ -79,6 +79,30 @@ impl From<Day> for Weekday {
             Day::Sun => Weekday::Sun,
         }
     }
+}
+
+/// The schema of a window's `start` (both versions): an hour or "HH:MM".
+fn time_of_day_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "x-kubernetes-int-or-string": true,
+        "maxLength": MAX_CLOCK,
+        "x-kubernetes-validations": [{
+            "rule": time_of_day_rule(),
+            "message": CLOCK.message,
+        }],
+    })
+}
+
+/// The schema of a window's `end` (both versions): as `start`'s, or the end of the day.
+fn end_of_window_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "x-kubernetes-int-or-string": true,
+        "maxLength": MAX_CLOCK,
+        "x-kubernetes-validations": [{
+            "rule": end_of_window_rule(),
+            "message": END_CLOCK.message,
+        }],
+    })
 }
 
 /// A time of day: an hour 0-23 (as in the seed operator) or an "HH:MM" string; a window's end

@@ -7,9 +7,8 @@ use chrono_tz::Tz;
 
 use crate::field::{FieldError, FieldErrors};
 use crate::keys::reason;
-use crate::rules::scaler::{CLOCK, END_CLOCK, SAME_START_AND_END};
 use crate::scaler::schedule::{
-    resolve_local, CronSchedule, Firing, Instant, Window, WindowEnd, FIRING_HORIZON_YEARS,
+    resolve_local, CronSchedule, Firing, Instant, Window, FIRING_HORIZON_YEARS,
 };
 use crate::scaler::v1beta1::{ExcludeDate, ScaleWindow, ScalerSpec, DEFAULT_REPLICAS};
 use crate::scaler::{job_error, parse_time_zone};
@@ -171,34 +170,9 @@ fn windows_of(
     let mut parsed = Vec::new();
     for (i, w) in windows.iter().enumerate() {
         let path = format!("spec.windows[{i}]");
-        let json = |v| serde_json::to_value(v).unwrap_or_default();
-        let start = w.start.to_time();
-        let end = w.end.to_end();
-        if start.is_none() {
-            errors.push(FieldError::invalid(
-                format!("{path}.start"),
-                json(&w.start),
-                CLOCK.message,
-            ));
-        }
-        if end.is_none() {
-            errors.push(FieldError::invalid(
-                format!("{path}.end"),
-                json(&w.end),
-                END_CLOCK.message,
-            ));
-        }
-        let (Some(start), Some(end)) = (start, end) else {
+        let Some((start, end)) = w.times(&path, errors) else {
             continue;
         };
-        if end == WindowEnd::At(start) {
-            errors.push(FieldError::invalid(
-                format!("{path}.end"),
-                json(&w.end),
-                SAME_START_AND_END.replace("spec.start", &format!("{path}.start")),
-            ));
-            continue;
-        }
         if w.days.as_ref().is_some_and(Vec::is_empty) {
             errors.push(FieldError::invalid(
                 format!("{path}.days"),

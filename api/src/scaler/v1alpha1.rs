@@ -5,15 +5,15 @@ use chrono::Weekday;
 use chrono_tz::Tz;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{CustomResource, KubeSchema};
-use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{job_error, parse_time_zone};
 pub use super::{Day, ScaleJob, TimeOfDay, DEFAULT_REPLICAS, DEFAULT_TIME_ZONE};
 use crate::field::{FieldError, FieldErrors};
 use crate::rules::scaler::{
-    end_of_window_rule, time_of_day_rule, CLOCK, END_CLOCK, MAX_CLOCK, MAX_DAYS, MAX_JOBS,
-    MAX_TARGETS, MAX_TIME_ZONE, MIN_DAYS, MIN_JOBS, MIN_TARGETS,
+    CLOCK, END_CLOCK, MAX_DAYS, MAX_JOBS, MAX_TARGETS, MAX_TIME_ZONE, MIN_DAYS, MIN_JOBS,
+    MIN_TARGETS,
 };
 use crate::rules::{check_name, MAX_GENERATION, MAX_INT32, MAX_LABEL, MAX_SUBDOMAIN, MIN_REPLICAS};
 use crate::scaler::schedule::{CronSchedule, Window, WindowEnd};
@@ -49,12 +49,12 @@ pub struct ScalerSpec {
 
     /// When the window opens (window mode): an hour 0-23, or "HH:MM", in timeZone. Inclusive.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "time_of_day_schema")]
+    #[schemars(schema_with = "super::time_of_day_schema")]
     pub start: Option<TimeOfDay>,
 
     /// When the window closes (window mode): an hour 0-24, or "HH:MM", in timeZone. Exclusive; earlier than start means the window crosses midnight, and "24:00" (or 24) is the end of the day it opened.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "end_of_window_schema")]
+    #[schemars(schema_with = "super::end_of_window_schema")]
     pub end: Option<TimeOfDay>,
 
     /// Replicas for every target while the window is open (window mode). Defaults to 1; 0 is allowed.
@@ -99,28 +99,6 @@ pub struct ScaleTarget {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = MAX_LABEL), regex(pattern = crate::rules::DNS1123_LABEL.regex))]
     pub namespace: Option<String>,
-}
-
-fn time_of_day_schema(_: &mut SchemaGenerator) -> Schema {
-    json_schema!({
-        "x-kubernetes-int-or-string": true,
-        "maxLength": MAX_CLOCK,
-        "x-kubernetes-validations": [{
-            "rule": time_of_day_rule(),
-            "message": CLOCK.message,
-        }],
-    })
-}
-
-fn end_of_window_schema(_: &mut SchemaGenerator) -> Schema {
-    json_schema!({
-        "x-kubernetes-int-or-string": true,
-        "maxLength": MAX_CLOCK,
-        "x-kubernetes-validations": [{
-            "rule": end_of_window_rule(),
-            "message": END_CLOCK.message,
-        }],
-    })
 }
 
 /// What a Scaler reports.

@@ -9,22 +9,22 @@ use chrono::{Datelike, NaiveDate};
 use chrono_tz::Tz;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{CustomResource, KubeSchema};
-use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 pub use super::{Day, ScaleJob, TimeOfDay, DEFAULT_REPLICAS, DEFAULT_TIME_ZONE};
 use crate::field::{FieldError, FieldErrors, Index, Sub};
 use crate::rules::scaler::{
-    end_of_window_rule, time_of_day_rule, API_VERSION, CLOCK, END_CLOCK, KIND, MAX_API_VERSION,
-    MAX_CLOCK, MAX_DAYS, MAX_EXCLUDE_DATE, MAX_EXCLUDE_DATES, MAX_KIND, MAX_STATUS_TARGETS,
-    MAX_TARGETS, MAX_TIME_ZONE, MAX_WINDOWS, MIN_DAYS, MIN_TARGETS, MIN_WINDOWS, NEXT_TRANSITIONS,
-    SAME_START_AND_END,
+    API_VERSION, CLOCK, END_CLOCK, KIND, MAX_API_VERSION, MAX_DAYS, MAX_EXCLUDE_DATE,
+    MAX_EXCLUDE_DATES, MAX_KIND, MAX_STATUS_TARGETS, MAX_TARGETS, MAX_TIME_ZONE, MAX_WINDOWS,
+    MIN_DAYS, MIN_TARGETS, MIN_WINDOWS, NEXT_TRANSITIONS, SAME_START_AND_END,
 };
 use crate::rules::{
     check_length, check_name, MAX_GENERATION, MAX_INT32, MAX_LABEL, MAX_SUBDOMAIN, MIN_REPLICAS,
 };
 use crate::scaler::schedule::{Instant, WindowEnd};
 use crate::scaler::target::{group_of, Target};
+use chrono::NaiveTime;
 
 /// This version, the stored one.
 pub const VERSION: &str = "v1beta1";
@@ -208,10 +208,10 @@ pub struct ScaleWindow {
     #[schemars(length(min = MIN_DAYS, max = MAX_DAYS), extend("x-kubernetes-list-type" = "set"))]
     pub days: Option<Vec<Day>>,
     /// When the window opens: an hour 0-23 or "HH:MM", inclusive. In the spring-forward gap it opens at the first instant after the gap; a time repeated in the fall-back overlap means its first occurrence.
-    #[schemars(schema_with = "time_of_day_schema")]
+    #[schemars(schema_with = "super::time_of_day_schema")]
     pub start: TimeOfDay,
     /// When the window closes: an hour 0-24 or "HH:MM", exclusive; earlier than start means the window crosses midnight, and "24:00" (or 24) is the end of the day it opened, so start "00:00" and end "24:00" is the whole day. Must differ from start. DST as for start.
-    #[schemars(schema_with = "end_of_window_schema")]
+    #[schemars(schema_with = "super::end_of_window_schema")]
     pub end: TimeOfDay,
     /// Replicas for every target while this window is open; 0 is allowed. 1 when absent. Where windows overlap, the highest replicas wins.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -225,30 +225,45 @@ impl Default for TimeOfDay {
     }
 }
 
+impl ScaleWindow {
+    /// The window's start and end, or None after pushing what is wrong with them (at `path`,
+    /// the window's): a malformed time, or an end that is the start.
+    pub fn times(
+        &self,
+        path: impl std::fmt::Display,
+        errors: &mut FieldErrors,
+    ) -> Option<(NaiveTime, WindowEnd)> {
+        let start = self.start.to_time();
+        let end = self.end.to_end();
+        if start.is_none() {
+            errors.push(FieldError::invalid(
+                format!("{path}.start"),
+                self.start.as_json(),
+                CLOCK.message,
+            ));
+        }
+        if end.is_none() {
+            errors.push(FieldError::invalid(
+                format!("{path}.end"),
+                self.end.as_json(),
+                END_CLOCK.message,
+            ));
+        }
+        let (start, end) = (start?, end?);
+        if end == WindowEnd::At(start) {
+            errors.push(FieldError::invalid(
+                format!("{path}.end"),
+                self.end.as_json(),
+                SAME_START_AND_END.replace("spec.start", &format!("{path}.start")),
+            ));
+            return None;
+        }
+        Some((start, end))
+    }
+}
+
 /// Why a window whose end is its start is refused, by the apiserver.
 const SAME_WINDOW_START_AND_END: &str = "must differ from start";
-
-fn time_of_day_schema(_: &mut SchemaGenerator) -> Schema {
-    json_schema!({
-        "x-kubernetes-int-or-string": true,
-        "maxLength": MAX_CLOCK,
-        "x-kubernetes-validations": [{
-            "rule": time_of_day_rule(),
-            "message": CLOCK.message,
-        }],
-    })
-}
-
-fn end_of_window_schema(_: &mut SchemaGenerator) -> Schema {
-    json_schema!({
-        "x-kubernetes-int-or-string": true,
-        "maxLength": MAX_CLOCK,
-        "x-kubernetes-validations": [{
-            "rule": end_of_window_rule(),
-            "message": END_CLOCK.message,
-        }],
-    })
-}
 
 /// A temporary override of the schedule.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
@@ -691,29 +706,7 @@ impl ScalerSpec {
         }
         for (i, w) in windows.iter().enumerate() {
             let path = Index("spec.windows", i);
-            let start = w.start.to_time();
-            let end = w.end.to_end();
-            if start.is_none() {
-                errors.push(FieldError::invalid(
-                    format!("{path}.start"),
-                    time_json(&w.start),
-                    CLOCK.message,
-                ));
-            }
-            if end.is_none() {
-                errors.push(FieldError::invalid(
-                    format!("{path}.end"),
-                    time_json(&w.end),
-                    END_CLOCK.message,
-                ));
-            }
-            if start.is_some() && start.map(WindowEnd::At) == end {
-                errors.push(FieldError::invalid(
-                    format!("{path}.end"),
-                    time_json(&w.end),
-                    SAME_START_AND_END.replace("spec.start", &format!("{path}.start")),
-                ));
-            }
+            w.times(path, errors);
             if let Some(r) = w.replicas {
                 check_replicas(errors, Sub(path, "replicas"), r);
             }
@@ -747,10 +740,6 @@ fn check_replicas(errors: &mut FieldErrors, path: impl std::fmt::Display, value:
             format!("must be greater than or equal to {MIN_REPLICAS}"),
         ));
     }
-}
-
-fn time_json(t: &TimeOfDay) -> serde_json::Value {
-    serde_json::to_value(t).unwrap_or_default()
 }
 
 #[cfg(test)]
