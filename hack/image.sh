@@ -136,9 +136,19 @@ build_image() {
     log "$image_target_dir is over 4 GiB: clearing it"
     rm -rf "$image_target_dir"
   fi
+  # Cargo fingerprints every unit with the linker's path, and .cargo/config.toml's linker
+  # (hack/cc-link.sh) resolves to each checkout's own: another checkout would rebuild every
+  # dependency. So the image's builds link through a copy at one path, in that directory.
+  local linker=()
+  if [[ $TARGET == x86_64-unknown-linux-gnu ]]; then
+    mkdir -p "$image_target_dir"
+    cp -f hack/cc-link.sh "$image_target_dir/cc-link.sh.$$"
+    mv -f "$image_target_dir/cc-link.sh.$$" "$image_target_dir/cc-link.sh"
+    linker=("CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_LINKER=$image_target_dir/cc-link.sh")
+  fi
   log "building static binaries (kubesteer $version, profile image of Cargo.toml, in $image_target_dir)"
   local start=$SECONDS
-  RUSTFLAGS="${RUSTFLAGS:+$RUSTFLAGS }$IMAGE_RUSTFLAGS" \
+  env "${linker[@]}" RUSTFLAGS="${RUSTFLAGS:+$RUSTFLAGS }$IMAGE_RUSTFLAGS" \
     "$CARGO" build --profile image --locked --target "$TARGET" --target-dir "$image_target_dir" \
     -p kubesteer --bin kubesteer
   log "cargo build took $((SECONDS - start))s"
