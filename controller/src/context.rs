@@ -1,4 +1,5 @@
 //! What every reconcile gets: the client, the event recorder, metrics, the clock and backoff.
+use std::any::Any;
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -50,6 +51,18 @@ pub struct Context {
     failures: PerObject<u32>,
     /// Since when the status write of each object has been held back.
     held: PerObject<DateTime<Utc>>,
+    /// Status writes that the owner's watch has not brought back yet.
+    written: PerObject<WrittenStatus>,
+}
+
+/// A status this controller wrote, and the resourceVersion of the object it was written over.
+/// While the cache still shows the object at that version, the write is what the object's
+/// status is: a reconcile that runs before the write's watch event (the event of a child, or
+/// a slow watch) then finds the status it would write already written, not the old one.
+#[derive(Clone)]
+struct WrittenStatus {
+    over: Option<String>,
+    status: Arc<dyn Any + Send + Sync>,
 }
 
 // Longer than any backoff, so a live object that keeps failing is seen again well before.
@@ -103,6 +116,10 @@ impl<V: Clone> PerObject<V> {
         value
     }
 
+    fn get(&self, key: &str) -> Option<V> {
+        lock(&self.inner).entries.get(key).map(|(v, _)| v.clone())
+    }
+
     fn remove(&self, key: &str) {
         lock(&self.inner).entries.remove(key);
     }
@@ -138,6 +155,7 @@ impl Context {
             caches,
             failures: PerObject::default(),
             held: PerObject::default(),
+            written: PerObject::default(),
         }
     }
 
@@ -321,6 +339,42 @@ impl Context {
         self.held.remove(&key_of(kind, obj));
     }
 
+    /// Notes that `status` was written over `obj` as the cache showed it.
+    pub fn wrote_status<K, S>(&self, kind: &str, obj: &K, status: S)
+    where
+        K: Resource<DynamicType = ()>,
+        S: Send + Sync + 'static,
+    {
+        let written = WrittenStatus {
+            over: obj.meta().resource_version.clone(),
+            status: Arc::new(status),
+        };
+        let now = self.clock.now();
+        self.written.update(
+            key_of(kind, obj),
+            now,
+            || written.clone(),
+            |w| *w = written.clone(),
+        );
+    }
+
+    /// The status this controller wrote over `obj` as it is cached now, if the cache has not
+    /// brought the write back yet. Once the cache shows `obj` at another version (the write, or
+    /// anyone's later one), its status is the one to go by, and the note is dropped.
+    pub fn written_status<K, S>(&self, kind: &str, obj: &K) -> Option<Arc<S>>
+    where
+        K: Resource<DynamicType = ()>,
+        S: Send + Sync + 'static,
+    {
+        let key = key_of(kind, obj);
+        let written = self.written.get(&key)?;
+        if written.over != obj.meta().resource_version {
+            self.written.remove(&key);
+            return None;
+        }
+        written.status.downcast::<S>().ok()
+    }
+
     /// Forgets everything kept about `obj`, which was deleted.
     pub fn forget<K>(&self, kind: &str, obj: &K)
     where
@@ -329,11 +383,13 @@ impl Context {
         let key = key_of(kind, obj);
         self.failures.remove(&key);
         self.held.remove(&key);
+        self.written.remove(&key);
     }
 
-    /// How many objects the per-object maps (backoff, held status writes) hold entries for.
-    pub fn tracked(&self) -> (usize, usize) {
-        (self.failures.len(), self.held.len())
+    /// How many objects the per-object maps (backoff, held status writes, status writes not
+    /// seen yet) hold entries for.
+    pub fn tracked(&self) -> (usize, usize, usize) {
+        (self.failures.len(), self.held.len(), self.written.len())
     }
 }
 
@@ -422,12 +478,13 @@ mod tests {
             assert!(ctx
                 .hold_status("Memcached", mc, Duration::from_secs(30))
                 .is_some());
+            ctx.wrote_status("Memcached", mc, 1_u8);
         }
-        assert_eq!(ctx.tracked(), (2, 2));
+        assert_eq!(ctx.tracked(), (2, 2, 2));
         ctx.forget("Memcached", &cache);
         assert_eq!(
             ctx.tracked(),
-            (1, 1),
+            (1, 1, 1),
             "only the deleted object's entries go"
         );
         // Its backoff starts over, the other's goes on.

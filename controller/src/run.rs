@@ -25,7 +25,9 @@ use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use crate::args::Args;
-use crate::children::{self, children_of, packed_store, Caches, Packed, PackedStore, PackedWriter};
+use crate::children::{
+    self, children_of, packed_store, Caches, Notes, Packed, PackedStore, PackedWriter,
+};
 use crate::reconcilers::{self, scaler, Owner};
 use crate::runtime::metrics::Metrics;
 use crate::runtime::metrics_auth::Authorizer;
@@ -156,6 +158,7 @@ fn packed<K>(
     api: Api<K>,
     config: watcher::Config,
     writer: PackedWriter<K>,
+    notes: Arc<Notes>,
 ) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static
 where
     K: Resource<DynamicType = ()>
@@ -168,7 +171,9 @@ where
         + 'static,
 {
     let watch = tracked(health, what, api, config).backoff(tolerant::backoff());
-    packing(watch, writer, Packed::pack).touched_objects()
+    packing(watch, writer, Packed::pack)
+        .touched_objects()
+        .inspect_ok(move |child| notes.unseen.seen(child))
 }
 
 /// The items of `watch`, its errors logged (the watch retries them with a backoff).
@@ -305,6 +310,7 @@ fn owner_triggers<K: Owner>(
             api::<Deployment>(client, ns),
             children_of(K::APP),
             writers.deployments,
+            writers.notes.clone(),
         )),
         owners_named_by::<K, _>(packed(
             health,
@@ -312,6 +318,7 @@ fn owner_triggers<K: Owner>(
             api::<Service>(client, ns),
             children_of(K::APP),
             writers.services,
+            writers.notes.clone(),
         )),
     ];
     if K::OWNS_INGRESS {
@@ -321,6 +328,7 @@ fn owner_triggers<K: Owner>(
             api::<Ingress>(client, ns),
             children_of(K::APP),
             writers.ingresses,
+            writers.notes.clone(),
         )));
     }
     if K::NAMES_PODS {

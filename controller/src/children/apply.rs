@@ -337,11 +337,12 @@ pub fn controlled_by(meta: &ObjectMeta, owner_uid: &str) -> bool {
 }
 
 /// Makes `desired` so, writing only what differs and never an object its owner does not control.
-/// `templates` remembers which cached pod templates were found as wanted (see [`Packed`]).
+/// `notes` remember which cached pod templates were found as wanted (see [`Packed`]) and which
+/// children were created but not cached yet ([`Unseen`]).
 pub async fn ensure<K>(
     ctx: &Context,
     cache: &PackedStore<K>,
-    templates: &CheckedTemplates,
+    notes: &Notes,
     desired: &K,
 ) -> Result<Ensured<K>>
 where
@@ -349,8 +350,12 @@ where
         + Clone
         + Debug
         + Serialize
-        + DeserializeOwned,
+        + DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
 {
+    let Notes { templates, unseen } = notes;
     let desired = stamped(desired)?;
     let name = desired.name_any();
     let kind = K::kind(&()).to_string();
@@ -416,16 +421,26 @@ where
         return ours(applied.object, applied.created);
     }
     // Not cached: new, or missed by the label-filtered watch (someone else's object of that name)
-    // or not seen by it yet. Create it; only when something is there already, read what it is.
-    let live = match create(&ctx.client, &desired).await {
-        Ok(applied) => {
-            ctx.metrics.child(&kind, true);
-            checked(&applied.object)?;
-            return ours(applied.object, applied.created);
-        }
-        // An object of that name exists: nothing was written.
-        Err(Error::Kube(e)) if is_status(&e, 409) => api.get_opt(&name).await?.ok_or(e)?,
-        Err(e) => return Err(e),
+    // or not seen by it yet. A child this controller created and its watch has not brought yet
+    // is as the create's answer had it; anything else is created, and only when something is
+    // there already, read.
+    let live = match unseen.get(&desired) {
+        Some(noted) => K::clone(&noted),
+        None => match create(&ctx.client, &desired).await {
+            Ok(applied) => {
+                ctx.metrics.child(&kind, true);
+                checked(&applied.object)?;
+                let object = Arc::new(applied.object);
+                unseen.created(object.clone());
+                return Ok(Ensured::Ours(Applied {
+                    object,
+                    created: applied.created,
+                }));
+            }
+            // An object of that name exists: nothing was written.
+            Err(Error::Kube(e)) if is_status(&e, 409) => api.get_opt(&name).await?.ok_or(e)?,
+            Err(e) => return Err(e),
+        },
     };
     if !controlled_by(live.meta(), &owner_uid) {
         return Ok(Ensured::Foreign(NameConflict::new(&kind, &name)));

@@ -403,7 +403,7 @@ pub struct Children {
     pub ingresses: PackedStore<Ingress>,
     /// The names of the app's pods, for kinds whose status names them; empty otherwise.
     pub pods: PodNames,
-    pub templates: Arc<CheckedTemplates>,
+    pub notes: Arc<Notes>,
     /// Until when a reconcile waits for the caches' first lists (`synced`).
     pub sync_deadline: tokio::time::Instant,
 }
@@ -416,7 +416,7 @@ impl Children {
             services: packed_store().0,
             ingresses: packed_store().0,
             pods: pod_names_cache("").0,
-            templates: Arc::default(),
+            notes: Arc::default(),
             sync_deadline: tokio::time::Instant::now(),
         }
     }
@@ -446,7 +446,14 @@ pub struct Writers {
     pub services: PackedWriter<Service>,
     pub ingresses: PackedWriter<Ingress>,
     pub pods: PodNamesWriter,
-    pub templates: Arc<CheckedTemplates>,
+    pub notes: Arc<Notes>,
+}
+
+/// What a reconcile learnt of an app's children beyond what their caches hold.
+#[derive(Default)]
+pub struct Notes {
+    pub templates: CheckedTemplates,
+    pub unseen: Unseen,
 }
 
 /// Every cache a reconcile reads, by app. An app's stores fill from the watches that its
@@ -466,7 +473,7 @@ impl Caches {
         let (services, sw) = packed_store();
         let (ingresses, iw) = packed_store();
         let (pods, pw) = pod_names_cache(app);
-        let templates = Arc::new(CheckedTemplates::default());
+        let notes = Arc::new(Notes::default());
         lock(&self.0).insert(
             app,
             Children {
@@ -474,7 +481,7 @@ impl Caches {
                 services,
                 ingresses,
                 pods,
-                templates: templates.clone(),
+                notes: notes.clone(),
                 sync_deadline: tokio::time::Instant::now() + SYNC_WAIT,
             },
         );
@@ -483,7 +490,7 @@ impl Caches {
             services: sw,
             ingresses: iw,
             pods: pw,
-            templates,
+            notes,
         }
     }
 

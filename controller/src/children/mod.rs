@@ -6,9 +6,11 @@ mod build;
 mod cache;
 mod pods;
 mod store;
+mod unseen;
 
 pub use apply::*;
 pub use build::*;
 pub use cache::*;
 pub use pods::{pod_names_cache, PodNames, PodNamesWriter};
 pub use store::{packed_store, PackedStore, PackedWriter};
+pub use unseen::{Unseen, UNSEEN_FOR};

@@ -232,6 +232,7 @@ mod tests {
             serde_json::from_value(applied_deployment(mc, json!({}))).unwrap();
         caches
             .of(APP)
+            .notes
             .templates
             .assume_checked(&deployment(mc).unwrap(), &applied);
     }
@@ -290,6 +291,66 @@ mod tests {
         ]);
         let action = reconcile(Arc::new(mc), ctx.clone()).await.unwrap();
         assert_eq!(action, Action::await_change());
+        scenario.finish(ctx).await;
+    }
+
+    #[tokio::test]
+    async fn reconciles_before_the_watches_bring_their_writes_back_do_not_make_them_again() {
+        let mut mc = memcached(json!({"size": 2}));
+        mc.metadata.resource_version = Some("1".into());
+        let mc = Arc::new(mc);
+        let (ctx, verifier) = fixtures::context();
+        let created: Deployment =
+            serde_json::from_value(applied_deployment(&mc, json!({}))).unwrap();
+        let first = status(&mc, &created, vec![], ctx.clock.now());
+        let check_first = first.clone();
+        let scenario = verifier.run(vec![
+            Call::post(CREATE_DEPLOYMENT).created_as(applied_deployment(&mc, json!({}))),
+            Call::post(CREATE_SERVICE).created(),
+            Call::event("team").respond_with_body(),
+            // The second reconcile: the children are the creates' answers, and the status is
+            // written once.
+            Call::patch(STATUS)
+                .body(move |b| assert_eq!(b["status"], json!(check_first)))
+                .respond_status_of(mc.as_ref()),
+            // Someone else's write got to the cache first: the status is written again.
+            Call::patch(STATUS).respond_status_of(mc.as_ref()),
+            // Once the watches brought the children (and they went), they are created again.
+            Call::post(CREATE_DEPLOYMENT).already_exists(),
+            Call::post(CREATE_SERVICE).already_exists(),
+            Call::get(GET_SERVICE).respond(applied_service(&mc)),
+            Call::get(GET_DEPLOYMENT).respond(applied_deployment(&mc, json!({}))),
+        ]);
+        // The first reconcile creates both children; their watch events bring the next ones,
+        // which find neither in the cache yet, nor the status write in the Memcached.
+        for _ in 0..3 {
+            let action = reconcile(mc.clone(), ctx.clone()).await.unwrap();
+            assert_eq!(action, Action::await_change());
+        }
+        let notes = ctx.caches.of(APP).notes;
+        assert_eq!(notes.unseen.len(), 2);
+        assert_eq!(ctx.tracked().2, 1);
+
+        // Someone else's write (a label, say) reaches the cache before the status write: the
+        // cached status is the one to go by again, and the status is written again.
+        let mut labelled = (*mc).clone();
+        labelled.metadata.resource_version = Some("2".into());
+        reconcile(Arc::new(labelled), ctx.clone()).await.unwrap();
+        assert_eq!(ctx.tracked().2, 1);
+        // The Memcached's watch brings the status write: the note goes, nothing is written.
+        let mut settled = (*mc).clone();
+        settled.metadata.resource_version = Some("3".into());
+        settled.status = Some(first);
+        let settled = Arc::new(settled);
+        reconcile(settled.clone(), ctx.clone()).await.unwrap();
+        assert_eq!(ctx.tracked().2, 0);
+
+        notes.unseen.seen(&created);
+        notes
+            .unseen
+            .seen(&serde_json::from_value::<Service>(applied_service(&mc)).unwrap());
+        assert!(notes.unseen.is_empty());
+        reconcile(settled, ctx.clone()).await.unwrap();
         scenario.finish(ctx).await;
     }
 
@@ -577,7 +638,7 @@ mod tests {
         ]);
         reconcile(Arc::new(mc.clone()), ctx.clone()).await.unwrap();
         scenario.finish(ctx).await;
-        assert_eq!(caches.of(APP).templates.len(), 1);
+        assert_eq!(caches.of(APP).notes.templates.len(), 1);
 
         // A controller that starts on caches as wanted reads each template once, then nothing.
         let caches = world_with(

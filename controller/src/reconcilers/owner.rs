@@ -155,13 +155,13 @@ async fn reconcile_owner<K: Owner>(owner: &K, ctx: &Context) -> Result<Action> {
     let want_service = owner.service()?;
     let deployment = async {
         match &want_deployment {
-            Some(d) => children::ensure(ctx, &children.deployments, &children.templates, d)
+            Some(d) => children::ensure(ctx, &children.deployments, &children.notes, d)
                 .await
                 .map(Some),
             None => Ok(None),
         }
     };
-    let service = children::ensure(ctx, &children.services, &children.templates, &want_service);
+    let service = children::ensure(ctx, &children.services, &children.notes, &want_service);
     let ingress = async {
         match K::OWNS_INGRESS {
             true => ensure_ingress(ctx, owner, &children, &ns, &name).await,
@@ -199,18 +199,17 @@ async fn reconcile_owner<K: Owner>(owner: &K, ctx: &Context) -> Result<Action> {
         pods,
     };
     let status = owner.status_from(&observed, ctx.clock.now());
-    if HasStatus::status(owner) != Some(&status) {
+    let written = ctx.written_status::<K, K::Status>(K::KIND, owner);
+    let shown = written.as_deref().or(HasStatus::status(owner));
+    if shown != Some(&status) {
         // Progress of a rollout (pods created, some ready) may wait up to STATUS_GRACE; what a
         // user waits for (Ready, Degraded, any condition turning) is written at once.
-        if !K::STATUS_GRACE.is_zero() && !is_news(HasStatus::status(owner), &status) {
+        if !K::STATUS_GRACE.is_zero() && !is_news(shown, &status) {
             if let Some(left) = ctx.hold_status(K::KIND, owner, K::STATUS_GRACE) {
                 return Ok(Action::requeue(left));
             }
         }
-        let api: Api<K> = Api::namespaced(ctx.client.clone(), &ns);
-        api.patch_status(&name, &write_params(), &status_patch(&status)?)
-            .await?;
-        ctx.status_written(K::KIND, owner);
+        write_status(ctx, K::KIND, owner, status).await?;
     }
     Ok(owner.settled(&prepared))
 }
@@ -225,7 +224,7 @@ async fn ensure_ingress<K: Owner>(
     name: &str,
 ) -> Result<Option<Ensured<Ingress>>> {
     if let Some(want) = owner.ingress()? {
-        let ensured = children::ensure(ctx, &children.ingresses, &children.templates, &want);
+        let ensured = children::ensure(ctx, &children.ingresses, &children.notes, &want);
         return Ok(Some(ensured.await?));
     }
     let Some(cached) = children.ingresses.get(&Packed::key(name, ns)) else {
@@ -471,7 +470,7 @@ pub fn created_note(children: &[String]) -> Option<String> {
 }
 
 /// The status of an owner kind: conditions and the generation they describe.
-pub trait OwnerStatus: Default + Clone + PartialEq + Serialize + Send + Sync {
+pub trait OwnerStatus: Default + Clone + PartialEq + Serialize + Send + Sync + 'static {
     fn conditions(&self) -> &[Condition];
     fn observe(&mut self, generation: Option<i64>, conditions: Vec<Condition>);
 }
@@ -496,6 +495,32 @@ owner_status!(
     kubesteer_api::ApplicationStatus
 );
 
+/// Writes `status` as `owner`'s, whole (a JSON patch), and notes it: until the owner's watch
+/// brings the write back, [`Context::written_status`] stands for the cached status, so that a
+/// reconcile in between (the event of a child, a slow watch) does not write it again.
+async fn write_status<K>(
+    ctx: &Context,
+    kind: &'static str,
+    owner: &K,
+    status: K::Status,
+) -> Result<()>
+where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + HasStatus
+        + Clone
+        + DeserializeOwned
+        + Debug,
+    K::Status: OwnerStatus,
+{
+    let (ns, name) = namespace_and_name(kind, owner)?;
+    let api: Api<K> = Api::namespaced(ctx.client.clone(), &ns);
+    api.patch_status(&name, &write_params(), &status_patch(&status)?)
+        .await?;
+    ctx.status_written(kind, owner);
+    ctx.wrote_status(kind, owner, status);
+    Ok(())
+}
+
 /// Reports taken child names of `owner` as Ready=False NameConflict, with a Warning event when
 /// that is news, and looks again after `NAME_CONFLICT_REQUEUE`.
 pub async fn report_conflicts<K>(
@@ -512,9 +537,10 @@ where
         + std::fmt::Debug,
     K::Status: OwnerStatus,
 {
-    let (ns, name) = namespace_and_name(kind, owner)?;
     let generation = owner.meta().generation;
-    let mut status = owner.status().cloned().unwrap_or_default();
+    let written = ctx.written_status::<K, K::Status>(kind, owner);
+    let shown = written.as_deref().or(owner.status());
+    let mut status = shown.cloned().unwrap_or_default();
     let conditions = name_conflict_conditions(
         kind,
         status.conditions(),
@@ -523,11 +549,8 @@ where
         time(ctx.clock.now()),
     );
     status.observe(generation, conditions);
-    if owner.status() != Some(&status) {
-        let api: Api<K> = Api::namespaced(ctx.client.clone(), &ns);
-        api.patch_status(&name, &write_params(), &status_patch(&status)?)
-            .await?;
-        ctx.status_written(kind, owner);
+    if shown != Some(&status) {
+        write_status(ctx, kind, owner, status).await?;
         let note = conflicts
             .iter()
             .map(|c| c.describe(kind))

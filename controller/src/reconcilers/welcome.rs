@@ -600,7 +600,11 @@ mod tests {
         let svc = children::stamped(&service(&w).unwrap()).unwrap();
         let (ctx, verifier) = with_cached(serde_json::to_value(&live).unwrap(), Some(&svc));
         // As after the controller applied it: its template was checked then.
-        ctx.caches.of(APP).templates.assume_checked(&live, &live);
+        ctx.caches
+            .of(APP)
+            .notes
+            .templates
+            .assume_checked(&live, &live);
         w.status = Some(status(&w, "team", &live, &svc, ctx.clock.now()));
         // The Secret is patched blind, as it cannot be read, but only if it is this Welcome's;
         // its children are as wanted.
