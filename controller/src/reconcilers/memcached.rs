@@ -299,10 +299,18 @@ mod tests {
         let mut mc = memcached(json!({"size": 2}));
         mc.metadata.resource_version = Some("1".into());
         let mc = Arc::new(mc);
-        let (ctx, verifier) = fixtures::context();
+        let clock = Arc::new(fixtures::FixedClock(std::sync::Mutex::new(fixtures::at(
+            "2025-03-03T12:00:00Z",
+        ))));
+        let (ctx, verifier) = fixtures::context_on(clock.clone(), Caches::empty());
         let created: Deployment =
             serde_json::from_value(applied_deployment(&mc, json!({}))).unwrap();
-        let first = status(&mc, &created, vec![], ctx.clock.now());
+        let first = status(
+            &mc,
+            &created,
+            vec![],
+            ctx.clock.now() + chrono::TimeDelta::seconds(5),
+        );
         let check_first = first.clone();
         let scenario = verifier.run(vec![
             Call::post(CREATE_DEPLOYMENT).created_as(applied_deployment(&mc, json!({}))),
@@ -326,6 +334,8 @@ mod tests {
         for _ in 0..3 {
             let action = reconcile(mc.clone(), ctx.clone()).await.unwrap();
             assert_eq!(action, Action::await_change());
+            // Seconds pass between them: the written conditions keep their transition times.
+            *clock.0.lock().unwrap() += chrono::TimeDelta::seconds(5);
         }
         let notes = ctx.caches.of(APP).notes;
         assert_eq!(notes.unseen.len(), 2);

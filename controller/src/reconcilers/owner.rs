@@ -198,9 +198,20 @@ async fn reconcile_owner<K: Owner>(owner: &K, ctx: &Context) -> Result<Action> {
         ingress: ingress.as_deref(),
         pods,
     };
-    let status = owner.status_from(&observed, ctx.clock.now());
-    let written = ctx.written_status::<K, K::Status>(K::KIND, owner);
-    let shown = written.as_deref().or(HasStatus::status(owner));
+    // The owner as this controller wrote it: while the cache has not brought its status write
+    // back, the written status stands for the cached one, its conditions' transition times too.
+    let noted;
+    let current = match ctx.written_status::<K, K::Status>(K::KIND, owner) {
+        Some(written) => {
+            let mut as_written = owner.clone();
+            *as_written.status_mut() = Some(K::Status::clone(&written));
+            noted = as_written;
+            &noted
+        }
+        None => owner,
+    };
+    let status = current.status_from(&observed, ctx.clock.now());
+    let shown = HasStatus::status(current);
     if shown != Some(&status) {
         // Progress of a rollout (pods created, some ready) may wait up to STATUS_GRACE; what a
         // user waits for (Ready, Degraded, any condition turning) is written at once.
