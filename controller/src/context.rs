@@ -331,20 +331,14 @@ impl Context {
         grace.checked_sub(waited).filter(|left| !left.is_zero())
     }
 
-    /// Forgets that the status write of `obj` was held back: it was written.
-    pub fn status_written<K>(&self, kind: &str, obj: &K)
-    where
-        K: Resource<DynamicType = ()>,
-    {
-        self.held.remove(&key_of(kind, obj));
-    }
-
-    /// Notes that `status` was written over `obj` as the cache showed it.
-    pub fn wrote_status<K, S>(&self, kind: &str, obj: &K, status: S)
+    /// Notes that `status` was written over `obj` as the cache showed it, so a write held back
+    /// is no longer.
+    pub fn status_written<K, S>(&self, kind: &str, obj: &K, status: S)
     where
         K: Resource<DynamicType = ()>,
         S: Send + Sync + 'static,
     {
+        self.held.remove(&key_of(kind, obj));
         let written = WrittenStatus {
             over: obj.meta().resource_version.clone(),
             status: Arc::new(status),
@@ -475,10 +469,10 @@ mod tests {
         let (cache, other) = (cache_named("cache"), cache_named("other"));
         for mc in [&cache, &other] {
             ctx.error_policy("Memcached", mc, &failed());
+            ctx.status_written("Memcached", mc, 1_u8);
             assert!(ctx
                 .hold_status("Memcached", mc, Duration::from_secs(30))
                 .is_some());
-            ctx.wrote_status("Memcached", mc, 1_u8);
         }
         assert_eq!(ctx.tracked(), (2, 2, 2));
         ctx.forget("Memcached", &cache);

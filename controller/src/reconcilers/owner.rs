@@ -527,8 +527,7 @@ where
     let api: Api<K> = Api::namespaced(ctx.client.clone(), &ns);
     api.patch_status(&name, &write_params(), &status_patch(&status)?)
         .await?;
-    ctx.status_written(kind, owner);
-    ctx.wrote_status(kind, owner, status);
+    ctx.status_written(kind, owner, status);
     Ok(())
 }
 
