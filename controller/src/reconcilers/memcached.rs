@@ -8,8 +8,9 @@ use kube::{Resource, ResourceExt};
 use kubesteer_api::{Memcached, MemcachedStatus};
 
 use crate::children::{self, child_meta};
-use crate::reconcilers::{previous_conditions, time, Observed, Owner, Rollout};
+use crate::reconcilers::{is_true, previous_conditions, time, Observed, Owner, Rollout};
 use crate::Result;
+use kubesteer_api::keys::condition::READY;
 
 pub const KIND: &str = "Memcached";
 /// The `app.kubernetes.io/name` of everything a Memcached owns.
@@ -19,11 +20,16 @@ const MEMCACHED_UID: i64 = 11211;
 const PORT_NAME: &str = "memcached";
 /// How long a status write that only reports progress may wait for more of it.
 const STATUS_GRACE: Duration = Duration::from_secs(30);
+/// How long new names in `status.nodes` alone may wait for a change `kubectl get` shows while
+/// the Memcached is not Ready: the names of pods created and not ready yet, or of an unready
+/// pod replaced.
+const POD_NAMES_GRACE: Duration = Duration::from_secs(300);
 
 impl Owner for Memcached {
     const KIND: &'static str = KIND;
     const APP: &'static str = APP;
     const STATUS_GRACE: Duration = STATUS_GRACE;
+    const POD_NAMES_GRACE: Duration = POD_NAMES_GRACE;
     const NAMES_PODS: bool = true;
     type Prepared = ();
 
@@ -37,6 +43,14 @@ impl Owner for Memcached {
 
     fn status_from(&self, children: &Observed<'_>, now: DateTime<Utc>) -> MemcachedStatus {
         status(self, children.deployment, children.pods.clone(), now)
+    }
+
+    fn only_rollout_pods_renamed(old: &MemcachedStatus, new: &MemcachedStatus) -> bool {
+        let unnamed = |s: &MemcachedStatus| MemcachedStatus {
+            nodes: Vec::new(),
+            ..s.clone()
+        };
+        old.nodes != new.nodes && !is_true(new, READY) && unnamed(old) == unnamed(new)
     }
 }
 
@@ -383,14 +397,20 @@ mod tests {
         scenario.finish(ctx).await;
     }
 
-    #[tokio::test]
-    async fn progress_of_a_rollout_is_written_at_most_every_grace() {
+    /// A Memcached of 2 whose first status was written before its first pod came, reconciled
+    /// with its Deployment at `deployment_status` and its pods `pods`: nothing is written until
+    /// `grace` has passed since the first reconcile, and then the status with `ready` pods.
+    async fn progress_is_held(
+        deployment_status: serde_json::Value,
+        pods: &[&str],
+        ready: i32,
+        grace: std::time::Duration,
+    ) {
         let mut mc = memcached(json!({"size": 2}));
-        let caches = world(&mc, json!({}), &["cache-a"]);
+        let caches = world(&mc, deployment_status, pods);
         let clock = Arc::new(fixtures::FixedClock(std::sync::Mutex::new(fixtures::at(
             "2025-03-03T12:00:00Z",
         ))));
-        // Its first status, written before its first pod came: the pod is only progress.
         let d: Deployment = serde_json::from_value(applied_deployment(&mc, json!({}))).unwrap();
         mc.status = Some(status(
             &mc,
@@ -401,31 +421,62 @@ mod tests {
         let (ctx, verifier) = fixtures::context_on(clock.clone(), caches);
         // Only the write after the grace: the earlier reconciles send nothing.
         let scenario = verifier.run(vec![Call::patch(STATUS)
-            .body(|b| {
-                assert_eq!(b["status"]["readyReplicas"], 0);
+            .body(move |b| {
+                assert_eq!(b["status"]["readyReplicas"], ready);
                 assert_eq!(b["status"]["observedGeneration"], 2);
-                assert_eq!(b["status"]["nodes"], json!(["cache-a"]));
                 assert_eq!(b["status"]["conditions"][0]["type"], "Ready");
                 assert_eq!(b["status"]["conditions"][0]["status"], "False");
             })
             .respond_status_of(&mc)]);
         let mc = Arc::new(mc);
+        let five = std::time::Duration::from_secs(5);
         assert_eq!(
             reconcile(mc.clone(), ctx.clone()).await.unwrap(),
-            Action::requeue(STATUS_GRACE)
+            Action::requeue(grace)
         );
-        *clock.0.lock().unwrap() += chrono::TimeDelta::seconds(25);
+        *clock.0.lock().unwrap() += chrono::TimeDelta::from_std(grace - five).unwrap();
         assert_eq!(
             reconcile(mc.clone(), ctx.clone()).await.unwrap(),
-            Action::requeue(std::time::Duration::from_secs(5)),
+            Action::requeue(five),
             "the wait counts from the first time"
         );
-        *clock.0.lock().unwrap() += chrono::TimeDelta::seconds(5);
+        *clock.0.lock().unwrap() += chrono::TimeDelta::from_std(five).unwrap();
         assert_eq!(
             reconcile(mc, ctx.clone()).await.unwrap(),
             Action::await_change()
         );
         scenario.finish(ctx).await;
+    }
+
+    #[tokio::test]
+    async fn pods_becoming_ready_are_written_at_most_every_grace() {
+        let one_ready = json!({"observedGeneration": 1, "replicas": 2, "updatedReplicas": 2, "readyReplicas": 1});
+        progress_is_held(one_ready, &["cache-a", "cache-b"], 1, STATUS_GRACE).await;
+    }
+
+    #[tokio::test]
+    async fn new_names_of_pods_alone_wait_longer_for_a_change_kubectl_get_shows() {
+        progress_is_held(json!({}), &["cache-a"], 0, POD_NAMES_GRACE).await;
+    }
+
+    #[test]
+    fn only_new_names_of_pods_count_as_a_rename() {
+        let mc = memcached(json!({"size": 2}));
+        let d: Deployment = serde_json::from_value(applied_deployment(&mc, json!({}))).unwrap();
+        let at = fixtures::at("2025-03-03T12:00:00Z");
+        let old = status(&mc, &d, vec!["cache-a".into()], at);
+        let renamed = status(&mc, &d, vec!["cache-b".into()], at);
+        assert!(Memcached::only_rollout_pods_renamed(&old, &renamed));
+        assert!(!Memcached::only_rollout_pods_renamed(&old, &old));
+        let mut counted = renamed.clone();
+        counted.ready_replicas = Some(1);
+        assert!(!Memcached::only_rollout_pods_renamed(&old, &counted));
+        // Once Ready, a name that comes or goes is progress like any other.
+        let ready: Deployment = serde_json::from_value(applied_deployment(&mc, READY())).unwrap();
+        let two = || vec!["cache-a".into(), "cache-b".into()];
+        let was_ready = status(&mc, &ready, two(), at);
+        let replaced = status(&mc, &ready, vec!["cache-a".into(), "cache-c".into()], at);
+        assert!(!Memcached::only_rollout_pods_renamed(&was_ready, &replaced));
     }
 
     #[tokio::test]
