@@ -49,8 +49,8 @@ pub trait Owner:
     /// How long a status write that only reports progress may wait for more of it.
     const STATUS_GRACE: Duration = Duration::ZERO;
     /// How long a status write that only names the pods of a rollout (see
-    /// [`Owner::only_rollout_pods_renamed`]) may wait for a change `kubectl get` shows; never
-    /// shorter than the [grace](Owner::STATUS_GRACE) of other progress.
+    /// [`Owner::only_rollout_pods_renamed`]) may wait for a change `kubectl get` shows: by
+    /// default the [grace](Owner::STATUS_GRACE) of other progress.
     const POD_NAMES_GRACE: Duration = Self::STATUS_GRACE;
     /// Whether its status names its pods, so that their metadata is watched and cached.
     const NAMES_PODS: bool = false;
