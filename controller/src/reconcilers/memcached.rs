@@ -8,9 +8,8 @@ use kube::{Resource, ResourceExt};
 use kubesteer_api::{Memcached, MemcachedStatus};
 
 use crate::children::{self, child_meta};
-use crate::reconcilers::{is_true, previous_conditions, time, Observed, Owner, Rollout};
+use crate::reconcilers::{previous_conditions, time, Observed, Owner, Rollout};
 use crate::Result;
-use kubesteer_api::keys::condition::READY;
 
 pub const KIND: &str = "Memcached";
 /// The `app.kubernetes.io/name` of everything a Memcached owns.
@@ -21,8 +20,8 @@ const PORT_NAME: &str = "memcached";
 /// How long a status write that only reports progress may wait for more of it.
 const STATUS_GRACE: Duration = Duration::from_secs(30);
 /// How long new names in `status.nodes` alone may wait for a change `kubectl get` shows while
-/// the Memcached is not Ready: the names of pods created and not ready yet, or of an unready
-/// pod replaced.
+/// the Memcached is not Ready (a Ready one's every change is written at once): the names of
+/// pods created and not ready yet, or of an unready pod replaced.
 const POD_NAMES_GRACE: Duration = Duration::from_secs(300);
 
 impl Owner for Memcached {
@@ -45,12 +44,12 @@ impl Owner for Memcached {
         status(self, children.deployment, children.pods.clone(), now)
     }
 
-    fn only_rollout_pods_renamed(old: &MemcachedStatus, new: &MemcachedStatus) -> bool {
+    fn only_pod_names_differ(old: &MemcachedStatus, new: &MemcachedStatus) -> bool {
         let unnamed = |s: &MemcachedStatus| MemcachedStatus {
             nodes: Vec::new(),
             ..s.clone()
         };
-        old.nodes != new.nodes && !is_true(new, READY) && unnamed(old) == unnamed(new)
+        old.nodes != new.nodes && unnamed(old) == unnamed(new)
     }
 }
 
@@ -466,17 +465,34 @@ mod tests {
         let at = fixtures::at("2025-03-03T12:00:00Z");
         let old = status(&mc, &d, vec!["cache-a".into()], at);
         let renamed = status(&mc, &d, vec!["cache-b".into()], at);
-        assert!(Memcached::only_rollout_pods_renamed(&old, &renamed));
-        assert!(!Memcached::only_rollout_pods_renamed(&old, &old));
+        assert!(Memcached::only_pod_names_differ(&old, &renamed));
+        assert!(!Memcached::only_pod_names_differ(&old, &old));
         let mut counted = renamed.clone();
         counted.ready_replicas = Some(1);
-        assert!(!Memcached::only_rollout_pods_renamed(&old, &counted));
-        // Once Ready, a name that comes or goes is progress like any other.
+        assert!(!Memcached::only_pod_names_differ(&old, &counted));
+    }
+
+    #[tokio::test]
+    async fn once_ready_a_replaced_pod_is_written_at_once() {
+        let mut mc = memcached(json!({"size": 2}));
         let ready: Deployment = serde_json::from_value(applied_deployment(&mc, READY())).unwrap();
-        let two = || vec!["cache-a".into(), "cache-b".into()];
-        let was_ready = status(&mc, &ready, two(), at);
-        let replaced = status(&mc, &ready, vec!["cache-a".into(), "cache-c".into()], at);
-        assert!(!Memcached::only_rollout_pods_renamed(&was_ready, &replaced));
+        let two = vec!["cache-a".into(), "cache-b".into()];
+        mc.status = Some(status(
+            &mc,
+            &ready,
+            two,
+            fixtures::at("2025-03-03T11:00:00Z"),
+        ));
+        let caches = world(&mc, READY(), &["cache-a", "cache-c"]);
+        let (ctx, verifier) = fixtures::context_cached(caches);
+        let scenario = verifier.run(vec![Call::patch(STATUS)
+            .body(|b| assert_eq!(b["status"]["nodes"], json!(["cache-a", "cache-c"])))
+            .respond_status_of(&mc)]);
+        assert_eq!(
+            reconcile(Arc::new(mc), ctx.clone()).await.unwrap(),
+            Action::await_change()
+        );
+        scenario.finish(ctx).await;
     }
 
     #[tokio::test]

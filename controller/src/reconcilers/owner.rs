@@ -48,9 +48,9 @@ pub trait Owner:
     const APP: &'static str;
     /// How long a status write that only reports progress may wait for more of it.
     const STATUS_GRACE: Duration = Duration::ZERO;
-    /// How long a status write that only names the pods of a rollout (see
-    /// [`Owner::only_rollout_pods_renamed`]) may wait for a change `kubectl get` shows: by
-    /// default the [grace](Owner::STATUS_GRACE) of other progress.
+    /// How long a status write that only names other pods (see
+    /// [`Owner::only_pod_names_differ`]) may wait for a change `kubectl get` shows: by default
+    /// the [grace](Owner::STATUS_GRACE) of other progress.
     const POD_NAMES_GRACE: Duration = Self::STATUS_GRACE;
     /// Whether its status names its pods, so that their metadata is watched and cached.
     const NAMES_PODS: bool = false;
@@ -87,11 +87,8 @@ pub trait Owner:
     /// Its status, from its children as the caches (or the apiserver's answers) show them.
     fn status_from(&self, children: &Observed<'_>, now: DateTime<Utc>) -> Self::Status;
 
-    /// Whether `new` says nothing `old` did not but other names of pods, while it is not Ready:
-    /// the pods of a rollout, created and not ready yet (or an unready one replaced). Nothing a
-    /// user sees at a glance changed, and the names are written with Ready at the latest. Once
-    /// Ready, a name that comes or goes is progress like any other.
-    fn only_rollout_pods_renamed(_old: &Self::Status, _new: &Self::Status) -> bool {
+    /// Whether `new` says nothing `old` did not but other names of pods.
+    fn only_pod_names_differ(_old: &Self::Status, _new: &Self::Status) -> bool {
         false
     }
 
@@ -225,15 +222,16 @@ async fn reconcile_owner<K: Owner>(owner: &K, ctx: &Context) -> Result<Action> {
     let status = current.status_from(&observed, ctx.clock.now());
     let shown = HasStatus::status(current);
     if shown != Some(&status) {
-        // Progress of a rollout (some pods ready) may wait up to STATUS_GRACE, the names of its
-        // pods alone up to POD_NAMES_GRACE, both counted from the first change held; what a
-        // user waits for (Ready, Degraded, any condition turning) is written at once.
+        // What a user waits for (Ready, Degraded, any condition turning) and any change to a
+        // Ready owner are written at once. Progress of a rollout before Ready (some pods ready)
+        // may wait up to STATUS_GRACE; the names of its pods alone (created and not ready yet,
+        // or an unready one replaced), which change nothing `kubectl get` shows, up to
+        // POD_NAMES_GRACE. Both count from the first change held.
         if !K::STATUS_GRACE.is_zero() && !is_news(shown, &status) {
-            let grace =
-                match shown.is_some_and(|shown| K::only_rollout_pods_renamed(shown, &status)) {
-                    true => K::POD_NAMES_GRACE,
-                    false => K::STATUS_GRACE,
-                };
+            let grace = match shown.is_some_and(|shown| K::only_pod_names_differ(shown, &status)) {
+                true => K::POD_NAMES_GRACE,
+                false => K::STATUS_GRACE,
+            };
             if let Some(left) = ctx.hold_status(K::KIND, owner, grace) {
                 return Ok(Action::requeue(left));
             }
@@ -317,22 +315,15 @@ fn is_news<S: OwnerStatus>(old: Option<&S>, new: &S) -> bool {
             .find(|c| c.type_ == type_)
             .map(|c| c.status.clone())
     };
+    let is_true = |type_| state(new, type_).as_deref() == Some("True");
     old.is_none()
-        || is_true(new, READY)
-        || is_true(new, DEGRADED)
+        || is_true(READY)
+        || is_true(DEGRADED)
         || old.is_some_and(|old| {
             new.conditions()
                 .iter()
                 .any(|c| state(old, &c.type_).as_deref() != Some(c.status.as_str()))
         })
-}
-
-/// Whether `status` has the condition `type_` at True.
-pub fn is_true<S: OwnerStatus>(status: &S, type_: &str) -> bool {
-    status
-        .conditions()
-        .iter()
-        .any(|c| c.type_ == type_ && c.status == "True")
 }
 
 /// How far a Deployment's rollout to `wanted` pods is: the one check of every owner kind.
