@@ -73,22 +73,58 @@ const FORGET_AFTER: Duration = Duration::from_secs(2 * 300);
 /// touched for `FORGET_AFTER`, swept whenever the map has doubled. The event recorder's own
 /// map of event series needs none of this: kube-runtime drops series older than 6 minutes.
 pub struct PerObject<V> {
-    inner: Mutex<PerObjectInner<V>>,
-}
-
-struct PerObjectInner<V> {
-    entries: HashMap<String, (V, DateTime<Utc>)>,
-    sweep_at: usize,
+    entries: Mutex<Swept<String, (V, DateTime<Utc>)>>,
 }
 
 impl<V> Default for PerObject<V> {
     fn default() -> Self {
         Self {
-            inner: Mutex::new(PerObjectInner {
-                entries: HashMap::new(),
-                sweep_at: 64,
-            }),
+            entries: Mutex::default(),
         }
+    }
+}
+
+/// A map whose stale entries are dropped once it has doubled since its last sweep, so that a
+/// burst of inserts costs a sweep per doubling, not one per insert (the maps of [`PerObject`]
+/// and of the children created and not seen yet). It reads and writes as the `HashMap` it holds.
+pub(crate) struct Swept<K, V> {
+    map: HashMap<K, V>,
+    sweep_at: usize,
+}
+
+/// The fewest entries a [`Swept`] map keeps before its first sweep.
+pub(crate) const MIN_SWEEP: usize = 64;
+
+impl<K, V> Default for Swept<K, V> {
+    fn default() -> Self {
+        Self {
+            map: HashMap::new(),
+            sweep_at: MIN_SWEEP,
+        }
+    }
+}
+
+impl<K: Eq + std::hash::Hash, V> Swept<K, V> {
+    /// Keeps only the entries `fresh` keeps, if the map has doubled since the last sweep.
+    pub(crate) fn sweep_if_grown(&mut self, fresh: impl FnMut(&V) -> bool) {
+        if self.map.len() >= self.sweep_at {
+            let mut fresh = fresh;
+            self.map.retain(|_, v| fresh(v));
+            self.sweep_at = (2 * self.map.len()).max(MIN_SWEEP);
+        }
+    }
+}
+
+impl<K, V> std::ops::Deref for Swept<K, V> {
+    type Target = HashMap<K, V>;
+    fn deref(&self) -> &Self::Target {
+        &self.map
+    }
+}
+
+impl<K, V> std::ops::DerefMut for Swept<K, V> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.map
     }
 }
 
@@ -101,32 +137,28 @@ impl<V: Clone> PerObject<V> {
         make: impl FnOnce() -> V,
         update: impl FnOnce(&mut V),
     ) -> V {
-        let mut inner = lock(&self.inner);
-        let entry = inner.entries.entry(key).or_insert_with(|| (make(), now));
+        let mut entries = lock(&self.entries);
+        let entry = entries.entry(key).or_insert_with(|| (make(), now));
         update(&mut entry.0);
         entry.1 = now;
         let value = entry.0.clone();
-        if inner.entries.len() >= inner.sweep_at {
-            let Ok(ttl) = chrono::TimeDelta::from_std(FORGET_AFTER) else {
-                return value;
-            };
-            inner.entries.retain(|_, (_, touched)| *touched + ttl > now);
-            inner.sweep_at = (2 * inner.entries.len()).max(64);
+        if let Ok(ttl) = chrono::TimeDelta::from_std(FORGET_AFTER) {
+            entries.sweep_if_grown(|(_, touched)| *touched + ttl > now);
         }
         value
     }
 
     fn get(&self, key: &str) -> Option<V> {
-        lock(&self.inner).entries.get(key).map(|(v, _)| v.clone())
+        lock(&self.entries).get(key).map(|(v, _)| v.clone())
     }
 
     fn remove(&self, key: &str) {
-        lock(&self.inner).entries.remove(key);
+        lock(&self.entries).remove(key);
     }
 
     /// How many objects have an entry.
     pub fn len(&self) -> usize {
-        lock(&self.inner).entries.len()
+        lock(&self.entries).len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -490,9 +522,7 @@ mod tests {
 
     #[tokio::test]
     async fn entries_of_objects_unseen_for_ten_minutes_are_swept_once_the_map_doubles() {
-        let clock = Arc::new(fixtures::FixedClock(Mutex::new(fixtures::at(
-            "2025-03-03T12:00:00Z",
-        ))));
+        let clock = fixtures::FixedClock::usual();
         let (ctx, _verifier) = fixtures::context_on(clock.clone(), Caches::empty());
         // Deleted while no watch saw it: nothing calls `forget` for these.
         for i in 0..62 {

@@ -25,6 +25,13 @@ impl Clock for FixedClock {
     }
 }
 
+impl FixedClock {
+    /// A clock at the usual test time (2025-03-03T12:00:00Z, a Monday) that the test may move.
+    pub fn usual() -> Arc<Self> {
+        Arc::new(Self(Mutex::new(at("2025-03-03T12:00:00Z"))))
+    }
+}
+
 pub fn at(rfc3339: &str) -> DateTime<Utc> {
     DateTime::parse_from_rfc3339(rfc3339).unwrap().to_utc()
 }

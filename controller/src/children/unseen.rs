@@ -9,7 +9,6 @@
 //! so that a child deleted right after its create is not believed to live on), or for
 //! [`UNSEEN_FOR`], after which a reconcile goes back to creating and reading.
 use std::any::Any;
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -18,7 +17,7 @@ use kube::{Resource, ResourceExt};
 use tokio::time::Instant;
 
 use super::fingerprint_u64;
-use crate::context::lock;
+use crate::context::{lock, Swept};
 
 /// How long a create's answer stands in for its watch event. A watch brings an event within a
 /// second or so; one that has not in this long is down or relisting, and the cache is not to
@@ -28,22 +27,11 @@ pub const UNSEEN_FOR: Duration = Duration::from_secs(30);
 /// The children of one app created and not seen by their watches yet, by kind, namespace and name.
 #[derive(Default)]
 pub struct Unseen {
-    entries: Mutex<Entries>,
+    entries: Mutex<Swept<u64, Entry>>,
     /// How many entries there are, read without the lock by the watches (nearly always 0 when
     /// nothing is being created).
     len: AtomicUsize,
 }
-
-#[derive(Default)]
-struct Entries {
-    map: HashMap<u64, Entry>,
-    /// The size at which old entries are swept next: twice what the last sweep kept, so that a
-    /// burst of creates costs a sweep per doubling, not one per create.
-    sweep_at: usize,
-}
-
-/// The fewest entries kept before the first sweep.
-const MIN_SWEEP: usize = 64;
 
 struct Entry {
     at: Instant,
@@ -73,14 +61,9 @@ impl Unseen {
         let mut entries = lock(&self.entries);
         let key = Self::key_of(created.as_ref());
         let object: Arc<dyn Any + Send + Sync> = created;
-        entries.map.insert(key, Entry { at: now, object });
-        if entries.map.len() >= entries.sweep_at.max(MIN_SWEEP) {
-            entries
-                .map
-                .retain(|_, e| now.duration_since(e.at) < UNSEEN_FOR);
-            entries.sweep_at = 2 * entries.map.len();
-        }
-        self.len.store(entries.map.len(), Ordering::Relaxed);
+        entries.insert(key, Entry { at: now, object });
+        entries.sweep_if_grown(|e| now.duration_since(e.at) < UNSEEN_FOR);
+        self.len.store(entries.len(), Ordering::Relaxed);
     }
 
     /// The child `desired` names, created by this controller less than [`UNSEEN_FOR`] ago and
@@ -93,7 +76,7 @@ impl Unseen {
             return None;
         }
         let entries = lock(&self.entries);
-        let entry = entries.map.get(&Self::key_of(desired))?;
+        let entry = entries.get(&Self::key_of(desired))?;
         if entry.at.elapsed() >= UNSEEN_FOR {
             return None;
         }
@@ -110,8 +93,8 @@ impl Unseen {
             return;
         }
         let mut entries = lock(&self.entries);
-        entries.map.remove(&Self::key_of(child));
-        self.len.store(entries.map.len(), Ordering::Relaxed);
+        entries.remove(&Self::key_of(child));
+        self.len.store(entries.len(), Ordering::Relaxed);
     }
 
     /// How many children are noted.
@@ -127,6 +110,7 @@ impl Unseen {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::context::MIN_SWEEP;
     use k8s_openapi::api::apps::v1::Deployment;
     use k8s_openapi::api::core::v1::Service;
     use kube::api::ObjectMeta;

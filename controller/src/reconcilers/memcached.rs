@@ -312,9 +312,7 @@ mod tests {
         let mut mc = memcached(json!({"size": 2}));
         mc.metadata.resource_version = Some("1".into());
         let mc = Arc::new(mc);
-        let clock = Arc::new(fixtures::FixedClock(std::sync::Mutex::new(fixtures::at(
-            "2025-03-03T12:00:00Z",
-        ))));
+        let clock = fixtures::FixedClock::usual();
         let (ctx, verifier) = fixtures::context_on(clock.clone(), Caches::empty());
         let created: Deployment =
             serde_json::from_value(applied_deployment(&mc, json!({}))).unwrap();
@@ -407,9 +405,7 @@ mod tests {
     ) {
         let mut mc = memcached(json!({"size": 2}));
         let caches = world(&mc, deployment_status, pods);
-        let clock = Arc::new(fixtures::FixedClock(std::sync::Mutex::new(fixtures::at(
-            "2025-03-03T12:00:00Z",
-        ))));
+        let clock = fixtures::FixedClock::usual();
         let d: Deployment = serde_json::from_value(applied_deployment(&mc, json!({}))).unwrap();
         mc.status = Some(status(
             &mc,
