@@ -5,7 +5,8 @@
 //! of what start-up runs (flags, kubeconfig, certificates, TLS set-up, the first lists) never
 //! runs again, and what it reads of the file's read-only data (the dynamic loader's symbol and
 //! relocation tables, start-up's constants) is not read again either. [`release_startup_code`]
-//! unmaps the executable's code and read-only data pages once start-up is done; the pages the
+//! unmaps the executable's code and read-only data pages once start-up is done (and the webhook
+//! again once its caches' first lists, which decode every object, are done); the pages the
 //! process then uses are faulted back in from the page cache, where they still are, at the cost
 //! of a minor fault each. Nothing is lost: only read-only, unwritten (never copied on write)
 //! pages of the program's own file are dropped; its relocated read-only data (written by the
@@ -93,7 +94,8 @@ fn release(mappings: &[Mapping], exe: &Path) -> usize {
     released
 }
 
-/// [`release_startup_code`], logged: called once, when a binary's start-up is done.
+/// [`release_startup_code`], logged: called when a binary's start-up is done, and by the webhook
+/// again once its caches have listed.
 pub fn release_startup_code_logged() {
     match release_startup_code() {
         Ok(bytes) => tracing::debug!(kib = bytes / 1024, "start-up code pages given back"),
