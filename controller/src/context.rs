@@ -106,9 +106,8 @@ impl<K, V> Default for Swept<K, V> {
 
 impl<K: Eq + std::hash::Hash, V> Swept<K, V> {
     /// Keeps only the entries `fresh` keeps, if the map has doubled since the last sweep.
-    pub(crate) fn sweep_if_grown(&mut self, fresh: impl FnMut(&V) -> bool) {
+    pub(crate) fn sweep_if_grown(&mut self, mut fresh: impl FnMut(&V) -> bool) {
         if self.map.len() >= self.sweep_at {
-            let mut fresh = fresh;
             self.map.retain(|_, v| fresh(v));
             self.sweep_at = (2 * self.map.len()).max(MIN_SWEEP);
         }

@@ -25,10 +25,13 @@ impl Clock for FixedClock {
     }
 }
 
+/// The usual test time: a Monday at noon.
+pub const USUAL: &str = "2025-03-03T12:00:00Z";
+
 impl FixedClock {
     /// A clock at the usual test time (2025-03-03T12:00:00Z, a Monday) that the test may move.
     pub fn usual() -> Arc<Self> {
-        Arc::new(Self(Mutex::new(at("2025-03-03T12:00:00Z"))))
+        Arc::new(Self(Mutex::new(at(USUAL))))
     }
 }
 
@@ -38,7 +41,7 @@ pub fn at(rfc3339: &str) -> DateTime<Utc> {
 
 /// A context on a mock apiserver, at 2025-03-03T12:00:00Z (a Monday).
 pub fn context() -> (Arc<Context>, Verifier) {
-    context_at(at("2025-03-03T12:00:00Z"))
+    context_at(at(USUAL))
 }
 
 pub fn context_at(now: DateTime<Utc>) -> (Arc<Context>, Verifier) {
@@ -47,7 +50,7 @@ pub fn context_at(now: DateTime<Utc>) -> (Arc<Context>, Verifier) {
 
 /// A context at the usual test time whose watch caches are `caches`.
 pub fn context_cached(caches: Caches) -> (Arc<Context>, Verifier) {
-    context_with(at("2025-03-03T12:00:00Z"), caches)
+    context_with(at(USUAL), caches)
 }
 
 /// A context whose watch caches are `caches`.

@@ -287,6 +287,8 @@ impl WatchHealth {
 impl Drop for WatchHealth {
     fn drop(&mut self) {
         self.health.state().watches.remove(&self.id);
+        // It may have been the last one not listed yet.
+        self.health.inner.listed.notify_waiters();
     }
 }
 
@@ -437,6 +439,19 @@ mod tests {
         tokio::time::timeout(wait, waiting)
             .await
             .expect("listed_once returns once both have listed")
+            .expect("the waiting task ran to its end");
+        // A watch that goes away before it lists is not waited for.
+        let c = health.watch("Ingress");
+        let waiting = tokio::spawn({
+            let health = health.clone();
+            async move { health.listed_once().await }
+        });
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished(), "the Ingress watch has not listed");
+        drop(c);
+        tokio::time::timeout(wait, waiting)
+            .await
+            .expect("listed_once returns once the unlisted watch is gone")
             .expect("the waiting task ran to its end");
     }
 
