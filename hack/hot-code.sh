@@ -1,154 +1,206 @@
 #!/usr/bin/env bash
-# Writes webhook/hot-code.order: the functions the webhook runs while it answers reviews, which
-# the linker puts next to each other at the start of the code (webhook/build.rs,
-# kubesteer/build.rs: lld's --symbol-ordering-file). A webhook's resident memory is mostly its
-# own code pages, and the kernel maps 64 KiB around each page touched: packed together, the
-# review path's code takes a few such windows instead of one in every part of the binary.
+# Writes webhook/hot-code.order: the functions the webhook runs once it has started (answering
+# reviews, following its watches), which the linker puts next to each other at the start of the
+# code (hack/hot-code-link.rs, the build script of webhook/ and kubesteer/: lld's
+# --symbol-ordering-file). A webhook's resident memory is mostly its own code pages, and the
+# kernel maps 64 KiB around each page touched: packed together, the code that runs takes a few
+# such windows instead of one in every part of the binary, and the code that does not run stays
+# out of them.
 #
-#   hack/hot-code.sh            # profile the webhook binaries, rewrite the order file
+#   hack/hot-code.sh             # profile the webhook binaries built without the order
+#   hack/hot-code.sh --as-built  # profile them as built now (with the current order): quicker
 #
 # Two binaries are profiled, the image's static multi-call `kubesteer webhook` (what the chart
-# runs) and the webhook-only build of the image profile (what the benchmarks run), each built
-# without the order; the list is the first's functions, then those only the second ran.
+# runs) and the webhook-only build of the image profile (what the benchmarks run); the list is
+# the first's functions, then those only the second ran (HOT_CODE_BINARIES=multicall: the first
+# alone). Needs root (the disk's read-ahead,
+# tracefs). BENCH_CLUSTER/BENCH_STATE pick the cluster as in the benches.
 #
-# How the functions are found, exactly and not by sampling: the block device's read-ahead is set
-# to 0 for the run (and put back; needs root), a webhook starts, its file's pages are taken
-# out of it and out of the page cache, and then every kind's
-# validate and mutate path is loaded with oha. Without read-ahead and with nothing else of the
-# file cached, a fault maps only the page it needs (fault-around maps cached pages only), so
-# the code pages present afterwards (/proc/PID/pagemap) are the pages the reviews ran. The
-# functions that begin on those pages, by the binary's symbol table, are written in address order, by
-# their demangled names (hack/cc-link.sh finds them in the link at hand).
+# What runs is the same in both passes over a binary (`exercise`): every kind's validate and
+# mutate path, at saturation with 32 connections and at fixed rates as the benchmark loads them;
+# then changes to an object of each kind the webhook watches (bench/bodies/watched.yaml); then
+# long enough for each watch to time out and start again. Start-up is not profiled: its code is
+# given back once it is done (runtime/src/memory.rs).
 #
-# Run it after a change that moves the review path's code (new dependencies, a new compiler, a
-# new kind); names it lists that a build no longer has are ignored by the linker, so a stale
-# file costs memory, never a build. BENCH_CLUSTER/BENCH_STATE pick the cluster as in the benches.
+# 1. Pages: the block device's read-ahead is set to 0 for the run (and put back), the webhook
+#    starts, its file's pages are taken out of it and out of the page cache, and `exercise` runs.
+#    Without read-ahead and with nothing else of the file cached, a fault maps only the page it
+#    needs (fault-around maps cached pages only): the functions that begin on the code pages
+#    present afterwards (/proc/PID/pagemap) are the candidates.
+# 2. Functions: a uprobe at the entry of each candidate, and `exercise` again on a new webhook. A
+#    page lists every function that begins on it, most of which did not run (of the 10,572 the
+#    pages had listed by 2026-11, 2,455 ran: 1.8 of 4.6 MiB of code); a probe counts only its
+#    own function. A probe the kernel could not set (no breakpoint at its address) counts as
+#    run. Each probe is turned off once it has been hit, so the loads run at nearly full speed
+#    after their first requests; the first request of each path is sent alone, as it is slow
+#    under every probe.
+#
+# Functions are written by their demangled names (the build that links with the list names the
+# same functions with other hashes; hack/cc-link.sh finds them in the link at hand), in address
+# order. Names of code the linker cannot move (glibc's, whose objects are not one section per
+# function) are left out. Run it after a change that moves the webhook's code (new dependencies,
+# a new compiler, a new kind); names a build no longer has are ignored by the linker, so a stale
+# file costs memory, never a build.
 . "$(dirname "$0")/lib.sh"
 cd "$root"
+as_built=
+case "${1:-}" in
+  "") ;;
+  --as-built) as_built=1 ;;
+  *) die "usage: hack/hot-code.sh [--as-built]" ;;
+esac
 export KUBESTEER_CLUSTER=${BENCH_CLUSTER:-${KUBESTEER_CLUSTER:-kubesteer}}
 export KUBESTEER_STATE=${BENCH_STATE:-${KUBESTEER_STATE:-$root/.kubesteer}}
 oha="$cache/tools/bin/oha"
 port=${HOT_CODE_PORT:-19644}
 out=${HOT_CODE_OUT:-webhook/hot-code.order}
+# How long `exercise` waits at the end: past the watches' timeout (kube's 290 s) and restart.
+idle=${HOT_CODE_IDLE:-330}
 work="$root/bench/tmp/hot-code"
 rm -rf "$work" && mkdir -p "$work"
+tool=(python3 "$root/hack/hot-code.py")
+export HOT_CODE_PROBES="$work/probes.json"
 [ -x "$oha" ] || cargo install oha --locked --root "$cache/tools"
-# Built without the order file, so that what is measured is where the code falls by itself.
-export KUBESTEER_HOT_CODE_ORDER=off
-RUSTFLAGS=$IMAGE_RUSTFLAGS cargo build --profile image --locked \
-  --target x86_64-unknown-linux-gnu -p kubesteer --bin kubesteer
-cargo build --profile image -p kubesteer-webhook -p kubesteer-certs
-cp target/x86_64-unknown-linux-gnu/image/kubesteer target/image/kubesteer-webhook "$work/"
+if [ -z "$as_built" ]; then
+  # Built without the order file, so that what is measured is where the code falls by itself.
+  export KUBESTEER_HOT_CODE_ORDER=off
+fi
+# HOT_CODE_BINARIES=multicall profiles only the chart's binary.
+read -r -a binaries <<<"${HOT_CODE_BINARIES:-multicall webhook}"
+for b in "${binaries[@]}"; do
+  case $b in
+    multicall)
+      RUSTFLAGS=$IMAGE_RUSTFLAGS cargo build --profile image --locked \
+        --target x86_64-unknown-linux-gnu -p kubesteer --bin kubesteer
+      cp target/x86_64-unknown-linux-gnu/image/kubesteer "$work/"
+      ;;
+    webhook)
+      cargo build --profile image -p kubesteer-webhook
+      cp target/image/kubesteer-webhook "$work/"
+      ;;
+    *) die "HOT_CODE_BINARIES: multicall or webhook, not $b" ;;
+  esac
+done
+cargo build --profile image -p kubesteer-certs
 hack/cluster.sh up
-"$bin/kubectl" --kubeconfig "$KUBESTEER_STATE/kubeconfig" apply -f bench/bodies/rbac.yaml >/dev/null
+kubectl=("$bin/kubectl" --kubeconfig "$KUBESTEER_STATE/kubeconfig")
+"${kubectl[@]}" apply -f bench/bodies/rbac.yaml >/dev/null
 target/image/kubesteer-certs generate --service bench --namespace bench --ip 127.0.0.1 --out-dir "$work/certs" >/dev/null
+mountpoint -q /sys/kernel/tracing || mount -t tracefs nodev /sys/kernel/tracing ||
+  die "cannot mount tracefs on /sys/kernel/tracing"
 
 # The read-ahead of the block device the binaries are on (put back on exit).
 ra_file=/sys/class/block/$(basename "$(df --output=source "$work" | tail -1)")/queue/read_ahead_kb
 [ -w "$ra_file" ] || die "cannot set the read-ahead: $ra_file is not writable"
 ra=$(cat "$ra_file")
 pid=
+stop() {
+  if [ -n "$pid" ]; then
+    kill "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+    pid=
+  fi
+}
 finish() {
-  [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
+  stop
+  "${tool[@]}" probe-clear || true
   echo "$ra" >"$ra_file"
+  "${kubectl[@]}" delete --ignore-not-found --wait=false -f bench/bodies/watched.yaml >/dev/null 2>&1 || true
   return 0
 }
 trap finish EXIT
 echo 0 >"$ra_file"
 
-# The functions one webhook command runs while it answers reviews, into a file.
-profile() { # list exe args...
-  local list=$1 exe=$2
+start() { # log exe args...
+  local logfile=$1
   shift
-  sync
   KUBECONFIG="$KUBESTEER_STATE/kubeconfig" "$@" --addr "127.0.0.1:$port" \
-    --tls-cert-file "$work/certs/tls.crt" --tls-key-file "$work/certs/tls.key" >"$list.log" 2>&1 &
+    --tls-cert-file "$work/certs/tls.crt" --tls-key-file "$work/certs/tls.key" >"$logfile" 2>&1 &
   pid=$!
   for _ in $(seq 1 150); do
     curl -sf --cacert "$work/certs/ca.crt" "https://127.0.0.1:$port/readyz" >/dev/null && break
-    kill -0 "$pid" || die "$* exited: $(tail -5 "$list.log")"
+    kill -0 "$pid" || die "$* exited: $(tail -5 "$logfile")"
     sleep 0.2
   done
-  # Every page of the file out of the process and out of the page cache (process_madvise
-  # MADV_PAGEOUT: start-up's, and what its watches ran since), so that what comes back is what
-  # the reviews run.
-python3 - "$pid" "$exe" <<'PY'
-import ctypes, os, sys
-pid, exe = int(sys.argv[1]), sys.argv[2]
-libc = ctypes.CDLL(None, use_errno=True)
-class Iovec(ctypes.Structure):
-    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
-SYS_PIDFD_OPEN, SYS_PROCESS_MADVISE, MADV_PAGEOUT = 434, 440, 21
-pidfd = libc.syscall(SYS_PIDFD_OPEN, pid, 0)
-if pidfd < 0:
-    sys.exit(f"pidfd_open: {os.strerror(ctypes.get_errno())}")
-for line in open(f"/proc/{pid}/maps"):
-    f = line.split()
-    if len(f) >= 6 and f[5] == exe and f[1] in ("r-xp", "r--p"):
-        lo, hi = (int(x, 16) for x in f[0].split("-"))
-        iov = Iovec(lo, hi - lo)
-        if libc.syscall(SYS_PROCESS_MADVISE, pidfd, ctypes.byref(iov), 1, MADV_PAGEOUT, 0) < 0:
-            sys.exit(f"process_madvise {f[0]}: {os.strerror(ctypes.get_errno())}")
-fd = os.open(exe, os.O_RDONLY)
-os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-PY
+  # Its watches' first lists, and the code given back after them (webhook/src/cli.rs).
+  sleep 10
+}
+# What the webhook does once started; after each step, `between` (probes: off once hit).
+exercise() { # between-command...
+  local kind e q
   for kind in scaler welcome memcached; do
     for e in validate mutate; do
-      "$oha" --no-tui -z 3s -c 8 -m POST -H 'Content-Type: application/json' -D "bench/bodies/$kind.json" \
-        --cacert "$work/certs/ca.crt" "https://127.0.0.1:$port/$e/${kind}s" >/dev/null
+      curl -sf -o /dev/null --max-time 300 --cacert "$work/certs/ca.crt" -H 'Content-Type: application/json' \
+        --data-binary "@bench/bodies/$kind.json" "https://127.0.0.1:$port/$e/${kind}s" ||
+        die "the first $e review of a $kind failed"
+      "$@"
     done
   done
-  curl -sf --cacert "$work/certs/ca.crt" "https://127.0.0.1:$port/readyz" >/dev/null
-  # The executable's code pages present now, and the functions that begin on them.
-python3 - "$pid" "$exe" "$list" <<'PY'
-import os, struct, subprocess, sys
-pid, exe, out = sys.argv[1], sys.argv[2], sys.argv[3]
-PAGE = os.sysconf("SC_PAGE_SIZE")
-maps = []
-for line in open(f"/proc/{pid}/maps"):
-    f = line.split()
-    if len(f) >= 6 and f[5] == exe and f[1] == "r-xp":
-        lo, hi = (int(x, 16) for x in f[0].split("-"))
-        maps.append((lo, hi, int(f[2], 16)))
-present = set()  # file offsets of present code pages
-with open(f"/proc/{pid}/pagemap", "rb") as pm:
-    for lo, hi, off in maps:
-        pm.seek(lo // PAGE * 8)
-        data = pm.read((hi - lo) // PAGE * 8)
-        for i in range(len(data) // 8):
-            if struct.unpack_from("<Q", data, i * 8)[0] >> 63:
-                present.add(off + i * PAGE)
-# Section addresses to file offsets: the text segment's (vaddr - offset).
-delta = None
-for line in subprocess.run(["readelf", "-lW", exe], capture_output=True, text=True, check=True).stdout.splitlines():
-    f = line.split()
-    if f[:1] == ["LOAD"] and "E" in f[6:-1]:
-        delta = int(f[2], 16) - int(f[1], 16)
-names = []
-code = 0
-# Demangled: the build that links with the list names the same functions with other hashes.
-for line in subprocess.run(["nm", "--defined-only", "-S", "-n", "-C", exe], capture_output=True, text=True, check=True).stdout.splitlines():
-    f = line.split(maxsplit=3)
-    if len(f) != 4 or f[2] not in "tTwW":
-        continue
-    addr, size = int(f[0], 16), int(f[1], 16)
-    # A function that ran had the page of its first instruction touched; one that only shares
-    # its last pages with a function that ran did not run.
-    if (addr - delta) // PAGE * PAGE in present:
-        names.append(f[3])
-        code += size
-seen = set()
-names = [n for n in names if not (n in seen or seen.add(n))]
-with open(out, "w") as fh:
-    fh.write("\n".join(names) + "\n")
-print(f"{len(present)} code pages present ({len(present) * PAGE // 1024} KiB); {len(names)} functions, "
-      f"{code // 1024} KiB", file=sys.stderr)
-PY
-  kill "$pid"
-  wait "$pid" 2>/dev/null || true
-  pid=
+  for kind in scaler welcome memcached; do
+    for e in validate mutate; do
+      "$oha" --no-tui -z 3s -c 32 -m POST -H 'Content-Type: application/json' -D "bench/bodies/$kind.json" \
+        --cacert "$work/certs/ca.crt" "https://127.0.0.1:$port/$e/${kind}s" >/dev/null
+    done
+    for q in 500 2000; do
+      "$oha" --no-tui -z 2s -c 16 -q "$q" -m POST -H 'Content-Type: application/json' -D "bench/bodies/$kind.json" \
+        --cacert "$work/certs/ca.crt" "https://127.0.0.1:$port/validate/${kind}s" >/dev/null
+    done
+    "$@"
+  done
+  # An object of each watched kind: created, changed three times, deleted.
+  "${kubectl[@]}" apply -f bench/bodies/watched.yaml >/dev/null
+  for i in 1 2 3; do
+    "${kubectl[@]}" label --overwrite -f bench/bodies/watched.yaml "hot-code=$i" >/dev/null
+    sleep 2
+  done
+  "${kubectl[@]}" delete --wait=false -f bench/bodies/watched.yaml >/dev/null
+  "$@"
+  log "$(date +%T): waiting ${idle}s for the watches to start again"
+  sleep "$idle"
+  curl -sf --cacert "$work/certs/ca.crt" "https://127.0.0.1:$port/readyz" >/dev/null || die "the webhook is not ready"
 }
-profile "$work/multicall.order" "$work/kubesteer" webhook
-profile "$work/webhook.order" "$work/kubesteer-webhook"
-awk '!seen[$0]++' "$work/multicall.order" "$work/webhook.order" >"$out"
+
+# C libraries whose objects do not come one function to a section (glibc, libgcc): lld keeps
+# their code where the link puts it, whatever the list says, so their names are left out (and not
+# probed: with probes in glibc's code, a webhook hung on its first request).
+archives=()
+for a in libc.a libm.a libmvec.a libgcc.a libgcc_eh.a; do
+  a=$(gcc -print-file-name="$a")
+  # libm.a is a linker script naming the real archive.
+  grep -q "GNU ld script" "$a" 2>/dev/null && a=$(grep -o '/[^ ]*libm-[^ ]*\.a' "$a")
+  [ -f "$a" ] && archives+=("$a")
+done
+nm --defined-only "${archives[@]}" 2>/dev/null | awk 'NF == 3 && $2 ~ /^[tTwWiI]$/ {print $3}' | sort -u >"$work/unmovable"
+
+# The functions one webhook command runs once started, into a file.
+profile() { # list exe args...
+  local list=$1 exe=$2
+  shift
+  # 1. Pages.
+  sync
+  start "$list.pages.log" "$@"
+  "${tool[@]}" pageout "$pid" "$exe"
+  exercise true
+  "${tool[@]}" pages "$pid" "$exe" "$list.all"
+  awk 'NR == FNR {skip[$0] = 1; next} !skip[$0]' "$work/unmovable" "$list.all" >"$list.pages"
+  stop
+  # 2. Functions: a probe on each candidate, counted from after start-up.
+  "${tool[@]}" probe-add "$exe" "$list.pages"
+  start "$list.log" "$@"
+  "${tool[@]}" probe-count "$work/base.json"
+  "${tool[@]}" probe-on "$pid"
+  exercise "${tool[@]}" probe-quiet "$work/base.json"
+  "${tool[@]}" probe-hit "$work/base.json" "$list"
+  stop
+  "${tool[@]}" probe-clear
+}
+lists=()
+for b in "${binaries[@]}"; do
+  case $b in
+    multicall) profile "$work/multicall.order" "$work/kubesteer" webhook ;;
+    webhook) profile "$work/webhook.order" "$work/kubesteer-webhook" ;;
+  esac
+  lists+=("$work/$b.order")
+done
+awk '!seen[$0]++' "${lists[@]}" >"$out"
 log "$(wc -l <"$out") functions written to $out"
