@@ -4,8 +4,8 @@
   hot-code.py pageout PID EXE        the file's pages out of the process and the page cache
   hot-code.py pages PID EXE OUT      the functions that begin on EXE's code pages present in PID
   hot-code.py probe-add EXE LIST     a uprobe at the entry of each function of LIST in EXE, off
-  hot-code.py probe-on [PID]         turns every probe on; with PID, probes it could not set there
-                                     (an instruction the kernel cannot step) count as hit
+  hot-code.py probe-on PID           turns every probe on; those it could not set in PID (an
+                                     instruction the kernel cannot step) count as hit
   hot-code.py probe-count OUT        the number of probes hit so far, into OUT (a baseline)
   hot-code.py probe-quiet BASE       disables the probes hit since BASE (so that they cost no more)
   hot-code.py probe-hit BASE OUT     the functions whose probes were hit since BASE, in LIST's order
@@ -150,10 +150,13 @@ def probe_on(pid):
 
 
 def counts():
+    """Each of this script's probes' hits so far (uprobe_profile names a probe by its file and its
+    name without the group, so other probes on other files are told apart by the file)."""
+    exe = json.load(open(STATE))["exe"]
     hits = {}
     for line in open(f"{TRACEFS}/uprobe_profile"):
         f = line.split()
-        if len(f) >= 3 and f[1].startswith("p"):
+        if len(f) >= 3 and f[0] == exe:
             hits[f[1]] = int(f[-1])
     return hits
 
