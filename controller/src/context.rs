@@ -86,7 +86,9 @@ impl<V> Default for PerObject<V> {
 
 /// A map whose stale entries are dropped once it has doubled since its last sweep, so that a
 /// burst of inserts costs a sweep per doubling, not one per insert (the maps of [`PerObject`]
-/// and of the children created and not seen yet). It reads and writes as the `HashMap` it holds.
+/// and of the children created and not seen yet). It reads as the `HashMap` it holds; every
+/// insert goes through [`Swept::upsert`] or [`Swept::insert`], which sweep, so no caller can
+/// grow it unswept.
 pub(crate) struct Swept<K, V> {
     map: HashMap<K, V>,
     sweep_at: usize,
@@ -105,12 +107,40 @@ impl<K, V> Default for Swept<K, V> {
 }
 
 impl<K: Eq + std::hash::Hash, V> Swept<K, V> {
-    /// Keeps only the entries `fresh` keeps, if the map has doubled since the last sweep.
-    pub(crate) fn sweep_if_grown(&mut self, mut fresh: impl FnMut(&V) -> bool) {
+    /// Runs `update` on the entry of `key` (made by `make` if there is none) and returns what it
+    /// returns; then, if the map has doubled since the last sweep, keeps only the entries `fresh`
+    /// keeps (the one just updated among them, if it is fresh).
+    pub(crate) fn upsert<R>(
+        &mut self,
+        key: K,
+        make: impl FnOnce() -> V,
+        update: impl FnOnce(&mut V) -> R,
+        fresh: impl FnMut(&K, &V) -> bool,
+    ) -> R {
+        let out = update(self.map.entry(key).or_insert_with(make));
+        self.sweep_if_grown(fresh);
+        out
+    }
+
+    /// Sets the entry of `key` to `value`, then sweeps as [`Swept::upsert`] does.
+    pub(crate) fn insert(&mut self, key: K, value: V, fresh: impl FnMut(&K, &V) -> bool) {
+        self.map.insert(key, value);
+        self.sweep_if_grown(fresh);
+    }
+
+    fn sweep_if_grown(&mut self, mut fresh: impl FnMut(&K, &V) -> bool) {
         if self.map.len() >= self.sweep_at {
-            self.map.retain(|_, v| fresh(v));
+            self.map.retain(|k, v| fresh(k, v));
             self.sweep_at = (2 * self.map.len()).max(MIN_SWEEP);
         }
+    }
+
+    pub(crate) fn remove<Q>(&mut self, key: &Q) -> Option<V>
+    where
+        K: std::borrow::Borrow<Q>,
+        Q: Eq + std::hash::Hash + ?Sized,
+    {
+        self.map.remove(key)
     }
 }
 
@@ -118,12 +148,6 @@ impl<K, V> std::ops::Deref for Swept<K, V> {
     type Target = HashMap<K, V>;
     fn deref(&self) -> &Self::Target {
         &self.map
-    }
-}
-
-impl<K, V> std::ops::DerefMut for Swept<K, V> {
-    fn deref_mut(&mut self) -> &mut Self::Target {
-        &mut self.map
     }
 }
 
@@ -136,15 +160,22 @@ impl<V: Clone> PerObject<V> {
         make: impl FnOnce() -> V,
         update: impl FnOnce(&mut V),
     ) -> V {
-        let mut entries = lock(&self.entries);
-        let entry = entries.entry(key).or_insert_with(|| (make(), now));
-        update(&mut entry.0);
-        entry.1 = now;
-        let value = entry.0.clone();
-        if let Ok(ttl) = chrono::TimeDelta::from_std(FORGET_AFTER) {
-            entries.sweep_if_grown(|(_, touched)| *touched + ttl > now);
-        }
-        value
+        // FORGET_AFTER is a constant that fits a TimeDelta; were it not, nothing would be swept.
+        let ttl = chrono::TimeDelta::from_std(FORGET_AFTER).unwrap_or(chrono::TimeDelta::MAX);
+        lock(&self.entries).upsert(
+            key,
+            || (make(), now),
+            |entry| {
+                update(&mut entry.0);
+                entry.1 = now;
+                entry.0.clone()
+            },
+            |_, (_, touched)| {
+                touched
+                    .checked_add_signed(ttl)
+                    .is_none_or(|until| until > now)
+            },
+        )
     }
 
     fn get(&self, key: &str) -> Option<V> {

@@ -19,7 +19,7 @@ use serde_json::Value;
 
 use super::store::{packed_store, PackedStore, PackedWriter};
 use super::*;
-use crate::context::lock;
+use crate::context::{lock, Swept};
 use crate::{Error, Result};
 
 /// A cached object kept as its compact JSON, without what no reconcile reads: its managed fields
@@ -297,9 +297,6 @@ pub fn pack_event<K>(
     })
 }
 
-/// The fewest checks kept before the first sweep.
-const MIN_SWEEP: usize = 64;
-
 /// Which pod templates were checked against which wanted ones. As the cache keeps only a
 /// template's fingerprint, a child whose live template is new to this map is read once in full;
 /// after that, a template that a hand edit changed shows as a fingerprint that was never checked.
@@ -313,8 +310,7 @@ pub struct CheckedTemplates(Mutex<CheckedInner>);
 #[derive(Default)]
 struct CheckedInner {
     /// By [`CheckedTemplates::key`]: 24 bytes an entry, where names would take a hundred more.
-    map: HashMap<u64, Checked>,
-    sweep_at: usize,
+    map: Swept<u64, Checked>,
     /// The checks the last sweep kept though the cache did not hold their child.
     unseen: HashSet<u64>,
 }
@@ -346,17 +342,30 @@ impl CheckedTemplates {
         K: Resource<DynamicType = ()>,
     {
         let mut inner = lock(&self.0);
-        inner.map.insert(key, checked);
-        if inner.map.len() >= inner.sweep_at.max(MIN_SWEEP) {
-            let live: HashSet<u64> = cache
-                .state()
-                .iter()
-                .map(|p| Self::key(p.namespace.as_deref().unwrap_or_default(), &p.name))
-                .collect();
-            let CheckedInner { map, unseen, .. } = &mut *inner;
-            map.retain(|k, _| live.contains(k) || !unseen.contains(k));
-            *unseen = map.keys().filter(|k| !live.contains(k)).copied().collect();
-            inner.sweep_at = 2 * inner.map.len();
+        let CheckedInner { map, unseen } = &mut *inner;
+        let mut live: Option<HashSet<u64>> = None;
+        let mut missed: Option<HashSet<u64>> = None;
+        map.insert(key, checked, |k, _| {
+            let live = live.get_or_insert_with(|| {
+                cache
+                    .state()
+                    .iter()
+                    .map(|p| Self::key(p.namespace.as_deref().unwrap_or_default(), &p.name))
+                    .collect()
+            });
+            if live.contains(k) {
+                return true;
+            }
+            // Missed by this sweep: kept if the last one did not miss it too.
+            let keep = !unseen.contains(k);
+            if keep {
+                missed.get_or_insert_with(HashSet::new).insert(*k);
+            }
+            keep
+        });
+        // Only a sweep looked at the cache; it leaves the checks it missed for the next one.
+        if live.is_some() {
+            *unseen = missed.unwrap_or_default();
         }
     }
 
@@ -376,7 +385,9 @@ impl CheckedTemplates {
         };
         lock(&self.0)
             .map
-            .insert(Self::key(&namespace, &live.name_any()), checked);
+            .insert(Self::key(&namespace, &live.name_any()), checked, |_, _| {
+                true
+            });
     }
 
     /// How many checks are kept.
@@ -517,6 +528,7 @@ pub fn children_of(app: &str) -> watcher::Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::context::MIN_SWEEP;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
     use serde_json::json;
 

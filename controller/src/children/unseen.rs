@@ -61,8 +61,9 @@ impl Unseen {
         let mut entries = lock(&self.entries);
         let key = Self::key_of(created.as_ref());
         let object: Arc<dyn Any + Send + Sync> = created;
-        entries.insert(key, Entry { at: now, object });
-        entries.sweep_if_grown(|e| now.duration_since(e.at) < UNSEEN_FOR);
+        entries.insert(key, Entry { at: now, object }, |_, e| {
+            now.duration_since(e.at) < UNSEEN_FOR
+        });
         self.len.store(entries.len(), Ordering::Relaxed);
     }
 
