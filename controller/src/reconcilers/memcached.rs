@@ -458,7 +458,7 @@ mod tests {
     fn only_new_names_of_pods_count_as_a_rename() {
         let mc = memcached(json!({"size": 2}));
         let d: Deployment = serde_json::from_value(applied_deployment(&mc, json!({}))).unwrap();
-        let at = fixtures::at("2025-03-03T12:00:00Z");
+        let at = fixtures::at(fixtures::USUAL);
         let old = status(&mc, &d, vec!["cache-a".into()], at);
         let renamed = status(&mc, &d, vec!["cache-b".into()], at);
         assert!(Memcached::only_pod_names_differ(&old, &renamed));

@@ -1,7 +1,7 @@
 //! The Scaler's reconcile against a mock apiserver: scenarios end to end through
 //! `reconcile`, one request at a time.
 use super::*;
-use crate::fixtures::{self, at, Call};
+use crate::fixtures::{self, at, Call, USUAL};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kubesteer_runtime::scale::Unscalable;
 use serde_json::json;
@@ -155,7 +155,7 @@ pub(super) fn calls(groups: Vec<Vec<Call>>) -> Vec<Call> {
 
 #[tokio::test]
 async fn opening_the_window_records_the_original_replicas_once_and_scales() {
-    let (ctx, verifier) = ctx_at("2025-03-03T12:00:00Z");
+    let (ctx, verifier) = ctx_at(USUAL);
     let record = recorded("2");
     let scenario = verifier.run(calls(vec![
         reads(WEB, meta("team", "web", None), 2),
@@ -398,7 +398,7 @@ async fn a_missing_target_is_reported_and_the_others_are_still_scaled() {
     let s = scaler(json!({"scaleTargetRefs": [deployment("web"),
                 {"apiVersion": "apps/v1", "kind": "Deployment", "name": "api", "namespace": "other"}],
             "windows": [{"start": 9, "end": 17, "replicas": 3}], "hpaCooperation": "Disabled"}));
-    let (ctx, verifier) = ctx_at("2025-03-03T12:00:00Z");
+    let (ctx, verifier) = ctx_at(USUAL);
     let scenario = verifier.run(calls(vec![
             absent(WEB),
             reads(API, meta("other", "api", None), 1),
@@ -440,7 +440,7 @@ async fn one_failing_target_never_blocks_the_others_and_is_shown_on_its_entry() 
     let s = scaler(json!({"scaleTargetRefs": [deployment("web"),
                 {"apiVersion": "apps/v1", "kind": "Deployment", "name": "api", "namespace": "other"}],
             "windows": [{"start": 9, "end": 17, "replicas": 3}], "hpaCooperation": "Disabled"}));
-    let (ctx, verifier) = ctx_at("2025-03-03T12:00:00Z");
+    let (ctx, verifier) = ctx_at(USUAL);
     let scenario = verifier.run(calls(vec![
         reads(WEB, meta("team", "web", None), 1),
         vec![Call::patch(&patch_of(WEB)).error(422, refusal)],
@@ -485,7 +485,7 @@ async fn a_deleted_scaler_lets_go_of_a_target_the_apiserver_refuses_and_restores
     let mut s = scaler(json!({"scaleTargetRefs": [deployment("web"),
                 {"apiVersion": "apps/v1", "kind": "Deployment", "name": "api", "namespace": "other"}],
             "windows": [{"start": 9, "end": 17, "replicas": 3}], "hpaCooperation": "Disabled"}));
-    s.metadata.deletion_timestamp = Some(time(at("2025-03-03T12:00:00Z")));
+    s.metadata.deletion_timestamp = Some(time(at(USUAL)));
     let (ctx, verifier) = ctx_at("2025-03-03T12:00:01Z");
     let scenario = verifier.run(calls(vec![
         reads(WEB, meta("team", "web", Some(2)), 3),
@@ -520,7 +520,7 @@ async fn a_deleted_scaler_lets_go_of_a_target_the_apiserver_refuses_and_restores
 #[tokio::test]
 async fn a_deleted_scaler_keeps_its_finalizer_while_a_restore_can_still_succeed() {
     let mut s = nine_to_five();
-    s.metadata.deletion_timestamp = Some(time(at("2025-03-03T12:00:00Z")));
+    s.metadata.deletion_timestamp = Some(time(at(USUAL)));
     let (ctx, verifier) = ctx_at("2025-03-03T12:00:01Z");
     let scenario = verifier.run(calls(vec![
         reads(WEB, meta("team", "web", Some(2)), 5),
@@ -540,7 +540,7 @@ async fn a_deleted_scaler_keeps_its_finalizer_while_a_restore_can_still_succeed(
 async fn a_dry_run_says_what_it_would_write_and_writes_nothing() {
     let mut s = nine_to_five();
     s.spec.dry_run = Some(true);
-    let (ctx, verifier) = ctx_at("2025-03-03T12:00:00Z");
+    let (ctx, verifier) = ctx_at(USUAL);
     let scenario = verifier.run(calls(vec![
             reads(WEB, meta("team", "web", None), 2),
             vec![
@@ -690,7 +690,7 @@ async fn a_cron_job_is_suspended_while_its_replicas_would_be_0_and_resumed_after
             }),
         )
     };
-    let (ctx, verifier) = ctx_at("2025-03-03T12:00:00Z");
+    let (ctx, verifier) = ctx_at(USUAL);
     remember(&ctx);
     let scenario = verifier.run(vec![
             Call::get(REPORT).respond(cron(false, None)),
@@ -788,7 +788,7 @@ async fn a_target_that_stays_missing_is_not_announced_again() {
 
 #[tokio::test]
 async fn a_conflict_is_retried_with_a_fresh_read() {
-    let (ctx, verifier) = ctx_at("2025-03-03T12:00:00Z");
+    let (ctx, verifier) = ctx_at(USUAL);
     let scenario = verifier.run(calls(vec![
         reads(WEB, meta("team", "web", None), 2),
         vec![Call::patch(&patch_of(WEB)).conflict()],
@@ -816,7 +816,7 @@ async fn a_conflict_is_retried_with_a_fresh_read() {
 async fn a_new_scaler_first_gets_its_finalizer() {
     let mut s = nine_to_five();
     s.metadata.finalizers = None;
-    let (ctx, verifier) = ctx_at("2025-03-03T12:00:00Z");
+    let (ctx, verifier) = ctx_at(USUAL);
     let scenario = verifier.run(vec![Call::patch(SCALER)
             .body(|b| {
                 assert_eq!(
@@ -838,10 +838,10 @@ async fn a_denied_write_backs_off_and_shows_the_webhooks_message_once() {
     let denial = "admission webhook \"vscalers.kubesteer.io\" denied the request: Scaler \"nightly\" is invalid: spec.scaleTargetRefs[0]: Forbidden: no";
     let mut s = nine_to_five();
     s.metadata.finalizers = None;
-    let (ctx, verifier) = ctx_at("2025-03-03T12:00:00Z");
+    let (ctx, verifier) = ctx_at(USUAL);
     let shown = json!([{"type": "Ready", "status": "False", "reason": "AdmissionDenied",
                             "message": denial, "observedGeneration": 3,
-                            "lastTransitionTime": "2025-03-03T12:00:00Z"}]);
+                            "lastTransitionTime": USUAL}]);
     let want = shown.clone();
     let scenario = verifier.run(vec![
             Call::patch(SCALER).error(422, denial),
@@ -885,7 +885,7 @@ async fn a_denied_write_backs_off_and_shows_the_webhooks_message_once() {
 #[tokio::test]
 async fn deleting_an_active_scaler_restores_its_targets_then_lets_go() {
     let mut s = nine_to_five();
-    s.metadata.deletion_timestamp = Some(time(at("2025-03-03T12:00:00Z")));
+    s.metadata.deletion_timestamp = Some(time(at(USUAL)));
     let (ctx, verifier) = ctx_at("2025-03-03T12:00:01Z");
     let scenario = verifier.run(calls(vec![
             reads(WEB, meta("team", "web", Some(2)), 5),
@@ -924,7 +924,7 @@ async fn cron_mode_catches_up_on_the_most_recent_past_firing() {
         ]}),
     );
     // 12:00 UTC is 13:00 in Berlin: "morning" fired at 07:00 UTC, "night" fires at 19:00 UTC.
-    let (ctx, verifier) = ctx_at("2025-03-03T12:00:00Z");
+    let (ctx, verifier) = ctx_at(USUAL);
     let scenario = verifier.run(calls(vec![
         reads(WEB, meta("team", "web", None), 2),
         vec![
@@ -964,7 +964,7 @@ async fn cron_mode_catches_up_on_the_most_recent_past_firing() {
 async fn a_suspended_scaler_only_reads() {
     let s = scaler(json!({"scaleTargetRefs": [deployment("web")],
             "windows": [{"start": 9, "end": 17}], "suspend": true}));
-    let (ctx, verifier) = ctx_at("2025-03-03T12:00:00Z");
+    let (ctx, verifier) = ctx_at(USUAL);
     let scenario = verifier.run(calls(vec![
         reads(WEB, meta("team", "web", None), 2),
         vec![Call::patch(STATUS)
@@ -1004,7 +1004,7 @@ async fn a_suspended_scaler_gives_back_a_target_dropped_from_its_spec() {
             .collect(),
         ..ScalerStatus::default()
     });
-    let (ctx, verifier) = ctx_at("2025-03-03T12:00:00Z");
+    let (ctx, verifier) = ctx_at(USUAL);
     let scenario = verifier.run(calls(vec![
             reads(WEB, meta("team", "web", Some(1)), 3),
             reads(API, meta("other", "api", Some(1)), 3),
@@ -1043,7 +1043,7 @@ async fn a_suspended_scaler_gives_back_a_target_dropped_from_its_spec() {
 async fn a_stale_record_of_a_deleted_scaler_is_replaced_not_trusted() {
     let mut stale = meta("team", "web", Some(2));
     stale["metadata"]["annotations"][annotation::ORIGINAL_REPLICAS_OWNER] = json!("team/gone");
-    let (ctx, verifier) = ctx_at("2025-03-03T12:00:00Z");
+    let (ctx, verifier) = ctx_at(USUAL);
     let scenario = verifier.run(calls(vec![
             reads(WEB, stale, 5),
             vec![
@@ -1074,7 +1074,7 @@ async fn a_target_another_live_scaler_scales_is_left_alone_and_reported() {
     theirs["metadata"]["annotations"][annotation::ORIGINAL_REPLICAS_OWNER] = json!("team/daily");
     let mut daily = serde_json::to_value(nine_to_five()).unwrap();
     daily["metadata"]["name"] = json!("daily");
-    let (ctx, verifier) = ctx_at("2025-03-03T12:00:00Z");
+    let (ctx, verifier) = ctx_at(USUAL);
     let scenario = verifier.run(calls(vec![
         reads(WEB, theirs, 2),
         vec![
@@ -1109,7 +1109,7 @@ async fn a_stored_never_firing_schedule_is_reported_not_searched() {
     // Stored while the webhook was down: the controller must neither panic nor spin on it.
     let s = scaler(json!({"scaleTargetRefs": [deployment("web")],
             "jobs": [{"name": "feb30", "schedule": "0 0 30 2 *", "replicas": 2}]}));
-    let (ctx, verifier) = ctx_at("2025-03-03T12:00:00Z");
+    let (ctx, verifier) = ctx_at(USUAL);
     let message =
         "spec.jobs[0].schedule: Invalid value: \"0 0 30 2 *\": never fires within 5 years";
     let scenario = verifier.run(vec![
@@ -1159,7 +1159,7 @@ async fn an_hpa_gets_its_min_replicas_raised_and_restored_instead_of_the_replica
     let list = |h: Value| json!({"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscalerList", "metadata": {}, "items": [h]});
 
     // Inside the window: minReplicas 2 → 5, the original recorded; the Deployment untouched.
-    let (ctx, verifier) = ctx_at("2025-03-03T12:00:00Z");
+    let (ctx, verifier) = ctx_at(USUAL);
     let scenario = verifier.run(calls(vec![
             reads(WEB, meta("team", "web", None), 2),
             vec![
@@ -1229,7 +1229,7 @@ async fn an_hpa_raised_before_cooperation_was_switched_off_is_restored_by_its_re
         }],
         ..ScalerStatus::default()
     });
-    let (ctx, verifier) = ctx_at("2025-03-03T12:00:00Z");
+    let (ctx, verifier) = ctx_at(USUAL);
     let scenario = verifier.run(calls(vec![
             reads(WEB, meta("team", "web", None), 2),
             vec![
@@ -1265,7 +1265,7 @@ async fn an_hpa_raised_before_cooperation_was_switched_off_is_restored_by_its_re
     scenario.finish(ctx).await;
 
     // An HPA recorded but gone, or no longer carrying this Scaler's record, is left alone.
-    let (ctx, verifier) = ctx_at("2025-03-03T12:00:00Z");
+    let (ctx, verifier) = ctx_at(USUAL);
     let scenario = verifier.run(calls(vec![
         reads(WEB, meta("team", "web", Some(2)), 5),
         vec![
@@ -1284,7 +1284,7 @@ async fn a_stateful_set_gets_its_record_and_replicas_in_one_write() {
         json!({"scaleTargetRefs": [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db"}],
             "windows": [{"start": 9, "end": 17, "replicas": 3}], "hpaCooperation": "Disabled"}),
     );
-    let (ctx, verifier) = ctx_at("2025-03-03T12:00:00Z");
+    let (ctx, verifier) = ctx_at(USUAL);
     let scenario = verifier.run(calls(vec![
         reads(db, meta("team", "db", None), 1),
         vec![
@@ -1315,7 +1315,7 @@ async fn a_custom_kind_gets_its_record_first_then_its_replicas_through_scale() {
         json!({"scaleTargetRefs": [{"apiVersion": "example.com/v1", "kind": "Worker", "name": "w"}],
             "windows": [{"start": 9, "end": 17, "replicas": 4}], "hpaCooperation": "Disabled"}),
     );
-    let (ctx, verifier) = ctx_at("2025-03-03T12:00:00Z");
+    let (ctx, verifier) = ctx_at(USUAL);
     ctx.mapper.remember(
         "example.com/v1",
         "Worker",
@@ -1364,7 +1364,7 @@ async fn a_target_that_cannot_be_scaled_is_reported_without_touching_it() {
         json!({"scaleTargetRefs": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "cm"}],
             "windows": [{"start": 9, "end": 17}], "hpaCooperation": "Disabled"}),
     );
-    let (ctx, verifier) = ctx_at("2025-03-03T12:00:00Z");
+    let (ctx, verifier) = ctx_at(USUAL);
     ctx.mapper.remember(
         "v1",
         "ConfigMap",
@@ -1396,7 +1396,7 @@ async fn overlapping_windows_scale_to_the_highest_and_a_holiday_restores() {
         json!({"scaleTargetRefs": [deployment("web")], "hpaCooperation": "Disabled",
             "windows": [{"start": 9, "end": 17, "replicas": 2}, {"start": 11, "end": 13, "replicas": 6}]}),
     );
-    let (ctx, verifier) = ctx_at("2025-03-03T12:00:00Z");
+    let (ctx, verifier) = ctx_at(USUAL);
     let scenario = verifier.run(calls(vec![
         reads(WEB, meta("team", "web", Some(1)), 2),
         vec![
@@ -1421,7 +1421,7 @@ async fn overlapping_windows_scale_to_the_highest_and_a_holiday_restores() {
 
     let mut holiday = s;
     holiday.spec.exclude_dates = Some(vec!["2025-03-03".into()]);
-    let (ctx, verifier) = ctx_at("2025-03-03T12:00:00Z");
+    let (ctx, verifier) = ctx_at(USUAL);
     let scenario = verifier.run(calls(vec![
         reads(WEB, meta("team", "web", Some(1)), 6),
         vec![
@@ -1459,7 +1459,7 @@ fn the_backoff_of_a_failed_scaler_never_outlasts_its_next_transition() {
         "capped by the 17:00 closing"
     );
     assert_eq!(
-        retry_delay(long, &s, at("2025-03-03T12:00:00Z"), true),
+        retry_delay(long, &s, at(USUAL), true),
         long,
         "nothing owed, nothing near"
     );
@@ -1541,7 +1541,7 @@ pub(super) fn aged(mut s: Scaler, name: &str, created: &str, uid: &str) -> Scale
 async fn a_younger_scaler_leaves_a_shared_target_to_the_older_and_says_so_once() {
     let older = aged(nine_to_five(), "early", "2025-03-01T00:00:00Z", "uid-b");
     let me = aged(nine_to_five(), "nightly", "2025-03-02T00:00:00Z", "uid-a");
-    let (ctx, verifier) = ctx_at("2025-03-03T12:00:00Z");
+    let (ctx, verifier) = ctx_at(USUAL);
     let mut follow = kubesteer_runtime::claims::follow(&ctx.claims);
     follow(&kube::runtime::watcher::Event::Apply(older));
     follow(&kube::runtime::watcher::Event::Apply(me.clone()));
@@ -1599,7 +1599,7 @@ async fn the_older_scaler_takes_a_shared_target_over_with_the_replicas_recorded(
     let younger = aged(nine_to_five(), "late", "2025-03-02T00:00:00Z", "uid-a");
     let mut theirs = meta("team", "web", Some(2));
     theirs["metadata"]["annotations"][annotation::ORIGINAL_REPLICAS_OWNER] = json!("team/late");
-    let (ctx, verifier) = ctx_at("2025-03-03T12:00:00Z");
+    let (ctx, verifier) = ctx_at(USUAL);
     let expected = json!({
         "metadata": {"resourceVersion": "41", "annotations": {annotation::ORIGINAL_REPLICAS_OWNER: ME}},
     });
@@ -1632,7 +1632,7 @@ async fn the_older_scaler_takes_a_shared_target_over_with_the_replicas_recorded(
 #[tokio::test]
 async fn a_cleanup_that_lost_the_race_to_a_gone_scaler_is_quiet() {
     let mut s = nine_to_five();
-    s.metadata.deletion_timestamp = Some(time(at("2025-03-03T12:00:00Z")));
+    s.metadata.deletion_timestamp = Some(time(at(USUAL)));
     let (ctx, verifier) = ctx_at("2025-03-03T12:00:01Z");
     let scenario = verifier.run(calls(vec![
         reads(WEB, meta("team", "web", None), 2),
