@@ -2,7 +2,7 @@
 //! and an override, and the next changes. Pure: the controller calls it once per reconcile.
 use std::cmp::Reverse;
 
-use chrono::{DateTime, Days, NaiveDate, NaiveTime, TimeDelta, Weekday};
+use chrono::{Days, NaiveDate, NaiveTime, TimeDelta, Weekday};
 use chrono_tz::Tz;
 
 use crate::field::{FieldError, FieldErrors};
@@ -133,9 +133,10 @@ impl ScalerSpec {
             .enumerate()
             .filter_map(|(i, s)| ExcludeDate::parse(s).ok().map(|e| (i, e)))
             .collect();
-        let override_ = self.override_.as_ref().and_then(|o| {
-            DateTime::from_timestamp(o.until.0.as_second(), 0).map(|until| (o.replicas, until))
-        });
+        let override_ = self
+            .override_
+            .as_ref()
+            .and_then(|o| o.end().map(|until| (o.replicas, until)));
         match (mode, tz) {
             (Some(mode), Some(tz)) if errors.is_empty() => Ok(BetaSchedule {
                 tz,

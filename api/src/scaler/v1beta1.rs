@@ -276,6 +276,13 @@ pub struct Override {
     pub until: Time,
 }
 
+impl Override {
+    /// When the override ends, to the second (as a `Time` keeps it); None only out of chrono's range.
+    pub fn end(&self) -> Option<Instant> {
+        chrono::DateTime::from_timestamp(self.until.0.as_second(), 0)
+    }
+}
+
 /// Whether a Scaler works through a target's HorizontalPodAutoscaler.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema, Default)]
 pub enum HpaCooperation {

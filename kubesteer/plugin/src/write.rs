@@ -131,8 +131,58 @@ pub fn wake_replicas(scaler: &Scaler, now: Instant) -> Option<(i32, &'static str
     }
 }
 
+/// What a wake does to one Scaler.
+#[derive(Debug, PartialEq, Eq)]
+pub enum WakeStep {
+    /// Its override already holds at least the wake's replicas for at least as long: no write.
+    Keep { replicas: i32, until: Instant },
+    /// Set an override of `replicas` (for `why`); `replaces` is the override in force that this
+    /// one takes the place of, when it would have held on after the wake: that part is lost.
+    Set {
+        replicas: i32,
+        why: &'static str,
+        replaces: Option<(i32, Instant)>,
+    },
+    /// Nothing to go by: no replicas recorded, current or scheduled.
+    Skip,
+}
+
+/// What a wake until `until` does to `scaler` (see [`wake_replicas`]). An override in force that
+/// holds as many replicas or more, as long or longer, is kept: a wake never shortens one. Any
+/// other override in force is replaced; one that would have held on after the wake is named, as
+/// it is gone once the wake ends.
+pub fn wake_step(scaler: &Scaler, now: Instant, until: Instant) -> WakeStep {
+    let held = scaler
+        .spec
+        .override_
+        .as_ref()
+        .and_then(|o| o.end().map(|end| (o.replicas, end)))
+        .filter(|&(_, end)| end > now);
+    let Some((replicas, why)) = wake_replicas(scaler, now) else {
+        return match held {
+            Some((replicas, end)) if end >= until => WakeStep::Keep {
+                replicas,
+                until: end,
+            },
+            _ => WakeStep::Skip,
+        };
+    };
+    match held {
+        Some((r, end)) if r >= replicas && end >= until => WakeStep::Keep {
+            replicas: r,
+            until: end,
+        },
+        held => WakeStep::Set {
+            replicas,
+            why,
+            replaces: held.filter(|&(_, end)| end > until),
+        },
+    }
+}
+
 /// `wake -n NS --for D`: every Scaler of the namespace overridden at its targets' original
-/// replicas for `hold`. One Scaler refused does not stop the others; the result is then an error.
+/// replicas for `hold` (see [`wake_step`]). One Scaler refused does not stop the others; the
+/// result is then an error.
 pub async fn wake(connection: &Connection, hold: Duration, now: Instant) -> Result<String> {
     let (client, namespace) = connection.connect().await?;
     let api: Api<Scaler> = Api::namespaced(client.clone(), &namespace);
@@ -142,26 +192,48 @@ pub async fn wake(connection: &Connection, hold: Duration, now: Instant) -> Resu
     }
     let until = Until::For(hold).resolve(chrono_tz::UTC, now)?;
     let mut rows = Vec::new();
+    let mut replaced = Vec::new();
     let mut failures = Vec::new();
     for scaler in &scalers {
         let name = scaler.name_any();
         let tz: Tz = scaler.spec.time_zone().parse().unwrap_or(Tz::UTC);
-        let Some((replicas, why)) = wake_replicas(scaler, now) else {
-            rows.push(vec![
-                format!("scaler/{name}"),
-                "-".into(),
-                "-".into(),
-                "skipped: no replicas recorded, current or scheduled to wake to".into(),
-            ]);
-            continue;
+        let (replicas, why, replaces) = match wake_step(scaler, now, until) {
+            WakeStep::Skip => {
+                rows.push(vec![
+                    format!("scaler/{name}"),
+                    "-".into(),
+                    "-".into(),
+                    "skipped: no replicas recorded, current or scheduled to wake to".into(),
+                ]);
+                continue;
+            }
+            WakeStep::Keep { replicas, until } => {
+                rows.push(vec![
+                    format!("scaler/{name}"),
+                    replicas.to_string(),
+                    local_time(tz, until),
+                    "kept: its override already holds as many, as long".into(),
+                ]);
+                continue;
+            }
+            WakeStep::Set {
+                replicas,
+                why,
+                replaces,
+            } => (replicas, why, replaces),
         };
         match patch(&client, &namespace, &name, override_patch(replicas, until)).await {
-            Ok(_) => rows.push(vec![
-                format!("scaler/{name}"),
-                replicas.to_string(),
-                local_time(tz, until),
-                why.to_string(),
-            ]),
+            Ok(_) => {
+                rows.push(vec![
+                    format!("scaler/{name}"),
+                    replicas.to_string(),
+                    local_time(tz, until),
+                    why.to_string(),
+                ]);
+                if let Some((r, end)) = replaces {
+                    replaced.push((name, r, end, tz));
+                }
+            }
             Err(e) => {
                 rows.push(vec![
                     format!("scaler/{name}"),
@@ -179,6 +251,15 @@ pub async fn wake(connection: &Connection, hold: Duration, now: Instant) -> Resu
         rfc3339(until)
     );
     out.push_str(&table(&["SCALER", "REPLICAS", "UNTIL", "FROM"], &rows));
+    for (name, r, end, tz) in &replaced {
+        let _ = writeln!(
+            out,
+            "scaler/{name}: replaced its override of {r} until {}; to set it again once the wake \
+             ends: kubectl kubesteer override scaler/{name} -n {namespace} --replicas {r} --until {}",
+            local_time(*tz, *end),
+            rfc3339(*end)
+        );
+    }
     if failures.is_empty() {
         Ok(out)
     } else {
@@ -229,6 +310,68 @@ mod tests {
             wake_replicas(&s, now),
             Some((4, "the schedule's next replicas"))
         );
+    }
+
+    fn overridden(mut s: Scaler, replicas: i32, until: &str) -> Scaler {
+        s.spec.override_ = serde_json::from_value(json!({"replicas": replicas, "until": until}))
+            .unwrap_or_else(|e| panic!("override: {e}"));
+        s
+    }
+
+    #[test]
+    fn a_wake_keeps_an_override_that_holds_as_many_as_long_and_names_one_it_cuts_short() {
+        let now = Utc.with_ymd_and_hms(2026, 6, 1, 20, 0, 0).unwrap();
+        let until = Utc.with_ymd_and_hms(2026, 6, 1, 22, 0, 0).unwrap();
+        let awake = scaler(json!({"targets": [target(Some(6), Some(3))]}));
+        // Overridden at 6 until midnight: a 2-hour wake at 6 would only shorten it.
+        let s = overridden(awake.clone(), 6, "2026-06-02T00:00:00Z");
+        let end = Utc.with_ymd_and_hms(2026, 6, 2, 0, 0, 0).unwrap();
+        assert_eq!(
+            wake_step(&s, now, until),
+            WakeStep::Keep {
+                replicas: 6,
+                until: end
+            }
+        );
+        // One that ends before the wake does: replaced, and nothing of it is lost.
+        let s = overridden(awake.clone(), 6, "2026-06-01T21:00:00Z");
+        assert_eq!(
+            wake_step(&s, now, until),
+            WakeStep::Set {
+                replicas: 6,
+                why: "current replicas",
+                replaces: None
+            }
+        );
+        // An override that has ended counts for nothing.
+        let s = overridden(awake, 9, "2026-06-01T19:00:00Z");
+        assert!(matches!(
+            wake_step(&s, now, until),
+            WakeStep::Set { replaces: None, .. }
+        ));
+        // Held at 0 over the holidays: the wake sets the original 3 and names the override it
+        // cuts short.
+        let asleep = scaler(json!({"targets": [target(Some(0), Some(3))]}));
+        let s = overridden(asleep, 0, "2027-01-07T00:00:00Z");
+        let holidays = Utc.with_ymd_and_hms(2027, 1, 7, 0, 0, 0).unwrap();
+        assert_eq!(
+            wake_step(&s, now, until),
+            WakeStep::Set {
+                replicas: 3,
+                why: "original replicas",
+                replaces: Some((0, holidays))
+            }
+        );
+        // Nothing to wake to, but an override holding longer: kept, not skipped.
+        let nothing = scaler(json!({"targets": [target(Some(0), None)]}));
+        let mut s = overridden(nothing, 2, "2026-06-02T00:00:00Z");
+        s.spec.windows = None;
+        s.spec.outside_replicas = None;
+        assert_eq!(wake_replicas(&s, now), None);
+        assert!(matches!(
+            wake_step(&s, now, until),
+            WakeStep::Keep { replicas: 2, .. }
+        ));
     }
 
     #[test]

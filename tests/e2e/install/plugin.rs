@@ -10,7 +10,7 @@ use anyhow::{bail, ensure, Context, Result};
 use kubesteer_tests::release::Release;
 use kubesteer_tests::{
     cached_tool, eventually, hh_mm, jsonpath, kubeconfig, kubectl_ok, parse_rfc3339, repo_root,
-    target_dir, unique, unix_now, workspace_bin, ControllerProcess, Namespace, Webhook,
+    rfc3339, target_dir, unique, unix_now, workspace_bin, ControllerProcess, Namespace, Webhook,
 };
 
 const WAIT: Duration = Duration::from_secs(90);
@@ -411,6 +411,53 @@ fn wake_holds_every_scaler_of_a_namespace_at_its_original_replicas() -> Result<(
         "until {} is {held}s ahead",
         untils[0]
     );
+    // A shorter wake shortens nothing: every override already holds as many, as long.
+    let screen = term.ok(&format!("kubectl kubesteer wake -n {} --for 1h", ns.name()))?;
+    for (name, replicas) in apps {
+        let row = screen
+            .lines()
+            .find(|l| l.starts_with(&format!("scaler/{name} ")))
+            .with_context(|| format!("no row for scaler/{name} in\n{screen}"))?;
+        ensure!(row.split_whitespace().nth(1) == Some(replicas), "{row}");
+        ensure!(
+            row.ends_with("kept: its override already holds as many, as long"),
+            "{row}"
+        );
+        let until = jsonpath(
+            ns.name(),
+            &format!("scaler/{name}"),
+            "{.spec.override.until}",
+        )?;
+        ensure!(
+            until == untils[0],
+            "scaler/{name} until {until}, was {}",
+            untils[0]
+        );
+    }
+    // Held at 0 for three days (the holidays): a wake replaces that override, and says how to
+    // set it again.
+    let holidays = rfc3339(unix_now() + 3 * 86_400);
+    term.ok(&format!(
+        "kubectl kubesteer override scaler/worker -n {} --replicas 0 --until {holidays}",
+        ns.name()
+    ))?;
+    wait_replicas(&ns, "worker", "0")?;
+    let screen = term.ok(&format!("kubectl kubesteer wake -n {} --for 2h", ns.name()))?;
+    let again = format!(
+        "kubectl kubesteer override scaler/worker -n {} --replicas 0 --until {holidays}",
+        ns.name()
+    );
+    ensure!(
+        screen.lines().any(
+            |l| l.starts_with("scaler/worker: replaced its override of 0 until ")
+                && l.ends_with(&again)
+        ),
+        "no note of the replaced override in\n{screen}"
+    );
+    wait_replicas(&ns, "worker", "1")?;
+    // The command it prints runs as printed.
+    term.ok(&again)?;
+    wait_replicas(&ns, "worker", "0")?;
     Ok(())
 }
 
