@@ -102,11 +102,15 @@ in_netns() { nsenter --net="/run/netns/$NETNS" -- "$@"; }
 running() { [ -f "$dir/$1.pid" ] && kill -0 "$(cat "$dir/$1.pid")" 2>/dev/null; }
 
 # start NAME CMD...: runs CMD in the node's netns in the background, its log in $dir/logs/NAME.log.
+# In a session of its own, as the control plane's processes are: a Ctrl-C in the terminal that
+# started it (`make run`'s) reaches the script, whose teardown stops the node, not the node's
+# processes in the middle of it.
 start() {
   local name=$1; shift
   running "$name" && return
-  # exec: the pid file names the program itself (nsenter execs it), not a subshell.
-  (exec nsenter --net="/run/netns/$NETNS" -- "$@") >"$dir/logs/$name.log" 2>&1 &
+  # exec: the pid file names the program itself (setsid, not a group leader here, and nsenter
+  # exec it), not a subshell.
+  (exec setsid nsenter --net="/run/netns/$NETNS" -- "$@") >"$dir/logs/$name.log" 2>&1 &
   echo $! >"$dir/$name.pid"
 }
 

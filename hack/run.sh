@@ -86,7 +86,15 @@ diagnose() {
 cleanup() {
   local rc=$1
   trap - EXIT INT TERM
+  # Ctrl-C reaches the whole foreground job: a `make run | tee log` loses its tee, and a line
+  # written to the dead pipe would end the teardown here or in a script it runs (SIGPIPE, or
+  # set -e on the write's error). So the teardown is best effort, and its output goes through a
+  # tee of its own that never fails a write: to the terminal while it is there, and always to
+  # $state/teardown.log.
+  trap '' PIPE
+  set +e
   KUBESTEER_STOPPING=1
+  exec > >(tee -p -a "$state/teardown.log") 2>&1
   echo
   if [ "$rc" != 0 ] && [ "$rc" != 130 ] && [ "$rc" != 143 ]; then
     for p in ${pids[@]+"${pids[@]}"}; do kill "$p" 2>/dev/null || true; done
@@ -227,9 +235,12 @@ if [ "$mode" = cluster ]; then
   samples
   log "the webhook and controller run as pods (kubectl -n kubesteer-system get pods -o wide above)"
   done_or_wait
-  # Stays up until Ctrl-C, and says so if the real node stops.
-  while hack/node.sh status; do sleep 5; done
-  log "the real node stopped; see $state/node/logs"
+  # Stays up until Ctrl-C, and says so if the real node stops. The check and the pause run in
+  # the background, waited for by `wait`, which a trapped SIGINT interrupts at once: a Ctrl-C that
+  # came while a foreground child ran and exited normally would be taken as handled by that child
+  # (bash's "wait and cooperative exit"), and the run would go on.
+  while { hack/node.sh status & wait $!; }; do sleep 5 >/dev/null 2>&1 & wait $!; done
+  current_step="running: the real node stopped; see $state/node/logs"
   exit 1
 fi
 

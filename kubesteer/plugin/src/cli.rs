@@ -59,7 +59,8 @@ pub enum Command {
         /// The Scaler: scaler/NAME.
         scaler: String,
         /// The replicas to hold.
-        #[arg(long, required_unless_present = "clear", value_parser = clap::value_parser!(i32).range(0..))]
+        #[arg(long, required_unless_present = "clear", allow_negative_numbers = true,
+              value_parser = clap::value_parser!(i32).range(0..))]
         replicas: Option<i32>,
         /// For how long, e.g. 2h or 90m.
         #[arg(long = "for", value_name = "DURATION", value_parser = humantime::parse_duration)]
@@ -81,7 +82,8 @@ pub enum Command {
         /// The Scaler: scaler/NAME.
         scaler: String,
     },
-    /// Hold every Scaler of the namespace at its targets' original replicas for a while.
+    /// Hold every Scaler of the namespace at its targets' original replicas for a while (an
+    /// override holding as many, as long, is kept).
     Wake {
         /// For how long, e.g. 2h.
         #[arg(long = "for", value_name = "DURATION", value_parser = humantime::parse_duration)]
@@ -257,5 +259,17 @@ mod tests {
         ] {
             assert!(parse(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn negative_replicas_are_refused_by_name_not_taken_for_a_flag() {
+        let message = parse(&["override", "scaler/a", "--replicas", "-1", "--for", "2h"])
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            message.contains("'--replicas <REPLICAS>'") && message.contains("-1 is not in 0.."),
+            "{message}"
+        );
     }
 }
