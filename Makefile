@@ -63,7 +63,8 @@ run: control-plane
 ## run-once: `make run` exactly as a user runs it, without the foreground (KUBESTEER_RUN_ONCE=1),
 ## on a cluster of its own ("kubesteer-run", .kubesteer/run/): everything up, every sample Ready,
 ## the README's try-it lines run, then torn down. `make test` runs it last (hack/test-run.sh), and
-## a run that fails after it (the cluster kept, the failed step explained).
+## a run that fails after it (the cluster kept, the failed step explained), and a `make run | tee`
+## stopped by Ctrl-C (its cluster torn down).
 run-once:
 	KUBESTEER_RUN_ONCE=1 KUBESTEER_CLUSTER=kubesteer-run KUBESTEER_STATE=$(CURDIR)/.kubesteer/run \
 		$(MAKE) --no-print-directory run MODE=$(MODE) IMG=$(IMG)
