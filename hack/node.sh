@@ -108,8 +108,8 @@ running() { [ -f "$dir/$1.pid" ] && kill -0 "$(cat "$dir/$1.pid")" 2>/dev/null; 
 start() {
   local name=$1; shift
   running "$name" && return
-  # exec: the pid file names the program itself (setsid, not a group leader here, and nsenter
-  # exec it), not a subshell.
+  # exec: the pid file names the program itself, not a subshell (setsid execs nsenter without a
+  # fork, as a background subshell of a script leads no process group; nsenter execs CMD).
   (exec setsid nsenter --net="/run/netns/$NETNS" -- "$@") >"$dir/logs/$name.log" 2>&1 &
   echo $! >"$dir/$name.pid"
 }

@@ -43,8 +43,8 @@ hack/cluster.sh down >/dev/null 2>&1 || fail "could not remove the kept cluster"
 log "3. make run | tee, stopped with Ctrl-C"
 # With job control on, the job gets a process group of its own, as a shell's foreground job does
 # (and SIGINT is not ignored in it, as it is in a script's background jobs without). Ctrl-C is
-# SIGINT to that whole group: the real node's processes and the tee as well, so the teardown runs
-# with its output going to a dead pipe.
+# SIGINT to that whole group, the tee as well, so the teardown runs with its output going to a
+# dead pipe. (The real node's processes have sessions of their own: hack/node.sh.)
 rm -f "$KUBESTEER_STATE/teardown.log" "$out.3"
 set -m
 bash -c 'make --no-print-directory run 2>&1 | tee "$0"' "$out.3" &
