@@ -66,7 +66,7 @@ struct WrittenStatus {
 }
 
 // Longer than any backoff, so a live object that keeps failing is seen again well before.
-const FORGET_AFTER: Duration = Duration::from_secs(2 * 300);
+const FORGET_AFTER: chrono::TimeDelta = chrono::TimeDelta::seconds(2 * 300);
 
 /// State kept per object (kind, namespace, name). An entry goes when its object is deleted
 /// ([`Context::forget`]); one whose deletion went unseen (a watch gap) goes once it was not
@@ -160,8 +160,6 @@ impl<V: Clone> PerObject<V> {
         make: impl FnOnce() -> V,
         update: impl FnOnce(&mut V),
     ) -> V {
-        // FORGET_AFTER is a constant that fits a TimeDelta; were it not, nothing would be swept.
-        let ttl = chrono::TimeDelta::from_std(FORGET_AFTER).unwrap_or(chrono::TimeDelta::MAX);
         lock(&self.entries).upsert(
             key,
             || (make(), now),
@@ -170,11 +168,7 @@ impl<V: Clone> PerObject<V> {
                 entry.1 = now;
                 entry.0.clone()
             },
-            |_, (_, touched)| {
-                touched
-                    .checked_add_signed(ttl)
-                    .is_none_or(|until| until > now)
-            },
+            |_, (_, touched)| *touched + FORGET_AFTER > now,
         )
     }
 

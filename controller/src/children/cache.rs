@@ -344,7 +344,7 @@ impl CheckedTemplates {
         let mut inner = lock(&self.0);
         let CheckedInner { map, unseen } = &mut *inner;
         let mut live: Option<HashSet<u64>> = None;
-        let mut missed: Option<HashSet<u64>> = None;
+        let mut missed = HashSet::new();
         map.insert(key, checked, |k, _| {
             let live = live.get_or_insert_with(|| {
                 cache
@@ -359,13 +359,13 @@ impl CheckedTemplates {
             // Missed by this sweep: kept if the last one did not miss it too.
             let keep = !unseen.contains(k);
             if keep {
-                missed.get_or_insert_with(HashSet::new).insert(*k);
+                missed.insert(*k);
             }
             keep
         });
         // Only a sweep looked at the cache; it leaves the checks it missed for the next one.
         if live.is_some() {
-            *unseen = missed.unwrap_or_default();
+            *unseen = missed;
         }
     }
 
