@@ -158,25 +158,19 @@ pub fn wake_step(scaler: &Scaler, now: Instant, until: Instant) -> WakeStep {
         .as_ref()
         .and_then(|o| o.end().map(|end| (o.replicas, end)))
         .filter(|&(_, end)| end > now);
-    let Some((replicas, why)) = wake_replicas(scaler, now) else {
-        return match held {
-            Some((replicas, end)) if end >= until => WakeStep::Keep {
-                replicas,
+    match (held, wake_replicas(scaler, now)) {
+        (Some((r, end)), wake) if end >= until && wake.is_none_or(|(w, _)| r >= w) => {
+            WakeStep::Keep {
+                replicas: r,
                 until: end,
-            },
-            _ => WakeStep::Skip,
-        };
-    };
-    match held {
-        Some((r, end)) if r >= replicas && end >= until => WakeStep::Keep {
-            replicas: r,
-            until: end,
-        },
-        held => WakeStep::Set {
+            }
+        }
+        (held, Some((replicas, why))) => WakeStep::Set {
             replicas,
             why,
             replaces: held.filter(|&(_, end)| end > until),
         },
+        (_, None) => WakeStep::Skip,
     }
 }
 
@@ -197,53 +191,38 @@ pub async fn wake(connection: &Connection, hold: Duration, now: Instant) -> Resu
     for scaler in &scalers {
         let name = scaler.name_any();
         let tz: Tz = scaler.spec.time_zone().parse().unwrap_or(Tz::UTC);
-        let (replicas, why, replaces) = match wake_step(scaler, now, until) {
-            WakeStep::Skip => {
-                rows.push(vec![
-                    format!("scaler/{name}"),
-                    "-".into(),
-                    "-".into(),
-                    "skipped: no replicas recorded, current or scheduled to wake to".into(),
-                ]);
-                continue;
-            }
-            WakeStep::Keep { replicas, until } => {
-                rows.push(vec![
-                    format!("scaler/{name}"),
-                    replicas.to_string(),
-                    local_time(tz, until),
-                    "kept: its override already holds as many, as long".into(),
-                ]);
-                continue;
-            }
+        // REPLICAS, UNTIL and FROM of its row.
+        let cells: [String; 3] = match wake_step(scaler, now, until) {
+            WakeStep::Skip => [
+                "-".into(),
+                "-".into(),
+                "skipped: no replicas recorded, current or scheduled to wake to".into(),
+            ],
+            WakeStep::Keep { replicas, until } => [
+                replicas.to_string(),
+                local_time(tz, until),
+                "kept: its override already holds as many, as long".into(),
+            ],
             WakeStep::Set {
                 replicas,
                 why,
                 replaces,
-            } => (replicas, why, replaces),
-        };
-        match patch(&client, &namespace, &name, override_patch(replicas, until)).await {
-            Ok(_) => {
-                rows.push(vec![
-                    format!("scaler/{name}"),
-                    replicas.to_string(),
-                    local_time(tz, until),
-                    why.to_string(),
-                ]);
-                if let Some((r, end)) = replaces {
-                    replaced.push((name, r, end, tz));
+            } => match patch(&client, &namespace, &name, override_patch(replicas, until)).await {
+                Ok(_) => {
+                    if let Some((r, end)) = replaces {
+                        replaced.push((name.clone(), r, end, tz));
+                    }
+                    [replicas.to_string(), local_time(tz, until), why.to_string()]
                 }
-            }
-            Err(e) => {
-                rows.push(vec![
-                    format!("scaler/{name}"),
-                    replicas.to_string(),
-                    "-".into(),
-                    "refused".into(),
-                ]);
-                failures.push(format!("scaler/{name}: {e}"));
-            }
-        }
+                Err(e) => {
+                    failures.push(format!("scaler/{name}: {e}"));
+                    [replicas.to_string(), "-".into(), "refused".into()]
+                }
+            },
+        };
+        let mut row = vec![format!("scaler/{name}")];
+        row.extend(cells);
+        rows.push(row);
     }
     let mut out = format!(
         "Woke namespace {namespace} until {} ({}):\n",
