@@ -529,6 +529,28 @@ fn status_shows_an_installed_release_healthy() -> Result<()> {
             .any(|l| l.starts_with("  - ") && l.contains(&ns)),
         "a problem with this release:\n{screen}"
     );
+    // The everyday writes through this release: an override, let through by its webhook and
+    // carried out by its controller under its ServiceAccount; then a shorter wake, which keeps it.
+    let user_ns = &release.user_ns;
+    term.ok(&format!(
+        "kubectl kubesteer override scaler/office-hours -n {user_ns} --replicas 4 --for 2h"
+    ))?;
+    eventually(WAIT, "deployment/web at the override's 4", || {
+        let replicas = jsonpath(user_ns, "deployment/web", "{.spec.replicas}")?;
+        Ok((replicas == "4").then_some(()))
+    })?;
+    let until = jsonpath(user_ns, "scaler/office-hours", "{.spec.override.until}")?;
+    let screen = term.ok(&format!("kubectl kubesteer wake -n {user_ns} --for 1h"))?;
+    ensure!(
+        screen.lines().any(|l| l.starts_with("scaler/office-hours ")
+            && l.ends_with("kept: its override already holds as many, as long")),
+        "{screen}"
+    );
+    let after = jsonpath(user_ns, "scaler/office-hours", "{.spec.override.until}")?;
+    ensure!(
+        after == until,
+        "the wake moved the override's end from {until} to {after}"
+    );
     Ok(())
 }
 
