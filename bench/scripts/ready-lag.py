@@ -5,7 +5,7 @@ After `BENCH_KEEP_CLUSTER=1 BENCH_SUBJECT=peers BENCH_PEER_SUBJECTS=<subject> BE
 make bench-controller`, dump the run's objects and read them:
 
     k="$HOME/.cache/kubesteer/bin/kubectl --kubeconfig bench/tmp/cluster/kubeconfig"
-    for r in deployments replicasets memcacheds; do $k get $r -n memcached -o json >DIR/$r.json; done
+    for r in deployments replicasets pods memcacheds; do $k get $r -n memcached -o json >DIR/$r.json; done
     cp bench/tmp/controller-wtest/<subject>-1.json DIR/run.json
     bench/scripts/ready-lag.py DIR
 
@@ -13,7 +13,9 @@ Prints, as seconds from the run's first create, the deciles of when each Deploym
 created, when its ReplicaSet was (the controller-manager's pace), when the Deployment turned
 Available and when the Memcached turned Ready, and of Ready minus Available. The times are the
 objects' own (creationTimestamp, the conditions' lastTransitionTime): whole seconds, so a lag is
-read from its mean over the 1,000 Memcacheds.
+read from its mean over the 1,000 Memcacheds. With a pods.json, also when each Memcached's last
+pod was created and turned Ready, and Available minus that pod's Ready (the controller-manager's
+roll-up of the pod's readiness into its ReplicaSet's and Deployment's status).
 """
 import datetime
 import json
@@ -35,7 +37,20 @@ def main(directory):
     start = seconds(run["started_at"])
     deployments = {d["metadata"]["name"]: d for d in load("deployments")["items"]}
     replicasets = {r["metadata"]["ownerReferences"][0]["name"]: r for r in load("replicasets")["items"]}
-    columns = {k: [] for k in ("deployment_created", "replicaset_created", "available", "ready", "ready_minus_available")}
+    pods = {}
+    try:
+        for p in load("pods")["items"]:
+            instance = p["metadata"].get("labels", {}).get("app.kubernetes.io/instance")
+            ready = next((c for c in p.get("status", {}).get("conditions", []) if c["type"] == "Ready"), None)
+            if instance and ready and ready["status"] == "True":
+                at = (seconds(p["metadata"]["creationTimestamp"]), seconds(ready["lastTransitionTime"]))
+                pods[instance] = max(pods.get(instance, at), at, key=lambda t: t[1])
+    except FileNotFoundError:
+        pass
+    keys = ["deployment_created", "replicaset_created", "available", "ready", "ready_minus_available"]
+    if pods:
+        keys += ["pod_created", "pod_ready", "available_minus_pod_ready"]
+    columns = {k: [] for k in keys}
     for m in load("memcacheds")["items"]:
         name = m["metadata"]["name"]
         d = deployments[name]
@@ -46,6 +61,11 @@ def main(directory):
         columns["available"].append(available - start)
         columns["ready"].append(ready - start)
         columns["ready_minus_available"].append(ready - available)
+        if pods and name in pods:
+            created, pod_ready = pods[name]
+            columns["pod_created"].append(created - start)
+            columns["pod_ready"].append(pod_ready - start)
+            columns["available_minus_pod_ready"].append(available - pod_ready)
     out = {"converged_s": run["converged_s"]}
     for key, values in columns.items():
         out[key] = {

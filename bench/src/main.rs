@@ -779,7 +779,7 @@ async fn write_status(
     owner: &Memcached,
     d: &Deployment,
 ) -> Result<Memcached> {
-    let status = kubesteer_controller::memcached::status(owner, d, Vec::new(), Utc::now());
+    let status = kubesteer_controller::memcached::status(owner, d, &[], Utc::now());
     let patch = kubesteer_controller::reconcilers::status_patch(&status)?;
     let pp = kubesteer_controller::children::write_params();
     Ok(api.patch_status(&owner.name_any(), &pp, &patch).await?)

@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use tokio::task::JoinHandle;
 use tower_test::mock::{self, Handle};
 
-use crate::children::{Caches, Packed, PackedWriter, PodNamesWriter, Writers};
+use crate::children::{Caches, Packed, PackedWriter, PodsWriter, Writers};
 use crate::metrics::Metrics;
 use crate::{Clock, Context};
 use kube::runtime::watcher::Event;
@@ -90,7 +90,7 @@ where
 }
 
 /// Puts a pod's metadata into the pod cache.
-pub fn put_pod(writer: &mut PodNamesWriter, object: Value) {
+pub fn put_pod(writer: &mut PodsWriter, object: Value) {
     writer.apply_watcher_event(&Event::Apply(serde_json::from_value(object).unwrap()));
 }
 

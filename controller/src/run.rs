@@ -9,9 +9,8 @@ use std::future::Future;
 use futures::stream::BoxStream;
 use futures::{FutureExt, Stream, StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::networking::v1::Ingress;
-use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher::{self, watcher, Event};
 use kube::runtime::WatchStreamExt;
@@ -26,7 +25,7 @@ use tracing::{debug, info, warn};
 
 use crate::args::Args;
 use crate::children::{
-    self, children_of, packed_store, Caches, Notes, Packed, PackedStore, PackedWriter,
+    self, children_of, packed_store, Caches, Notes, Packed, PackedStore, PackedWriter, WatchedPod,
 };
 use crate::reconcilers::{self, scaler, Owner};
 use crate::runtime::metrics::Metrics;
@@ -332,12 +331,13 @@ fn owner_triggers<K: Owner>(
         )));
     }
     if K::NAMES_PODS {
-        // Pods name the nodes in the status, so their comings and goings trigger a reconcile.
+        // Pods are named and counted in the status, so their comings and goings and their
+        // readiness trigger a reconcile.
         let mut writer = writers.pods;
         let pods = tracked(
             health,
             format!("{kind} Pod"),
-            api::<PartialObjectMeta<Pod>>(client, ns),
+            api::<WatchedPod>(client, ns),
             children_of(K::APP),
         )
         .backoff(tolerant::backoff())

@@ -7,5 +7,6 @@ mod metrics;
 mod monitoring;
 mod plugin;
 mod rbac;
+mod readiness;
 mod readme;
 mod release;

@@ -15,6 +15,64 @@ pub(crate) fn cluster_dir() -> PathBuf {
     state_dir().join("kwok/clusters").join(name)
 }
 
+/// The pid file of the local control plane's `name` (e.g. `kube-apiserver`), and the pid in it.
+fn pid_of(name: &str) -> Result<(PathBuf, u32)> {
+    let pid_file = cluster_dir().join(format!("pids/{name}.pid"));
+    let pid = std::fs::read_to_string(&pid_file)
+        .with_context(|| format!("reading {}", pid_file.display()))?
+        .trim()
+        .parse()
+        .with_context(|| format!("the pid file of {name}"))?;
+    Ok((pid_file, pid))
+}
+
+/// Sends `SIG<signal>` to `pid`, the local control plane's `name`.
+fn signal(pid: u32, name: &str, signal: &str) -> Result<()> {
+    let sent = Command::new("kill")
+        .args([&format!("-{signal}"), &pid.to_string()])
+        .status()?;
+    if !sent.success() {
+        bail!("kill -{signal} {pid} ({name}) failed");
+    }
+    Ok(())
+}
+
+/// One component of the local control plane stopped in place (SIGSTOP): its process, its
+/// connections and its caches are kept, and it does nothing until [`Paused::resume`] (or drop)
+/// continues it, where it left off. For a test of what the others do without it, e.g. the
+/// controller-manager (run without leader election here, so no lease runs out meanwhile).
+pub struct Paused {
+    name: &'static str,
+    pid: Option<u32>,
+}
+
+impl Paused {
+    pub fn begin(name: &'static str) -> Result<Self> {
+        let (_, pid) = pid_of(name)?;
+        signal(pid, name, "STOP")?;
+        Ok(Self {
+            name,
+            pid: Some(pid),
+        })
+    }
+
+    /// Continues the component.
+    pub fn resume(mut self) -> Result<()> {
+        match self.pid.take() {
+            Some(pid) => signal(pid, self.name, "CONT"),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Paused {
+    fn drop(&mut self) {
+        if let Some(pid) = self.pid.take() {
+            let _ = signal(pid, self.name, "CONT");
+        }
+    }
+}
+
 /// One process of the local control plane, as kwokctl started it: enough to start it again.
 pub(crate) struct Component {
     argv: Vec<std::ffi::OsString>,
@@ -29,12 +87,7 @@ impl Component {
     fn running(name: &str) -> Result<Self> {
         use std::os::unix::ffi::OsStrExt as _;
         let dir = cluster_dir();
-        let pid_file = dir.join(format!("pids/{name}.pid"));
-        let pid: u32 = std::fs::read_to_string(&pid_file)
-            .with_context(|| format!("reading {}", pid_file.display()))?
-            .trim()
-            .parse()
-            .with_context(|| format!("the pid file of {name}"))?;
+        let (pid_file, pid) = pid_of(name)?;
         let proc = PathBuf::from(format!("/proc/{pid}"));
         let split = |bytes: Vec<u8>| -> Vec<std::ffi::OsString> {
             bytes
@@ -60,12 +113,7 @@ impl Component {
             .collect();
         let cwd = std::fs::read_link(proc.join("cwd"))?;
         // SIGKILL: a crash; SIGTERM would start a graceful shutdown that can take minutes.
-        let killed = Command::new("kill")
-            .args(["-KILL", &pid.to_string()])
-            .status()?;
-        if !killed.success() {
-            bail!("kill {pid} ({name}) failed");
-        }
+        signal(pid, name, "KILL")?;
         eventually_every(
             Duration::from_secs(30),
             Duration::from_millis(20),

@@ -412,8 +412,8 @@ pub struct Children {
     pub services: PackedStore<Service>,
     /// The app's Ingresses, for kinds that own one; empty otherwise.
     pub ingresses: PackedStore<Ingress>,
-    /// The names of the app's pods, for kinds whose status names them; empty otherwise.
-    pub pods: PodNames,
+    /// The app's pods, for kinds whose status names them; empty otherwise.
+    pub pods: PodsCache,
     pub notes: Arc<Notes>,
     /// Until when a reconcile waits for the caches' first lists (`synced`).
     pub sync_deadline: tokio::time::Instant,
@@ -426,7 +426,7 @@ impl Children {
             deployments: packed_store().0,
             services: packed_store().0,
             ingresses: packed_store().0,
-            pods: pod_names_cache("").0,
+            pods: pods_cache("").0,
             notes: Arc::default(),
             sync_deadline: tokio::time::Instant::now(),
         }
@@ -456,7 +456,7 @@ pub struct Writers {
     pub deployments: PackedWriter<Deployment>,
     pub services: PackedWriter<Service>,
     pub ingresses: PackedWriter<Ingress>,
-    pub pods: PodNamesWriter,
+    pub pods: PodsWriter,
     pub notes: Arc<Notes>,
 }
 
@@ -483,7 +483,7 @@ impl Caches {
         let (deployments, dw) = packed_store();
         let (services, sw) = packed_store();
         let (ingresses, iw) = packed_store();
-        let (pods, pw) = pod_names_cache(app);
+        let (pods, pw) = pods_cache(app);
         let notes = Arc::new(Notes::default());
         lock(&self.0).insert(
             app,

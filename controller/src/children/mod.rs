@@ -11,6 +11,6 @@ mod unseen;
 pub use apply::*;
 pub use build::*;
 pub use cache::*;
-pub use pods::{pod_names_cache, PodNames, PodNamesWriter};
+pub use pods::{pods_cache, ListedPod, PodsCache, PodsWriter, WatchedPod};
 pub use store::{packed_store, PackedStore, PackedWriter};
 pub use unseen::{Unseen, UNSEEN_FOR};

@@ -1,33 +1,99 @@
-//! The pods cache: the names of each app instance's live pods, which its status names.
+//! The pods cache: each app instance's live pods, by name, with whether each is Ready and when
+//! it was created. An owner's status names its pods, and counts the ready ones as soon as they
+//! are (see `Rollout::with_pods`).
 //!
-//! kube-runtime's reflector store would keep every pod's metadata under an `ObjectRef`, and a
-//! reconcile could only find its instance's pods by scanning all of them: one pass over every
-//! pod of the app for each reconcile, so a relist of n owners with a pod each cost n² label
-//! lookups (a tenth of the controller's CPU while 1,000 Memcacheds converged, in a profile).
-//! Here the watch's events keep an index instead: by namespace and instance, the sorted names
-//! of the live pods, and by pod, the instance it is listed under. A reconcile reads one entry.
-//! Reads and writes behave as kube-runtime's store does: a relist fills a buffer that replaces
-//! the whole index when it is done, and the cache counts as ready after its first full list.
-use std::collections::{BTreeSet, HashMap};
+//! kube-runtime's reflector store would keep every pod under an `ObjectRef`, and a reconcile
+//! could only find its instance's pods by scanning all of them: one pass over every pod of the
+//! app for each reconcile, so a relist of n owners with a pod each cost n² label lookups (a tenth
+//! of the controller's CPU while 1,000 Memcacheds converged, in a profile). Here the watch's
+//! events keep an index instead: by namespace and instance, the live pods, and by pod, the
+//! instance it is listed under. A reconcile reads one entry. Reads and writes behave as
+//! kube-runtime's store does: a relist fills a buffer that replaces the whole index when it is
+//! done, and the cache counts as ready after its first full list.
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, RwLock};
 
 use k8s_openapi::api::core::v1::Pod;
-use kube::core::PartialObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::NamespaceResourceScope;
 use kube::runtime::watcher::Event;
 use kubesteer_api::keys::label;
+use serde::Deserialize;
 use tokio::sync::watch;
 
 use super::store::{read, write};
 
+/// A pod as its watch decodes it: the metadata and the conditions' types and states; the rest
+/// of the pod (spec, containers' states) is skipped while decoding.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct WatchedPod {
+    pub metadata: ObjectMeta,
+    #[serde(default)]
+    status: WatchedPodStatus,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+struct WatchedPodStatus {
+    #[serde(default)]
+    conditions: Vec<WatchedPodCondition>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+struct WatchedPodCondition {
+    #[serde(rename = "type")]
+    type_: String,
+    status: String,
+}
+
+impl WatchedPod {
+    /// Whether its Ready condition is True, as the kubelet last reported it.
+    pub fn is_ready(&self) -> bool {
+        self.status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True")
+    }
+}
+
+impl k8s_openapi::Resource for WatchedPod {
+    const API_VERSION: &'static str = <Pod as k8s_openapi::Resource>::API_VERSION;
+    const GROUP: &'static str = <Pod as k8s_openapi::Resource>::GROUP;
+    const KIND: &'static str = <Pod as k8s_openapi::Resource>::KIND;
+    const VERSION: &'static str = <Pod as k8s_openapi::Resource>::VERSION;
+    const URL_PATH_SEGMENT: &'static str = <Pod as k8s_openapi::Resource>::URL_PATH_SEGMENT;
+    type Scope = NamespaceResourceScope;
+}
+
+impl k8s_openapi::Metadata for WatchedPod {
+    type Ty = ObjectMeta;
+
+    fn metadata(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+
+    fn metadata_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+/// A live pod of an instance, as the pods cache lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ListedPod {
+    pub name: String,
+    pub ready: bool,
+    /// Its creation time, in Unix seconds.
+    pub created: Option<i64>,
+}
+
 /// The live pods of one app's instances; cheap to clone (one shared index).
 #[derive(Clone)]
-pub struct PodNames {
+pub struct PodsCache {
     index: Arc<RwLock<Index>>,
     ready: watch::Receiver<bool>,
 }
 
-/// The writing end of a [`PodNames`], for the watch of the app's pods.
-pub struct PodNamesWriter {
+/// The writing end of a [`PodsCache`], for the watch of the app's pods.
+pub struct PodsWriter {
     app: &'static str,
     index: Arc<RwLock<Index>>,
     /// The index of a relist in progress; it replaces the live one when it is done.
@@ -36,14 +102,14 @@ pub struct PodNamesWriter {
 }
 
 /// A pods cache of `app` and its writer.
-pub fn pod_names_cache(app: &'static str) -> (PodNames, PodNamesWriter) {
+pub fn pods_cache(app: &'static str) -> (PodsCache, PodsWriter) {
     let index = Arc::new(RwLock::new(Index::default()));
     let (ready_tx, ready) = watch::channel(false);
-    let reader = PodNames {
+    let reader = PodsCache {
         index: index.clone(),
         ready,
     };
-    let writer = PodNamesWriter {
+    let writer = PodsWriter {
         app,
         index,
         buffer: None,
@@ -52,10 +118,17 @@ pub fn pod_names_cache(app: &'static str) -> (PodNames, PodNamesWriter) {
     (reader, writer)
 }
 
+/// What the index keeps of a live pod.
+#[derive(Clone, Copy)]
+struct Seen {
+    ready: bool,
+    created: Option<i64>,
+}
+
 #[derive(Default)]
 struct Index {
-    /// The names of the live pods, by `namespace/instance`, sorted.
-    names: HashMap<Box<str>, BTreeSet<Box<str>>>,
+    /// The live pods, by `namespace/instance`, by name.
+    pods: HashMap<Box<str>, BTreeMap<Box<str>, Seen>>,
     /// The `namespace/instance` each listed pod is under, by `namespace/name`.
     listed_under: HashMap<Box<str>, Box<str>>,
 }
@@ -67,7 +140,7 @@ fn key(namespace: &str, name: &str) -> Box<str> {
 
 impl Index {
     /// Lists `pod` under its instance when it is a live pod of `app`, in place of where it was.
-    fn apply(&mut self, app: &str, pod: &PartialObjectMeta<Pod>) {
+    fn apply(&mut self, app: &str, pod: &WatchedPod) {
         let Some(pod_key) = pod_key(pod) else { return };
         self.remove(&pod_key);
         let meta = &pod.metadata;
@@ -84,10 +157,14 @@ impl Index {
             return;
         }
         let under = key(ns, instance);
-        self.names
+        let seen = Seen {
+            ready: pod.is_ready(),
+            created: meta.creation_timestamp.as_ref().map(|t| t.0.as_second()),
+        };
+        self.pods
             .entry(under.clone())
             .or_default()
-            .insert(name.into());
+            .insert(name.into(), seen);
         self.listed_under.insert(pod_key, under);
     }
 
@@ -97,27 +174,35 @@ impl Index {
             return;
         };
         let name = pod_key.split_once('/').map_or(pod_key, |(_, n)| n);
-        if let Some(names) = self.names.get_mut(&under) {
-            names.remove(name);
-            if names.is_empty() {
-                self.names.remove(&under);
+        if let Some(pods) = self.pods.get_mut(&under) {
+            pods.remove(name);
+            if pods.is_empty() {
+                self.pods.remove(&under);
             }
         }
     }
 }
 
-fn pod_key(pod: &PartialObjectMeta<Pod>) -> Option<Box<str>> {
+fn pod_key(pod: &WatchedPod) -> Option<Box<str>> {
     let meta = &pod.metadata;
     Some(key(meta.namespace.as_deref()?, meta.name.as_deref()?))
 }
 
-impl PodNames {
-    /// Sorted names of the live (not terminating) pods of instance `instance` in `ns`.
-    pub fn of(&self, ns: &str, instance: &str) -> Vec<String> {
+impl PodsCache {
+    /// The live (not terminating) pods of instance `instance` in `ns`, sorted by name.
+    pub fn of(&self, ns: &str, instance: &str) -> Vec<ListedPod> {
         read(&self.index)
-            .names
+            .pods
             .get(&*key(ns, instance))
-            .map(|names| names.iter().map(|n| n.to_string()).collect())
+            .map(|pods| {
+                pods.iter()
+                    .map(|(name, seen)| ListedPod {
+                        name: name.to_string(),
+                        ready: seen.ready,
+                        created: seen.created,
+                    })
+                    .collect()
+            })
             .unwrap_or_default()
     }
 
@@ -128,9 +213,9 @@ impl PodNames {
     }
 }
 
-impl PodNamesWriter {
+impl PodsWriter {
     /// Applies one watch event, as kube-runtime's writer does.
-    pub fn apply_watcher_event(&mut self, event: &Event<PartialObjectMeta<Pod>>) {
+    pub fn apply_watcher_event(&mut self, event: &Event<WatchedPod>) {
         match event {
             Event::Apply(pod) => write(&self.index).apply(self.app, pod),
             Event::Delete(pod) => {
@@ -145,7 +230,7 @@ impl PodNamesWriter {
                 .apply(self.app, pod),
             Event::InitDone => {
                 let mut buffer = self.buffer.take().unwrap_or_default();
-                buffer.names.shrink_to_fit();
+                buffer.pods.shrink_to_fit();
                 buffer.listed_under.shrink_to_fit();
                 *write(&self.index) = buffer;
                 self.ready.send_replace(true);
@@ -159,7 +244,7 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn pod(ns: &str, name: &str, app: &str, instance: &str) -> PartialObjectMeta<Pod> {
+    fn pod(ns: &str, name: &str, app: &str, instance: &str) -> WatchedPod {
         serde_json::from_value(json!({
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "namespace": ns,
@@ -169,18 +254,23 @@ mod tests {
     }
 
     /// A pod of the Memcached `team/cache`.
-    fn cache_pod(name: &str) -> PartialObjectMeta<Pod> {
+    fn cache_pod(name: &str) -> WatchedPod {
         pod("team", name, "memcached", "cache")
     }
 
-    fn deleting(mut p: PartialObjectMeta<Pod>) -> PartialObjectMeta<Pod> {
+    /// The names `cache` lists under `ns/instance`.
+    fn names(cache: &PodsCache, ns: &str, instance: &str) -> Vec<String> {
+        cache.of(ns, instance).into_iter().map(|p| p.name).collect()
+    }
+
+    fn deleting(mut p: WatchedPod) -> WatchedPod {
         p.metadata.deletion_timestamp = Some(crate::reconcilers::time(chrono::Utc::now()));
         p
     }
 
     #[test]
     fn pods_are_named_by_instance_and_namespace_and_only_the_apps_live_ones() {
-        let (names, mut w) = pod_names_cache("memcached");
+        let (cache, mut w) = pods_cache("memcached");
         for p in [
             cache_pod("cache-b"),
             cache_pod("cache-a"),
@@ -191,49 +281,80 @@ mod tests {
         ] {
             w.apply_watcher_event(&Event::Apply(p));
         }
-        assert_eq!(names.of("team", "cache"), ["cache-a", "cache-b"]);
-        assert_eq!(names.of("team", "other"), ["other-x"]);
-        assert_eq!(names.of("elsewhere", "cache"), ["cache-z"]);
-        assert!(names.of("team", "nothing").is_empty());
+        assert_eq!(names(&cache, "team", "cache"), ["cache-a", "cache-b"]);
+        assert_eq!(names(&cache, "team", "other"), ["other-x"]);
+        assert_eq!(names(&cache, "elsewhere", "cache"), ["cache-z"]);
+        assert!(names(&cache, "team", "nothing").is_empty());
     }
 
     #[test]
     fn a_pod_that_terminates_is_relabelled_or_goes_leaves_its_list() {
-        let (names, mut w) = pod_names_cache("memcached");
+        let (cache, mut w) = pods_cache("memcached");
         for n in ["cache-a", "cache-b", "cache-c"] {
             w.apply_watcher_event(&Event::Apply(cache_pod(n)));
         }
         w.apply_watcher_event(&Event::Apply(deleting(cache_pod("cache-a"))));
         // Taken out of the instance by its label (a pod kept for debugging): listed elsewhere.
         w.apply_watcher_event(&Event::Apply(pod("team", "cache-b", "memcached", "debug")));
-        assert_eq!(names.of("team", "cache"), ["cache-c"]);
-        assert_eq!(names.of("team", "debug"), ["cache-b"]);
+        assert_eq!(names(&cache, "team", "cache"), ["cache-c"]);
+        assert_eq!(names(&cache, "team", "debug"), ["cache-b"]);
         w.apply_watcher_event(&Event::Delete(cache_pod("cache-c")));
         w.apply_watcher_event(&Event::Delete(pod("team", "cache-b", "memcached", "debug")));
-        assert!(names.of("team", "cache").is_empty() && names.of("team", "debug").is_empty());
-        let index = read(&names.index);
-        assert!(index.names.is_empty() && index.listed_under.is_empty());
+        assert!(
+            names(&cache, "team", "cache").is_empty() && names(&cache, "team", "debug").is_empty()
+        );
+        let index = read(&cache.index);
+        assert!(index.pods.is_empty() && index.listed_under.is_empty());
     }
 
     #[tokio::test]
     async fn a_relist_replaces_the_index_when_it_is_done_and_the_first_makes_it_ready() {
-        let (names, mut w) = pod_names_cache("memcached");
-        let mut ready = Box::pin(names.wait_until_ready());
+        let (cache, mut w) = pods_cache("memcached");
+        let mut ready = Box::pin(cache.wait_until_ready());
         w.apply_watcher_event(&Event::Init);
         w.apply_watcher_event(&Event::InitApply(cache_pod("cache-a")));
         assert!(
-            names.of("team", "cache").is_empty(),
+            names(&cache, "team", "cache").is_empty(),
             "not before the list is done"
         );
         assert!(futures::poll!(&mut ready).is_pending());
         w.apply_watcher_event(&Event::InitDone);
         assert!(ready.await.is_ok());
-        assert_eq!(names.of("team", "cache"), ["cache-a"]);
+        assert_eq!(names(&cache, "team", "cache"), ["cache-a"]);
         // A relist that no longer finds cache-a drops it; cache-b is new.
         w.apply_watcher_event(&Event::Init);
         w.apply_watcher_event(&Event::InitApply(cache_pod("cache-b")));
-        assert_eq!(names.of("team", "cache"), ["cache-a"]);
+        assert_eq!(names(&cache, "team", "cache"), ["cache-a"]);
         w.apply_watcher_event(&Event::InitDone);
-        assert_eq!(names.of("team", "cache"), ["cache-b"]);
+        assert_eq!(names(&cache, "team", "cache"), ["cache-b"]);
+    }
+
+    #[test]
+    fn a_pod_is_listed_with_its_readiness_and_creation_time_as_its_last_event_has_them() {
+        let (cache, mut w) = pods_cache("memcached");
+        let mut p: WatchedPod = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "cache-a", "namespace": "team",
+                "creationTimestamp": "2026-11-29T10:00:00Z",
+                "labels": {label::NAME: "memcached", label::INSTANCE: "cache"}},
+            "spec": {"containers": [{"name": "memcached", "image": "memcached"}]},
+            "status": {"phase": "Running", "conditions": [
+                {"type": "PodScheduled", "status": "True"},
+                {"type": "Ready", "status": "False"}]}
+        }))
+        .unwrap();
+        w.apply_watcher_event(&Event::Apply(p.clone()));
+        let created = Some(1_795_946_400);
+        let listed = |ready| {
+            vec![ListedPod {
+                name: "cache-a".into(),
+                ready,
+                created,
+            }]
+        };
+        assert_eq!(cache.of("team", "cache"), listed(false));
+        p.status.conditions[1].status = "True".into();
+        w.apply_watcher_event(&Event::Apply(p));
+        assert_eq!(cache.of("team", "cache"), listed(true));
     }
 }

@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::{Container, ContainerPort, Service, ServiceSpec}
 use kube::{Resource, ResourceExt};
 use kubesteer_api::{Memcached, MemcachedStatus};
 
-use crate::children::{self, child_meta};
+use crate::children::{self, child_meta, ListedPod};
 use crate::reconcilers::{previous_conditions, time, Observed, Owner, Rollout};
 use crate::Result;
 
@@ -41,7 +41,7 @@ impl Owner for Memcached {
     }
 
     fn status_from(&self, children: &Observed<'_>, now: DateTime<Utc>) -> MemcachedStatus {
-        status(self, children.deployment, children.pods.clone(), now)
+        status(self, children.deployment, &children.pods, now)
     }
 
     fn only_pod_names_differ(old: &MemcachedStatus, new: &MemcachedStatus) -> bool {
@@ -101,22 +101,23 @@ pub fn service(mc: &Memcached) -> Result<Service> {
     children::service(KIND, mc, APP, mc.spec.port(), PORT_NAME, headless)
 }
 
-/// The status a Memcached reports, from its Deployment and the names of its live pods.
+/// The status a Memcached reports, from its Deployment and its live pods.
 pub fn status(
     mc: &Memcached,
     deployment: &Deployment,
-    mut nodes: Vec<String>,
+    pods: &[ListedPod],
     now: chrono::DateTime<chrono::Utc>,
 ) -> MemcachedStatus {
     let now = time(now);
     let generation = mc.meta().generation;
     let previous = previous_conditions(mc);
     let size = mc.spec.size();
-    let rollout = Rollout::of(deployment, size);
+    let rollout = Rollout::of(deployment, size).with_pods(deployment, pods);
     let ready = rollout.ready;
 
     let conditions = rollout.conditions(deployment, generation, now, previous);
 
+    let mut nodes: Vec<String> = pods.iter().map(|p| p.name.clone()).collect();
     nodes.sort();
     MemcachedStatus {
         nodes,
@@ -260,6 +261,16 @@ mod tests {
         })
     }
 
+    /// Pods named `names`, as the pods cache lists them when their status is not known.
+    fn listed(names: &[&str]) -> Vec<ListedPod> {
+        let pod = |n: &&str| ListedPod {
+            name: n.to_string(),
+            ready: false,
+            created: None,
+        };
+        names.iter().map(pod).collect()
+    }
+
     fn cached_pod(name: &str) -> serde_json::Value {
         json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "team",
             "labels": {"app.kubernetes.io/name": "memcached", "app.kubernetes.io/instance": "cache"}}})
@@ -319,7 +330,7 @@ mod tests {
         let first = status(
             &mc,
             &created,
-            vec![],
+            &[],
             ctx.clock.now() + chrono::TimeDelta::seconds(5),
         );
         let check_first = first.clone();
@@ -407,12 +418,7 @@ mod tests {
         let caches = world(&mc, deployment_status, pods);
         let clock = fixtures::FixedClock::usual();
         let d: Deployment = serde_json::from_value(applied_deployment(&mc, json!({}))).unwrap();
-        mc.status = Some(status(
-            &mc,
-            &d,
-            vec![],
-            fixtures::at("2025-03-03T11:59:00Z"),
-        ));
+        mc.status = Some(status(&mc, &d, &[], fixtures::at("2025-03-03T11:59:00Z")));
         let (ctx, verifier) = fixtures::context_on(clock.clone(), caches);
         // Only the write after the grace: the earlier reconciles send nothing.
         let scenario = verifier.run(vec![Call::patch(STATUS)
@@ -459,8 +465,8 @@ mod tests {
         let mc = memcached(json!({"size": 2}));
         let d: Deployment = serde_json::from_value(applied_deployment(&mc, json!({}))).unwrap();
         let at = fixtures::at(fixtures::USUAL);
-        let old = status(&mc, &d, vec!["cache-a".into()], at);
-        let renamed = status(&mc, &d, vec!["cache-b".into()], at);
+        let old = status(&mc, &d, &listed(&["cache-a"]), at);
+        let renamed = status(&mc, &d, &listed(&["cache-b"]), at);
         assert!(Memcached::only_pod_names_differ(&old, &renamed));
         assert!(!Memcached::only_pod_names_differ(&old, &old));
         let mut counted = renamed.clone();
@@ -472,7 +478,7 @@ mod tests {
     async fn once_ready_a_replaced_pod_is_written_at_once() {
         let mut mc = memcached(json!({"size": 2}));
         let ready: Deployment = serde_json::from_value(applied_deployment(&mc, READY())).unwrap();
-        let two = vec!["cache-a".into(), "cache-b".into()];
+        let two = &listed(&["cache-a", "cache-b"]);
         mc.status = Some(status(
             &mc,
             &ready,
@@ -499,7 +505,7 @@ mod tests {
         was_ready.status = Some(status(
             &mc,
             &ready,
-            vec!["cache-a".into(), "cache-b".into()],
+            &listed(&["cache-a", "cache-b"]),
             fixtures::at("2025-03-03T11:00:00Z"),
         ));
         for (mc, deployment, ready_now) in [
@@ -565,7 +571,7 @@ mod tests {
         settled.status = Some(status(
             &settled,
             &d,
-            vec!["cache-a".into(), "cache-b".into()],
+            &listed(&["cache-a", "cache-b"]),
             ctx.clock.now(),
         ));
         let scenario = verifier.run(vec![]);
@@ -725,7 +731,7 @@ mod tests {
         settled.status = Some(status(
             &settled,
             &d,
-            vec!["cache-a".into(), "cache-b".into()],
+            &listed(&["cache-a", "cache-b"]),
             ctx.clock.now(),
         ));
         let settled = Arc::new(settled);
@@ -916,7 +922,7 @@ mod tests {
         let t0 = chrono::DateTime::parse_from_rfc3339("2025-01-01T00:00:00Z")
             .unwrap()
             .to_utc();
-        let first = status(&mc, &stalled, vec![], t0);
+        let first = status(&mc, &stalled, &[], t0);
         let degraded = first
             .conditions
             .iter()
@@ -925,7 +931,7 @@ mod tests {
         assert_eq!(degraded.status, "True");
         assert_eq!(degraded.message, "too slow");
         mc.status = Some(first.clone());
-        let later = status(&mc, &stalled, vec![], t0 + chrono::TimeDelta::minutes(5));
+        let later = status(&mc, &stalled, &[], t0 + chrono::TimeDelta::minutes(5));
         assert_eq!(
             later, first,
             "lastTransitionTime must stay while nothing changes"

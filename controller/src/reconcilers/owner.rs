@@ -22,7 +22,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::children::{
-    self, namespace_and_name, write_params, Children, Ensured, NameConflict, Packed,
+    self, namespace_and_name, write_params, Children, Ensured, ListedPod, NameConflict, Packed,
 };
 use crate::{Context, Error, Result};
 use kubesteer_api::keys::condition::{AVAILABLE, DEGRADED, PROGRESSING, READY};
@@ -127,8 +127,8 @@ pub struct Observed<'a> {
     pub service: &'a Service,
     /// Its Ingress, when it wants one.
     pub ingress: Option<&'a Ingress>,
-    /// Sorted names of its live pods, if it [names them](Owner::NAMES_PODS).
-    pub pods: Vec<String>,
+    /// Its live pods, sorted by name, if it [names them](Owner::NAMES_PODS).
+    pub pods: Vec<ListedPod>,
 }
 
 /// The controller's reconcile function of an owner kind.
@@ -353,6 +353,45 @@ impl Rollout {
         }
     }
 
+    /// The rollout as its pods show it, when that is ahead of the Deployment's status.
+    ///
+    /// A pod's readiness reaches the Deployment's status only through the controller-manager:
+    /// its ReplicaSet controller counts it, then its Deployment controller, each from a queue
+    /// of its own, which falls tens of seconds behind when many Deployments roll out at once.
+    /// The pods themselves say it first. They are counted only when every pod of the
+    /// Deployment is known to be of its current template: while it has never changed since it
+    /// was created (generation 1), or once its controller has seen its current spec and found
+    /// only pods of the current template, as many as wanted. And only pods created since the
+    /// Deployment count, so a lingering pod of a same-named one before it never does. Then the
+    /// rollout is done when exactly `wanted` pods are live and all of them are ready; otherwise
+    /// the Deployment's status stands, so this is never behind it.
+    pub fn with_pods(mut self, deployment: &Deployment, pods: &[ListedPod]) -> Self {
+        let meta = &deployment.metadata;
+        let generation = meta.generation.unwrap_or(0);
+        let rolled_to_current = deployment.status.as_ref().is_some_and(|s| {
+            s.observed_generation == Some(generation)
+                && s.updated_replicas == Some(self.wanted)
+                && s.replicas == Some(self.wanted)
+        });
+        let current = deployment.spec.as_ref().and_then(|s| s.replicas) == Some(self.wanted)
+            && (generation == 1 || rolled_to_current);
+        let Some(born) = meta.creation_timestamp.as_ref().map(|t| t.0.as_second()) else {
+            return self;
+        };
+        if !current {
+            return self;
+        }
+        let ready = pods
+            .iter()
+            .filter(|p| p.ready && p.created.is_some_and(|c| c >= born))
+            .count();
+        let ready = i32::try_from(ready).unwrap_or(i32::MAX);
+        let all = usize::try_from(self.wanted).is_ok_and(|w| w == pods.len());
+        self.done |= all && ready == self.wanted;
+        self.ready = self.ready.max(ready);
+        self
+    }
+
     /// "2/3 pods ready".
     pub fn message(&self) -> String {
         format!("{}/{} pods ready", self.ready, self.wanted)
@@ -376,8 +415,10 @@ impl Rollout {
             .or(progressing.filter(|_| deadline_exceeded))
             .and_then(|c| c.message.clone())
             .unwrap_or_default();
-        let available =
-            deployment_condition(deployment, "Available").is_some_and(|a| a.status == "True");
+        // Every wanted pod ready is the minimum available, whether or not the Deployment's
+        // status says so yet (see `with_pods`).
+        let available = self.done
+            || deployment_condition(deployment, "Available").is_some_and(|a| a.status == "True");
         let c = |type_: &str, ok: bool, reason: &str, message: String| {
             condition(
                 type_,
@@ -586,4 +627,103 @@ where
             .await;
     }
     Ok(Action::requeue(NAME_CONFLICT_REQUEUE))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// Unix seconds of 2026-11-29T10:00:00Z, when the Deployments below were created.
+    const BORN: i64 = 1_795_946_400;
+
+    /// A Deployment of `replicas` at `generation`, created at `BORN`, with `status`.
+    fn deployment(generation: i64, replicas: i32, status: serde_json::Value) -> Deployment {
+        serde_json::from_value(json!({
+            "metadata": {"name": "cache", "namespace": "team", "generation": generation,
+                "creationTimestamp": "2026-11-29T10:00:00Z"},
+            "spec": {"replicas": replicas, "selector": {}, "template": {}},
+            "status": status,
+        }))
+        .unwrap()
+    }
+
+    /// A pod `name`, ready or not, created `after` seconds after `BORN`.
+    fn pod(name: &str, ready: bool, after: i64) -> ListedPod {
+        ListedPod {
+            name: name.into(),
+            ready,
+            created: Some(BORN + after),
+        }
+    }
+
+    fn state(r: &Rollout) -> (i32, bool) {
+        (r.ready, r.done)
+    }
+
+    #[test]
+    fn a_new_deployments_ready_pods_finish_its_rollout_before_its_status_says_so() {
+        // The controller-manager has not counted the pod yet: no status at all.
+        let d = deployment(1, 2, json!({}));
+        let rollout = |pods: &[ListedPod]| Rollout::of(&d, 2).with_pods(&d, pods);
+        assert_eq!(state(&Rollout::of(&d, 2)), (0, false));
+        let both = [pod("cache-a", true, 1), pod("cache-b", true, 0)];
+        assert_eq!(state(&rollout(&both)), (2, true));
+        let conditions = rollout(&both).conditions(&d, Some(1), Time(Default::default()), &[]);
+        let is_true = |t: &str| {
+            conditions
+                .iter()
+                .any(|c| c.type_ == t && c.status == "True")
+        };
+        assert!(is_true(READY) && is_true(AVAILABLE) && !is_true(PROGRESSING));
+        // One not ready yet; one too many (a pod of a rollout it has no status of yet).
+        let one = [pod("cache-a", true, 1), pod("cache-b", false, 1)];
+        assert_eq!(state(&rollout(&one)), (1, false));
+        let three = [
+            pod("cache-a", true, 1),
+            pod("cache-b", true, 1),
+            pod("x", true, 1),
+        ];
+        assert!(!rollout(&three).done);
+        // A pod from before the Deployment (of a same-named one deleted) never counts.
+        let lingering = [pod("cache-a", true, 1), pod("cache-old", true, -30)];
+        assert_eq!(state(&rollout(&lingering)), (1, false));
+    }
+
+    #[test]
+    fn a_changed_deployments_pods_count_only_once_its_controller_has_rolled_them_all() {
+        let ready = [pod("cache-a", true, 60), pod("cache-b", true, 60)];
+        // Changed since (generation 2): its pods may still be of the old template.
+        for status in [
+            json!({}),
+            json!({"observedGeneration": 1, "replicas": 2, "updatedReplicas": 2}),
+            json!({"observedGeneration": 2, "replicas": 3, "updatedReplicas": 1}),
+        ] {
+            let d = deployment(2, 2, status);
+            assert_eq!(state(&Rollout::of(&d, 2).with_pods(&d, &ready)), (0, false));
+        }
+        // Rolled to the current template, the pods not counted ready yet.
+        let d = deployment(
+            2,
+            2,
+            json!({"observedGeneration": 2, "replicas": 2, "updatedReplicas": 2}),
+        );
+        assert_eq!(state(&Rollout::of(&d, 2).with_pods(&d, &ready)), (2, true));
+        // A Deployment of another size than wanted (an apply of the new size to come).
+        let d = deployment(1, 3, json!({}));
+        assert_eq!(state(&Rollout::of(&d, 2).with_pods(&d, &ready)), (0, false));
+    }
+
+    #[test]
+    fn pods_never_put_a_rollout_behind_its_deployments_status() {
+        let d = deployment(
+            1,
+            1,
+            json!({"observedGeneration": 1, "replicas": 1, "updatedReplicas": 1,
+                "readyReplicas": 1}),
+        );
+        // The pod's ready event not seen yet: the status stands.
+        let rollout = Rollout::of(&d, 1).with_pods(&d, &[pod("cache-a", false, 1)]);
+        assert_eq!(state(&rollout), (1, true));
+    }
 }
