@@ -331,7 +331,9 @@ def per(counts, n):
     return {k: round(v / n, 3) for k, v in (counts or {}).items()} if n else None
 def subject(name):
     runs = [load(f"{name}-{r}") for r in range(1, repeats + 1)]
-    section = {"converged_s": med([x["converged_s"] for x in runs]), "runs_converged_s": [x["converged_s"] for x in runs]}
+    section = {"converged_s": med([x["converged_s"] for x in runs]), "runs_converged_s": [x["converged_s"] for x in runs],
+               "pods_ready_s": med([x.get("pods_ready_s") for x in runs]),
+               "runs_pods_ready_s": [x.get("pods_ready_s") for x in runs]}
     if name not in ("ceiling", "owned", "writes"):
         procs = [load(f"{name}-{r}-process") for r in range(1, repeats + 1)]
         reqs = [load(f"{name}-{r}-requests") for r in range(1, repeats + 1)]
@@ -383,6 +385,8 @@ out = {
         "go_tutorial_to_kubesteer_time": ratio(get("go-tutorial", "converged_s"), get("kubesteer", "converged_s")),
         "fastest_go_to_kubesteer_time": ratio(min(go_times) if go_times else None, get("kubesteer", "converged_s")),
         "kubesteer_to_ceiling_time": ratio(get("kubesteer", "converged_s"), get("ceiling", "converged_s")),
+        "kubesteer_to_ceiling_pods_ready_time": ratio(get("kubesteer", "converged_s"), get("ceiling", "pods_ready_s")),
+        "go_tutorial_to_ceiling_pods_ready_time": ratio(get("go-tutorial", "converged_s"), get("ceiling", "pods_ready_s")),
         "go_tuned_to_ceiling_time": ratio(get("go-tuned", "converged_s"), get("ceiling", "converged_s")),
         "go_tutorial_to_ceiling_time": ratio(get("go-tutorial", "converged_s"), get("ceiling", "converged_s")),
         "owned_to_ceiling_time": ratio(get("owned", "converged_s"), get("ceiling", "converged_s")),
@@ -404,7 +408,10 @@ out = {
                   "out, with no controller running; writes: as owned, plus each Memcached's first status (a JSON "
                   "patch) and Created event as kubesteer writes them, and its Ready status written as soon as the "
                   "client's one Deployment watch sees the Deployment rolled out, until every Ready status is "
-                  "written: kubesteer's writes with no controller); requests_per_memcached: the "
+                  "written: kubesteer's writes with no controller); pods_ready_s: from the same first create "
+                  "until the client's pod watch has seen every pod Ready, whoever reports it (every subject "
+                  "runs that watch); *_to_ceiling_pods_ready_time: against the ceiling's pods_ready_s, the "
+                  "line for a status that follows the pods; requests_per_memcached: the "
                   "controller's non-watch requests in that window (apiserver audit log) per Memcached, "
                   "writes_per_memcached those of them that are not get, list or watch, "
                   "requests_by_verb_resource and requests_per_memcached_by_verb_resource those of the first run "
@@ -412,11 +419,11 @@ out = {
                   "from the first annotation patch until the quiet period after the last, per Memcached (an "
                   "annotation does not change metadata.generation: 0 is ideal), resync_by_verb_resource those "
                   "of the first run; fastest_go_to_kubesteer_time: the faster of go-tuned and go-tutorial by "
-                  "median; ratios above 1 favour kubesteer, except *_to_ceiling_time, *_to_owned_time and *_to_writes_time (1 is that line); "
+                  "median; ratios above 1 favour kubesteer, except *_to_ceiling_time, *_to_ceiling_pods_ready_time, *_to_owned_time and *_to_writes_time (1 is that line); "
                   "a ratio is null when a subject was not run",
 }
 json.dump(out, open("bench/results/controller-peers.json", "w"), indent=2)
-keys = ("converged_s", "requests_per_memcached", "writes_per_memcached", "requests_per_resync")
+keys = ("converged_s", "pods_ready_s", "requests_per_memcached", "writes_per_memcached", "requests_per_resync")
 print(json.dumps({"ratios": out["ratios"], **{k: {kk: v.get(kk) for kk in keys} for k, v in s.items()}}, indent=2))
 PY
   log "results in bench/results/controller-peers.json"

@@ -25,7 +25,7 @@ use chrono::{DateTime, DurationRound, TimeDelta, Timelike, Utc};
 use clap::{Parser, Subcommand, ValueEnum};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
-use k8s_openapi::api::core::v1::{Container, Namespace, PodSpec, PodTemplateSpec, Service};
+use k8s_openapi::api::core::v1::{Container, Namespace, Pod, PodSpec, PodTemplateSpec, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::watcher::{self, Event};
@@ -688,6 +688,12 @@ fn has_ready_condition(
         .any(|c| c.type_ == "Ready" && c.status == "True")
 }
 
+/// A pod whose Ready condition is True.
+fn pod_ready(p: &Pod) -> bool {
+    let conditions = p.status.as_ref().and_then(|s| s.conditions.as_ref());
+    conditions.is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
 /// A Deployment rolled out with every pod Ready, as the controller's Ready condition reads it.
 fn rolled_out(d: &Deployment) -> bool {
     let want = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
@@ -868,6 +874,14 @@ async fn converge(
             .await?
         }
     };
+    // Every subject's pods, seen Ready by the same watch: when the last one was, whoever reports
+    // it (the Memcached's status, a Deployment's roll-up).
+    let pods_watched = spread.clone();
+    let pod_count = count * usize::try_from(size.max(0))?;
+    let pods = watch_until(spread.api::<Pod>(&client), pod_count, move |p: &Pod| {
+        pods_watched.holds(p.namespace().as_deref()) && pod_ready(p)
+    })
+    .await?;
     log(format!(
         "{mode:?}: creating {count} in {} namespace(s) from {} (size {size}, concurrency {concurrency})",
         spread.names.len(),
@@ -965,6 +979,12 @@ async fn converge(
         done.len(),
         converged.as_secs_f64()
     ));
+    // The pods were Ready before whatever reports them, so their watch is done or about to be.
+    let pods = match tokio::time::timeout(Duration::from_secs(60), pods).await {
+        Ok(pods) => pods?,
+        Err(_) => bail!("{mode:?}: converged, but not every pod was seen Ready within 60 s more"),
+    };
+    let pods_ready = pods.values().max().map(|t| *t - start).unwrap_or_default();
     // Counts of what exists, as a check that both sides built the same.
     let deployments = spread.count::<Deployment>(&client).await?;
     let services = spread.count::<Service>(&client).await?;
@@ -986,6 +1006,8 @@ async fn converge(
         "creates_accepted_s": secs(created),
         "converged_s": secs(converged),
         "converged_progress": progress(start, &done),
+        "pods_ready_s": secs(pods_ready),
+        "pods_ready_progress": progress(start, &pods),
         "deployments": deployments,
         "services": services,
     }))
