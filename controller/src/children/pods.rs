@@ -10,7 +10,7 @@
 //! instance it is listed under. A reconcile reads one entry. Reads and writes behave as
 //! kube-runtime's store does: a relist fills a buffer that replaces the whole index when it is
 //! done, and the cache counts as ready after its first full list.
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
 use k8s_openapi::api::core::v1::Pod;
@@ -127,8 +127,9 @@ struct Seen {
 
 #[derive(Default)]
 struct Index {
-    /// The live pods, by `namespace/instance`, by name.
-    pods: HashMap<Box<str>, BTreeMap<Box<str>, Seen>>,
+    /// The live pods, by `namespace/instance`, sorted by name: a list, not a map, as most
+    /// instances have one pod or a few, and a B-tree's node holds room for eleven.
+    pods: HashMap<Box<str>, Vec<(Box<str>, Seen)>>,
     /// The `namespace/instance` each listed pod is under, by `namespace/name`.
     listed_under: HashMap<Box<str>, Box<str>>,
 }
@@ -161,10 +162,14 @@ impl Index {
             ready: pod.is_ready(),
             created: meta.creation_timestamp.as_ref().map(|t| t.0.as_second()),
         };
-        self.pods
+        let list = self
+            .pods
             .entry(under.clone())
-            .or_default()
-            .insert(name.into(), seen);
+            .or_insert_with(|| Vec::with_capacity(1));
+        match list.binary_search_by(|(n, _)| (**n).cmp(name)) {
+            Ok(i) => list[i].1 = seen,
+            Err(i) => list.insert(i, (name.into(), seen)),
+        }
         self.listed_under.insert(pod_key, under);
     }
 
@@ -175,7 +180,9 @@ impl Index {
         };
         let name = pod_key.split_once('/').map_or(pod_key, |(_, n)| n);
         if let Some(pods) = self.pods.get_mut(&under) {
-            pods.remove(name);
+            if let Ok(i) = pods.binary_search_by(|(n, _)| (**n).cmp(name)) {
+                pods.remove(i);
+            }
             if pods.is_empty() {
                 self.pods.remove(&under);
             }

@@ -375,12 +375,10 @@ impl Rollout {
         });
         let current = deployment.spec.as_ref().and_then(|s| s.replicas) == Some(self.wanted)
             && (generation == 1 || rolled_to_current);
-        let Some(born) = meta.creation_timestamp.as_ref().map(|t| t.0.as_second()) else {
+        let born = meta.creation_timestamp.as_ref().map(|t| t.0.as_second());
+        let (true, Some(born)) = (current, born) else {
             return self;
         };
-        if !current {
-            return self;
-        }
         let ready = pods
             .iter()
             .filter(|p| p.ready && p.created.is_some_and(|c| c >= born))
