@@ -16,3 +16,15 @@ kcm_pid() { # cluster
 reconciles_total() { # port
   curl -sf "http://127.0.0.1:$1/metrics" | awk '/^kubesteer_reconciles_total/ {s += $2} END {print s + 0}'
 }
+# The CPU seconds so far of each process of benchmark cluster $1's control plane (etcd,
+# kube-apiserver, kube-controller-manager, kube-scheduler, kwok-controller), as `name seconds`
+# lines, and the machine's idle seconds (all cores) as `idle seconds`.
+plane_cpu() { # cluster
+  local pid hz
+  hz=$(getconf CLK_TCK)
+  for pid in $(pgrep -f "/clusters/$1/bin/"); do
+    awk -v hz="$hz" -v name="$(basename "$(readlink "/proc/$pid/exe")")" \
+      '{ sub(/^.*\) /, ""); print name, ($12 + $13) / hz }' "/proc/$pid/stat"
+  done
+  awk -v hz="$hz" '/^cpu / { print "idle", ($5 + $6) / hz }' /proc/stat
+}

@@ -265,8 +265,10 @@ converge_with() { # name run controller-command...
   fresh_cluster
   start_controller "$work/$name-$r.log" "$@"
   profile_start "$name" "$r"
+  plane_cpu "$KUBESTEER_CLUSTER" >"$work/$name-$r-plane-before.txt"
   "${bench[@]}" converge --mode controller --namespace memcached --count "$count" --size 1 \
     --concurrency "$concurrency" >"$work/$name-$r.json"
+  plane_cpu "$KUBESTEER_CLUSTER" >"$work/$name-$r-plane-after.txt"
   profile_end
   process "$work/$name-$r-process.json"
   sleep 5 # the last requests reach the audit log
@@ -301,8 +303,10 @@ if [ "$subject" = peers ]; then
           log "run $r/$repeats: $name (${plain_lines[$name]}, plain client)"
           fresh_cluster
           profile_start "$name" "$r"
+          plane_cpu "$KUBESTEER_CLUSTER" >"$work/$name-$r-plane-before.txt"
           "${bench[@]}" converge --mode "$name" --namespace "$name" --count "$count" --size 1 \
             --concurrency "$concurrency" >"$work/$name-$r.json"
+          plane_cpu "$KUBESTEER_CLUSTER" >"$work/$name-$r-plane-after.txt"
           profile_end
           ;;
         kubesteer) converge_with kubesteer "$r" ;;
@@ -329,11 +333,36 @@ def writes(q):
     return sum(n for k, n in (q.get("by_verb_resource") or {}).items() if k.split(" ", 1)[0] not in READS)
 def per(counts, n):
     return {k: round(v / n, 3) for k, v in (counts or {}).items()} if n else None
+def plane(name, r):
+    # The control plane's CPU seconds over one run's convergence, by process, and the machine's
+    # busy share (1 - idle over every core's time); None for a run from before plane_cpu.
+    def read(when):
+        try:
+            lines = open(os.path.join(work, f"{name}-{r}-plane-{when}.txt")).read().split("\n")
+        except FileNotFoundError:
+            return None
+        return {k: float(v) for k, v in (l.split() for l in lines if l.strip())}
+    before, after = read("before"), read("after")
+    if not before or not after:
+        return None
+    cpu = {k: round(after[k] - before[k], 2) for k in after if k in before and k != "idle"}
+    span = load(f"{name}-{r}")["converged_s"] * (os.cpu_count() or 1)
+    return {"cpu_s": round(sum(cpu.values()), 2), "by_process": cpu,
+            "machine_busy": round(1 - (after["idle"] - before["idle"]) / span, 3) if span else None}
 def subject(name):
     runs = [load(f"{name}-{r}") for r in range(1, repeats + 1)]
+    planes = [plane(name, r) for r in range(1, repeats + 1)]
     section = {"converged_s": med([x["converged_s"] for x in runs]), "runs_converged_s": [x["converged_s"] for x in runs],
                "pods_ready_s": med([x.get("pods_ready_s") for x in runs]),
                "runs_pods_ready_s": [x.get("pods_ready_s") for x in runs]}
+    if all(planes):
+        section.update({
+            "control_plane_cpu_s": med([p["cpu_s"] for p in planes]),
+            "runs_control_plane_cpu_s": [p["cpu_s"] for p in planes],
+            "control_plane_cpu_s_by_process": {k: med([p["by_process"].get(k) for p in planes])
+                                               for k in sorted(planes[0]["by_process"])},
+            "machine_busy": med([p["machine_busy"] for p in planes]),
+        })
     if name not in ("ceiling", "owned", "writes"):
         procs = [load(f"{name}-{r}-process") for r in range(1, repeats + 1)]
         reqs = [load(f"{name}-{r}-requests") for r in range(1, repeats + 1)]
@@ -401,6 +430,12 @@ out = {
         "go_tutorial_to_kubesteer_peak_rss": ratio(get("go-tutorial", "peak_rss_mib"), get("kubesteer", "peak_rss_mib")),
         "go_tuned_to_kubesteer_requests": ratio(get("go-tuned", "requests_per_memcached"), get("kubesteer", "requests_per_memcached")),
         "go_tutorial_to_kubesteer_requests": ratio(get("go-tutorial", "requests_per_memcached"), get("kubesteer", "requests_per_memcached")),
+        "kubesteer_to_ceiling_pods_ready": ratio(get("kubesteer", "pods_ready_s"), get("ceiling", "pods_ready_s")),
+        "owned_to_ceiling_pods_ready": ratio(get("owned", "pods_ready_s"), get("ceiling", "pods_ready_s")),
+        "go_tutorial_to_kubesteer_pods_ready": ratio(get("go-tutorial", "pods_ready_s"), get("kubesteer", "pods_ready_s")),
+        "go_tutorial_to_kubesteer_control_plane_cpu": ratio(get("go-tutorial", "control_plane_cpu_s"), get("kubesteer", "control_plane_cpu_s")),
+        "kubesteer_to_ceiling_control_plane_cpu": ratio(get("kubesteer", "control_plane_cpu_s"), get("ceiling", "control_plane_cpu_s")),
+        "owned_to_ceiling_control_plane_cpu": ratio(get("owned", "control_plane_cpu_s"), get("ceiling", "control_plane_cpu_s")),
     },
     "definition": "converged_s: from the first Memcached create until every Memcached has Ready=True (ceiling: "
                   "until every directly created Deployment has rolled out; owned: each Memcached created, then its "
@@ -411,7 +446,11 @@ out = {
                   "written: kubesteer's writes with no controller); pods_ready_s: from the same first create "
                   "until the client's pod watch has seen every pod Ready, whoever reports it (every subject "
                   "runs that watch); *_to_ceiling_pods_ready_time: against the ceiling's pods_ready_s, the "
-                  "line for a status that follows the pods; requests_per_memcached: the "
+                  "line for a status that follows the pods; *_pods_ready: pods_ready_s against pods_ready_s; "
+                  "control_plane_cpu_s: the CPU time the cluster's etcd, kube-apiserver, kube-controller-manager, "
+                  "kube-scheduler and kwok spent from the first create until converged (from /proc, median of the "
+                  "runs; by process in control_plane_cpu_s_by_process), machine_busy: the share of every core's "
+                  "time that was not idle in that window, whoever used it; requests_per_memcached: the "
                   "controller's non-watch requests in that window (apiserver audit log) per Memcached, "
                   "writes_per_memcached those of them that are not get, list or watch, "
                   "requests_by_verb_resource and requests_per_memcached_by_verb_resource those of the first run "
@@ -419,11 +458,11 @@ out = {
                   "from the first annotation patch until the quiet period after the last, per Memcached (an "
                   "annotation does not change metadata.generation: 0 is ideal), resync_by_verb_resource those "
                   "of the first run; fastest_go_to_kubesteer_time: the faster of go-tuned and go-tutorial by "
-                  "median; ratios above 1 favour kubesteer, except *_to_ceiling_time, *_to_ceiling_pods_ready_time, *_to_owned_time and *_to_writes_time (1 is that line); "
+                  "median; ratios above 1 favour kubesteer, except *_to_ceiling_*, *_to_owned_time and *_to_writes_time (1 is that line); "
                   "a ratio is null when a subject was not run",
 }
 json.dump(out, open("bench/results/controller-peers.json", "w"), indent=2)
-keys = ("converged_s", "pods_ready_s", "requests_per_memcached", "writes_per_memcached", "requests_per_resync")
+keys = ("converged_s", "pods_ready_s", "control_plane_cpu_s", "machine_busy", "requests_per_memcached", "writes_per_memcached", "requests_per_resync")
 print(json.dumps({"ratios": out["ratios"], **{k: {kk: v.get(kk) for kk in keys} for k, v in s.items()}}, indent=2))
 PY
   log "results in bench/results/controller-peers.json"

@@ -31,6 +31,7 @@ use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
 use kube::{Api, Client, Resource, ResourceExt};
+use kubesteer_api::keys::condition;
 use kubesteer_api::scaler::v1beta1::{HpaCooperation, ScaleTargetRef, ScaleWindow, TimeOfDay};
 use kubesteer_api::{Memcached, MemcachedSpec, Scaler, ScalerSpec};
 use serde_json::{json, Value};
@@ -685,13 +686,16 @@ fn has_ready_condition(
 ) -> bool {
     conditions
         .iter()
-        .any(|c| c.type_ == "Ready" && c.status == "True")
+        .any(|c| c.type_ == condition::READY && c.status == "True")
 }
 
 /// A pod whose Ready condition is True.
 fn pod_ready(p: &Pod) -> bool {
     let conditions = p.status.as_ref().and_then(|s| s.conditions.as_ref());
-    conditions.is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+    conditions.is_some_and(|cs| {
+        cs.iter()
+            .any(|c| c.type_ == condition::READY && c.status == "True")
+    })
 }
 
 /// A Deployment rolled out with every pod Ready, as the controller's Ready condition reads it.

@@ -17,7 +17,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::NamespaceResourceScope;
 use kube::runtime::watcher::Event;
-use kubesteer_api::keys::label;
+use kubesteer_api::keys::{condition, label};
 use serde::Deserialize;
 use tokio::sync::watch;
 
@@ -51,7 +51,7 @@ impl WatchedPod {
         self.status
             .conditions
             .iter()
-            .any(|c| c.type_ == "Ready" && c.status == "True")
+            .any(|c| c.type_ == condition::READY && c.status == "True")
     }
 }
 
