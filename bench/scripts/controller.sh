@@ -256,6 +256,17 @@ profile_end() {
   profile_pid=
 }
 
+# One run's convergence ($3: the bench's mode, $4: its namespace) into $work/<name>-<run>.json,
+# with the control plane's CPU before and after it and, if asked, the apiserver's profile.
+converge_once() { # name run mode namespace
+  profile_start "$1" "$2"
+  plane_cpu "$KUBESTEER_CLUSTER" >"$work/$1-$2-plane-before.txt"
+  "${bench[@]}" converge --mode "$3" --namespace "$4" --count "$count" --size 1 \
+    --concurrency "$concurrency" >"$work/$1-$2.json"
+  plane_cpu "$KUBESTEER_CLUSTER" >"$work/$1-$2-plane-after.txt"
+  profile_end
+}
+
 # One convergence run of a controller on a fresh cluster: converge, CPU and memory, requests.
 converge_with() { # name run controller-command...
   local name=$1 r=$2
@@ -264,12 +275,7 @@ converge_with() { # name run controller-command...
   log "run $r/$repeats: $name ($count Memcacheds)"
   fresh_cluster
   start_controller "$work/$name-$r.log" "$@"
-  profile_start "$name" "$r"
-  plane_cpu "$KUBESTEER_CLUSTER" >"$work/$name-$r-plane-before.txt"
-  "${bench[@]}" converge --mode controller --namespace memcached --count "$count" --size 1 \
-    --concurrency "$concurrency" >"$work/$name-$r.json"
-  plane_cpu "$KUBESTEER_CLUSTER" >"$work/$name-$r-plane-after.txt"
-  profile_end
+  converge_once "$name" "$r" controller memcached
   process "$work/$name-$r-process.json"
   sleep 5 # the last requests reach the audit log
   audit "$work/$name-$r.json" "$work/$name-$r-requests.json"
@@ -302,12 +308,7 @@ if [ "$subject" = peers ]; then
           stop_controller
           log "run $r/$repeats: $name (${plain_lines[$name]}, plain client)"
           fresh_cluster
-          profile_start "$name" "$r"
-          plane_cpu "$KUBESTEER_CLUSTER" >"$work/$name-$r-plane-before.txt"
-          "${bench[@]}" converge --mode "$name" --namespace "$name" --count "$count" --size 1 \
-            --concurrency "$concurrency" >"$work/$name-$r.json"
-          plane_cpu "$KUBESTEER_CLUSTER" >"$work/$name-$r-plane-after.txt"
-          profile_end
+          converge_once "$name" "$r" "$name" "$name"
           ;;
         kubesteer) converge_with kubesteer "$r" ;;
         go-default) converge_with go-default "$r" "$peer" --workers 1 --qps 20 --burst 30 ;;
