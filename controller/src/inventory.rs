@@ -2,9 +2,10 @@
 //! labels, kept from watches of their metadata (names, labels and the Scaler whose record an
 //! object carries, nothing else), and which Scalers to wake when one of them changes.
 //!
-//! Deployments and StatefulSets are watched from the start (any of them may be a named target
-//! too); another kind from the first time a selector names it. An object that starts or stops
-//! matching wakes the Scalers concerned from its watch event, never by polling.
+//! Deployments, StatefulSets and HPAs are watched from the first Scaler seen (any Deployment or
+//! StatefulSet may be a named target too), so a cluster without Scalers pays for none of these
+//! watches; another kind from the first time a selector names it. An object that starts or
+//! stops matching wakes the Scalers concerned from its watch event, never by polling.
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
@@ -104,6 +105,12 @@ impl Labels {
     }
 }
 
+/// The kinds watched whole for every Scaler: (group, version, kind, plural).
+const WORKLOADS: [(&str, &str, &str, &str); 2] = [
+    ("apps", "v1", "Deployment", "deployments"),
+    ("apps", "v1", "StatefulSet", "statefulsets"),
+];
+
 /// One watch event, as the inventory keeps it: namespace, name and entry.
 type Kept = (String, String, Entry);
 
@@ -148,6 +155,8 @@ pub struct Inventory {
     state: Arc<RwLock<State>>,
     watching: Arc<Mutex<BTreeSet<KindKey>>>,
     runner: Arc<OnceLock<Runner>>,
+    /// Set once the watches of every Scaler's kinds (Deployments, StatefulSets, HPAs) run.
+    started: Arc<OnceLock<()>>,
 }
 
 /// What a Scaler's selector picks now.
@@ -161,9 +170,10 @@ pub struct Selected {
 }
 
 impl Inventory {
-    /// Starts the watches of this run: Deployments and StatefulSets now, other kinds when a
-    /// selector names them. Objects that change wake the Scalers that name, hold or select them
-    /// through `wake`; the watches end when `stop` turns true.
+    /// Readies the watches of this run: Deployments, StatefulSets and HPAs from the first
+    /// Scaler ([`Inventory::watch_workloads`]), other kinds when a selector names them. Objects
+    /// that change wake the Scalers that name, hold or select them through `wake`; the watches
+    /// end when `stop` turns true.
     pub fn start(
         &self,
         client: Client,
@@ -171,7 +181,6 @@ impl Inventory {
         namespace: Option<String>,
         wake: UnboundedSender<ObjectRef<Scaler>>,
         stop: watch::Receiver<bool>,
-        claims: Claims,
     ) {
         let runner = Runner {
             client,
@@ -180,14 +189,21 @@ impl Inventory {
             wake,
             stop,
         };
-        if self.runner.set(runner.clone()).is_err() {
+        let _ = self.runner.set(runner);
+    }
+
+    /// Starts the watches every Scaler needs, if not already: the Deployments and StatefulSets
+    /// (any may be a target, named or selected) and the HPAs (which of them an HPA scales).
+    /// Called for each Scaler the Scaler watch sees, so that a cluster with none pays for none.
+    pub fn watch_workloads(&self, claims: &Claims) {
+        let Some(runner) = self.runner.get().cloned() else {
+            return;
+        };
+        if self.started.set(()).is_err() {
             return;
         }
-        self.watch_autoscalers(&runner, &claims);
-        for (group, version, kind, plural) in [
-            ("apps", "v1", "Deployment", "deployments"),
-            ("apps", "v1", "StatefulSet", "statefulsets"),
-        ] {
+        self.watch_autoscalers(&runner, claims);
+        for (group, version, kind, plural) in WORKLOADS {
             let resource = ApiResource {
                 group: group.into(),
                 version: version.into(),
@@ -195,8 +211,24 @@ impl Inventory {
                 kind: kind.into(),
                 plural: plural.into(),
             };
-            self.watch(&resource, &claims);
+            self.watch(&resource, claims);
         }
+    }
+
+    /// Whether the Deployments and StatefulSets have been listed whole once: before that,
+    /// [`Inventory::held_by`] may miss a target a Scaler holds by its record. An inventory
+    /// never started (a reconcile run on its own) has no watch to wait for.
+    pub fn workloads_listed(&self) -> bool {
+        if self.runner.get().is_none() {
+            return true;
+        }
+        let state = self.read();
+        WORKLOADS.iter().all(|(group, _, kind, _)| {
+            state
+                .kinds
+                .get(&(group.to_string(), kind.to_string()))
+                .is_some_and(|o| o.synced)
+        })
     }
 
     /// Watches the kind `resource` from now on, if not already.
@@ -881,5 +913,73 @@ mod tests {
                 .collect::<Vec<_>>(),
             [ORIGINAL_REPLICAS_OWNER]
         );
+    }
+
+    /// The apiserver's answer to a list: no objects.
+    fn empty_list() -> http::Response<kube::client::Body> {
+        let body = serde_json::json!({
+            "apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": "1"}, "items": []
+        });
+        http::Response::new(kube::client::Body::from(body.to_string().into_bytes()))
+    }
+
+    #[tokio::test]
+    async fn the_workloads_are_watched_from_the_first_scaler_only() {
+        use tower_test::mock;
+        let (service, mut handle) =
+            mock::pair::<http::Request<kube::client::Body>, http::Response<kube::client::Body>>();
+        let client = Client::new(service, "default");
+        let (wake, _woken) = futures::channel::mpsc::unbounded();
+        let (stop_tx, stop) = watch::channel(false);
+        let health = Health::new(std::time::Duration::from_secs(60));
+        let inventory = Inventory::default();
+        // Never started: nothing to wait for.
+        assert!(inventory.workloads_listed());
+        inventory.start(client, health, None, wake, stop);
+        assert!(!inventory.workloads_listed());
+        let claims = Claims::default();
+        // Without a Scaler, no request: a cluster with none pays for no watch.
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        assert!(
+            futures::poll!(std::pin::pin!(handle.next_request())).is_pending(),
+            "a request before any Scaler"
+        );
+        inventory.watch_workloads(&claims);
+        inventory.watch_workloads(&claims);
+        let wait = std::time::Duration::from_secs(10);
+        let mut listed = BTreeSet::new();
+        while listed.len() < 3 {
+            let (request, reply) = tokio::time::timeout(wait, handle.next_request())
+                .await
+                .expect("the first lists within 10 s")
+                .expect("a request");
+            let path = request.uri().path().to_string();
+            assert!(
+                !request
+                    .uri()
+                    .query()
+                    .unwrap_or_default()
+                    .contains("watch=true"),
+                "{path}: a watch before its list"
+            );
+            assert!(listed.insert(path.clone()), "{path} listed twice");
+            reply.send_response(empty_list());
+        }
+        assert_eq!(
+            listed.into_iter().collect::<Vec<_>>(),
+            [
+                "/apis/apps/v1/deployments",
+                "/apis/apps/v1/statefulsets",
+                "/apis/autoscaling/v2/horizontalpodautoscalers",
+            ]
+        );
+        let deadline = tokio::time::Instant::now() + wait;
+        while !inventory.workloads_listed() {
+            assert!(tokio::time::Instant::now() < deadline, "not listed in 10 s");
+            tokio::task::yield_now().await;
+        }
+        let _ = stop_tx.send(true);
     }
 }

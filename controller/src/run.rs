@@ -415,19 +415,8 @@ pub async fn controllers(
     let (claims_changed, reconcile_claimants) = futures::channel::mpsc::unbounded();
     let scaler_ctx = Arc::new(scaler::ScalerContext::new(ctx.clone()));
     let mut follow = kubesteer_runtime::claims::follow(&scaler_ctx.claims);
-    let scaler_objects = tolerant_watch::<Scaler>(health, &client, ns)
-        .backoff(tolerant::backoff())
-        .modify(children::trim::<Scaler>)
-        .inspect_ok(move |event| {
-            for other in follow(event) {
-                let _ =
-                    claims_changed.unbounded_send(ObjectKey::new(&other.namespace, &other.name));
-            }
-        });
-    let scaler_objects = packing(scaler_objects, writer, Packed::whole).applied_objects();
-    let scaler_objects = logged(scaler::KIND, scaler_objects);
-    // Any Deployment or StatefulSet may be a target, so all are watched (their metadata is
-    // enough to name them, and for selectors to pick them), as is every other kind a selector
+    // Any Deployment or StatefulSet may be a target, so all are watched (whole, trimmed to
+    // what a reconcile reads) from the first Scaler seen, as is every other kind a selector
     // names; a change wakes the Scalers that name, hold or select the object. Targets of other
     // kinds named in scaleTargetRefs are brought back at each transition.
     let (wake, woken) = futures::channel::mpsc::unbounded::<ObjectRef<Scaler>>();
@@ -437,8 +426,25 @@ pub async fn controllers(
         ns.map(str::to_string),
         wake,
         stop.clone(),
-        scaler_ctx.claims.clone(),
     );
+    let (inventory, claims) = (scaler_ctx.inventory.clone(), scaler_ctx.claims.clone());
+    let scaler_objects = tolerant_watch::<Scaler>(health, &client, ns)
+        .backoff(tolerant::backoff())
+        .modify(children::trim::<Scaler>)
+        .inspect_ok(move |event| {
+            if matches!(
+                event,
+                watcher::Event::Apply(_) | watcher::Event::InitApply(_)
+            ) {
+                inventory.watch_workloads(&claims);
+            }
+            for other in follow(event) {
+                let _ =
+                    claims_changed.unbounded_send(ObjectKey::new(&other.namespace, &other.name));
+            }
+        });
+    let scaler_objects = packing(scaler_objects, writer, Packed::whole).applied_objects();
+    let scaler_objects = logged(scaler::KIND, scaler_objects);
     let woken = woken.map(|scaler| {
         ObjectKey::new(
             scaler.namespace.as_deref().unwrap_or_default(),

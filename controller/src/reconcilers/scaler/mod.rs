@@ -501,12 +501,22 @@ async fn select(scaler: &Scaler, me: &Claimant, ctx: &ScalerContext) -> crate::i
     ctx.inventory.selected(scaler, me, &ctx.claims.read())
 }
 
+/// How soon a deleted Scaler looks again while the Deployments and StatefulSets have not
+/// listed once.
+const LISTING_WAIT: Duration = Duration::from_secs(1);
+
 /// A deleted Scaler gives every target it scaled back, as when its window closes, each on its
 /// own. A target the apiserver refuses to give back (a recorded value it rejects, a write it
 /// forbids: nothing a retry changes) is reported with a Warning event and let go, so that it
 /// never holds the Scaler's deletion; other failures keep the finalizer and are retried.
 async fn cleanup(scaler: &Scaler, ctx: &ScalerContext) -> Result<Action> {
     let (ns, name) = namespace_and_name(KIND, scaler)?;
+    // What it holds by record is known once the Deployments and StatefulSets have listed
+    // (their watches start with the first Scaler seen, maybe this one, just now).
+    if !ctx.inventory.workloads_listed() {
+        ctx.inventory.watch_workloads(&ctx.claims);
+        return Ok(Action::requeue(LISTING_WAIT));
+    }
     ctx.metrics.scaler_deleted(&ns, &name);
     let outside = scaler.spec.outside_replicas;
     let status = scaler.status.clone().unwrap_or_default();
