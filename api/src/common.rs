@@ -5,6 +5,7 @@ use schemars::{json_schema, Schema, SchemaGenerator};
 use k8s_openapi::api::core::v1::ResourceRequirements;
 
 use crate::field::FieldErrors;
+use crate::keys;
 use crate::rules::{check_pattern, MAX_GENERATION, QUANTITY};
 
 /// Builds a condition; `lastTransitionTime` is kept from `previous` while the status is unchanged.
@@ -17,7 +18,11 @@ pub fn condition(
     now: Time,
     previous: &[Condition],
 ) -> Condition {
-    let status = if ok { "True" } else { "False" };
+    let status = if ok {
+        keys::condition::TRUE
+    } else {
+        keys::condition::FALSE
+    };
     let last_transition_time = previous
         .iter()
         .find(|c| c.type_ == type_ && c.status == status)

@@ -77,6 +77,11 @@ pub mod condition {
     pub const AVAILABLE: &str = "Available";
     pub const PROGRESSING: &str = "Progressing";
     pub const DEGRADED: &str = "Degraded";
+    /// A Deployment's condition that its pods could not be made (quota, admission).
+    pub const REPLICA_FAILURE: &str = "ReplicaFailure";
+    /// A condition's status values.
+    pub const TRUE: &str = "True";
+    pub const FALSE: &str = "False";
 }
 
 /// Reasons of conditions and events.

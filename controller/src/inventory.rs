@@ -8,6 +8,7 @@
 //! stops matching wakes the Scalers concerned from its watch event, never by polling.
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::time::Duration;
 
 use futures::channel::mpsc::UnboundedSender;
 use futures::{StreamExt, TryStreamExt};
@@ -157,6 +158,8 @@ pub struct Inventory {
     runner: Arc<OnceLock<Runner>>,
     /// Set once the watches of every Scaler's kinds (Deployments, StatefulSets, HPAs) run.
     started: Arc<OnceLock<()>>,
+    /// Told each time a kind's watch has listed whole.
+    listed: Arc<tokio::sync::Notify>,
 }
 
 /// What a Scaler's selector picks now.
@@ -212,6 +215,25 @@ impl Inventory {
                 plural: plural.into(),
             };
             self.watch(&resource, claims);
+        }
+    }
+
+    /// Waits (at most `within`) until the Deployments and StatefulSets have been listed whole
+    /// once, starting their watches if need be; false when they have not by then.
+    pub async fn workloads_listed_within(&self, claims: &Claims, within: Duration) -> bool {
+        self.watch_workloads(claims);
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let notified = self.listed.notified();
+            let mut notified = std::pin::pin!(notified);
+            // Registered before the check, so a list in between is not missed.
+            notified.as_mut().enable();
+            if self.workloads_listed() {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return self.workloads_listed();
+            }
         }
     }
 
@@ -595,6 +617,7 @@ impl Inventory {
                     objects.synced = true;
                 }
                 drop(state);
+                self.listed.notify_waiters();
                 // Listed whole: every Scaler selecting this kind looks again.
                 let index = claims.read();
                 for (c, s) in index.selectors() {

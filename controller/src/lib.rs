@@ -65,6 +65,10 @@ pub enum Error {
         first: Box<Error>,
     },
 
+    /// A watch whose first list a reconcile needs has not listed in time; retried.
+    #[error("the {0} watch has not listed yet")]
+    Unlisted(&'static str),
+
     /// Another error whose text held a secret, with that secret blanked out.
     #[error("{message}")]
     Redacted {
@@ -88,6 +92,7 @@ impl Error {
             Error::Certs(_) => "certs",
             Error::Logging(_) => "logging",
             Error::Targets { .. } => "targets",
+            Error::Unlisted(_) => "unlisted",
             Error::Redacted { label, .. } => label,
         }
     }

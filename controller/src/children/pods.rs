@@ -51,7 +51,7 @@ impl WatchedPod {
         self.status
             .conditions
             .iter()
-            .any(|c| c.type_ == condition::READY && c.status == "True")
+            .any(|c| c.type_ == condition::READY && c.status == condition::TRUE)
     }
 }
 

@@ -25,7 +25,9 @@ use crate::children::{
     self, namespace_and_name, write_params, Children, Ensured, ListedPod, NameConflict, Packed,
 };
 use crate::{Context, Error, Result};
-use kubesteer_api::keys::condition::{AVAILABLE, DEGRADED, PROGRESSING, READY};
+use kubesteer_api::keys::condition::{
+    AVAILABLE, DEGRADED, FALSE, PROGRESSING, READY, REPLICA_FAILURE, TRUE,
+};
 use kubesteer_api::keys::reason;
 
 use super::{status_patch, time};
@@ -315,7 +317,7 @@ fn is_news<S: OwnerStatus>(old: Option<&S>, new: &S) -> bool {
             .find(|c| c.type_ == type_)
             .map(|c| c.status.clone())
     };
-    let is_true = |type_| state(new, type_).as_deref() == Some("True");
+    let is_true = |type_| state(new, type_).as_deref() == Some(TRUE);
     old.is_none()
         || is_true(READY)
         || is_true(DEGRADED)
@@ -404,10 +406,10 @@ impl Rollout {
         now: Time,
         previous: &[Condition],
     ) -> Vec<Condition> {
-        let progressing = deployment_condition(deployment, "Progressing");
-        let deadline_exceeded = progressing.is_some_and(|c| c.status == "False");
+        let progressing = deployment_condition(deployment, PROGRESSING);
+        let deadline_exceeded = progressing.is_some_and(|c| c.status == FALSE);
         let replica_failure =
-            deployment_condition(deployment, "ReplicaFailure").filter(|c| c.status == "True");
+            deployment_condition(deployment, REPLICA_FAILURE).filter(|c| c.status == TRUE);
         let degraded = deadline_exceeded || replica_failure.is_some();
         let degraded_message = replica_failure
             .or(progressing.filter(|_| deadline_exceeded))
@@ -416,7 +418,7 @@ impl Rollout {
         // Every wanted pod ready is the minimum available, whether or not the Deployment's
         // status says so yet (see `with_pods`).
         let available = self.done
-            || deployment_condition(deployment, "Available").is_some_and(|a| a.status == "True");
+            || deployment_condition(deployment, AVAILABLE).is_some_and(|a| a.status == TRUE);
         let c = |type_: &str, ok: bool, reason: &str, message: String| {
             condition(
                 type_,
@@ -668,11 +670,7 @@ mod tests {
         let both = [pod("cache-a", true, 1), pod("cache-b", true, 0)];
         assert_eq!(state(&rollout(&both)), (2, true));
         let conditions = rollout(&both).conditions(&d, Some(1), Time(Default::default()), &[]);
-        let is_true = |t: &str| {
-            conditions
-                .iter()
-                .any(|c| c.type_ == t && c.status == "True")
-        };
+        let is_true = |t: &str| conditions.iter().any(|c| c.type_ == t && c.status == TRUE);
         assert!(is_true(READY) && is_true(AVAILABLE) && !is_true(PROGRESSING));
         // One not ready yet; one too many (a pod of a rollout it has no status of yet).
         let one = [pod("cache-a", true, 1), pod("cache-b", false, 1)];

@@ -28,7 +28,7 @@ use kubesteer_api::{Scaler, ScalerStatus};
 use serde_json::{json, Value};
 use tracing::{info, warn};
 
-use crate::children::{namespace_and_name, write_params};
+use crate::children::{namespace_and_name, write_params, SYNC_WAIT};
 use crate::reconcilers::{status_patch, time};
 use crate::workload::*;
 use crate::{is_status, Error, Result};
@@ -501,10 +501,6 @@ async fn select(scaler: &Scaler, me: &Claimant, ctx: &ScalerContext) -> crate::i
     ctx.inventory.selected(scaler, me, &ctx.claims.read())
 }
 
-/// How soon a deleted Scaler looks again while the Deployments and StatefulSets have not
-/// listed once.
-const LISTING_WAIT: Duration = Duration::from_secs(1);
-
 /// A deleted Scaler gives every target it scaled back, as when its window closes, each on its
 /// own. A target the apiserver refuses to give back (a recorded value it rejects, a write it
 /// forbids: nothing a retry changes) is reported with a Warning event and let go, so that it
@@ -512,10 +508,15 @@ const LISTING_WAIT: Duration = Duration::from_secs(1);
 async fn cleanup(scaler: &Scaler, ctx: &ScalerContext) -> Result<Action> {
     let (ns, name) = namespace_and_name(KIND, scaler)?;
     // What it holds by record is known once the Deployments and StatefulSets have listed
-    // (their watches start with the first Scaler seen, maybe this one, just now).
-    if !ctx.inventory.workloads_listed() {
-        ctx.inventory.watch_workloads(&ctx.claims);
-        return Ok(Action::requeue(LISTING_WAIT));
+    // (their watches start with the first Scaler seen, maybe this one, just now). Until then
+    // the finalizer stays (an error keeps it, and retries), for as long as the caches' first
+    // lists are waited for.
+    if !ctx
+        .inventory
+        .workloads_listed_within(&ctx.claims, SYNC_WAIT)
+        .await
+    {
+        return Err(Error::Unlisted("Scaler target Deployment and StatefulSet"));
     }
     ctx.metrics.scaler_deleted(&ns, &name);
     let outside = scaler.spec.outside_replicas;
