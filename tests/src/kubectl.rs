@@ -78,20 +78,7 @@ impl Namespace {
 
     /// `kubectl create deployment` of `replicas` nginx pods (kwok runs them) in this namespace.
     pub fn create_deployment(&self, name: &str, replicas: u32) -> Result<()> {
-        let replicas = format!("--replicas={replicas}");
-        kubectl_ok(
-            &[
-                "create",
-                "deployment",
-                name,
-                "-n",
-                &self.0,
-                "--image=nginx",
-                &replicas,
-            ],
-            None,
-        )?;
-        Ok(())
+        create_deployment(&self.0, name, replicas)
     }
 
     /// `kubectl apply -f -` of `yaml` in this namespace.
@@ -265,6 +252,24 @@ pub fn grant(ns: &str, role: &str, verbs: &str, resource: &str, user: &str) -> R
 }
 
 /// `kubectl apply -f -` of `yaml` in `ns`, as the cluster's admin.
+/// `kubectl create deployment` of `replicas` nginx pods (kwok runs them) in `ns`.
+pub fn create_deployment(ns: &str, name: &str, replicas: u32) -> Result<()> {
+    let replicas = format!("--replicas={replicas}");
+    kubectl_ok(
+        &[
+            "create",
+            "deployment",
+            name,
+            "-n",
+            ns,
+            "--image=nginx",
+            &replicas,
+        ],
+        None,
+    )?;
+    Ok(())
+}
+
 pub fn apply(ns: &str, yaml: &str) -> Result<Run> {
     kubectl(&["apply", "-n", ns, "-f", "-"], Some(yaml))
 }

@@ -228,19 +228,7 @@ impl Release {
 
     /// A Deployment `name` of one nginx replica in the user namespace.
     pub fn create_deployment(&self, name: &str) -> Result<()> {
-        kubectl_ok(
-            &[
-                "create",
-                "deployment",
-                name,
-                "-n",
-                &self.user_ns,
-                "--image=nginx",
-                "--replicas=1",
-            ],
-            None,
-        )?;
-        Ok(())
+        crate::create_deployment(&self.user_ns, name, 1)
     }
 
     /// `kubectl apply` in the user namespace (the install has waited until the apiserver reaches

@@ -1,6 +1,8 @@
 //! `kubectl kubesteer`, run as a person runs it: typed into a tmux terminal (200x50) with the
 //! plugin on PATH, against the real cluster, its webhook and controller, and read back off the
-//! screen with `capture-pane`. And its SVG, opened once in headless Chromium.
+//! screen with `capture-pane`. The actions that write (override, wake) run against an installed
+//! release (the chart's own pods, under its RBAC); preview reads, beside host binaries. And its
+//! SVG, opened once in headless Chromium.
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -9,8 +11,9 @@ use std::time::Duration;
 use anyhow::{bail, ensure, Context, Result};
 use kubesteer_tests::release::Release;
 use kubesteer_tests::{
-    cached_tool, eventually, hh_mm, jsonpath, kubeconfig, kubectl_ok, parse_rfc3339, repo_root,
-    rfc3339, target_dir, unique, unix_now, workspace_bin, ControllerProcess, Namespace, Webhook,
+    cached_tool, create_deployment, eventually, hh_mm, jsonpath, kubeconfig, kubectl_ok,
+    parse_rfc3339, repo_root, rfc3339, target_dir, unique, unix_now, workspace_bin,
+    ControllerProcess, Webhook,
 };
 
 const WAIT: Duration = Duration::from_secs(90);
@@ -170,22 +173,22 @@ fn sample_scaler() -> Result<String> {
     )?)
 }
 
-fn deployment_replicas(ns: &Namespace, name: &str) -> Result<String> {
-    jsonpath(ns.name(), &format!("deployment/{name}"), "{.spec.replicas}")
+fn deployment_replicas(ns: &str, name: &str) -> Result<String> {
+    jsonpath(ns, &format!("deployment/{name}"), "{.spec.replicas}")
 }
 
-fn wait_replicas(ns: &Namespace, name: &str, want: &str) -> Result<()> {
+fn wait_replicas(ns: &str, name: &str, want: &str) -> Result<()> {
     eventually(WAIT, &format!("deployment/{name} at {want}"), || {
         Ok((deployment_replicas(ns, name)? == want).then_some(()))
     })
 }
 
-fn wait_ready(ns: &Namespace, scaler: &str) -> Result<()> {
+fn wait_ready(ns: &str, scaler: &str) -> Result<()> {
     kubectl_ok(
         &[
             "wait",
             "-n",
-            ns.name(),
+            ns,
             "--for=condition=Ready",
             &format!("scaler/{scaler}"),
             "--timeout=90s",
@@ -215,7 +218,7 @@ fn preview_draws_the_samples_week_and_its_target_as_it_is_now() -> Result<()> {
     ns.create_deployment("web", 2)?;
     let run = ns.apply(&sample_scaler()?)?;
     ensure!(run.ok, "{run:?}");
-    wait_ready(&ns, "office-hours")?;
+    wait_ready(ns.name(), "office-hours")?;
     let mut term = Terminal::open()?;
     // The Christmas week of the sample: the same spec as the golden holiday picture.
     let screen = term.ok(&format!(
@@ -244,7 +247,7 @@ fn preview_draws_the_samples_week_and_its_target_as_it_is_now() -> Result<()> {
     // Below the picture: Ready, and the Deployment with its replicas as the cluster has them.
     let rest = lines[want.len() + 1..].join("\n");
     ensure!(rest.contains("Ready: True"), "{screen}");
-    let replicas = deployment_replicas(&ns, "web")?;
+    let replicas = deployment_replicas(ns.name(), "web")?;
     let row = format!("Deployment {}/web", ns.name());
     let target = rest
         .lines()
@@ -259,15 +262,14 @@ fn preview_draws_the_samples_week_and_its_target_as_it_is_now() -> Result<()> {
 
 #[test]
 fn override_for_two_hours_then_why_shows_it_and_its_end_and_a_denial_is_printed() -> Result<()> {
-    let webhook = Webhook::start("plugin-override")?;
-    let ns = webhook.namespace("plugin-override")?;
-    let _controller = ControllerProcess::start(ns.name())?;
-    ns.create_deployment("web", 1)?;
-    let run = ns.apply(&sample_scaler()?)?;
+    // The installed product: the chart's webhook and controller pods, under its RBAC.
+    let release = Release::install("override", &[])?;
+    let n = release.user_ns.as_str();
+    release.create_deployment("web")?;
+    let run = release.apply(&sample_scaler()?)?;
     ensure!(run.ok, "{run:?}");
-    wait_ready(&ns, "office-hours")?;
+    wait_ready(n, "office-hours")?;
     let mut term = Terminal::open()?;
-    let n = ns.name();
 
     let before = unix_now();
     let said = term.ok(&format!(
@@ -284,7 +286,7 @@ fn override_for_two_hours_then_why_shows_it_and_its_end_and_a_denial_is_printed(
         (7200.0..7260.0).contains(&held),
         "until {until} is {held}s ahead"
     );
-    wait_replicas(&ns, "web", "4")?;
+    wait_replicas(n, "web", "4")?;
 
     // The controller scales, then writes its status and events: why shows each once there.
     let why = eventually(WAIT, "why to show the override at work", || {
@@ -356,23 +358,23 @@ fn asleep(name: &str) -> String {
 
 #[test]
 fn wake_holds_every_scaler_of_a_namespace_at_its_original_replicas() -> Result<()> {
-    let webhook = Webhook::start("plugin-wake")?;
-    let ns = webhook.namespace("plugin-wake")?;
-    let _controller = ControllerProcess::start(ns.name())?;
+    // The installed product: the chart's webhook and controller pods, under its RBAC.
+    let release = Release::install("wake", &[])?;
+    let n = release.user_ns.as_str();
     let apps = [("api", "2"), ("web", "3"), ("worker", "1")];
     for (name, replicas) in apps {
-        ns.create_deployment(name, replicas.parse()?)?;
-        let run = ns.apply(&asleep(name))?;
+        create_deployment(n, name, replicas.parse()?)?;
+        let run = release.apply(&asleep(name))?;
         ensure!(run.ok, "{run:?}");
     }
     for (name, _) in apps {
-        wait_replicas(&ns, name, "0")?;
+        wait_replicas(n, name, "0")?;
     }
     // The status shows the recorded originals once the controller has written it.
     for (name, replicas) in apps {
         eventually(WAIT, &format!("scaler/{name} records {replicas}"), || {
             let got = jsonpath(
-                ns.name(),
+                n,
                 &format!("scaler/{name}"),
                 "{.status.targets[0].originalReplicas}",
             )?;
@@ -381,9 +383,9 @@ fn wake_holds_every_scaler_of_a_namespace_at_its_original_replicas() -> Result<(
     }
     let mut term = Terminal::open()?;
     let before = unix_now();
-    let screen = term.ok(&format!("kubectl kubesteer wake -n {} --for 2h", ns.name()))?;
+    let screen = term.ok(&format!("kubectl kubesteer wake -n {} --for 2h", n))?;
     ensure!(
-        screen.starts_with(&format!("Woke namespace {} until ", ns.name())),
+        screen.starts_with(&format!("Woke namespace {} until ", n)),
         "{screen}"
     );
     for (name, replicas) in apps {
@@ -397,9 +399,9 @@ fn wake_holds_every_scaler_of_a_namespace_at_its_original_replicas() -> Result<(
     }
     let mut untils = Vec::new();
     for (name, replicas) in apps {
-        wait_replicas(&ns, name, replicas)?;
+        wait_replicas(n, name, replicas)?;
         untils.push(jsonpath(
-            ns.name(),
+            n,
             &format!("scaler/{name}"),
             "{.spec.override.until}",
         )?);
@@ -412,7 +414,7 @@ fn wake_holds_every_scaler_of_a_namespace_at_its_original_replicas() -> Result<(
         untils[0]
     );
     // A shorter wake shortens nothing: every override already holds as many, as long.
-    let screen = term.ok(&format!("kubectl kubesteer wake -n {} --for 1h", ns.name()))?;
+    let screen = term.ok(&format!("kubectl kubesteer wake -n {} --for 1h", n))?;
     for (name, replicas) in apps {
         let row = screen
             .lines()
@@ -423,11 +425,7 @@ fn wake_holds_every_scaler_of_a_namespace_at_its_original_replicas() -> Result<(
             row.ends_with("kept: its override already holds as many, as long"),
             "{row}"
         );
-        let until = jsonpath(
-            ns.name(),
-            &format!("scaler/{name}"),
-            "{.spec.override.until}",
-        )?;
+        let until = jsonpath(n, &format!("scaler/{name}"), "{.spec.override.until}")?;
         ensure!(
             until == untils[0],
             "scaler/{name} until {until}, was {}",
@@ -439,13 +437,13 @@ fn wake_holds_every_scaler_of_a_namespace_at_its_original_replicas() -> Result<(
     let holidays = rfc3339(unix_now() + 3 * 86_400);
     term.ok(&format!(
         "kubectl kubesteer override scaler/worker -n {} --replicas 0 --until {holidays}",
-        ns.name()
+        n
     ))?;
-    wait_replicas(&ns, "worker", "0")?;
-    let screen = term.ok(&format!("kubectl kubesteer wake -n {} --for 2h", ns.name()))?;
+    wait_replicas(n, "worker", "0")?;
+    let screen = term.ok(&format!("kubectl kubesteer wake -n {} --for 2h", n))?;
     let again = format!(
         "kubectl kubesteer override scaler/worker -n {} --replicas 0 --until {holidays}",
-        ns.name()
+        n
     );
     ensure!(
         screen.lines().any(
@@ -454,10 +452,10 @@ fn wake_holds_every_scaler_of_a_namespace_at_its_original_replicas() -> Result<(
         ),
         "no note of the replaced override in\n{screen}"
     );
-    wait_replicas(&ns, "worker", "1")?;
+    wait_replicas(n, "worker", "1")?;
     // The command it prints runs as printed.
     term.ok(&again)?;
-    wait_replicas(&ns, "worker", "0")?;
+    wait_replicas(n, "worker", "0")?;
     Ok(())
 }
 
