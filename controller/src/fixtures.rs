@@ -279,3 +279,35 @@ impl Scenario {
             .expect("the scenario failed");
     }
 }
+
+/// The requests of a mock apiserver, answered (or not) by the test.
+pub type ApiHandle = Handle<Request<Body>, Response<Body>>;
+
+/// Starts `inventory`'s watches' runner on a mock apiserver of its own, as a run of the
+/// controllers does; returns its handle and the sender that stops the watches.
+pub fn start_inventory(
+    inventory: &crate::inventory::Inventory,
+) -> (ApiHandle, tokio::sync::watch::Sender<bool>) {
+    let (service, handle) = mock::pair::<Request<Body>, Response<Body>>();
+    let (wake, _woken) = futures::channel::mpsc::unbounded();
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    let health = kubesteer_runtime::health::Health::new(Duration::from_secs(60));
+    inventory.start(Client::new(service, "default"), health, None, wake, stop);
+    (handle, stop_tx)
+}
+
+/// The apiserver's answer to a list: no objects.
+pub fn empty_list() -> Response<Body> {
+    let body = json!({"apiVersion": "v1", "kind": "List",
+                      "metadata": {"resourceVersion": "1"}, "items": []});
+    Response::new(Body::from(body.to_string().into_bytes()))
+}
+
+/// Whether `request` is a watch (not the list before it).
+pub fn is_watch(request: &Request<Body>) -> bool {
+    request
+        .uri()
+        .query()
+        .unwrap_or_default()
+        .contains("watch=true")
+}

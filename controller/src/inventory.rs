@@ -938,27 +938,13 @@ mod tests {
         );
     }
 
-    /// The apiserver's answer to a list: no objects.
-    fn empty_list() -> http::Response<kube::client::Body> {
-        let body = serde_json::json!({
-            "apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": "1"}, "items": []
-        });
-        http::Response::new(kube::client::Body::from(body.to_string().into_bytes()))
-    }
-
     #[tokio::test]
     async fn the_workloads_are_watched_from_the_first_scaler_only() {
-        use tower_test::mock;
-        let (service, mut handle) =
-            mock::pair::<http::Request<kube::client::Body>, http::Response<kube::client::Body>>();
-        let client = Client::new(service, "default");
-        let (wake, _woken) = futures::channel::mpsc::unbounded();
-        let (stop_tx, stop) = watch::channel(false);
-        let health = Health::new(std::time::Duration::from_secs(60));
+        use crate::fixtures::{empty_list, is_watch, start_inventory};
         let inventory = Inventory::default();
         // Never started: nothing to wait for.
         assert!(inventory.workloads_listed());
-        inventory.start(client, health, None, wake, stop);
+        let (mut handle, stop_tx) = start_inventory(&inventory);
         assert!(!inventory.workloads_listed());
         let claims = Claims::default();
         // Without a Scaler, no request: a cluster with none pays for no watch.
@@ -979,14 +965,7 @@ mod tests {
                 .expect("the first lists within 10 s")
                 .expect("a request");
             let path = request.uri().path().to_string();
-            assert!(
-                !request
-                    .uri()
-                    .query()
-                    .unwrap_or_default()
-                    .contains("watch=true"),
-                "{path}: a watch before its list"
-            );
+            assert!(!is_watch(&request), "{path}: a watch before its list");
             assert!(listed.insert(path.clone()), "{path} listed twice");
             reply.send_response(empty_list());
         }

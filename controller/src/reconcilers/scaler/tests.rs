@@ -1645,30 +1645,13 @@ async fn a_cleanup_that_lost_the_race_to_a_gone_scaler_is_quiet() {
     scenario.finish(ctx).await;
 }
 
-/// Starts `ctx`'s inventory on an apiserver of its own, whose requests the returned handle
-/// answers (or not).
-fn start_inventory(
-    ctx: &ScalerContext,
-) -> (
-    tower_test::mock::Handle<http::Request<kube::client::Body>, http::Response<kube::client::Body>>,
-    tokio::sync::watch::Sender<bool>,
-) {
-    let (service, handle) = tower_test::mock::pair();
-    let (wake, _woken) = futures::channel::mpsc::unbounded();
-    let (stop_tx, stop) = tokio::sync::watch::channel(false);
-    let health = kubesteer_runtime::health::Health::new(Duration::from_secs(60));
-    let client = kube::Client::new(service, "default");
-    ctx.inventory.start(client, health, None, wake, stop);
-    (handle, stop_tx)
-}
-
 #[tokio::test(start_paused = true)]
 async fn a_deleted_scaler_keeps_its_finalizer_until_the_workloads_have_listed() {
     let mut s = nine_to_five();
     s.metadata.deletion_timestamp = Some(time(at(USUAL)));
     let (ctx, verifier) = ctx_at("2025-03-03T12:00:01Z");
     // Their watches start, but their apiserver never answers: no list within the wait.
-    let (_apiserver, _stop) = start_inventory(&ctx);
+    let (_apiserver, _stop) = fixtures::start_inventory(&ctx.inventory);
     // The failure is told in a Warning event; no target is touched, the finalizer stays.
     let scenario = verifier.run(vec![Call::event("team").body(|b| {
         assert_eq!(b["type"], "Warning");
@@ -1692,25 +1675,16 @@ async fn a_deleted_scaler_lets_go_once_the_workloads_have_listed() {
     let mut s = nine_to_five();
     s.metadata.deletion_timestamp = Some(time(at(USUAL)));
     let (ctx, verifier) = ctx_at("2025-03-03T12:00:01Z");
-    let (mut apiserver, _stop) = start_inventory(&ctx);
+    let (mut apiserver, _stop) = fixtures::start_inventory(&ctx.inventory);
     // The lists (Deployments, StatefulSets, HPAs) answer empty; the watches after them wait.
     let lists = tokio::spawn(async move {
         let (mut answered, mut watches) = (0, Vec::new());
         while let Some((request, reply)) = apiserver.next_request().await {
-            if request
-                .uri()
-                .query()
-                .unwrap_or_default()
-                .contains("watch=true")
-            {
+            if fixtures::is_watch(&request) {
                 watches.push(reply);
                 continue;
             }
-            let body = json!({"apiVersion": "v1", "kind": "List",
-                              "metadata": {"resourceVersion": "1"}, "items": []});
-            reply.send_response(http::Response::new(kube::client::Body::from(
-                body.to_string().into_bytes(),
-            )));
+            reply.send_response(fixtures::empty_list());
             answered += 1;
             if answered == 3 {
                 return (apiserver, watches);
