@@ -1,8 +1,8 @@
 //! `kubectl kubesteer`, run as a person runs it: typed into a tmux terminal (200x50) with the
 //! plugin on PATH, against the real cluster, its webhook and controller, and read back off the
-//! screen with `capture-pane`. The actions that write (override, wake) run against an installed
-//! release (the chart's own pods, under its RBAC); preview reads, beside host binaries. And its
-//! SVG, opened once in headless Chromium.
+//! screen with `capture-pane`. Preview, override and wake run against an installed release (the
+//! chart's own webhook and controller pods, under its RBAC). And its SVG, opened once in headless
+//! Chromium.
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -13,7 +13,6 @@ use kubesteer_tests::release::Release;
 use kubesteer_tests::{
     cached_tool, create_deployment, eventually, hh_mm, jsonpath, kubeconfig, kubectl_ok,
     parse_rfc3339, repo_root, rfc3339, target_dir, unique, unix_now, workspace_bin,
-    ControllerProcess, Webhook,
 };
 
 const WAIT: Duration = Duration::from_secs(90);
@@ -212,18 +211,17 @@ fn golden_rows(name: &str) -> Result<Vec<String>> {
 
 #[test]
 fn preview_draws_the_samples_week_and_its_target_as_it_is_now() -> Result<()> {
-    let webhook = Webhook::start("plugin-preview")?;
-    let ns = webhook.namespace("plugin-preview")?;
-    let _controller = ControllerProcess::start(ns.name())?;
-    ns.create_deployment("web", 2)?;
-    let run = ns.apply(&sample_scaler()?)?;
+    // The installed product: the chart's webhook (its conversion too) and controller pods.
+    let release = Release::install("preview", &[])?;
+    let n = release.user_ns.as_str();
+    release.create_deployment("web")?;
+    let run = release.apply(&sample_scaler()?)?;
     ensure!(run.ok, "{run:?}");
-    wait_ready(ns.name(), "office-hours")?;
+    wait_ready(n, "office-hours")?;
     let mut term = Terminal::open()?;
     // The Christmas week of the sample: the same spec as the golden holiday picture.
     let screen = term.ok(&format!(
-        "kubectl kubesteer preview scaler/office-hours -n {} --from 2026-12-21",
-        ns.name()
+        "kubectl kubesteer preview scaler/office-hours -n {n} --from 2026-12-21"
     ))?;
     let lines: Vec<String> = screen
         .lines()
@@ -231,8 +229,7 @@ fn preview_draws_the_samples_week_and_its_target_as_it_is_now() -> Result<()> {
         .collect();
     ensure!(
         lines.first().is_some_and(|l| l.starts_with(&format!(
-            "scaler/office-hours -n {} · Europe/Berlin · 7 days from Mon 21 Dec 2026 · now ",
-            ns.name()
+            "scaler/office-hours -n {n} · Europe/Berlin · 7 days from Mon 21 Dec 2026 · now "
         ))),
         "title:\n{screen}"
     );
@@ -247,8 +244,8 @@ fn preview_draws_the_samples_week_and_its_target_as_it_is_now() -> Result<()> {
     // Below the picture: Ready, and the Deployment with its replicas as the cluster has them.
     let rest = lines[want.len() + 1..].join("\n");
     ensure!(rest.contains("Ready: True"), "{screen}");
-    let replicas = deployment_replicas(ns.name(), "web")?;
-    let row = format!("Deployment {}/web", ns.name());
+    let replicas = deployment_replicas(n, "web")?;
+    let row = format!("Deployment {n}/web");
     let target = rest
         .lines()
         .find(|l| l.starts_with(&row))
