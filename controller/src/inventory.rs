@@ -285,7 +285,7 @@ impl Inventory {
                 let resource = resource.clone();
                 runner
                     .health
-                    .track(what, health::key(&api, &config), watcher(api, config))
+                    .track_on_demand(what, health::key(&api, &config), watcher(api, config))
                     .backoff(tolerant::backoff())
                     .map_ok(move |e| {
                         map_event(e, |o: DynamicObject| {
@@ -303,7 +303,7 @@ impl Inventory {
                 };
                 runner
                     .health
-                    .track(what, health::key(&api, &config), watcher(api, config))
+                    .track_on_demand(what, health::key(&api, &config), watcher(api, config))
                     .backoff(tolerant::backoff())
                     .map_ok(|e| {
                         map_event(e, |o: PartialObjectMeta<DynamicObject>| {
@@ -340,7 +340,7 @@ impl Inventory {
         let config = tolerant::config();
         let stream = runner
             .health
-            .track(
+            .track_on_demand(
                 "Scaler namespaces",
                 health::key(&api, &config),
                 watcher(api, config),
@@ -389,7 +389,7 @@ impl Inventory {
         let config = tolerant::config();
         let stream = runner
             .health
-            .track(
+            .track_on_demand(
                 "Scaler target HorizontalPodAutoscaler",
                 health::key(&api, &config),
                 watcher(api, config),

@@ -6,7 +6,9 @@
 //! - it is not shutting down ([`Health::shut_down`]),
 //! - nothing it waits for is still held ([`Health::hold`]), and
 //! - every watch it registered ([`Health::watch`]) has listed once, and none has been failing
-//!   for `stale_after` or longer: its cache would answer from a state that may be long gone.
+//!   for `stale_after` or longer: its cache would answer from a state that may be long gone. A
+//!   watch started on demand while the process is ready ([`Health::track_on_demand`]) only
+//!   counts for failing.
 //!
 //! A watch fails from the first error it reports until it is up again. A watch that reconnects
 //! yields nothing until an object changes, so it is also up again once the apiserver accepted
@@ -108,6 +110,10 @@ impl Health {
     }
 
     fn register(&self, what: String, key: Option<String>) -> WatchHealth {
+        self.register_listed(what, key, false)
+    }
+
+    fn register_listed(&self, what: String, key: Option<String>, listed: bool) -> WatchHealth {
         let mut state = self.state();
         state.next_id += 1;
         let id = state.next_id;
@@ -116,7 +122,7 @@ impl Health {
             Watch {
                 what,
                 key,
-                listed: false,
+                listed,
                 failing: None,
             },
         );
@@ -139,6 +145,30 @@ impl Health {
     {
         let watch = self.register(what.into(), Some(key));
         stream.inspect(move |item| watch.observe(item))
+    }
+
+    /// Like [`Health::track`], for a watch started on demand (when something first needs it):
+    /// its first list keeps the process unready only if it starts while the process is not
+    /// ready anyway (starting, or a new leader catching up). One that starts while the
+    /// process is ready does not make it unready until it lists, as the process's answers
+    /// did not depend on it: whatever reads from it checks that it has listed. Failing for
+    /// `stale_after` counts as for any watch.
+    pub fn track_on_demand<K, S>(
+        &self,
+        what: impl Into<String>,
+        key: String,
+        stream: S,
+    ) -> impl Stream<Item = S::Item>
+    where
+        S: Stream<Item = Result<Event<K>, watcher::Error>>,
+    {
+        let watch = self.register_on_demand(what.into(), Some(key));
+        stream.inspect(move |item| watch.observe(item))
+    }
+
+    fn register_on_demand(&self, what: String, key: Option<String>) -> WatchHealth {
+        let ready = self.check_at(Instant::now()).is_ok();
+        self.register_listed(what, key, ready)
     }
 
     /// A layer for the kube client that tells this state of every watch request the
@@ -482,6 +512,36 @@ mod tests {
         let c = health.watch("Pod");
         assert!(health.check().is_err());
         drop(c);
+        assert_eq!(health.check(), Ok(()));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_watch_started_on_demand_gates_readiness_only_when_it_starts_unready() {
+        let health = Health::new(STALE);
+        let scaler = health.watch("Scaler");
+        // Started while the process is not ready yet (its Scalers listing): waited for.
+        let early = health.register_on_demand("HorizontalPodAutoscaler".into(), None);
+        scaler.observe(&Ok(Event::<()>::InitDone));
+        assert_eq!(
+            health.check(),
+            Err("the HorizontalPodAutoscaler watch has not listed yet".to_string())
+        );
+        early.observe(&Ok(Event::<()>::InitDone));
+        assert_eq!(health.check(), Ok(()));
+        // Started while ready (the first Scaler created later): ready before it lists...
+        let late = health.register_on_demand("Deployment".into(), None);
+        assert_eq!(health.check(), Ok(()));
+        late.observe(&Ok(Event::<()>::Init));
+        assert_eq!(health.check(), Ok(()));
+        // ...but not once it has been failing for the threshold.
+        late.observe(&error());
+        tokio::time::advance(STALE).await;
+        late.observe(&error());
+        assert_eq!(
+            health.check(),
+            Err("the Deployment watch has been failing for 30s".to_string())
+        );
+        late.observe(&Ok(Event::<()>::InitDone));
         assert_eq!(health.check(), Ok(()));
     }
 

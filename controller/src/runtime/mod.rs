@@ -5,7 +5,8 @@
 //!
 //! Readiness (`/readyz`): not ready until the controller has started; then, while this replica
 //! runs the controllers, until every watch has listed once, and again while one has been
-//! failing for `--watch-stale-after`. Under `--leader-election` a standby replica runs no
+//! failing for `--watch-stale-after`. The Scalers' watches that start on demand
+//! ([`crate::inventory`]) are waited for only when they start while unready. Under `--leader-election` a standby replica runs no
 //! watches, so it is ready once it reached the apiserver to contest the Lease: a rollout need
 //! not wait for the leader to step down. A new leader is unready until its watches have listed.
 use tokio::sync::watch;
