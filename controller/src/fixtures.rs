@@ -11,9 +11,10 @@ use serde_json::{json, Value};
 use tokio::task::JoinHandle;
 use tower_test::mock::{self, Handle};
 
-use crate::children::{Caches, Packed, PackedWriter, PodsWriter, Writers};
+use crate::children::{Caches, ListedPod, Packed, PackedWriter, PodsWriter, Writers};
 use crate::metrics::Metrics;
 use crate::{Clock, Context};
+use k8s_openapi::api::apps::v1::Deployment;
 use kube::runtime::watcher::Event;
 
 /// A clock the test sets.
@@ -32,6 +33,25 @@ impl FixedClock {
     /// A clock at the usual test time (2025-03-03T12:00:00Z, a Monday) that the test may move.
     pub fn usual() -> Arc<Self> {
         Arc::new(Self(Mutex::new(at(USUAL))))
+    }
+}
+
+/// A Deployment of `replicas` just created (generation 1) whose pods the controller-manager has
+/// not counted yet: no status.
+pub fn new_deployment(replicas: i32) -> Deployment {
+    serde_json::from_value(json!({
+        "metadata": {"generation": 1, "creationTimestamp": USUAL},
+        "spec": {"replicas": replicas, "selector": {}, "template": {}},
+    }))
+    .unwrap()
+}
+
+/// A pod `name` of a [`new_deployment`], ready or not, as the pods cache lists it.
+pub fn new_pod(name: &str, ready: bool) -> ListedPod {
+    ListedPod {
+        name: name.into(),
+        ready,
+        created: Some(at(USUAL).timestamp() + 1),
     }
 }
 

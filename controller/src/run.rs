@@ -272,7 +272,7 @@ where
 /// What reconciles an owner kind `K` (Memcached, Welcome, Application): its objects, kept
 /// packed in the returned store (and forgotten by `ctx` when deleted), and the keys of those to
 /// reconcile on changes to them and to their Deployments and Services (and Ingresses if `K`
-/// owns some), which fill the caches of `K::APP`, and to their pods if `K` names them. Every
+/// owns some), which fill the caches of `K::APP`, and to their pods. Every
 /// watch is registered with `health`.
 fn owner_triggers<K: Owner>(
     health: &Health,
@@ -330,26 +330,24 @@ fn owner_triggers<K: Owner>(
             writers.notes.clone(),
         )));
     }
-    if K::NAMES_PODS {
-        // Pods are named and counted in the status, so their comings and goings and their
-        // readiness trigger a reconcile.
-        let mut writer = writers.pods;
-        let pods = tracked(
-            health,
-            format!("{kind} Pod"),
-            api::<WatchedPod>(client, ns),
-            children_of(K::APP),
-        )
-        .backoff(tolerant::backoff())
-        .inspect_ok(move |event| writer.apply_watcher_event(event))
-        .touched_objects();
-        let instances = logged(kind, pods).filter_map(|pod| {
-            let ns = pod.namespace();
-            let instance = pod.labels().get(label::INSTANCE).cloned();
-            std::future::ready(ns.zip(instance).map(|(ns, i)| ObjectKey::new(&ns, &i)))
-        });
-        triggers.push(instances.boxed());
-    }
+    // A rollout counts the pods (and a Memcached's status names them), so their comings
+    // and goings and their readiness trigger a reconcile.
+    let mut writer = writers.pods;
+    let pods = tracked(
+        health,
+        format!("{kind} Pod"),
+        api::<WatchedPod>(client, ns),
+        children_of(K::APP),
+    )
+    .backoff(tolerant::backoff())
+    .inspect_ok(move |event| writer.apply_watcher_event(event))
+    .touched_objects();
+    let instances = logged(kind, pods).filter_map(|pod| {
+        let ns = pod.namespace();
+        let instance = pod.labels().get(label::INSTANCE).cloned();
+        std::future::ready(ns.zip(instance).map(|(ns, i)| ObjectKey::new(&ns, &i)))
+    });
+    triggers.push(instances.boxed());
     (store, futures::stream::select_all(triggers).boxed())
 }
 

@@ -143,8 +143,7 @@ impl Health {
     where
         S: Stream<Item = Result<Event<K>, watcher::Error>>,
     {
-        let watch = self.register(what.into(), Some(key));
-        stream.inspect(move |item| watch.observe(item))
+        observed(self.register(what.into(), Some(key)), stream)
     }
 
     /// Like [`Health::track`], for a watch started on demand (when something first needs it):
@@ -162,8 +161,7 @@ impl Health {
     where
         S: Stream<Item = Result<Event<K>, watcher::Error>>,
     {
-        let watch = self.register_on_demand(what.into(), Some(key));
-        stream.inspect(move |item| watch.observe(item))
+        observed(self.register_on_demand(what.into(), Some(key)), stream)
     }
 
     fn register_on_demand(&self, what: String, key: Option<String>) -> WatchHealth {
@@ -289,6 +287,14 @@ impl Health {
             notified.await;
         }
     }
+}
+
+/// `stream`, its items recorded as the state of `watch`.
+fn observed<K, S>(watch: WatchHealth, stream: S) -> impl Stream<Item = S::Item>
+where
+    S: Stream<Item = Result<Event<K>, watcher::Error>>,
+{
+    stream.inspect(move |item| watch.observe(item))
 }
 
 /// One registered watch; see [`Health::watch`].

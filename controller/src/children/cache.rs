@@ -412,7 +412,7 @@ pub struct Children {
     pub services: PackedStore<Service>,
     /// The app's Ingresses, for kinds that own one; empty otherwise.
     pub ingresses: PackedStore<Ingress>,
-    /// The app's pods, for kinds whose status names them; empty otherwise.
+    /// The app's pods: a rollout counts them, and a Memcached's status names them.
     pub pods: PodsCache,
     pub notes: Arc<Notes>,
     /// Until when a reconcile waits for the caches' first lists (`synced`).
@@ -436,7 +436,7 @@ impl Children {
     /// sync deadline, as controller-runtime waits for its informers before the first reconcile:
     /// a reconcile right after a start then finds the children in the caches instead of
     /// reading each from the apiserver. A cache without a watch (the Ingresses of a kind that
-    /// owns none, the pods of one whose status names none, empty caches) counts as synced.
+    /// owns none, empty caches) counts as synced.
     pub async fn synced(&self) {
         let lists = async {
             // An error only says the cache has no watch (its writer is gone): nothing to wait for.

@@ -14,7 +14,7 @@ use k8s_openapi::api::networking::v1::{
 use kube::{Resource, ResourceExt};
 use kubesteer_api::{Application, ApplicationStatus};
 
-use crate::children::{self, child_meta};
+use crate::children::{self, child_meta, ListedPod};
 use crate::reconcilers::{previous_conditions, time, Observed, Owner, Rollout};
 use crate::Result;
 
@@ -55,6 +55,7 @@ impl Owner for Application {
             self,
             children.namespace,
             children.deployment,
+            &children.pods,
             children.ingress,
             now,
         )
@@ -151,16 +152,17 @@ pub fn ingress(app: &Application) -> Result<Option<Ingress>> {
     }))
 }
 
-/// The status an Application reports, from its Deployment and its Ingress.
+/// The status an Application reports, from its Deployment, its live pods and its Ingress.
 pub fn status(
     app: &Application,
     namespace: &str,
     deployment: &Deployment,
+    pods: &[ListedPod],
     ingress: Option<&Ingress>,
     now: DateTime<Utc>,
 ) -> ApplicationStatus {
     let generation = app.meta().generation;
-    let rollout = Rollout::of(deployment, app.spec.replicas());
+    let rollout = Rollout::of(deployment, app.spec.replicas()).with_pods(deployment, pods);
     let conditions =
         rollout.conditions(deployment, generation, time(now), previous_conditions(app));
     let load_balancer = ingress
@@ -179,6 +181,7 @@ pub fn status(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fixtures;
     use serde_json::json;
 
     fn application(spec: serde_json::Value) -> Application {
@@ -259,7 +262,7 @@ mod tests {
             "status": {"loadBalancer": {"ingress": [{"ip": "203.0.113.7"}]}}
         }))
         .unwrap();
-        let s = status(&app, "team", &d, Some(&i), Utc::now());
+        let s = status(&app, "team", &d, &[], Some(&i), Utc::now());
         assert_eq!(s.url.as_deref(), Some("http://a.io/"));
         assert_eq!(s.load_balancer.as_deref(), Some("203.0.113.7"));
         assert_eq!(s.ready_replicas, Some(1));
@@ -279,8 +282,29 @@ mod tests {
             ]
         );
         let no_ingress = application(json!({"image": "nginx", "servicePort": 8080}));
-        let s = status(&no_ingress, "team", &d, None, Utc::now());
+        let s = status(&no_ingress, "team", &d, &[], None, Utc::now());
         assert_eq!(s.url.as_deref(), Some("http://site.team.svc:8080"));
         assert_eq!(s.load_balancer, None);
+    }
+
+    #[test]
+    fn an_application_is_ready_once_its_pods_are_before_its_deployments_status_says_so() {
+        let app = application(json!({"image": "nginx", "replicas": 2}));
+        let d = fixtures::new_deployment(2);
+        let pod = fixtures::new_pod;
+        let ready = |pods: &[ListedPod]| {
+            let s = status(&app, "team", &d, pods, None, Utc::now());
+            let ready = s.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
+            (s.ready_replicas, ready.status.clone())
+        };
+        assert_eq!(ready(&[]), (Some(0), "False".to_string()));
+        assert_eq!(
+            ready(&[pod("site-a", true), pod("site-b", false)]),
+            (Some(1), "False".to_string())
+        );
+        assert_eq!(
+            ready(&[pod("site-a", true), pod("site-b", true)]),
+            (Some(2), "True".to_string())
+        );
     }
 }

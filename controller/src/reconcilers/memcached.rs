@@ -29,7 +29,6 @@ impl Owner for Memcached {
     const APP: &'static str = APP;
     const STATUS_GRACE: Duration = STATUS_GRACE;
     const POD_NAMES_GRACE: Duration = POD_NAMES_GRACE;
-    const NAMES_PODS: bool = true;
     type Prepared = ();
 
     fn deployment(&self, _: &()) -> Result<Deployment> {

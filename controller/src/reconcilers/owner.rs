@@ -54,8 +54,6 @@ pub trait Owner:
     /// [`Owner::only_pod_names_differ`]) may wait for a change `kubectl get` shows: by default
     /// the [grace](Owner::STATUS_GRACE) of other progress.
     const POD_NAMES_GRACE: Duration = Self::STATUS_GRACE;
-    /// Whether its status names its pods, so that their metadata is watched and cached.
-    const NAMES_PODS: bool = false;
     /// Whether it may own an Ingress, so that its Ingresses are watched and cached.
     const OWNS_INGRESS: bool = false;
 
@@ -129,7 +127,7 @@ pub struct Observed<'a> {
     pub service: &'a Service,
     /// Its Ingress, when it wants one.
     pub ingress: Option<&'a Ingress>,
-    /// Its live pods, sorted by name, if it [names them](Owner::NAMES_PODS).
+    /// Its live pods, sorted by name: a rollout counts them ([`Rollout::with_pods`]).
     pub pods: Vec<ListedPod>,
 }
 
@@ -198,10 +196,7 @@ async fn reconcile_owner<K: Owner>(owner: &K, ctx: &Context) -> Result<Action> {
         // the cache; writing it now as well would only cost the apiserver a write more.
         return Ok(owner.settled(&prepared));
     }
-    let pods = match K::NAMES_PODS {
-        true => children.pods.of(&ns, &name),
-        false => Vec::new(),
-    };
+    let pods = children.pods.of(&ns, &name);
     let observed = Observed {
         namespace: &ns,
         deployment: &deployment,

@@ -18,7 +18,7 @@ use kubesteer_api::keys::{annotation, reason, CONTROLLER_FIELD_MANAGER};
 use kubesteer_api::welcome::{ServiceType, PASSWORD_KEY};
 use kubesteer_api::{Welcome, WelcomeStatus};
 
-use crate::children::{self, child_meta, NameConflict, Packed};
+use crate::children::{self, child_meta, ListedPod, NameConflict, Packed};
 use crate::reconcilers::{previous_conditions, time, Observed, Owner, Prepared, Rollout};
 use crate::{is_status, Context, Error, Result};
 
@@ -83,6 +83,7 @@ impl Owner for Welcome {
             children.namespace,
             children.deployment,
             children.service,
+            &children.pods,
             now,
         )
     }
@@ -369,16 +370,17 @@ pub fn service(welcome: &Welcome) -> Result<Service> {
     children::service(KIND, welcome, APP, welcome.spec.port(), PORT_NAME, shape)
 }
 
-/// The status a Welcome reports, from its Deployment and Service.
+/// The status a Welcome reports, from its Deployment, its live pods and its Service.
 pub fn status(
     welcome: &Welcome,
     ns: &str,
     deployment: &Deployment,
     service: &Service,
+    pods: &[ListedPod],
     now: chrono::DateTime<chrono::Utc>,
 ) -> WelcomeStatus {
     let generation = welcome.meta().generation;
-    let rollout = Rollout::of(deployment, welcome.spec.replicas());
+    let rollout = Rollout::of(deployment, welcome.spec.replicas()).with_pods(deployment, pods);
     let ready = rollout.ready;
     let ready_condition =
         rollout.ready_condition(generation, time(now), previous_conditions(welcome));
@@ -605,7 +607,7 @@ mod tests {
             .notes
             .templates
             .assume_checked(&live, &live);
-        w.status = Some(status(&w, "team", &live, &svc, ctx.clock.now()));
+        w.status = Some(status(&w, "team", &live, &svc, &[], ctx.clock.now()));
         // The Secret is patched blind, as it cannot be read, but only if it is this Welcome's;
         // its children are as wanted.
         let scenario = verifier.run(vec![Call::patch(SECRET_PATCH)
@@ -880,5 +882,20 @@ mod tests {
         assert!(!err.to_string().contains(SECRET), "{err}");
         assert_eq!(err.metric_label(), "kube");
         scenario.finish(ctx).await;
+    }
+    #[test]
+    fn a_welcome_is_ready_once_its_pods_are_before_its_deployments_status_says_so() {
+        let w = welcome(json!({"name": "kubesteer", "serviceType": "ClusterIP"}));
+        let svc = service(&w).unwrap();
+        let d = fixtures::new_deployment(1);
+        let pod = |ready| fixtures::new_pod("hello-a", ready);
+        let ready = |pods: &[ListedPod]| {
+            let s = status(&w, "team", &d, &svc, pods, chrono::Utc::now());
+            let ready = s.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
+            (s.ready_replicas, ready.status.clone())
+        };
+        assert_eq!(ready(&[]), (Some(0), "False".to_string()));
+        assert_eq!(ready(&[pod(false)]), (Some(0), "False".to_string()));
+        assert_eq!(ready(&[pod(true)]), (Some(1), "True".to_string()));
     }
 }
