@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use clap::Parser;
 
-/// kubesteer-controller: reconciles what Scaler, Welcome and Memcached own.
+/// kubesteer-controller: reconciles what Scaler, Memcached, Welcome and Application own.
 ///
 /// Durations are written like "500ms", "10s" or "2m" (humantime); "0" is zero.
 #[derive(Debug, Clone, Parser)]

@@ -1,5 +1,5 @@
 //! kubesteer's controller: one kube-runtime `Controller` per kind, reconciling what Scaler,
-//! Welcome and Memcached own. The domain is in `reconcilers/` (one file per kind, one shape) and
+//! Memcached, Welcome and Application own. The domain is in `reconcilers/` (one file per kind, one shape) and
 //! `children.rs` (building, caching and applying what the owners own).
 #![forbid(unsafe_code)]
 #![deny(rust_2018_idioms)]

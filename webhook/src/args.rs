@@ -8,7 +8,7 @@ use humantime::parse_duration;
 
 use crate::server::Limits;
 
-/// kubesteer-webhook: validates and defaults Scaler, Welcome and Memcached through JSON patches.
+/// kubesteer-webhook: validates and defaults Scaler, Memcached, Welcome and Application through JSON patches.
 ///
 /// Durations are written like "500ms", "10s", "2m" or "8760h" (humantime); "0" is zero.
 #[derive(Debug, Clone, Parser)]
