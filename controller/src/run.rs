@@ -331,7 +331,8 @@ fn owner_triggers<K: Owner>(
         )));
     }
     // A rollout counts the pods (and a Memcached's status names them), so their comings
-    // and goings and their readiness trigger a reconcile.
+    // and goings and their readiness trigger a reconcile; their other changes (scheduled,
+    // started, a condition before Ready) change nothing a reconcile reads, and trigger none.
     let mut writer = writers.pods;
     let pods = tracked(
         health,
@@ -340,8 +341,16 @@ fn owner_triggers<K: Owner>(
         children_of(K::APP),
     )
     .backoff(tolerant::backoff())
-    .inspect_ok(move |event| writer.apply_watcher_event(event))
-    .touched_objects();
+    .try_filter_map(move |event| {
+        let changed = writer.apply_watcher_event(&event);
+        let pod = match event {
+            watcher::Event::Apply(pod)
+            | watcher::Event::InitApply(pod)
+            | watcher::Event::Delete(pod) => changed.then_some(pod),
+            watcher::Event::Init | watcher::Event::InitDone => None,
+        };
+        std::future::ready(Ok(pod))
+    });
     let instances = logged(kind, pods).filter_map(|pod| {
         let ns = pod.namespace();
         let instance = pod.labels().get(label::INSTANCE).cloned();

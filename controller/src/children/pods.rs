@@ -119,7 +119,7 @@ pub fn pods_cache(app: &'static str) -> (PodsCache, PodsWriter) {
 }
 
 /// What the index keeps of a live pod.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 struct Seen {
     ready: bool,
     created: Option<i64>,
@@ -140,9 +140,28 @@ fn key(namespace: &str, name: &str) -> Box<str> {
 }
 
 impl Index {
-    /// Lists `pod` under its instance when it is a live pod of `app`, in place of where it was.
-    fn apply(&mut self, app: &str, pod: &WatchedPod) {
-        let Some(pod_key) = pod_key(pod) else { return };
+    /// Lists `pod` under its instance when it is a live pod of `app`, in place of where it was;
+    /// whether that changed what the index lists (an instance's reconcile reads nothing else of
+    /// a pod).
+    fn apply(&mut self, app: &str, pod: &WatchedPod) -> bool {
+        let Some(pod_key) = pod_key(pod) else {
+            return false;
+        };
+        let before = self.listing(&pod_key);
+        self.list(app, pod, pod_key.clone());
+        before != self.listing(&pod_key)
+    }
+
+    /// Where the pod `namespace/name` is listed, and as what.
+    fn listing(&self, pod_key: &str) -> Option<(Box<str>, Seen)> {
+        let under = self.listed_under.get(pod_key)?;
+        let name = pod_key.split_once('/').map_or(pod_key, |(_, n)| n);
+        let pods = self.pods.get(under)?;
+        let i = pods.binary_search_by(|(n, _)| (**n).cmp(name)).ok()?;
+        Some((under.clone(), pods[i].1))
+    }
+
+    fn list(&mut self, app: &str, pod: &WatchedPod, pod_key: Box<str>) {
         self.remove(&pod_key);
         let meta = &pod.metadata;
         let labels = meta.labels.as_ref();
@@ -173,10 +192,10 @@ impl Index {
         self.listed_under.insert(pod_key, under);
     }
 
-    /// Takes the pod `namespace/name` off the list it is on, if any.
-    fn remove(&mut self, pod_key: &str) {
+    /// Takes the pod `namespace/name` off the list it is on, if any; whether it was on one.
+    fn remove(&mut self, pod_key: &str) -> bool {
         let Some(under) = self.listed_under.remove(pod_key) else {
-            return;
+            return false;
         };
         let name = pod_key.split_once('/').map_or(pod_key, |(_, n)| n);
         if let Some(pods) = self.pods.get_mut(&under) {
@@ -187,6 +206,7 @@ impl Index {
                 self.pods.remove(&under);
             }
         }
+        true
     }
 }
 
@@ -221,26 +241,30 @@ impl PodsCache {
 }
 
 impl PodsWriter {
-    /// Applies one watch event, as kube-runtime's writer does.
-    pub fn apply_watcher_event(&mut self, event: &Event<WatchedPod>) {
+    /// Applies one watch event, as kube-runtime's writer does; whether its pod's listing
+    /// changed, so that its instance needs a look. A pod of a relist always counts: the relist
+    /// replaces the index at its end.
+    pub fn apply_watcher_event(&mut self, event: &Event<WatchedPod>) -> bool {
         match event {
             Event::Apply(pod) => write(&self.index).apply(self.app, pod),
-            Event::Delete(pod) => {
-                if let Some(pod_key) = pod_key(pod) {
-                    write(&self.index).remove(&pod_key);
-                }
+            Event::Delete(pod) => pod_key(pod).is_some_and(|k| write(&self.index).remove(&k)),
+            Event::Init => {
+                self.buffer = Some(Index::default());
+                false
             }
-            Event::Init => self.buffer = Some(Index::default()),
-            Event::InitApply(pod) => self
-                .buffer
-                .get_or_insert_with(Index::default)
-                .apply(self.app, pod),
+            Event::InitApply(pod) => {
+                self.buffer
+                    .get_or_insert_with(Index::default)
+                    .apply(self.app, pod);
+                true
+            }
             Event::InitDone => {
                 let mut buffer = self.buffer.take().unwrap_or_default();
                 buffer.pods.shrink_to_fit();
                 buffer.listed_under.shrink_to_fit();
                 *write(&self.index) = buffer;
                 self.ready.send_replace(true);
+                false
             }
         }
     }
@@ -363,5 +387,40 @@ mod tests {
         p.status.conditions[1].status = "True".into();
         w.apply_watcher_event(&Event::Apply(p));
         assert_eq!(cache.of("team", "cache"), listed(true));
+    }
+    #[test]
+    fn only_an_event_that_changes_a_pods_listing_asks_for_a_look() {
+        let (_cache, mut w) = pods_cache("memcached");
+        let mut p = cache_pod("cache-a");
+        assert!(w.apply_watcher_event(&Event::Apply(p.clone())), "a new pod");
+        // Scheduled, a condition other than Ready: nothing a reconcile reads.
+        p.metadata.resource_version = Some("2".into());
+        assert!(!w.apply_watcher_event(&Event::Apply(p.clone())));
+        p.status.conditions.push(WatchedPodCondition {
+            type_: "PodScheduled".into(),
+            status: condition::TRUE.into(),
+        });
+        assert!(!w.apply_watcher_event(&Event::Apply(p.clone())));
+        p.status.conditions.push(WatchedPodCondition {
+            type_: condition::READY.into(),
+            status: condition::TRUE.into(),
+        });
+        assert!(w.apply_watcher_event(&Event::Apply(p.clone())), "Ready");
+        assert!(
+            w.apply_watcher_event(&Event::Apply(deleting(p.clone()))),
+            "terminating"
+        );
+        assert!(
+            !w.apply_watcher_event(&Event::Delete(p)),
+            "already off its list"
+        );
+        // Another app's pod is never listed; a relist's pods always count.
+        assert!(!w.apply_watcher_event(&Event::Apply(pod("team", "w", "welcome", "cache"))));
+        assert!(!w.apply_watcher_event(&Event::Init));
+        assert!(w.apply_watcher_event(&Event::InitApply(cache_pod("cache-b"))));
+        assert!(!w.apply_watcher_event(&Event::InitDone));
+        // Moved to another instance by its label.
+        let moved = pod("team", "cache-b", "memcached", "debug");
+        assert!(w.apply_watcher_event(&Event::Apply(moved)));
     }
 }
