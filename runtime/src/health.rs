@@ -106,14 +106,11 @@ impl Health {
     /// Registers a watch named `what` (e.g. "Deployment"): not ready until it lists once. It
     /// is unregistered when the returned handle is dropped, with the watch that holds it.
     pub fn watch(&self, what: impl Into<String>) -> WatchHealth {
-        self.register(what.into(), None)
+        self.register(what.into(), None, false)
     }
 
-    fn register(&self, what: String, key: Option<String>) -> WatchHealth {
-        self.register_listed(what, key, false)
-    }
-
-    fn register_listed(&self, what: String, key: Option<String>, listed: bool) -> WatchHealth {
+    /// Registers a watch; `listed` when its first list is not waited for.
+    fn register(&self, what: String, key: Option<String>, listed: bool) -> WatchHealth {
         let mut state = self.state();
         state.next_id += 1;
         let id = state.next_id;
@@ -143,7 +140,7 @@ impl Health {
     where
         S: Stream<Item = Result<Event<K>, watcher::Error>>,
     {
-        observed(self.register(what.into(), Some(key)), stream)
+        observed(self.register(what.into(), Some(key), false), stream)
     }
 
     /// Like [`Health::track`], for a watch started on demand (when something first needs it):
@@ -166,7 +163,7 @@ impl Health {
 
     fn register_on_demand(&self, what: String, key: Option<String>) -> WatchHealth {
         let ready = self.check_at(Instant::now()).is_ok();
-        self.register_listed(what, key, ready)
+        self.register(what, key, ready)
     }
 
     /// A layer for the kube client that tells this state of every watch request the

@@ -289,22 +289,23 @@ mod tests {
 
     #[test]
     fn an_application_is_ready_once_its_pods_are_before_its_deployments_status_says_so() {
+        use kubesteer_api::keys::condition::{FALSE, READY, TRUE};
         let app = application(json!({"image": "nginx", "replicas": 2}));
         let d = fixtures::new_deployment(2);
         let pod = fixtures::new_pod;
         let ready = |pods: &[ListedPod]| {
             let s = status(&app, "team", &d, pods, None, Utc::now());
-            let ready = s.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
+            let ready = s.conditions.iter().find(|c| c.type_ == READY).unwrap();
             (s.ready_replicas, ready.status.clone())
         };
-        assert_eq!(ready(&[]), (Some(0), "False".to_string()));
+        assert_eq!(ready(&[]), (Some(0), FALSE.to_string()));
         assert_eq!(
             ready(&[pod("site-a", true), pod("site-b", false)]),
-            (Some(1), "False".to_string())
+            (Some(1), FALSE.to_string())
         );
         assert_eq!(
             ready(&[pod("site-a", true), pod("site-b", true)]),
-            (Some(2), "True".to_string())
+            (Some(2), TRUE.to_string())
         );
     }
 }

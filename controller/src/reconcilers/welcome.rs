@@ -885,17 +885,18 @@ mod tests {
     }
     #[test]
     fn a_welcome_is_ready_once_its_pods_are_before_its_deployments_status_says_so() {
+        use kubesteer_api::keys::condition::{FALSE, READY, TRUE};
         let w = welcome(json!({"name": "kubesteer", "serviceType": "ClusterIP"}));
         let svc = service(&w).unwrap();
         let d = fixtures::new_deployment(1);
         let pod = |ready| fixtures::new_pod("hello-a", ready);
         let ready = |pods: &[ListedPod]| {
             let s = status(&w, "team", &d, &svc, pods, chrono::Utc::now());
-            let ready = s.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
+            let ready = s.conditions.iter().find(|c| c.type_ == READY).unwrap();
             (s.ready_replicas, ready.status.clone())
         };
-        assert_eq!(ready(&[]), (Some(0), "False".to_string()));
-        assert_eq!(ready(&[pod(false)]), (Some(0), "False".to_string()));
-        assert_eq!(ready(&[pod(true)]), (Some(1), "True".to_string()));
+        assert_eq!(ready(&[]), (Some(0), FALSE.to_string()));
+        assert_eq!(ready(&[pod(false)]), (Some(0), FALSE.to_string()));
+        assert_eq!(ready(&[pod(true)]), (Some(1), TRUE.to_string()));
     }
 }

@@ -9,6 +9,11 @@ use kubesteer_tests::{eventually, instance_pods, jsonpath, kubectl_ok, Paused};
 
 const WAIT: Duration = Duration::from_secs(90);
 
+/// The name in `kind/name`: the owner's, its Deployment's and its instance's.
+fn name_of(owner: &str) -> &str {
+    owner.split_once('/').map_or(owner, |(_, name)| name)
+}
+
 /// One of each owner kind, a pod each: its object (`kind/name`, as kubectl names it; its
 /// Deployment and pods are named after it) and its manifest.
 const OWNERS: [(&str, &str); 3] = [
@@ -38,10 +43,8 @@ const OWNERS: [(&str, &str); 3] = [
 fn every_owner_is_ready_once_its_pods_are_before_its_deployments_status_says_so() -> Result<()> {
     let release = Release::install("ready", &[])?;
     let n = release.user_ns.as_str();
-    let deployment = |owner: &str, path: &str| {
-        let name = owner.split_once('/').map_or(owner, |(_, name)| name);
-        jsonpath(n, &format!("deployment/{name}"), path)
-    };
+    let deployment =
+        |owner: &str, path: &str| jsonpath(n, &format!("deployment/{}", name_of(owner)), path);
     let ready = |owner: &str, field: &str| {
         jsonpath(
             n,
@@ -109,8 +112,7 @@ fn every_owner_is_ready_once_its_pods_are_before_its_deployments_status_says_so(
             Ok((available == "True").then_some(()))
         })
         .with_context(|| release.describe())?;
-        let name = owner.split_once('/').map_or(*owner, |(_, name)| name);
-        ensure!(instance_pods(n, name)?.len() == 1);
+        ensure!(instance_pods(n, name_of(owner))?.len() == 1);
         ensure!(ready(owner, "status")? == "True");
         ensure!(
             &ready(owner, "lastTransitionTime")? == since,
