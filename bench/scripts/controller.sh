@@ -38,8 +38,8 @@
 # `owned`, the ceiling of any controller (each Memcached created by the bench client, then its
 # Deployment and Service with the controller owner reference, no controller running); `writes`, the
 # floor of kubesteer's own writes (owned, plus each Memcached's first status and Created event as
-# kubesteer writes them, and its Ready status as soon as the client's Deployment watch sees it rolled
-# out: no controller, no reconcile, no cache); kubesteer's controller; the
+# kubesteer writes them, and its Ready status, naming its pods, as soon as the client's pod watch sees
+# them Ready, as kubesteer reads Ready: no controller, no reconcile, no cache); kubesteer's controller; the
 # operator-sdk-style Go peer that applies its children on every reconcile (bench/peers/controller,
 # controller-runtime v0.22) with kubebuilder's defaults (go-default: 1 worker, client QPS 20,
 # burst 30) and tuned (go-tuned, BENCH_PEER_TUNED, default 32 workers, QPS 1000, burst 2000); and
@@ -442,8 +442,9 @@ out = {
                   "until every directly created Deployment has rolled out; owned: each Memcached created, then its "
                   "Deployment and Service with the controller owner reference, until every Deployment has rolled "
                   "out, with no controller running; writes: as owned, plus each Memcached's first status (a JSON "
-                  "patch) and Created event as kubesteer writes them, and its Ready status written as soon as the "
-                  "client's one Deployment watch sees the Deployment rolled out, until every Ready status is "
+                  "patch) and Created event as kubesteer writes them, and its Ready status, naming its pods, written "
+                  "as soon as the client's pod watch sees them Ready (as kubesteer reads Ready; before 2026-11-30 "
+                  "when its Deployment watch saw the Deployment rolled out), until every Ready status is "
                   "written: kubesteer's writes with no controller); pods_ready_s: from the same first create "
                   "until the client's pod watch has seen every pod Ready, whoever reports it (every subject "
                   "runs that watch); *_to_ceiling_pods_ready_time: against the ceiling's pods_ready_s, the "

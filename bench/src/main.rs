@@ -34,6 +34,7 @@ use kube::{Api, Client, Resource, ResourceExt};
 use kubesteer_api::keys::condition;
 use kubesteer_api::scaler::v1beta1::{HpaCooperation, ScaleTargetRef, ScaleWindow, TimeOfDay};
 use kubesteer_api::{Memcached, MemcachedSpec, Scaler, ScalerSpec};
+use kubesteer_controller::children::ListedPod;
 use serde_json::{json, Value};
 use tokio::sync::oneshot;
 
@@ -299,9 +300,10 @@ enum Mode {
     /// status writes and events.
     Owned,
     /// The floor of kubesteer's own writes: the owned line plus, per Memcached, its first status
-    /// (the JSON patch kubesteer writes) and its Created event, then its Ready status as soon as
-    /// this client's one Deployment watch sees the Deployment rolled out. What kubesteer writes,
-    /// with no reconcile, cache, pod watch or read; converged when every Ready status is written.
+    /// (the JSON patch kubesteer writes) and its Created event, then its Ready status, naming
+    /// its pods, as soon as this client's pod watch (which every line runs) sees them Ready, as
+    /// kubesteer's controller reads Ready from its pods. What kubesteer writes, with no
+    /// reconcile, cache, watch of its own or read; converged when every Ready status is written.
     Writes,
 }
 
@@ -740,56 +742,74 @@ async fn create_children(
     pp: &PostParams,
     d: &Deployment,
     s: &Service,
-) -> Result<()> {
+) -> Result<Deployment> {
     let namespace = d.namespace().unwrap_or_default();
-    Api::<Deployment>::namespaced(client.clone(), &namespace)
+    let created = Api::<Deployment>::namespaced(client.clone(), &namespace)
         .create(pp, d)
         .await?;
     Api::<Service>::namespaced(client.clone(), &namespace)
         .create(pp, s)
         .await?;
-    Ok(())
+    Ok(created)
 }
 
 /// The writes line's Ready status write of one Memcached: its name and when it was written.
 type ReadyWrite = tokio::task::JoinHandle<Result<(String, Instant)>>;
 
-/// Per Memcached name, its Deployment once seen rolled out (the writes line).
-#[derive(Default)]
-struct Rollouts(Mutex<HashMap<String, Arc<tokio::sync::watch::Sender<Option<Deployment>>>>>);
+/// Per Memcached name, its pods seen Ready so far (the writes line).
+type PodSender = Arc<tokio::sync::watch::Sender<Vec<ListedPod>>>;
 
-impl Rollouts {
-    fn of(&self, name: &str) -> Result<Arc<tokio::sync::watch::Sender<Option<Deployment>>>> {
+/// Per Memcached name (its pods' instance label), its pods seen Ready (the writes line).
+#[derive(Default)]
+struct ReadyPods(Mutex<HashMap<String, PodSender>>);
+
+impl ReadyPods {
+    fn of(&self, name: &str) -> Result<PodSender> {
         let mut map = self.0.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
         Ok(map
             .entry(name.to_string())
-            .or_insert_with(|| Arc::new(tokio::sync::watch::channel(None).0))
+            .or_insert_with(|| Arc::new(tokio::sync::watch::channel(Vec::new()).0))
             .clone())
     }
 
-    /// Records that `d` has rolled out (the first time only).
-    fn rolled_out(&self, d: &Deployment) {
-        if let Ok(tx) = self.of(&d.name_any()) {
-            tx.send_if_modified(|seen| seen.is_none() && seen.replace(d.clone()).is_none());
-        }
+    /// Records that `p`, a pod of the instance its label names, is Ready (once per pod).
+    fn ready(&self, p: &Pod) {
+        let Some(instance) = p.labels().get(kubesteer_api::keys::label::INSTANCE) else {
+            return;
+        };
+        let Ok(tx) = self.of(instance) else { return };
+        let name = p.name_any();
+        let created = p.creation_timestamp().map(|t| t.0.as_second());
+        tx.send_if_modified(|seen| {
+            let new = !seen.iter().any(|s| s.name == name);
+            if new {
+                seen.push(ListedPod {
+                    name: name.clone(),
+                    ready: true,
+                    created,
+                });
+            }
+            new
+        });
     }
 
-    /// The Deployment of `name`, once it has rolled out.
-    async fn wait(&self, name: &str) -> Result<Deployment> {
+    /// The pods of `name` once `size` of them have been seen Ready.
+    async fn wait(&self, name: &str, size: usize) -> Result<Vec<ListedPod>> {
         let mut rx = self.of(name)?.subscribe();
-        let seen = rx.wait_for(Option::is_some).await?;
-        seen.clone().context("a rollout without its Deployment")
+        let seen = rx.wait_for(|pods| pods.len() >= size).await?;
+        Ok(seen.clone())
     }
 }
 
-/// Writes the status kubesteer would write for `owner` with `deployment` (no pods named), as it
-/// does: one JSON patch of the whole status under its field manager.
+/// Writes the status kubesteer would write for `owner` with `deployment` and its Ready `pods`,
+/// as it does: one JSON patch of the whole status under its field manager.
 async fn write_status(
     api: &Api<Memcached>,
     owner: &Memcached,
     d: &Deployment,
+    pods: &[ListedPod],
 ) -> Result<Memcached> {
-    let status = kubesteer_controller::memcached::status(owner, d, &[], Utc::now());
+    let status = kubesteer_controller::memcached::status(owner, d, pods, Utc::now());
     let patch = kubesteer_controller::reconcilers::status_patch(&status)?;
     let pp = kubesteer_controller::children::write_params();
     Ok(api.patch_status(&owner.name_any(), &pp, &patch).await?)
@@ -846,13 +866,12 @@ async fn converge(
 ) -> Result<Value> {
     spread.ensure(&client).await?;
     let watched = spread.clone();
-    // The writes line's Ready statuses, each written once its Deployment has rolled out.
-    let rollouts = Arc::new(Rollouts::default());
+    // The writes line's Ready statuses, each written once its pods are seen Ready.
+    let ready_pods = Arc::new(ReadyPods::default());
     let ready_writes = Arc::new(tokio::sync::Semaphore::new(concurrency.max(1)));
     let watch = match mode {
-        Mode::Controller => {
-            let api: Api<Memcached> = spread.api(&client);
-            watch_until(api, count, move |mc: &Memcached| {
+        Mode::Controller => Some(
+            watch_until(spread.api::<Memcached>(&client), count, move |mc| {
                 watched.holds(mc.namespace().as_deref())
                     && mc.status.as_ref().is_some_and(|s| match until {
                         Until::Ready => has_ready_condition(&s.conditions),
@@ -862,30 +881,32 @@ async fn converge(
                         }
                     })
             })
-            .await?
-        }
-        Mode::Ceiling | Mode::Owned | Mode::Writes => {
-            let api: Api<Deployment> = spread.api(&client);
-            let rollouts = rollouts.clone();
-            watch_until(api, count, move |d: &Deployment| {
-                let done = watched.holds(d.namespace().as_deref()) && rolled_out(d);
-                // Only the writes line acts on a rollout.
-                if done && mode == Mode::Writes {
-                    rollouts.rolled_out(d);
-                }
-                done
+            .await?,
+        ),
+        Mode::Ceiling | Mode::Owned => Some(
+            watch_until(spread.api::<Deployment>(&client), count, move |d| {
+                watched.holds(d.namespace().as_deref()) && rolled_out(d)
             })
-            .await?
-        }
+            .await?,
+        ),
+        // Converged by its own Ready writes: no watch beside the pods' below.
+        Mode::Writes => None,
     };
     // Every subject's pods, seen Ready by the same watch: when the last one was, whoever reports
     // it (the Memcached's status, a Deployment's roll-up).
     let pods_watched = spread.clone();
     let pod_count = count * usize::try_from(size.max(0))?;
+    let seen_ready = ready_pods.clone();
     let pods = watch_until(spread.api::<Pod>(&client), pod_count, move |p: &Pod| {
-        pods_watched.holds(p.namespace().as_deref()) && pod_ready(p)
+        let ready = pods_watched.holds(p.namespace().as_deref()) && pod_ready(p);
+        // Only the writes line acts on a Ready pod.
+        if ready && mode == Mode::Writes {
+            seen_ready.ready(p);
+        }
+        ready
     })
     .await?;
+    let wanted_pods = usize::try_from(size.max(0))?;
     log(format!(
         "{mode:?}: creating {count} in {} namespace(s) from {} (size {size}, concurrency {concurrency})",
         spread.names.len(),
@@ -899,7 +920,7 @@ async fn converge(
         let client = client.clone();
         let pp = &pp;
         let namespace = spread.of(i);
-        let (rollouts, ready_writes) = (&rollouts, &ready_writes);
+        let (ready_pods, ready_writes) = (&ready_pods, &ready_writes);
         async move {
             match mode {
                 Mode::Controller => {
@@ -926,18 +947,20 @@ async fn converge(
                     let owner = api.create(pp, &memcached(name, namespace, size)).await?;
                     let d = kubesteer_controller::memcached::deployment(&owner)?;
                     let s = kubesteer_controller::memcached::service(&owner)?;
-                    create_children(&client, pp, &d, &s).await?;
-                    let owner = write_status(&api, &owner, &d).await?;
+                    let d = create_children(&client, pp, &d, &s).await?;
+                    let owner = write_status(&api, &owner, &d, &[]).await?;
                     created_event(&client, &owner).await?;
-                    let (rollouts, ready_writes) = (rollouts.clone(), ready_writes.clone());
+                    let (ready_pods, ready_writes) = (ready_pods.clone(), ready_writes.clone());
                     let name = name.clone();
                     let ready: ReadyWrite = tokio::spawn(async move {
-                        let d = rollouts.wait(&name).await?;
+                        let pods = ready_pods.wait(&name, wanted_pods).await?;
                         let _permit = ready_writes.acquire().await?;
-                        let written = write_status(&api, &owner, &d).await?;
+                        let written = write_status(&api, &owner, &d, &pods).await?;
                         let conditions = written.status.map(|s| s.conditions).unwrap_or_default();
                         if !has_ready_condition(&conditions) {
-                            bail!("{name}: its status written once rolled out is not Ready");
+                            bail!(
+                                "{name}: its status written once its pods were Ready is not Ready"
+                            );
                         }
                         Ok((name, Instant::now()))
                     });
@@ -960,21 +983,21 @@ async fn converge(
         "{mode:?}: {requests} creates accepted in {:.1}s; waiting for convergence",
         created.as_secs_f64()
     ));
-    let done = match mode {
-        // Converged when the last Ready status is written, not when the rollouts are seen.
-        Mode::Writes => {
-            let all = futures::future::try_join_all(readied);
-            let written = match tokio::time::timeout(timeout.saturating_sub(created), all).await {
-                Ok(written) => written?,
-                Err(_) => bail!("{mode:?}: not converged within {timeout:?}"),
-            };
-            watch.abort();
-            written.into_iter().collect::<Result<HashMap<_, _>>>()?
-        }
-        _ => match tokio::time::timeout(timeout.saturating_sub(created), watch).await {
+    let left = timeout.saturating_sub(created);
+    let done = match watch {
+        Some(watch) => match tokio::time::timeout(left, watch).await {
             Ok(done) => done?,
             Err(_) => bail!("{mode:?}: not converged within {timeout:?}"),
         },
+        // The writes line: converged when its last Ready status is written.
+        None => {
+            let all = futures::future::try_join_all(readied);
+            let written = match tokio::time::timeout(left, all).await {
+                Ok(written) => written?,
+                Err(_) => bail!("{mode:?}: not converged within {timeout:?}"),
+            };
+            written.into_iter().collect::<Result<HashMap<_, _>>>()?
+        }
     };
     let converged = done.values().max().map(|t| *t - start).unwrap_or_default();
     let converged_at = started_at + TimeDelta::from_std(converged)?;
