@@ -33,7 +33,6 @@ use crate::runtime::metrics_auth::Authorizer;
 use crate::runtime::queue::{self, Action, ObjectKey, Settings};
 use crate::runtime::{http, lease, stopped, STARTING};
 use crate::{storage, Context, Error, Result, SystemClock};
-use kubesteer_api::keys::label;
 
 /// Runs the controller until SIGTERM or SIGINT.
 pub async fn run(args: Args) -> Result<()> {
@@ -331,7 +330,8 @@ fn owner_triggers<K: Owner>(
         )));
     }
     // A rollout counts the pods (and a Memcached's status names them), so their comings
-    // and goings and their readiness trigger a reconcile; their other changes (scheduled,
+    // and goings and their readiness trigger a reconcile of each instance whose pods changed
+    // (both, for a pod relabelled from one to another); their other changes (scheduled,
     // started, a condition before Ready) change nothing a reconcile reads, and trigger none.
     let mut writer = writers.pods;
     let pods = tracked(
@@ -341,22 +341,8 @@ fn owner_triggers<K: Owner>(
         children_of(K::APP),
     )
     .backoff(tolerant::backoff())
-    .try_filter_map(move |event| {
-        let changed = writer.apply_watcher_event(&event);
-        let pod = match event {
-            watcher::Event::Apply(pod)
-            | watcher::Event::InitApply(pod)
-            | watcher::Event::Delete(pod) => changed.then_some(pod),
-            watcher::Event::Init | watcher::Event::InitDone => None,
-        };
-        std::future::ready(Ok(pod))
-    });
-    let instances = logged(kind, pods).filter_map(|pod| {
-        let ns = pod.namespace();
-        let instance = pod.labels().get(label::INSTANCE).cloned();
-        std::future::ready(ns.zip(instance).map(|(ns, i)| ObjectKey::new(&ns, &i)))
-    });
-    triggers.push(instances.boxed());
+    .map_ok(move |event| futures::stream::iter(writer.apply_watcher_event(&event)));
+    triggers.push(logged(kind, pods).flatten().boxed());
     (store, futures::stream::select_all(triggers).boxed())
 }
 

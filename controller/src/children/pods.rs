@@ -22,6 +22,7 @@ use serde::Deserialize;
 use tokio::sync::watch;
 
 use super::store::{read, write};
+use crate::runtime::queue::ObjectKey;
 
 /// A pod as its watch decodes it: the metadata and the conditions' types and states; the rest
 /// of the pod (spec, containers' states) is skipped while decoding.
@@ -141,15 +142,25 @@ fn key(namespace: &str, name: &str) -> Box<str> {
 
 impl Index {
     /// Lists `pod` under its instance when it is a live pod of `app`, in place of where it was;
-    /// whether that changed what the index lists (an instance's reconcile reads nothing else of
-    /// a pod).
-    fn apply(&mut self, app: &str, pod: &WatchedPod) -> bool {
+    /// the instances whose listing that changed (an instance's reconcile reads nothing else of
+    /// a pod): none, the pod's, or both the one it left and the one it joined.
+    fn apply(&mut self, app: &str, pod: &WatchedPod) -> Vec<ObjectKey> {
         let Some(pod_key) = pod_key(pod) else {
-            return false;
+            return Vec::new();
         };
         let before = self.listing(&pod_key);
         self.list(app, pod, pod_key.clone());
-        before != self.listing(&pod_key)
+        let after = self.listing(&pod_key);
+        if before == after {
+            return Vec::new();
+        }
+        let mut touched: Vec<ObjectKey> = [before, after]
+            .into_iter()
+            .flatten()
+            .filter_map(|(under, _)| instance_of(&under))
+            .collect();
+        touched.dedup();
+        touched
     }
 
     /// Where the pod `namespace/name` is listed, and as what.
@@ -192,11 +203,10 @@ impl Index {
         self.listed_under.insert(pod_key, under);
     }
 
-    /// Takes the pod `namespace/name` off the list it is on, if any; whether it was on one.
-    fn remove(&mut self, pod_key: &str) -> bool {
-        let Some(under) = self.listed_under.remove(pod_key) else {
-            return false;
-        };
+    /// Takes the pod `namespace/name` off the list it is on, if any; the `namespace/instance`
+    /// of that list.
+    fn remove(&mut self, pod_key: &str) -> Option<Box<str>> {
+        let under = self.listed_under.remove(pod_key)?;
         let name = pod_key.split_once('/').map_or(pod_key, |(_, n)| n);
         if let Some(pods) = self.pods.get_mut(&under) {
             if let Ok(i) = pods.binary_search_by(|(n, _)| (**n).cmp(name)) {
@@ -206,13 +216,26 @@ impl Index {
                 self.pods.remove(&under);
             }
         }
-        true
+        Some(under)
     }
 }
 
 fn pod_key(pod: &WatchedPod) -> Option<Box<str>> {
     let meta = &pod.metadata;
     Some(key(meta.namespace.as_deref()?, meta.name.as_deref()?))
+}
+
+/// The instance a `namespace/instance` key of the index names.
+fn instance_of(under: &str) -> Option<ObjectKey> {
+    let (ns, instance) = under.split_once('/')?;
+    Some(ObjectKey::new(ns, instance))
+}
+
+/// The instance `pod`'s labels put it in, listed or not.
+fn labelled_instance(pod: &WatchedPod) -> Option<ObjectKey> {
+    let meta = &pod.metadata;
+    let instance = meta.labels.as_ref()?.get(label::INSTANCE)?;
+    Some(ObjectKey::new(meta.namespace.as_deref()?, instance))
 }
 
 impl PodsCache {
@@ -241,22 +264,27 @@ impl PodsCache {
 }
 
 impl PodsWriter {
-    /// Applies one watch event, as kube-runtime's writer does; whether its pod's listing
-    /// changed, so that its instance needs a look. A pod of a relist always counts: the relist
-    /// replaces the index at its end.
-    pub fn apply_watcher_event(&mut self, event: &Event<WatchedPod>) -> bool {
+    /// Applies one watch event, as kube-runtime's writer does; the instances whose listing of
+    /// pods it changed, so that they need a look: a pod moved by its labels from one instance
+    /// to another changes both. A pod of a relist always counts, for the instance its labels
+    /// name: the relist replaces the index at its end.
+    pub fn apply_watcher_event(&mut self, event: &Event<WatchedPod>) -> Vec<ObjectKey> {
         match event {
             Event::Apply(pod) => write(&self.index).apply(self.app, pod),
-            Event::Delete(pod) => pod_key(pod).is_some_and(|k| write(&self.index).remove(&k)),
+            Event::Delete(pod) => pod_key(pod)
+                .and_then(|k| write(&self.index).remove(&k))
+                .and_then(|under| instance_of(&under))
+                .into_iter()
+                .collect(),
             Event::Init => {
                 self.buffer = Some(Index::default());
-                false
+                Vec::new()
             }
             Event::InitApply(pod) => {
                 self.buffer
                     .get_or_insert_with(Index::default)
                     .apply(self.app, pod);
-                true
+                labelled_instance(pod).into_iter().collect()
             }
             Event::InitDone => {
                 let mut buffer = self.buffer.take().unwrap_or_default();
@@ -264,7 +292,7 @@ impl PodsWriter {
                 buffer.listed_under.shrink_to_fit();
                 *write(&self.index) = buffer;
                 self.ready.send_replace(true);
-                false
+                Vec::new()
             }
         }
     }
@@ -388,39 +416,54 @@ mod tests {
         w.apply_watcher_event(&Event::Apply(p));
         assert_eq!(cache.of("team", "cache"), listed(true));
     }
+
+    /// The instances, as `namespace/instance`, that `event` asks to look at.
+    fn looks(w: &mut PodsWriter, event: Event<WatchedPod>) -> Vec<String> {
+        let keys = w.apply_watcher_event(&event);
+        keys.iter()
+            .map(|k| format!("{}/{}", k.namespace, k.name))
+            .collect()
+    }
+
     #[test]
     fn only_an_event_that_changes_a_pods_listing_asks_for_a_look() {
         let (_cache, mut w) = pods_cache("memcached");
+        let cache = ["team/cache"];
+        let none: [&str; 0] = [];
         let mut p = cache_pod("cache-a");
-        assert!(w.apply_watcher_event(&Event::Apply(p.clone())), "a new pod");
+        assert_eq!(looks(&mut w, Event::Apply(p.clone())), cache, "a new pod");
         // Scheduled, a condition other than Ready: nothing a reconcile reads.
         p.metadata.resource_version = Some("2".into());
-        assert!(!w.apply_watcher_event(&Event::Apply(p.clone())));
+        assert_eq!(looks(&mut w, Event::Apply(p.clone())), none);
         p.status.conditions.push(WatchedPodCondition {
             type_: "PodScheduled".into(),
             status: condition::TRUE.into(),
         });
-        assert!(!w.apply_watcher_event(&Event::Apply(p.clone())));
+        assert_eq!(looks(&mut w, Event::Apply(p.clone())), none);
         p.status.conditions.push(WatchedPodCondition {
             type_: condition::READY.into(),
             status: condition::TRUE.into(),
         });
-        assert!(w.apply_watcher_event(&Event::Apply(p.clone())), "Ready");
-        assert!(
-            w.apply_watcher_event(&Event::Apply(deleting(p.clone()))),
-            "terminating"
-        );
-        assert!(
-            !w.apply_watcher_event(&Event::Delete(p)),
-            "already off its list"
-        );
+        assert_eq!(looks(&mut w, Event::Apply(p.clone())), cache, "Ready");
+        let terminating = Event::Apply(deleting(p.clone()));
+        assert_eq!(looks(&mut w, terminating), cache, "terminating");
+        let gone = looks(&mut w, Event::Delete(p));
+        assert_eq!(gone, none, "already off its list");
         // Another app's pod is never listed; a relist's pods always count.
-        assert!(!w.apply_watcher_event(&Event::Apply(pod("team", "w", "welcome", "cache"))));
-        assert!(!w.apply_watcher_event(&Event::Init));
-        assert!(w.apply_watcher_event(&Event::InitApply(cache_pod("cache-b"))));
-        assert!(!w.apply_watcher_event(&Event::InitDone));
-        // Moved to another instance by its label.
+        let other_app = Event::Apply(pod("team", "w", "welcome", "cache"));
+        assert_eq!(looks(&mut w, other_app), none);
+        assert_eq!(looks(&mut w, Event::Init), none);
+        let relisted = Event::InitApply(cache_pod("cache-b"));
+        assert_eq!(looks(&mut w, relisted), cache);
+        assert_eq!(looks(&mut w, Event::InitDone), none);
+        // Moved to another instance by its label: both the one it left and the one it joined.
         let moved = pod("team", "cache-b", "memcached", "debug");
-        assert!(w.apply_watcher_event(&Event::Apply(moved)));
+        let both = looks(&mut w, Event::Apply(moved.clone()));
+        assert_eq!(both, ["team/cache", "team/debug"]);
+        // Deleted: the instance it was listed under, whatever its last labels say.
+        let mut relabelled = moved;
+        let labels = relabelled.metadata.labels.get_or_insert_default();
+        labels.insert(label::INSTANCE.into(), "elsewhere".into());
+        assert_eq!(looks(&mut w, Event::Delete(relabelled)), ["team/debug"]);
     }
 }
