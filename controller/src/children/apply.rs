@@ -47,8 +47,9 @@ pub struct Applied<K> {
 }
 
 /// How often the fold of a created child's fields into its Apply entry is tried. Each try after
-/// the first follows a write by someone else (the deployment controller's status, a label) since
-/// the managed fields were read, and reads them again.
+/// the first follows a write by someone else that changed the managed fields since they were
+/// read (a new manager, or one whose entry's time turned to another second), and reads them
+/// again.
 const FOLD_ATTEMPTS: u32 = 4;
 
 /// Server-side applies the namespaced `obj`. Unlike `Api::patch` it keeps the answer's status
@@ -58,8 +59,10 @@ const FOLD_ATTEMPTS: u32 = 4;
 /// clears; the first apply to it finds that entry in its answer, folds it into the Apply entry
 /// ([`upgraded`]) and applies again, so that what this apply left out is removed (as a client-go
 /// client does with `csaupgrade`). Only an object's first apply after its create pays for that.
-/// The fold replaces the managed fields only if no one wrote the object since they were read (a
-/// `test` of its resourceVersion); when someone did, they are read again, as many times as
+/// The fold replaces the managed fields only if they are still as they were read (a `test` of
+/// exactly what it replaces, not of the resourceVersion: another writer's change that leaves
+/// the managed fields alone, a status or an annotation written again within the second, loses
+/// nothing by the fold); when they changed, they are read again, as many times as
 /// `FOLD_ATTEMPTS` allows.
 pub async fn apply<K>(client: &Client, obj: &K) -> Result<Applied<K>>
 where
@@ -78,12 +81,12 @@ where
         return Ok(applied);
     };
     let api = Api::<K>::namespaced(client.clone(), ns);
-    let mut version = meta.resource_version.clone();
+    let mut read = meta.managed_fields.clone();
     let mut attempt = 1;
     loop {
-        // Only the fields' owners change, and only if no one wrote the object in between.
+        // Only the fields' owners change, and only if no one changed them in between.
         let patch: json_patch::Patch = serde_json::from_value(serde_json::json!([
-            {"op": "test", "path": "/metadata/resourceVersion", "value": version},
+            {"op": "test", "path": "/metadata/managedFields", "value": read},
             {"op": "replace", "path": "/metadata/managedFields", "value": entries},
         ]))?;
         match api
@@ -91,8 +94,8 @@ where
             .await
         {
             Ok(_) => break,
-            // The test failed: written since. Read the managed fields again; nothing is left to
-            // fold if the object is gone or someone folded them.
+            // The test failed: the managed fields changed since. Read them again; nothing is
+            // left to fold if the object is gone or someone folded them.
             Err(e) if is_status(&e, 422) && attempt < FOLD_ATTEMPTS => {
                 attempt += 1;
                 let Some(live) = api.get_opt(name).await? else {
@@ -102,7 +105,7 @@ where
                     return Ok(applied);
                 };
                 entries = again;
-                version = live.meta().resource_version.clone();
+                read = live.meta().managed_fields.clone();
             }
             Err(e) => return Err(e.into()),
         }

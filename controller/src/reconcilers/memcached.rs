@@ -615,21 +615,23 @@ mod tests {
         // apply can remove them.
         let mut answer = applied_deployment(&mc, READY());
         answer["metadata"]["resourceVersion"] = json!("41");
-        answer["metadata"]["managedFields"] = json!([
+        let read = json!([
             {"manager": "kubesteer-controller", "operation": "Apply", "apiVersion": "apps/v1",
              "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:replicas": {}}}},
             {"manager": "kubesteer-controller", "operation": "Update", "apiVersion": "apps/v1",
              "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:replicas": {}, "f:paused": {}}}},
         ]);
+        answer["metadata"]["managedFields"] = read.clone();
         let scenario = verifier.run(vec![
             Call::patch(DEPLOYMENT).respond(answer),
             Call::patch(&format!(
                 "{GET_DEPLOYMENT}?&fieldManager=kubesteer-controller"
             ))
-            .body(|b| {
+            .body(move |b| {
+                // Replaced only if they are still what was read.
                 assert_eq!(
                     b[0],
-                    json!({"op": "test", "path": "/metadata/resourceVersion", "value": "41"})
+                    json!({"op": "test", "path": "/metadata/managedFields", "value": read})
                 );
                 assert_eq!(b[1]["path"], "/metadata/managedFields");
                 let entries = b[1]["value"].as_array().unwrap();
@@ -656,39 +658,55 @@ mod tests {
         scaled["spec"]["replicas"] = json!(5);
         let (ctx, verifier) =
             fixtures::context_cached(world_with(scaled, &mc, &["cache-a", "cache-b"]));
-        let created = |version: &str| {
+        // Its managed fields as the apply's answer has them, and as a GET finds them after a
+        // label written by another manager.
+        let fields = |labeller: bool| {
+            let mut entries = vec![
+                json!({"manager": "kubesteer-controller", "operation": "Apply",
+                 "apiVersion": "apps/v1", "fieldsType": "FieldsV1",
+                 "fieldsV1": {"f:spec": {"f:replicas": {}}}}),
+                json!({"manager": "kubesteer-controller", "operation": "Update",
+                 "apiVersion": "apps/v1", "fieldsType": "FieldsV1",
+                 "fieldsV1": {"f:spec": {"f:paused": {}}}}),
+            ];
+            if labeller {
+                entries.push(json!({"manager": "kubectl-label", "operation": "Update",
+                 "apiVersion": "apps/v1", "fieldsType": "FieldsV1",
+                 "fieldsV1": {"f:metadata": {"f:labels": {"f:team": {}}}}}));
+            }
+            json!(entries)
+        };
+        let created = |version: &str, labeller: bool| {
             let mut object = applied_deployment(&mc, READY());
             object["metadata"]["resourceVersion"] = json!(version);
-            object["metadata"]["managedFields"] = json!([
-                {"manager": "kubesteer-controller", "operation": "Apply", "apiVersion": "apps/v1",
-                 "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:replicas": {}}}},
-                {"manager": "kubesteer-controller", "operation": "Update", "apiVersion": "apps/v1",
-                 "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:paused": {}}}},
-            ]);
+            object["metadata"]["managedFields"] = fields(labeller);
             object
         };
-        let fold = |version: &'static str| {
+        let fold = |labeller: bool| {
+            let read = fields(labeller);
             Call::patch(&format!(
                 "{GET_DEPLOYMENT}?&fieldManager=kubesteer-controller"
             ))
             .body(move |b| {
                 assert_eq!(
                     b[0],
-                    json!({"op": "test", "path": "/metadata/resourceVersion", "value": version})
+                    json!({"op": "test", "path": "/metadata/managedFields", "value": read})
                 );
-                assert_eq!(b[1]["value"].as_array().unwrap().len(), 1, "{b}");
+                // The create's entry folded into the Apply one; another manager's kept.
+                let kept = if labeller { 2 } else { 1 };
+                assert_eq!(b[1]["value"].as_array().unwrap().len(), kept, "{b}");
             })
         };
-        // The deployment controller writes the status between the apply and the fold: the test
-        // of the resourceVersion fails (422), and the fold is made again on what was written.
+        // Someone labels the Deployment between the apply and the fold: the test of the managed
+        // fields fails (422), and the fold is made again on what was written, keeping theirs.
         let scenario = verifier.run(vec![
-            Call::patch(DEPLOYMENT).respond(created("41")),
-            fold("41").error(
+            Call::patch(DEPLOYMENT).respond(created("41", false)),
+            fold(false).error(
                 422,
                 "the server rejected our request due to an error in our request",
             ),
-            Call::get(GET_DEPLOYMENT).respond(created("42")),
-            fold("42").respond(applied_deployment(&mc, READY())),
+            Call::get(GET_DEPLOYMENT).respond(created("42", true)),
+            fold(true).respond(applied_deployment(&mc, READY())),
             applied_for_size_2(&mc),
             Call::patch(STATUS).respond_status_of(&mc),
         ]);
