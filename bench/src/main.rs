@@ -756,7 +756,7 @@ async fn create_children(
 /// The writes line's Ready status write of one Memcached: its name and when it was written.
 type ReadyWrite = tokio::task::JoinHandle<Result<(String, Instant)>>;
 
-/// Per Memcached name, its pods seen Ready so far (the writes line).
+/// The pods of one Memcached seen Ready so far, for its Ready write to wait on (the writes line).
 type PodSender = Arc<tokio::sync::watch::Sender<Vec<ListedPod>>>;
 
 /// Per Memcached name (its pods' instance label), its pods seen Ready (the writes line).
