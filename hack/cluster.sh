@@ -64,7 +64,7 @@ plugins:
 YAML
 }
 
-answers() { [ -f "$kubeconfig" ] && "${kubectl[@]}" get --raw /readyz >/dev/null 2>&1; }
+answers() { [ -f "$kubeconfig" ] && "${kubectl[@]}" get --request-timeout=10s --raw /readyz >/dev/null 2>&1; }
 
 up() {
   mkdir -p "$state"

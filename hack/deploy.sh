@@ -30,7 +30,7 @@ up() {
 }
 
 down() {
-  "${helm[@]}" uninstall "$release" -n "$ns" --wait --ignore-not-found
+  "${helm[@]}" uninstall "$release" -n "$ns" --wait --timeout 2m --ignore-not-found
 }
 
 case ${1:-} in

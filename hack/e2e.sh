@@ -9,6 +9,9 @@
 # The cluster is started here and torn down afterwards; KUBESTEER_KEEP_CLUSTER=1 keeps it, and
 # the next run reuses it. KUBESTEER_E2E_GROUPS runs only the groups it names.
 # KUBESTEER_E2E_CLUSTER and KUBESTEER_E2E_STATE name another one.
+# Deadlines: the image's build gets KUBESTEER_IMAGE_BUILD_TIMEOUT seconds (2700: a fresh machine
+# compiles every dependency), each group's tests KUBESTEER_E2E_GROUP_TIMEOUT (1200); past one, it
+# is stopped and the run fails, naming it.
 . "$(dirname "$0")/lib.sh"
 cd "$root"
 own_cluster "${KUBESTEER_E2E_CLUSTER:-kubesteer-e2e}" "${KUBESTEER_E2E_STATE:-$root/.kubesteer/e2e}"
@@ -47,7 +50,7 @@ image_ready() {
   [ -n "$image_pid" ] || return 0
   local rc=0
   echo "[e2e] waiting for the image's build ($image_log)" >&2
-  wait "$image_pid" || rc=$?
+  wait_job "$image_pid" "${KUBESTEER_IMAGE_BUILD_TIMEOUT:-2700}" "the image's build" || rc=$?
   image_pid=
   cat "$image_log" >&2
   [ "$rc" = 0 ] || { echo "[e2e] the image's build failed ($rc)" >&2; exit 1; }
@@ -57,9 +60,14 @@ image_ready() {
 }
 # One e2e binary (tests/e2e/main.rs), run one file's tests at a time (`scaler::conversion::`),
 # since the tests of a file may share cluster-wide state; areas in this order, every test once.
-cargo test -p kubesteer-tests --test e2e --no-run
+# Run as cargo would run it (from tests/), but directly, so that a group's deadline (timeout
+# --foreground, which keeps Ctrl-C reaching it) stops the tests themselves, not a cargo above them.
+e2e_bin=$(cargo test -p kubesteer-tests --test e2e --no-run 2>&1 | tee /dev/stderr |
+  sed -n 's/^ *Executable .* (\(.*\))$/\1/p' | tail -n 1)
+[ -n "$e2e_bin" ] || { echo "[e2e] cargo named no e2e test binary" >&2; exit 1; }
+e2e_bin=$(realpath "$e2e_bin")
 # KUBESTEER_E2E_GROUPS="install::monitoring:: scaler::conversion::" runs only those groups.
-groups=${KUBESTEER_E2E_GROUPS:-$(cargo test -q -p kubesteer-tests --test e2e -- --list --format terse |
+groups=${KUBESTEER_E2E_GROUPS:-$( (cd tests && "$e2e_bin" --list --format terse) |
   sed -n -e 's/^\([a-z_]*::[a-z0-9_]*::\).*: test$/\1/p' -e t -e 's/: test$//p' | uniq |
   awk 'BEGIN { n = split("webhook owners scaler resilience install", order, " ");
                for (i = 1; i <= n; i++) rank[order[i]] = i }
@@ -82,7 +90,12 @@ done
 for group in $host_groups $image_groups; do
   if needs_image "$group"; then image_ready; fi
   echo "[e2e] $group" >&2
-  cargo test -q -p kubesteer-tests --test e2e -- --test-threads "${KUBESTEER_E2E_THREADS:-4}" "$group"
+  group_timeout=${KUBESTEER_E2E_GROUP_TIMEOUT:-1200}
+  rc=0
+  (cd tests && timeout --foreground --kill-after=30 "$group_timeout" \
+    "$e2e_bin" -q --test-threads "${KUBESTEER_E2E_THREADS:-4}" "$group") || rc=$?
+  [ "$rc" != 124 ] || { echo "[e2e] $group: its tests did not finish within ${group_timeout}s" >&2; exit 1; }
+  [ "$rc" = 0 ] || exit "$rc"
 done
 # Every run builds the image, whichever groups it ran.
 image_ready

@@ -31,3 +31,60 @@ own_cluster() {
     exit 2
   fi
 }
+
+# Deadlines: every wait in hack/ goes through one of these, or names its own deadline (a
+# `kubectl wait --timeout`, helm's `--timeout`, curl's `--max-time`, a poll loop that checks
+# `$deadline`); tests/src/deadline.rs greps hack/ for one that does not.
+
+# wait_job PID SECONDS WHAT: waits at most SECONDS for the background job PID and returns its exit
+# status. Past the deadline it says what it waited for, stops the job (TERM to its process group
+# when it leads one, else to it; KILL 10 s later) and returns 124.
+wait_job() {
+  local pid=$1 secs=$2 what=$3 deadline=$((SECONDS + $2))
+  while kill -0 "$pid" 2>/dev/null; do
+    if [ "$SECONDS" -ge "$deadline" ]; then
+      log "timed out after ${secs}s waiting for $what (pid $pid); stopping it"
+      kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
+      local stop=$((SECONDS + 10))
+      while kill -0 "$pid" 2>/dev/null && [ "$SECONDS" -lt "$stop" ]; do sleep 0.2; done
+      kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
+      wait "$pid" 2>/dev/null || true
+      return 124
+    fi
+    sleep 0.2
+  done
+  wait "$pid"
+}
+
+# wait_for WHAT SECONDS CMD...: runs CMD (output discarded) until it succeeds, every half second,
+# each try given at most 30 s (`timeout`); after SECONDS it says what it waited for and returns 124.
+# CMD may be a shell function (then it runs without the per-try limit).
+wait_for() {
+  local what=$1 secs=$2 deadline=$((SECONDS + $2))
+  shift 2
+  local try=(timeout --kill-after=5 30)
+  [ "$(type -t "$1")" != function ] || try=()
+  until ${try[@]+"${try[@]}"} "$@" >/dev/null 2>&1; do
+    if [ "$SECONDS" -ge "$deadline" ]; then
+      log "timed out after ${secs}s waiting for $what"
+      return 124
+    fi
+    sleep 0.5
+  done
+}
+
+# nap SECONDS: a sleep that a trapped signal ends at once (bash runs a trap only after a
+# foreground child exits; `wait` it interrupts).
+nap() {
+  sleep "$1" >/dev/null 2>&1 &
+  wait $! 2>/dev/null || true
+}
+
+# sigint_ignored: whether this shell was started with SIGINT ignored, as every job started in the
+# background by a shell without job control is (a scheduler, `cmd &` in a script). Bash cannot
+# trap or reset a signal ignored at its start, so Ctrl-C cannot reach it.
+sigint_ignored() { [ "$(trap -p INT)" = "trap -- '' SIGINT" ]; }
+
+# with_default_sigint CMD...: runs CMD with SIGINT back at its default disposition, whatever this
+# shell inherited (coreutils' `env --default-signal`), so its own traps for Ctrl-C work.
+with_default_sigint() { env --default-signal=INT "$@"; }

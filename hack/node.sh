@@ -114,16 +114,6 @@ start() {
   echo $! >"$dir/$name.pid"
 }
 
-# wait_for WHAT SECONDS CMD...: polls CMD until it succeeds.
-wait_for() {
-  local what=$1 secs=$2; shift 2
-  local deadline=$((SECONDS + secs))
-  until "$@" >/dev/null 2>&1; do
-    [ $SECONDS -lt $deadline ] || die "$what not ready after ${secs}s; logs in $dir/logs"
-    sleep 0.5
-  done
-}
-
 preflight() {
   [ "$(id -u)" = 0 ] || die "a real node needs root (netns, containerd, runc, CNI, iptables)"
   local missing=()
@@ -273,7 +263,7 @@ up() {
   node_kubeconfig
   write_configs
   start containerd containerd --config "$dir/containerd.toml"
-  wait_for containerd 30 "${ctr[@]}" version
+  wait_for containerd 30 "${ctr[@]}" version || die "containerd not ready after 30s; logs in $dir/logs"
   if ! "${ctr[@]}" images ls -q | grep -qx "$pause_image"; then
     local archive=${KUBESTEER_PAUSE_ARCHIVE:-$state/pause.tar}
     [ -f "$archive" ] || "$root/hack/image.sh" pause "$pause_image" "$archive"
@@ -287,7 +277,8 @@ up() {
     --conntrack-max-per-core 0 --conntrack-tcp-timeout-established 0 \
     --conntrack-tcp-timeout-close-wait 0 --iptables-localhost-nodeports=false \
     --healthz-bind-address 127.0.0.1:10256 --metrics-bind-address 127.0.0.1:10249
-  wait_for "node $node" 90 "${kubectl[@]}" wait --for=condition=Ready "node/$node" --timeout=2s
+  wait_for "node $node Ready" 90 "${kubectl[@]}" wait --for=condition=Ready "node/$node" --timeout=2s ||
+    die "node $node not Ready after 90s; logs in $dir/logs"
   log "node $node Ready ($NODE_IP in netns $NETNS, pods in $POD_CIDR, Services in $SERVICE_CIDR; logs in $dir/logs)"
 }
 

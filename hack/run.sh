@@ -13,6 +13,11 @@
 # KUBESTEER_RUN_ONCE=1: the same, without the foreground: once every sample is Ready it runs the
 # try-it lines of the README's "Two commands" section, then tears down what it started and
 # exits 0 (`make test` runs it this way, on a cluster of its own).
+# Stopping it: Ctrl-C, or SIGTERM to it (kill -TERM <pid>, printed with "Press Ctrl-C") or to its
+# make; both tear down the same way. A run started in the background by a shell without job
+# control (a CI scheduler, `make run &` in a script) inherits SIGINT ignored, which bash cannot
+# undo: Ctrl-C cannot reach it, it says so at its start, and SIGTERM is the way to stop it.
+case ${1:-} in -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac
 . "$(dirname "$0")/lib.sh"
 cd "$root"
 export KUBESTEER_CLUSTER=${KUBESTEER_CLUSTER:-kubesteer}
@@ -37,6 +42,11 @@ started_cluster=0 installed_release=0 installed_hooks=0 created_web=0 applied_sa
 current_step="starting"
 log() { printf '[run +%ss] %s\n' "$SECONDS" "$*" >&2; }
 step() { current_step=$*; log "$*"; }
+if sigint_ignored; then
+  log "SIGINT is ignored in this run (its parent started it in the background): Ctrl-C cannot stop it; kill -TERM $$ does"
+fi
+mkdir -p "$state"
+echo $$ >"$state/run.pid"
 if [ "$(id -u)" = 0 ]; then
   # The container tools of the image and the real node, as `make test` installs them.
   hack/install-prereqs.sh
@@ -104,7 +114,7 @@ cleanup() {
   if [ "$started_cluster" = 1 ]; then
     log "tearing down cluster $KUBESTEER_CLUSTER"
     for p in ${pids[@]+"${pids[@]}"}; do kill "$p" 2>/dev/null || true; done
-    for p in ${pids[@]+"${pids[@]}"}; do wait "$p" 2>/dev/null || true; done
+    for p in ${pids[@]+"${pids[@]}"}; do wait_job "$p" 30 "a host binary of this run to stop" 2>/dev/null || true; done
     hack/cluster.sh down
     return
   fi
@@ -118,7 +128,7 @@ cleanup() {
     "${kubectl[@]}" delete deployment web --ignore-not-found >/dev/null 2>&1 || true
   fi
   for p in ${pids[@]+"${pids[@]}"}; do kill "$p" 2>/dev/null || true; done
-  for p in ${pids[@]+"${pids[@]}"}; do wait "$p" 2>/dev/null || true; done
+  for p in ${pids[@]+"${pids[@]}"}; do wait_job "$p" 30 "a host binary of this run to stop" 2>/dev/null || true; done
   if [ "$installed_hooks" = 1 ]; then
     "${kubectl[@]}" delete mutatingwebhookconfiguration,validatingwebhookconfiguration kubesteer-run-kubesteer \
       --ignore-not-found >/dev/null 2>&1 || true
@@ -153,7 +163,7 @@ Try, in another shell:
   EOF
 
 $([ "$once" = 1 ] && echo "KUBESTEER_RUN_ONCE=1: the README's try-it lines next, then the teardown." ||
-  echo "Press Ctrl-C to tear everything down$([ "$started_cluster" = 1 ] || echo " that this run added (the cluster was already running and stays)").")
+  echo "Press Ctrl-C (or: kill -TERM $$) to tear everything down$([ "$started_cluster" = 1 ] || echo " that this run added (the cluster was already running and stays)").")
 TXT
 }
 
@@ -182,7 +192,7 @@ samples() {
   # which kube-proxy may not route yet (its calls then time out): a server-side dry run tells.
   step "waiting until the apiserver reaches the webhook (kubectl apply --dry-run=server, 60s)"
   local deadline=$((SECONDS + 60)) out
-  until out=$("${kubectl[@]}" apply --dry-run=server -f config/samples/ 2>&1) ||
+  until out=$("${kubectl[@]}" apply --request-timeout=20s --dry-run=server -f config/samples/ 2>&1) ||
     ! grep -q 'failed calling webhook' <<<"$out"; do
     [ "$SECONDS" -lt "$deadline" ] || { printf '%s\n' "$out" >&2; die "the apiserver could not reach the webhook within 60s"; }
     sleep 1
@@ -239,7 +249,7 @@ if [ "$mode" = cluster ]; then
   # the background, waited for by `wait`, which a trapped SIGINT interrupts at once: a Ctrl-C that
   # came while a foreground child ran and exited normally would be taken as handled by that child
   # (bash's "wait and cooperative exit"), and the run would go on.
-  while { hack/node.sh status & wait $!; }; do sleep 5 >/dev/null 2>&1 & wait $!; done
+  while { hack/node.sh status & wait_job $! 30 "the real node's status"; }; do nap 5; done # no deadline: the foreground
   current_step="running: the real node stopped; see $state/node/logs"
   exit 1
 fi
@@ -263,7 +273,7 @@ KUBECONFIG="$kc" target/debug/kubesteer-webhook --addr "127.0.0.1:$port" \
   >"$state/webhook.log" 2>&1 &
 pids+=($!)
 deadline=$((SECONDS + ready_timeout))
-until curl -sf --cacert "$state/certs/ca.crt" "https://127.0.0.1:$port/readyz" >/dev/null; do
+until curl -sf --max-time 5 --cacert "$state/certs/ca.crt" "https://127.0.0.1:$port/readyz" >/dev/null; do
   kill -0 "${pids[0]}" 2>/dev/null || { cat "$state/webhook.log" >&2; die "the webhook exited; log above"; }
   [ $SECONDS -lt $deadline ] ||
     die "the webhook was not ready within ${ready_timeout}s (https://127.0.0.1:$port/readyz); see $state/webhook.log"
@@ -283,5 +293,7 @@ log "controller running (metrics on http://127.0.0.1:$metrics_port/metrics, log:
 samples
 done_or_wait
 
-wait -n "${pids[@]}" || true
+# Until Ctrl-C or SIGTERM, or until one of the two binaries exits.
+running() { for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null || return 1; done; }
+while running; do nap 2; done # no deadline: the foreground
 [ -n "${KUBESTEER_STOPPING:-}" ] || log "a component exited; see $state/*.log"

@@ -4,10 +4,13 @@
 use std::path::Path;
 use std::process::Command;
 use std::sync::Mutex;
+use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 
-use crate::{cached_tool, kubeconfig, kubectl, repo_root, state_dir};
+use crate::{
+    cached_tool, eventually_every, kubeconfig, kubectl, output_within, repo_root, state_dir,
+};
 
 /// The namespace `hack/keda.sh deploy` installs KEDA in.
 pub const NAMESPACE: &str = "keda";
@@ -63,7 +66,19 @@ pub fn ensure_keda() -> Result<()> {
     let state = state_dir();
     std::fs::create_dir_all(&state)?;
     let lock = std::fs::File::create(state.join("keda.lock")).context("creating keda.lock")?;
-    lock.lock().context("locking keda.lock")?;
+    // Another test binary may be installing it: as long as all of that may take, at most.
+    eventually_every(
+        KEDA_INSTALL_LIMIT,
+        Duration::from_secs(1),
+        "keda.lock, held by another test binary installing KEDA",
+        // An error ends the wait: only a held lock is waited for.
+        || match lock.try_lock() {
+            Ok(()) => Ok(Some(Ok(()))),
+            Err(std::fs::TryLockError::WouldBlock) => Ok(None),
+            Err(std::fs::TryLockError::Error(e)) => Ok(Some(Err(e))),
+        },
+    )?
+    .context("locking keda.lock")?;
     // Another test binary may have installed it while this one waited.
     if keda_available()? {
         return Ok(());
@@ -77,15 +92,35 @@ pub fn ensure_keda() -> Result<()> {
     Ok(())
 }
 
+/// How long each step of installing KEDA may take: `hack/keda.sh` builds the operator (8-17
+/// minutes the first time on a machine, cached after), `keda.sh image` packs its image, `node.sh
+/// load` loads it into the real node, and `keda.sh deploy` waits for the operator (its own
+/// deadlines add up to a few minutes).
+fn hack_limit(script: &str, args: &[&str]) -> Duration {
+    let minutes = match (script, args.first().copied()) {
+        ("keda.sh", None) => 40,
+        ("keda.sh", Some("image")) => 20,
+        ("node.sh", Some("load")) => 10,
+        _ => 15,
+    };
+    Duration::from_secs(60 * minutes)
+}
+
+/// The most all of [`ensure_keda`]'s steps may take together.
+const KEDA_INSTALL_LIMIT: Duration = Duration::from_secs(60 * (40 + 20 + 10 + 15));
+
 /// Runs `hack/SCRIPT ARGS` against the e2e cluster, failing with its output.
 fn hack(state: &Path, script: &str, args: &[&str]) -> Result<()> {
-    let out = Command::new(repo_root().join("hack").join(script))
-        .args(args)
-        .env("KUBECONFIG", kubeconfig())
-        .env("KUBESTEER_STATE", state)
-        .env("KUBECTL", cached_tool("kubectl"))
-        .output()
-        .with_context(|| format!("running hack/{script}"))?;
+    let out = output_within(
+        Command::new(repo_root().join("hack").join(script))
+            .args(args)
+            .env("KUBECONFIG", kubeconfig())
+            .env("KUBESTEER_STATE", state)
+            .env("KUBECTL", cached_tool("kubectl")),
+        None,
+        hack_limit(script, args),
+        &format!("hack/{script} {}", args.join(" ")),
+    )?;
     if !out.status.success() {
         bail!(
             "hack/{script} {} failed: {}{}",

@@ -1,7 +1,7 @@
 //! `kubectl` as a user runs it: runs, namespaces that clean up after themselves, grants and
 //! impersonation, jsonpath reads.
 use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::Duration;
 
 use anyhow::{bail, ensure, Context, Result};
@@ -29,28 +29,25 @@ impl From<Output> for Run {
     }
 }
 
-/// Runs the pinned kubectl against the local cluster, feeding `stdin` when given.
+/// How long a kubectl call may take beyond its own `--timeout`.
+const KUBECTL_MARGIN: Duration = Duration::from_secs(60);
+/// How long a kubectl call without `--timeout` may take.
+const KUBECTL_LIMIT: Duration = Duration::from_secs(180);
+
+/// Runs the pinned kubectl against the local cluster, feeding `stdin` when given. It fails
+/// (naming the command line) when kubectl has not finished within its `--timeout` plus a minute,
+/// or within 3 minutes without one.
 pub fn kubectl(args: &[&str], stdin: Option<&str>) -> Result<Run> {
-    let mut cmd = Command::new(cache_bin().join("kubectl"));
+    let binary = cache_bin().join("kubectl");
+    let mut cmd = Command::new(&binary);
     cmd.arg("--kubeconfig").arg(kubeconfig()).args(args);
-    cmd.stdin(if stdin.is_some() {
-        Stdio::piped()
-    } else {
-        Stdio::null()
-    });
-    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
-    let mut child = cmd
-        .spawn()
-        .context("starting kubectl; run `make control-plane` first")?;
-    if let Some(input) = stdin {
-        use std::io::Write;
-        child
-            .stdin
-            .take()
-            .context("kubectl stdin")?
-            .write_all(input.as_bytes())?;
+    let limit = timeout_flag(args).map_or(KUBECTL_LIMIT, |t| t + KUBECTL_MARGIN);
+    let what = format!("kubectl {}", args.join(" "));
+    match output_within(&mut cmd, stdin.map(str::as_bytes), limit, &what) {
+        Ok(out) => Ok(out.into()),
+        Err(e) if !binary.exists() => Err(e.context("run `make control-plane` first")),
+        Err(e) => Err(e),
     }
-    Ok(child.wait_with_output()?.into())
 }
 
 /// Like [`kubectl`], but fails with kubectl's stderr when the call fails.
@@ -188,11 +185,15 @@ pub fn event_notes(ns: &str, reason: &str) -> Result<Vec<String>> {
 /// Applies the committed CRDs as `make install` does (`hack/crds.sh`), and waits until they are
 /// established.
 pub fn install_crds() -> Result<()> {
-    let out = Command::new(repo_root().join("hack/crds.sh"))
-        .arg(cached_tool("kubectl"))
-        .env("KUBECONFIG", kubeconfig())
-        .output()
-        .context("running hack/crds.sh")?;
+    // The script waits up to 60 s for the CRDs to be Established.
+    let out = output_within(
+        Command::new(repo_root().join("hack/crds.sh"))
+            .arg(cached_tool("kubectl"))
+            .env("KUBECONFIG", kubeconfig()),
+        None,
+        Duration::from_secs(180),
+        "hack/crds.sh",
+    )?;
     if !out.status.success() {
         bail!("hack/crds.sh: {}", String::from_utf8_lossy(&out.stderr));
     }

@@ -5,6 +5,7 @@
 pub mod keda;
 pub mod release;
 
+mod deadline;
 mod helm;
 mod kubectl;
 mod outage;
@@ -12,6 +13,7 @@ mod paths;
 mod processes;
 mod waits;
 
+pub use deadline::*;
 pub use helm::*;
 pub use kubectl::*;
 pub use outage::*;

@@ -28,13 +28,7 @@ fn pid_of(name: &str) -> Result<(PathBuf, u32)> {
 
 /// Sends `SIG<signal>` to `pid`, the local control plane's `name`.
 fn signal(pid: u32, name: &str, signal: &str) -> Result<()> {
-    let sent = Command::new("kill")
-        .args([&format!("-{signal}"), &pid.to_string()])
-        .status()?;
-    if !sent.success() {
-        bail!("kill -{signal} {pid} ({name}) failed");
-    }
-    Ok(())
+    send_signal(pid, signal).with_context(|| format!("signalling {name}"))
 }
 
 /// One component of the local control plane stopped in place (SIGSTOP): its process, its
@@ -298,7 +292,7 @@ impl TcpProxy {
         while paused.load(Ordering::Relaxed) && !closed.load(Ordering::Relaxed) {
             std::thread::sleep(Duration::from_millis(20));
         }
-        let server = std::net::TcpStream::connect(upstream)?;
+        let server = std::net::TcpStream::connect_timeout(&upstream, Duration::from_secs(10))?;
         let (c2, s2) = (client.try_clone()?, server.try_clone()?);
         let (p, c) = (paused.clone(), closed.clone());
         std::thread::spawn(move || Self::pipe(c2, s2, &p, &c));

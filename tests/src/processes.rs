@@ -1,7 +1,7 @@
 //! Processes a test starts: a webhook with its own certificates, the controller, any daemon.
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use base64::Engine as _;
@@ -81,17 +81,21 @@ impl Webhook {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir)?;
         let dir_s = dir.to_string_lossy().to_string();
-        let out = Command::new(workspace_bin("kubesteer-certs"))
-            .args([
-                "generate",
-                "--service",
-                "kubesteer-webhook",
-                "--namespace",
-                "kubesteer-system",
-            ])
-            .args(["--ip", "127.0.0.1", "--out-dir", &dir_s])
-            .output()
-            .context("running kubesteer-certs; run `cargo build --workspace` first")?;
+        let out = output_within(
+            Command::new(workspace_bin("kubesteer-certs"))
+                .args([
+                    "generate",
+                    "--service",
+                    "kubesteer-webhook",
+                    "--namespace",
+                    "kubesteer-system",
+                ])
+                .args(["--ip", "127.0.0.1", "--out-dir", &dir_s]),
+            None,
+            Duration::from_secs(60),
+            "kubesteer-certs generate",
+        )
+        .context("running kubesteer-certs; run `cargo build --workspace` first")?;
         if !out.status.success() {
             bail!("kubesteer-certs: {}", String::from_utf8_lossy(&out.stderr));
         }
@@ -137,10 +141,15 @@ impl Webhook {
 
     fn curl(&self, path: &str) -> Result<bool> {
         let ca = self.dir.join("ca.crt");
-        let out = Command::new("curl")
-            .args(["-sf", "--max-time", "2", "--cacert", &ca.to_string_lossy()])
-            .arg(format!("https://127.0.0.1:{}{path}", self.port))
-            .output()?;
+        let url = format!("https://127.0.0.1:{}{path}", self.port);
+        let out = output_within(
+            Command::new("curl")
+                .args(["-sf", "--max-time", "2", "--cacert", &ca.to_string_lossy()])
+                .arg(&url),
+            None,
+            Duration::from_secs(12),
+            &format!("curl {url}"),
+        )?;
         Ok(out.status.success())
     }
 
@@ -224,18 +233,30 @@ impl Drop for Webhook {
 pub(crate) static CONTROLLER_BUILD: std::sync::OnceLock<std::result::Result<PathBuf, String>> =
     std::sync::OnceLock::new();
 
+/// How long a test may build the workspace's binaries for: usually they are built already
+/// (`hack/e2e.sh` builds them first), but a cold build on a small machine takes long.
+pub const CARGO_BUILD_LIMIT: Duration = Duration::from_secs(60 * 60);
+
+/// `cargo build -q SELECTION` in the repository, within [`CARGO_BUILD_LIMIT`]; an error only when
+/// it could not run (its status says whether it built).
+pub fn cargo_build(selection: &[&str]) -> std::result::Result<std::process::Output, String> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+    output_within(
+        Command::new(&cargo)
+            .args(["build", "-q"])
+            .args(selection)
+            .current_dir(repo_root()),
+        None,
+        CARGO_BUILD_LIMIT,
+        &format!("cargo build {}", selection.join(" ")),
+    )
+    .map_err(|e| format!("running cargo build: {e:#}"))
+}
+
 /// Builds `kubesteer-controller` once per test process and returns its path.
 pub fn controller_binary() -> Result<PathBuf> {
     let built = CONTROLLER_BUILD.get_or_init(|| {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
-        let build = |selection: &[&str]| {
-            Command::new(&cargo)
-                .args(["build", "-q"])
-                .args(selection)
-                .current_dir(repo_root())
-                .output()
-                .map_err(|e| format!("running cargo build: {e}"))
-        };
+        let build = cargo_build;
         // The selection of hack/e2e.sh: another one unifies dependency features differently
         // (ring, rustls), so each switch rebuilds half the tree for a minute or more.
         let mut out = build(&["--workspace", "--bins"])?;
@@ -319,8 +340,12 @@ impl ControllerProcess {
     pub fn metrics(&self) -> Result<String> {
         use std::io::{Read, Write};
         let addr = self.metrics_addr()?;
-        let mut stream = std::net::TcpStream::connect(&addr)?;
+        let socket = std::net::ToSocketAddrs::to_socket_addrs(&addr)?
+            .next()
+            .with_context(|| format!("no address in {addr:?}"))?;
+        let mut stream = std::net::TcpStream::connect_timeout(&socket, Duration::from_secs(5))?;
         stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+        stream.set_write_timeout(Some(Duration::from_secs(5)))?;
         write!(
             stream,
             "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
@@ -358,20 +383,14 @@ impl ControllerProcess {
 
     /// Asks it to stop with SIGTERM and waits up to `timeout`; true when it exited in time.
     pub fn terminate(&mut self, timeout: Duration) -> bool {
+        use wait_timeout::ChildExt as _;
         if !self.is_running() {
             return true;
         }
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        let deadline = Instant::now() + timeout;
-        while Instant::now() < deadline {
-            if !self.is_running() {
-                return true;
-            }
-            std::thread::sleep(Duration::from_millis(100));
+        if send_signal(self.child.id(), "TERM").is_err() {
+            return false;
         }
-        false
+        matches!(self.child.wait_timeout(timeout), Ok(Some(_)))
     }
 }
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use kubesteer_tests::{
     eventually, free_port, helm, impersonating_kubeconfig, jsonpath, kubectl, kubectl_ok,
-    repo_root, unique, webhook_fields, Daemon, Namespace, WEBHOOKS,
+    output_within, repo_root, unique, webhook_fields, Daemon, Namespace, WEBHOOKS,
 };
 
 const MC: &str = "apiVersion: kubesteer.io/v1alpha1\nkind: Memcached\n";
@@ -496,16 +496,21 @@ fn two_replicas_starting_at_once_share_one_certificate() -> Result<()> {
     std::fs::write(&ca_file, kubesteer_tests::unbase64(&ca)?)?;
     // Both replicas serve a certificate that the one CA in the Secret (and the caBundles) trusts.
     for port in [ports.0, ports.1] {
-        let out = std::process::Command::new("curl")
-            .args([
-                "-sf",
-                "--max-time",
-                "3",
-                "--cacert",
-                &ca_file.to_string_lossy(),
-            ])
-            .arg(format!("https://127.0.0.1:{port}/healthz"))
-            .output()?;
+        let url = format!("https://127.0.0.1:{port}/healthz");
+        let out = output_within(
+            std::process::Command::new("curl")
+                .args([
+                    "-sf",
+                    "--max-time",
+                    "3",
+                    "--cacert",
+                    &ca_file.to_string_lossy(),
+                ])
+                .arg(&url),
+            None,
+            Duration::from_secs(13),
+            &format!("curl {url}"),
+        )?;
         assert!(
             out.status.success(),
             "replica on {port} serves a certificate the CA does not sign:\n{}\n{}",

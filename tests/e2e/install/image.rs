@@ -2,8 +2,10 @@
 //! from it under podman with runc, as user 65532 on a read-only root filesystem, and it carries
 //! its OCI labels and stays small.
 use std::process::Command;
+use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
+use kubesteer_tests::output_within;
 use serde_json::Value;
 
 fn image() -> String {
@@ -11,11 +13,16 @@ fn image() -> String {
 }
 
 fn podman(args: &[&str]) -> Result<String> {
-    let out = Command::new("podman")
-        .args(["--runtime", "/usr/sbin/runc"])
-        .args(args)
-        .output()
-        .context("podman not found: hack/install-prereqs.sh installs it")?;
+    // A throwaway container of a local image, or an inspect: seconds, at most a few minutes.
+    let out = output_within(
+        Command::new("podman")
+            .args(["--runtime", "/usr/sbin/runc"])
+            .args(args),
+        None,
+        Duration::from_secs(300),
+        &format!("podman {}", args.join(" ")),
+    )
+    .context("running podman (hack/install-prereqs.sh installs it)")?;
     ensure!(
         out.status.success(),
         "podman {} failed: {}",
@@ -99,11 +106,15 @@ fn the_image_binary_links_the_webhooks_hot_code_first() -> Result<()> {
     let list = kubesteer_tests::repo_root().join("webhook/hot-code.order");
     let list = std::fs::read_to_string(&list).with_context(|| list.display().to_string())?;
     let hot: std::collections::HashSet<&str> = list.lines().collect();
-    let out = Command::new("nm")
-        .args(["-n", "-C", "--defined-only"])
-        .arg(&binary)
-        .output()
-        .context("nm not found: hack/install-prereqs.sh installs binutils")?;
+    let out = output_within(
+        Command::new("nm")
+            .args(["-n", "-C", "--defined-only"])
+            .arg(&binary),
+        None,
+        Duration::from_secs(120),
+        &format!("nm {}", binary.display()),
+    )
+    .context("running nm (hack/install-prereqs.sh installs binutils)")?;
     ensure!(
         out.status.success(),
         "nm {}: {}",

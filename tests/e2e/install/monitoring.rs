@@ -4,15 +4,15 @@
 //! parse, and a release installed with its ServiceMonitors (against the prometheus-operator CRDs)
 //! is scraped as they say, with the metrics-reader token, into `promtool check metrics`.
 use std::collections::BTreeSet;
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{bail, ensure, Context, Result};
 use kubesteer_tests::release::Release;
 use kubesteer_tests::{
-    cached_tool, crd_established, eventually, kubectl_ok, repo_root, target_dir, unbase64, unix_now,
+    cached_tool, crd_established, eventually, kubectl_ok, output_within, repo_root, target_dir,
+    unbase64, unix_now,
 };
 use serde_json::Value;
 
@@ -42,19 +42,12 @@ fn promtool() -> Result<PathBuf> {
 
 /// `promtool args...` with `stdin`, failing unless it succeeds; its stdout and stderr.
 fn run_promtool(args: &[&str], stdin: Option<&str>) -> Result<String> {
-    let mut child = Command::new(promtool()?)
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .context("running promtool")?;
-    let mut input = child.stdin.take().context("promtool's stdin")?;
-    if let Some(text) = stdin {
-        input.write_all(text.as_bytes())?;
-    }
-    drop(input);
-    let out: Output = child.wait_with_output()?;
+    let out = output_within(
+        Command::new(promtool()?).args(args),
+        Some(stdin.unwrap_or_default().as_bytes()),
+        Duration::from_secs(120),
+        &format!("promtool {}", args.join(" ")),
+    )?;
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
@@ -207,22 +200,20 @@ fn served_names(scrape: &str) -> BTreeSet<String> {
 /// `curl` `url` with extra arguments, the bearer `token` given on stdin so it stays out of the
 /// process list; the status code and body.
 fn curl(url: &str, extra: &[&str], token: Option<&str>) -> Result<(u16, String)> {
-    let mut child = Command::new("curl")
-        .args(["--silent", "--max-time", "10", "--config", "-"])
-        .args(["--write-out", "\n%{http_code}"])
-        .args(extra)
-        .arg(url)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .context("running curl")?;
-    let mut stdin = child.stdin.take().context("curl's stdin")?;
-    if let Some(token) = token {
-        writeln!(stdin, "header = \"Authorization: Bearer {token}\"")?;
-    }
-    drop(stdin);
-    let out = child.wait_with_output()?;
+    let config = token
+        .map(|token| format!("header = \"Authorization: Bearer {token}\"\n"))
+        .unwrap_or_default();
+    // curl's own --max-time, and 10 s more.
+    let out = output_within(
+        Command::new("curl")
+            .args(["--silent", "--max-time", "10", "--config", "-"])
+            .args(["--write-out", "\n%{http_code}"])
+            .args(extra)
+            .arg(url),
+        Some(config.as_bytes()),
+        Duration::from_secs(20),
+        &format!("curl {url}"),
+    )?;
     let text = String::from_utf8_lossy(&out.stdout);
     let (body, code) = text.rsplit_once('\n').context("curl wrote no status")?;
     let code = code.trim().parse().with_context(|| {

@@ -11,8 +11,9 @@ use std::time::Duration;
 use anyhow::{bail, ensure, Context, Result};
 use kubesteer_tests::release::Release;
 use kubesteer_tests::{
-    cached_tool, create_deployment, eventually, hh_mm, jsonpath, kubeconfig, kubectl_ok,
-    parse_rfc3339, repo_root, rfc3339, target_dir, unique, unix_now, workspace_bin,
+    cached_tool, cargo_build, create_deployment, eventually, hh_mm, jsonpath, kubeconfig,
+    kubectl_ok, output_within, parse_rfc3339, repo_root, rfc3339, target_dir, unique, unix_now,
+    workspace_bin,
 };
 
 const WAIT: Duration = Duration::from_secs(90);
@@ -26,15 +27,7 @@ static BUILD: OnceLock<std::result::Result<PathBuf, String>> = OnceLock::new();
 fn plugin() -> Result<PathBuf> {
     BUILD
         .get_or_init(|| {
-            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
-            let build = |selection: &[&str]| {
-                Command::new(&cargo)
-                    .args(["build", "-q"])
-                    .args(selection)
-                    .current_dir(repo_root())
-                    .output()
-                    .map_err(|e| format!("running cargo build: {e}"))
-            };
+            let build = cargo_build;
             let mut out = build(&["--workspace", "--bins"])?;
             if !out.status.success() {
                 // Some other crate does not build right now; the plugin alone may.
@@ -67,10 +60,13 @@ struct Typed {
 }
 
 fn tmux(args: &[&str]) -> Result<String> {
-    let out = Command::new("tmux")
-        .args(args)
-        .output()
-        .context("running tmux (hack/install-prereqs.sh installs it)")?;
+    let out = output_within(
+        Command::new("tmux").args(args),
+        None,
+        Duration::from_secs(30),
+        &format!("tmux {}", args.join(" ")),
+    )
+    .context("running tmux (hack/install-prereqs.sh installs it)")?;
     ensure!(
         out.status.success(),
         "tmux {}: {}",
@@ -585,11 +581,15 @@ fn the_svg_renders_in_headless_chromium() -> Result<()> {
     let dir = target_dir().join("e2e/plugin-svg");
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir)?;
-    let out = Command::new(&plugin)
-        .args(["preview", "-f"])
-        .arg(repo_root().join("config/samples/scaler.yaml"))
-        .args(["--from", "2026-12-21", "-o", "svg"])
-        .output()?;
+    let out = output_within(
+        Command::new(&plugin)
+            .args(["preview", "-f"])
+            .arg(repo_root().join("config/samples/scaler.yaml"))
+            .args(["--from", "2026-12-21", "-o", "svg"]),
+        None,
+        Duration::from_secs(60),
+        "kubectl-kubesteer preview -o svg",
+    )?;
     ensure!(
         out.status.success(),
         "{}",
@@ -599,26 +599,33 @@ fn the_svg_renders_in_headless_chromium() -> Result<()> {
     std::fs::write(&svg, &out.stdout)?;
     let png = dir.join("week.png");
     let chromium = ["chromium", "chromium-browser"].into_iter().find(|c| {
-        Command::new(c)
-            .arg("--version")
-            .output()
-            .is_ok_and(|o| o.status.success())
+        output_within(
+            Command::new(c).arg("--version"),
+            None,
+            Duration::from_secs(30),
+            &format!("{c} --version"),
+        )
+        .is_ok_and(|o| o.status.success())
     });
     let Some(chromium) = chromium else {
         bail!("chromium is not installed (hack/install-prereqs.sh installs Debian's)");
     };
-    let shot = Command::new(chromium)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--hide-scrollbars",
-        ])
-        .arg(format!("--screenshot={}", png.display()))
-        .arg("--window-size=1200,800")
-        .arg(&svg)
-        .env("HOME", &dir)
-        .output()?;
+    let shot = output_within(
+        Command::new(chromium)
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--hide-scrollbars",
+            ])
+            .arg(format!("--screenshot={}", png.display()))
+            .arg("--window-size=1200,800")
+            .arg(&svg)
+            .env("HOME", &dir),
+        None,
+        Duration::from_secs(120),
+        &format!("{chromium} --headless --screenshot"),
+    )?;
     ensure!(
         shot.status.success() && png.is_file(),
         "chromium failed: {}",

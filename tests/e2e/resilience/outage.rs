@@ -15,8 +15,12 @@ const WAIT: Duration = Duration::from_secs(60);
 /// The status code and body of the controller's /readyz at `addr`.
 fn readyz(addr: &str) -> Result<(u16, String)> {
     use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(addr)?;
+    let socket = std::net::ToSocketAddrs::to_socket_addrs(addr)?
+        .next()
+        .with_context(|| format!("no address in {addr:?}"))?;
+    let mut stream = std::net::TcpStream::connect_timeout(&socket, Duration::from_secs(5))?;
     stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    stream.set_write_timeout(Some(Duration::from_secs(5)))?;
     write!(
         stream,
         "GET /readyz HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"

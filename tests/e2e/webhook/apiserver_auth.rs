@@ -5,12 +5,14 @@
 //! certificate, while everything sent through the apiserver is admitted, defaulted and denied by
 //! the webhook as ever.
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
+use std::time::Duration;
 
 use anyhow::{bail, ensure, Context, Result};
 use kubesteer_tests::release::Release;
 use kubesteer_tests::{
-    apiserver_client_ca, helm, helm_run, jsonpath, kubectl_ok, repo_root, unbase64, unique,
+    apiserver_client_ca, helm, helm_run, jsonpath, kubectl_ok, output_within, repo_root, unbase64,
+    unique,
 };
 use serde_yaml::Value;
 
@@ -173,21 +175,13 @@ fn call(
     if let Some((cert, key)) = client {
         curl.arg("--cert").arg(cert).arg("--key").arg(key);
     }
-    let mut child = curl
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .context("running curl")?;
-    {
-        use std::io::Write as _;
-        child
-            .stdin
-            .take()
-            .context("curl's stdin")?
-            .write_all(body.unwrap_or_default().as_bytes())?;
-    }
-    let out = child.wait_with_output()?;
+    // curl's own --max-time, and 10 s more.
+    let out = output_within(
+        &mut curl,
+        Some(body.unwrap_or_default().as_bytes()),
+        Duration::from_secs(20),
+        &format!("curl https://{name}:9443{path}"),
+    )?;
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     let Some((answer, status)) = text.rsplit_once('\n') else {
         bail!(
