@@ -36,7 +36,7 @@ use crate::{storage, Context, Error, Result, SystemClock};
 
 /// Runs the controller until SIGTERM or SIGINT.
 pub async fn run(args: Args) -> Result<()> {
-    logging::init(args.runtime.log_json)?;
+    logging::init("kubesteer-controller", args.runtime.log_json)?;
     let config = kube::Config::infer()
         .await
         .map_err(kube::Error::InferConfig)?;

@@ -422,7 +422,20 @@ pub fn routes(health: Health) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
+        .route(VERSION_PATH, get(version))
         .with_state(health)
+}
+
+/// Where both binaries say which release they are, beside the probes.
+pub const VERSION_PATH: &str = "/version";
+
+/// `{"version":"<release>"}`, the workspace version ([`crate::VERSION`]).
+async fn version() -> ([(axum::http::header::HeaderName, &'static str); 1], String) {
+    let body = serde_json::json!({ "version": crate::VERSION }).to_string();
+    (
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        body,
+    )
 }
 
 async fn readyz(extract::State(health): extract::State<Health>) -> (StatusCode, String) {
@@ -720,5 +733,10 @@ mod tests {
         assert_eq!(get("/healthz").await, (StatusCode::OK, "ok".to_string()));
         watch.observe(&Ok(Event::<()>::InitDone));
         assert_eq!(get("/readyz").await, (StatusCode::OK, "ok".to_string()));
+        // Which release this is, ready or not.
+        let (status, body) = get(VERSION_PATH).await;
+        assert_eq!(status, StatusCode::OK);
+        let body: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(body["version"], env!("CARGO_PKG_VERSION"));
     }
 }

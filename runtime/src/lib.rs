@@ -2,6 +2,7 @@
 //! to hear the shutdown signal, to tell readiness, and to watch.
 //!
 //! - [`RuntimeArgs`]: the flags both binaries take (`--log-json`, `--watch-stale-after`).
+//! - [`VERSION`]: the release, the workspace version: `--version`, `/version`, the first log line.
 //! - [`logging::init`]: `tracing` to stderr, as text or JSON lines, `RUST_LOG` to filter.
 //! - [`signal::shutdown`]: resolves on SIGTERM or SIGINT.
 //! - [`health::Health`]: readiness from every watch's state, and the `/healthz` and `/readyz`
@@ -24,6 +25,12 @@ pub mod watch;
 use std::time::Duration;
 
 pub use health::Health;
+
+/// The release these binaries are: the workspace version of Cargo.toml, which is also the chart's
+/// `version` and `appVersion`, the image's tag and the plugin's (a unit test in tests/ fails when
+/// any of them disagree). Served at `/version` ([`health::routes`]) and logged first
+/// ([`logging::init`]).
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// The global allocator of the webhook, the controller and the image's multi-call binary
 /// (`#[global_allocator]` in each `main.rs`):

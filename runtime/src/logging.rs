@@ -25,8 +25,9 @@ pub fn filter(rust_log: Option<&str>) -> Result<EnvFilter, Error> {
 }
 
 /// Installs the global subscriber: logs go to stderr, as JSON lines when `json`, else as text
-/// (coloured only for a person at a terminal).
-pub fn init(json: bool) -> Result<(), Error> {
+/// (coloured only for a person at a terminal). The first line names `binary` and its release
+/// ([`crate::VERSION`]).
+pub fn init(binary: &str, json: bool) -> Result<(), Error> {
     let rust_log = std::env::var("RUST_LOG").ok();
     let registry = tracing_subscriber::registry().with(filter(rust_log.as_deref())?);
     let installed = if json {
@@ -44,7 +45,13 @@ pub fn init(json: bool) -> Result<(), Error> {
             .with(fmt::layer().with_ansi(ansi).with_writer(std::io::stderr))
             .try_init()
     };
-    installed.map_err(|e| Error::Install(e.to_string()))
+    installed.map_err(|e| Error::Install(e.to_string()))?;
+    tracing::info!(
+        version = crate::VERSION,
+        "{binary} {} starting",
+        crate::VERSION
+    );
+    Ok(())
 }
 
 #[cfg(test)]

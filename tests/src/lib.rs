@@ -11,6 +11,7 @@ mod kubectl;
 mod outage;
 mod paths;
 mod processes;
+mod versions;
 mod waits;
 
 pub use deadline::*;
@@ -19,4 +20,5 @@ pub use kubectl::*;
 pub use outage::*;
 pub use paths::*;
 pub use processes::*;
+pub use versions::*;
 pub use waits::*;

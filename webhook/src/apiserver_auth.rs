@@ -19,7 +19,13 @@ use crate::error::ApiError;
 use crate::server::VerifiedClient;
 
 /// The paths any client may call.
-const OPEN: &[&str] = &["/healthz", "/readyz", "/metrics", crate::conversion::PATH];
+const OPEN: &[&str] = &[
+    "/healthz",
+    "/readyz",
+    kubesteer_runtime::health::VERSION_PATH,
+    "/metrics",
+    crate::conversion::PATH,
+];
 
 /// `app` with every path but `OPEN` answered only for a verified client certificate whose
 /// common name or DNS name is in `names` (any name when `names` is empty).

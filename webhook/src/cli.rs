@@ -20,7 +20,7 @@ use kubesteer_runtime::{health, logging, signal};
 #[tokio::main]
 pub async fn run(args: impl IntoIterator<Item = OsString>) -> ExitCode {
     let args = Args::parse_from(args);
-    if let Err(e) = logging::init(args.runtime.log_json) {
+    if let Err(e) = logging::init("kubesteer-webhook", args.runtime.log_json) {
         eprintln!("kubesteer-webhook: {e}");
         return ExitCode::FAILURE;
     }

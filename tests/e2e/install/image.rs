@@ -88,6 +88,11 @@ fn the_image_is_small_labelled_and_not_root() -> Result<()> {
         assert!(!value.is_empty(), "label {label} missing: {labels}");
     }
     assert_eq!(labels["org.opencontainers.image.licenses"], "Apache-2.0");
+    assert_eq!(
+        labels["org.opencontainers.image.version"],
+        kubesteer_tests::workspace_version()?.as_str(),
+        "the image's version is the workspace version"
+    );
     let size = image["Size"].as_f64().context("no size")? / 1024.0 / 1024.0;
     eprintln!("image size: {size:.1} MiB");
     assert!(size < 25.0, "the image is {size:.1} MiB, over 25 MiB");

@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, ensure, Context, Result};
 use kubesteer_tests::release::{image, Release, REAL_NODE};
 use kubesteer_tests::{
-    eventually, helm, instance_pods, jsonpath, kubectl, kubectl_ok, repo_root, unique, WEBHOOKS,
+    eventually, helm, instance_pods, jsonpath, kubectl, kubectl_ok, repo_root, unique,
+    workspace_version, WEBHOOKS,
 };
 
 /// Every pod of `component` runs the project image on the real node, Running and Ready.
@@ -34,6 +35,10 @@ fn on_real_node(release: &Release, component: &str, replicas: usize) -> Result<(
         // kwok pods have no process and no log: this one's log comes from the kubelet.
         let logs = kubectl_ok(&["logs", "-n", &release.namespace, name], None)?;
         assert!(!logs.trim().is_empty(), "{name} logged nothing");
+        // Its first line says which release it is: the workspace version.
+        let first = logs.lines().next().unwrap_or_default();
+        let starting = format!("kubesteer-{component} {} starting", workspace_version()?);
+        assert!(first.contains(&starting), "{name}'s first line: {first}");
     }
     Ok(())
 }
@@ -43,6 +48,25 @@ fn helm_install_runs_the_image_on_the_real_node() -> Result<()> {
     let release = Release::install("inst", &[])?;
     on_real_node(&release, "webhook", 2)?;
     on_real_node(&release, "controller", 2)?;
+    // The webhook's /version through its Service (the apiserver's proxy), without a client
+    // certificate, as a user checks what runs.
+    let version: serde_json::Value = serde_json::from_str(&kubectl_ok(
+        &[
+            "get",
+            "--raw",
+            &format!(
+                "/api/v1/namespaces/{}/services/https:{}-webhook:443/proxy/version",
+                release.namespace,
+                release.fullname()
+            ),
+        ],
+        None,
+    )?)?;
+    assert_eq!(
+        version["version"],
+        workspace_version()?.as_str(),
+        "{version}"
+    );
 
     // The webhook pod made the CA and serving certificate and patched both caBundles.
     let ca = release.secret_ca()?;
