@@ -1,7 +1,7 @@
 # kubesteer: `make run` starts everything on a local real control plane; `make test` runs every test.
 SHELL := /bin/bash
 include versions.env
-export K8S_VERSION KWOK_VERSION HELM_VERSION ETCD_VERSION
+export K8S_VERSION KWOK_VERSION HELM_VERSION ETCD_VERSION DISTRIBUTION_VERSION KREW_VERSION
 
 KUBESTEER_CACHE ?= $(HOME)/.cache/kubesteer
 export KUBESTEER_CACHE
@@ -14,7 +14,7 @@ IMAGE_TAR ?= .kubesteer/image.tar
 PAUSE_IMG ?= localhost/kubesteer-pause:3.10
 PAUSE_TAR ?= .kubesteer/pause.tar
 
-.PHONY: all build plugin control-plane monitoring-tools cluster-up cluster-down manifests install run run-once test-run deploy undeploy test fmt-check clippy doc-check unit e2e bench-webhook bench-webhook-memory bench-controller bench-stores bench-verbs fuzz keda
+.PHONY: all build plugin control-plane test-release krew-tool monitoring-tools cluster-up cluster-down manifests install run run-once test-run deploy undeploy test fmt-check clippy doc-check unit e2e bench-webhook bench-webhook-memory bench-controller bench-stores bench-verbs fuzz keda
 
 all: build
 
@@ -72,7 +72,18 @@ run-once:
 test-run: control-plane
 	hack/test-run.sh
 
-## deploy: build $(IMG), load it into the local cluster's real node, helm upgrade --install it.
+## test-release: `make release` checked as a platform team adopts it, on a cluster of its own
+## (kubesteer-release): SHA256SUMS, helm lint, `kubectl krew install` of the plugin archive, and
+## the plain manifests applied on the empty cluster, the image pulled from its registry.
+test-release: control-plane krew-tool
+	hack/test-release.sh
+
+## krew-tool: krew at its pin (versions.env), built from the Go module proxy and cached.
+krew-tool:
+	hack/build-control-plane.sh krew
+
+## deploy: build $(IMG), push it and the chart to the local cluster's registry, helm upgrade
+## --install the chart from there (oci://, by version); the real node pulls the image.
 deploy: image
 	KUBESTEER_IMAGE_ARCHIVE=$(IMAGE_TAR) hack/deploy.sh up $(IMG)
 
@@ -80,7 +91,7 @@ deploy: image
 undeploy:
 	hack/deploy.sh down
 
-test: fmt-check clippy doc-check unit e2e test-run
+test: fmt-check clippy doc-check unit e2e test-release test-run
 
 fmt-check:
 	$(CARGO) fmt --all -- --check
@@ -165,7 +176,15 @@ fuzz:
 ## image: the kubesteer image (one static multi-call binary, FROM scratch) built offline with buildah as
 ## $(IMG) in the local containers storage, exported to $(IMAGE_TAR) for `ctr images import`.
 ## pause-image: a pod sandbox image built from hack/pause/pause.c, exported to $(PAUSE_TAR).
-.PHONY: image pause-image
+.PHONY: image pause-image release
+
+## release: the release's artifacts into $(DIST): the image as an OCI archive, the packaged chart,
+## plain manifests (kubesteer.yaml), the plugin's archive, the krew manifest with its sha256 and
+## SHA256SUMS (hack/release.sh). VERSION is the workspace version (Cargo.toml), checked.
+VERSION ?= $(shell sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"/\1/p' Cargo.toml)
+DIST ?= $(CURDIR)/dist
+release: control-plane
+	hack/release.sh $(VERSION) $(DIST)
 
 image:
 	hack/image.sh image $(IMG) $(IMAGE_TAR)

@@ -131,12 +131,15 @@ case $what in
     go_install kwok "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok
     go_install kwokctl "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwokctl
     go_install helm "$HELM_VERSION" helm.sh/helm/v3/cmd/helm
+    go_install registry "$DISTRIBUTION_VERSION" github.com/distribution/distribution/v3/cmd/registry
     build_kubernetes
     ;;
   etcd) build_etcd ;;
   # Only the tests need these (make e2e): `make run` does without the minutes promtool takes.
   monitoring) build_promtool; fetch_monitoring_crds ;;
   kubernetes) build_kubernetes ;;
-  *) echo "usage: $0 [all|etcd|kubernetes|monitoring]" >&2; exit 2 ;;
+  # Only the release's tests need it: `kubectl krew install` of the built plugin archive.
+  krew) go_install krew "$KREW_VERSION" sigs.k8s.io/krew/cmd/krew ;;
+  *) echo "usage: $0 [all|etcd|kubernetes|monitoring|krew]" >&2; exit 2 ;;
 esac
 log "binaries in $bin"

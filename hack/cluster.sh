@@ -126,19 +126,23 @@ YAML
     log "starting cluster $name (Kubernetes $K8S_VERSION)"
     "${kwokctl[@]}" create cluster --config "$state/kwokctl.yaml" --kubeconfig "$kubeconfig" \
       ${opt_in[@]+"${opt_in[@]}"} --wait 120s
-    log "scaling to $nodes fake nodes"
-    "${kwokctl[@]}" scale node --replicas "$nodes"
-    "${kubectl[@]}" wait --for=condition=Ready node -l type=kwok --timeout=60s >/dev/null
+    if [ "$nodes" -gt 0 ]; then
+      log "scaling to $nodes fake nodes"
+      "${kwokctl[@]}" scale node --replicas "$nodes"
+      "${kubectl[@]}" wait --for=condition=Ready node -l type=kwok --timeout=60s >/dev/null
+    fi
     log "cluster up in $((SECONDS - started))s"
   fi
   "$root/hack/crds.sh" "${kubectl[@]}"
   log "CRDs installed; kubeconfig: $kubeconfig"
   if [ "$real_node" = 1 ]; then
     "$root/hack/node.sh" up
+    "$root/hack/registry.sh" up
   fi
 }
 
 down() {
+  "$root/hack/registry.sh" down
   "$root/hack/node.sh" release
   "${kwokctl[@]}" delete cluster >/dev/null 2>&1 || true
   rm -f "$kubeconfig"

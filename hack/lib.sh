@@ -73,6 +73,19 @@ wait_for() {
   done
 }
 
+# stop_pid_file FILE SECONDS: TERM to the process whose pid FILE holds, KILL after SECONDS; FILE
+# is removed.
+stop_pid_file() {
+  [ -f "$1" ] || return 0
+  local pid _
+  pid=$(cat "$1")
+  if kill "$pid" 2>/dev/null; then
+    for _ in $(seq 1 $(($2 * 10))); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$pid" 2>/dev/null || true
+  fi
+  rm -f "$1"
+}
+
 # nap SECONDS: a sleep that a trapped signal ends at once (bash runs a trap only after a
 # foreground child exits; `wait` it interrupts).
 nap() {

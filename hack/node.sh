@@ -188,6 +188,10 @@ state = "$dir/containerd/state"
   restrict_oom_score_adj = true
   netns_mounts_under_state_dir = true
   enable_selinux = false
+  # Pulls from the cluster's registry (hack/registry.sh, on the host's side of this node's veth)
+  # trust its CA.
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = "$dir/certs.d"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = "$dir/cni/net.d"
@@ -201,6 +205,14 @@ state = "$dir/containerd/state"
         BinaryName = "$(command -v runc)"
         Root = "$dir/runc"
         SystemdCgroup = false
+TOML
+  local registry=$HOST_IP:${KUBESTEER_REGISTRY_PORT:-5000}
+  mkdir -p "$dir/certs.d/$registry"
+  cat >"$dir/certs.d/$registry/hosts.toml" <<TOML
+server = "https://$registry"
+[host."https://$registry"]
+  capabilities = ["pull", "resolve"]
+  ca = "$state/registry/ca/ca.crt"
 TOML
   # No ipMasq and no portmap: the plugins then add no iptables rules of their own. The bridge
   # lives in the node's netns, so every node can call it kubesteer0.
@@ -289,16 +301,7 @@ load() {
   log "loaded $1"
 }
 
-stop() { # NAME: TERM, then KILL after 10 s
-  local pid
-  [ -f "$dir/$1.pid" ] || return 0
-  pid=$(cat "$dir/$1.pid")
-  if kill "$pid" 2>/dev/null; then
-    for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -9 "$pid" 2>/dev/null || true
-  fi
-  rm -f "$dir/$1.pid"
-}
+stop() { stop_pid_file "$dir/$1.pid" 10; } # NAME: TERM, then KILL after 10 s
 
 down() {
   local containers=""
