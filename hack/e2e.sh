@@ -62,8 +62,11 @@ image_ready() {
 # since the tests of a file may share cluster-wide state; areas in this order, every test once.
 # Run as cargo would run it (from tests/), but directly, so that a group's deadline (timeout
 # --foreground, which keeps Ctrl-C reaching it) stops the tests themselves, not a cargo above them.
-e2e_bin=$(cargo test -p kubesteer-tests --test e2e --no-run 2>&1 | tee /dev/stderr |
-  sed -n 's/^ *Executable .* (\(.*\))$/\1/p' | tail -n 1)
+# (Cargo's output is shown after it ends: a `tee /dev/stderr` would reopen, and so truncate, a
+# log file that stderr goes to.)
+no_run=$(cargo test -p kubesteer-tests --test e2e --no-run 2>&1) || { printf '%s\n' "$no_run" >&2; exit 1; }
+printf '%s\n' "$no_run" >&2
+e2e_bin=$(sed -n 's/^ *Executable .* (\(.*\))$/\1/p' <<<"$no_run" | tail -n 1)
 [ -n "$e2e_bin" ] || { echo "[e2e] cargo named no e2e test binary" >&2; exit 1; }
 e2e_bin=$(realpath "$e2e_bin")
 # KUBESTEER_E2E_GROUPS="install::monitoring:: scaler::conversion::" runs only those groups.
