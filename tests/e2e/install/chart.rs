@@ -4,7 +4,9 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
-use kubesteer_tests::{helm_run, kubectl_ok, repo_root, webhook_fields, Namespace};
+use kubesteer_tests::{
+    helm_run, kubectl_ok, repo_root, webhook_fields, workspace_version, Namespace,
+};
 use serde_yaml::Value;
 
 const NS: &str = "kubesteer-system";
@@ -367,7 +369,11 @@ fn two_hardened_replicas_of_each_with_probes_and_disruption_budgets() -> Result<
         assert_eq!(strings(&sc["capabilities"]["drop"]), ["ALL"], "{name}");
         assert_eq!(sc["seccompProfile"]["type"], "RuntimeDefault", "{name}");
         // One image for both; each Deployment names its binary.
-        assert_eq!(c["image"], "ghcr.io/kubesteer/kubesteer:0.1.0", "{name}");
+        assert_eq!(
+            c["image"],
+            format!("ghcr.io/kubesteer/kubesteer:{}", workspace_version()?),
+            "{name}"
+        );
         assert_eq!(c["imagePullPolicy"], "IfNotPresent", "{name}");
         assert_eq!(
             strings(&c["command"]),
@@ -979,7 +985,10 @@ fn helm_test_probes_the_webhook_readyz_with_the_project_image_and_its_ca() -> Re
     assert_eq!(pod["spec"]["automountServiceAccountToken"], false);
     assert_eq!(pod["spec"]["enableServiceLinks"], true);
     let c = &pod["spec"]["containers"][0];
-    assert_eq!(c["image"], "ghcr.io/kubesteer/kubesteer:0.1.0");
+    assert_eq!(
+        c["image"],
+        format!("ghcr.io/kubesteer/kubesteer:{}", workspace_version()?)
+    );
     assert_eq!(strings(&c["command"]), ["kubesteer-certs"]);
     let args = strings(&c["args"]);
     assert_eq!(args[0], "probe", "{args:?}");
@@ -1077,7 +1086,8 @@ fn one_image_runs_every_container() -> Result<()> {
     let docs = render(&["--set", "image.tag="])?;
     for (component, pod) in pods(&docs) {
         assert_eq!(
-            pod["containers"][0]["image"], "ghcr.io/kubesteer/kubesteer:0.1.0",
+            pod["containers"][0]["image"],
+            format!("ghcr.io/kubesteer/kubesteer:{}", workspace_version()?),
             "{component}: the tag defaults to the appVersion"
         );
     }
