@@ -85,7 +85,7 @@ krew-tool:
 ## deploy: build $(IMG), push it and the chart to the local cluster's registry, helm upgrade
 ## --install the chart from there (oci://, by version); the real node pulls the image.
 deploy: image
-	KUBESTEER_IMAGE_ARCHIVE=$(IMAGE_TAR) hack/deploy.sh up $(IMG)
+	hack/deploy.sh up $(IMG)
 
 ## undeploy: helm uninstall the release that `make deploy` installed.
 undeploy:

@@ -21,7 +21,7 @@ kubectl=("$cache/bin/kubectl" --kubeconfig "$kc")
 
 up() {
   local img=$1 version registry ca chart_dir
-  version=$(sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"/\1/p' "$root/Cargo.toml")
+  version=$(workspace_version)
   registry=$("$root/hack/registry.sh" address)
   ca=$("$root/hack/registry.sh" ca)
   "$root/hack/registry.sh" push-image "$img" "kubesteer:$version"

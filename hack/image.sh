@@ -44,15 +44,6 @@ need() {
   command -v "$cmd" >/dev/null || die "$cmd not found: $hint"
 }
 
-# The workspace version, from [workspace.package] of Cargo.toml.
-workspace_version() {
-  awk '
-    /^\[/ { section = $0 }
-    section == "[workspace.package]" && $1 == "version" {
-      gsub(/[" ]/, "", $3); print $3; exit
-    }' Cargo.toml
-}
-
 # Seconds since the epoch of the last commit (0 outside git): the images' created time.
 source_date_epoch() {
   if [[ -n ${SOURCE_DATE_EPOCH:-} ]]; then

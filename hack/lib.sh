@@ -32,9 +32,19 @@ own_cluster() {
   fi
 }
 
+# workspace_version: the release, from [workspace.package] of Cargo.toml (the chart's version, the
+# image's tag; tests/src/versions.rs checks that they agree).
+workspace_version() {
+  awk '
+    /^\[/ { section = $0 }
+    section == "[workspace.package]" && $1 == "version" {
+      gsub(/[" ]/, "", $3); print $3; exit
+    }' "$root/Cargo.toml"
+}
+
 # Deadlines: every wait in hack/ goes through one of these, or names its own deadline (a
 # `kubectl wait --timeout`, helm's `--timeout`, curl's `--max-time`, a poll loop that checks
-# `$deadline`); tests/src/deadline.rs greps hack/ for one that does not.
+# `$deadline`); tests/src/deadline/checker.rs greps hack/ for one that does not.
 
 # wait_job PID SECONDS WHAT: waits at most SECONDS for the background job PID and returns its exit
 # status. Past the deadline it says what it waited for, stops the job (TERM to its process group

@@ -22,7 +22,7 @@ case ${1:-} in -h | --help | "") sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; [ -n "$
 version=$1
 dist=${2:-$root/dist}
 helm=("$bin/helm")
-workspace=$(sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"/\1/p' Cargo.toml)
+workspace=$(workspace_version)
 [ "$version" = "$workspace" ] ||
   die "VERSION=$version is not the workspace version ($workspace): bump Cargo.toml, charts/kubesteer/Chart.yaml, kubesteer/plugin/krew.yaml and CHANGELOG.md to it first"
 grep -q "^## \[$version\]" CHANGELOG.md || die "CHANGELOG.md has no section \"## [$version]\""

@@ -239,7 +239,7 @@ if [ "$mode" = cluster ]; then
   make --no-print-directory image IMG="$img" IMAGE_TAR="$state/image.tar"
   "${helm[@]}" status "$release" -n "$release_ns" >/dev/null 2>&1 || installed_release=1
   step "installing the chart (helm upgrade --install --wait, ${ready_timeout}s)"
-  KUBESTEER_IMAGE_ARCHIVE="$state/image.tar" KUBESTEER_DEPLOY_TIMEOUT="${ready_timeout}s" \
+  KUBESTEER_DEPLOY_TIMEOUT="${ready_timeout}s" \
     hack/deploy.sh up "$img" ||
     die "kubesteer did not become ready within ${ready_timeout}s (helm --wait)"
   samples

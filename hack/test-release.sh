@@ -24,7 +24,7 @@ fail() { printf '[test-release] FAILED: %s\n' "$*" >&2; exit 1; }
 trap 'hack/cluster.sh down >/dev/null 2>&1 || true' EXIT
 export KUBECONFIG=$KUBESTEER_STATE/kubeconfig
 kubectl=("$bin/kubectl" --kubeconfig "$KUBECONFIG")
-version=$(sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"/\1/p' Cargo.toml)
+version=$(workspace_version)
 dist=$KUBESTEER_STATE/dist
 
 log "the cluster, its real node the only one, and its registry"
