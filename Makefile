@@ -43,9 +43,9 @@ cluster-up: control-plane
 cluster-down:
 	hack/cluster.sh down
 
-## manifests: regenerate the CRDs from api/ into charts/kubesteer/crds/.
+## manifests: regenerate the CRDs from api/ into charts/kubesteer/files/crds/.
 manifests:
-	$(CARGO) run -q -p kubesteer-api --bin crdgen -- charts/kubesteer/crds
+	$(CARGO) run -q -p kubesteer-api --bin crdgen -- charts/kubesteer/files/crds
 
 ## install: apply the CRDs to the cluster of $$KUBECONFIG (default: the local one). A running
 ## webhook points the Scaler CRD's conversion back at itself within a check round.

@@ -8,7 +8,7 @@
 # itself again within its next check round.
 . "$(dirname "$0")/lib.sh"
 kubectl=("$@")
-crds="$root/charts/kubesteer/crds/"
+crds="$root/charts/kubesteer/files/crds/"
 url=$("${kubectl[@]}" get crd scalers.kubesteer.io --ignore-not-found \
   -o jsonpath='{.spec.conversion.webhook.clientConfig.url}')
 if [ -n "$url" ]; then

@@ -9,6 +9,9 @@
 # KUBESTEER_DEPLOY_TIMEOUT (how long helm --wait waits for every pod to be Ready, default 5m).
 # The image's tag and the chart's version are the workspace version (Cargo.toml); the image is
 # pulled Always, so a rebuilt image of the same version reaches the next pods.
+# The release installs and upgrades the CRDs (the chart's crds.enabled): --take-ownership adopts
+# the ones hack/cluster.sh applied before any release (`make install`), as a user upgrading from
+# 0.1.0 adopts the ones Helm installed from that chart's crds/ (docs/upgrading.md).
 # When hack/cluster.sh made the apiserver's client certificate for webhooks, its CA goes to the
 # chart (webhook.apiserverAuth.clientCA), so the webhook answers reviews from the apiserver only.
 . "$(dirname "$0")/lib.sh"
@@ -35,7 +38,7 @@ up() {
   "${helm[@]}" upgrade --install "$release" "oci://$registry/charts/kubesteer" --version "$version" \
     --ca-file "$ca" -n "$ns" --create-namespace -f "$root/hack/real-node-values.yaml" \
     --set "image.repository=$registry/kubesteer" --set image.pullPolicy=Always \
-    ${auth[@]+"${auth[@]}"} --wait --timeout "${KUBESTEER_DEPLOY_TIMEOUT:-5m}"
+    ${auth[@]+"${auth[@]}"} --take-ownership --wait --timeout "${KUBESTEER_DEPLOY_TIMEOUT:-5m}"
   "${kubectl[@]}" -n "$ns" get pods -o wide
 }
 

@@ -63,8 +63,9 @@ kind: Namespace
 metadata:
   name: kubesteer-system
 YAML
-  "${helm[@]}" template kubesteer charts/kubesteer -n kubesteer-system --include-crds --skip-tests \
-    --set "image.repository=$repository" --set "image.tag=$version"
+  # The CRDs are the chart's templates; helm.sh/resource-policy means nothing to kubectl.
+  "${helm[@]}" template kubesteer charts/kubesteer -n kubesteer-system --skip-tests \
+    --set crds.keep=false --set "image.repository=$repository" --set "image.tag=$version"
 } >"$dist/kubesteer.yaml"
 
 log "the kubectl plugin (linux/$arch)"

@@ -14,6 +14,8 @@
 #   4. The uninstall in the order docs/upgrading.md gives, with a Scaler holding its target at
 #      another replica count: the Scalers deleted first give the target back, then `kubectl
 #      delete -f kubesteer.yaml` and the Scaler's namespace finish, nothing left with a finalizer.
+#   5. The upgrade from the previous release (versions.env, built by hack/previous-release.sh)
+#      under traffic, installed from the registry: tests/src/bin/upgrade.rs.
 # Each wait has a deadline and names what it waited for.
 . "$(dirname "$0")/lib.sh"
 cd "$root"
@@ -112,4 +114,17 @@ wait_for "the Scaler to scale team/web to 3" 120 scaled_to 3 ||
 "${kubectl[@]}" delete -f "$dist/kubesteer.yaml" --timeout=180s >/dev/null ||
   fail "kubectl delete -f kubesteer.yaml did not finish within 180s: $("${kubectl[@]}" get crd -o name 2>&1)"
 "${kubectl[@]}" delete namespace team --timeout=120s >/dev/null || fail "the namespace team was not deleted within 120s"
+
+log "5. from $PREVIOUS_RELEASE_VERSION to $version under traffic: helm upgrade, helm rollback, helm upgrade"
+# The previous release's image and chart, built from its commit once per machine.
+previous=$(hack/previous-release.sh)
+skopeo copy --quiet --dest-cert-dir "$(dirname "$ca")" "docker-archive:$previous/image.tar" \
+  "docker://$registry/kubesteer:$PREVIOUS_RELEASE_VERSION" || fail "skopeo copy of $PREVIOUS_RELEASE_VERSION's image to $registry"
+hack/registry.sh push-chart "$previous/kubesteer-$PREVIOUS_RELEASE_VERSION.tgz"
+hack/registry.sh push-chart "$dist/kubesteer-$version.tgz"
+cargo build -q -p kubesteer-tests --bin upgrade-test
+KUBESTEER_KUBECONFIG=$KUBECONFIG UPGRADE_REGISTRY=$registry UPGRADE_CA=$ca \
+  UPGRADE_FROM=$PREVIOUS_RELEASE_VERSION UPGRADE_TO=$version \
+  timeout --foreground --kill-after=30 "${KUBESTEER_UPGRADE_TIMEOUT:-1500}" "${CARGO_TARGET_DIR:-$root/target}/debug/upgrade-test" ||
+  fail "the upgrade from $PREVIOUS_RELEASE_VERSION to $version (tests/src/bin/upgrade.rs)"
 log "the release as expected: $(cd "$dist" && ls | tr '\n' ' ')"

@@ -21,7 +21,7 @@ pub fn scaler() -> Result<CustomResourceDefinition, kube::core::crd::MergeError>
     }))
 }
 
-/// Every CRD with the file name it is committed under in `charts/kubesteer/crds/`.
+/// Every CRD with the file name it is committed under in `charts/kubesteer/files/crds/`.
 pub fn all() -> Result<Vec<(String, CustomResourceDefinition)>, kube::core::crd::MergeError> {
     Ok([
         scaler()?,
@@ -54,7 +54,7 @@ mod tests {
 
     #[test]
     fn committed_crds_match_the_types() {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/kubesteer/crds");
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/kubesteer/files/crds");
         for (file, crd) in all().unwrap() {
             let committed = std::fs::read_to_string(dir.join(&file)).unwrap_or_default();
             assert!(

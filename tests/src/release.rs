@@ -120,6 +120,9 @@ impl Release {
             &selector,
             "--set-json",
             &watch,
+            // Every release of a test shares the CRDs hack/cluster.sh applied.
+            "--set",
+            "crds.enabled=false",
         ]);
         // Reviews from this cluster's apiserver only, as hack/deploy.sh installs the chart.
         let auth = crate::apiserver_auth_values();

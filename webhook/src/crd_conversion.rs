@@ -3,9 +3,10 @@
 //! patch, not an apply, so the other of `service` and `url`, written by whoever installed the
 //! CRD, is removed: the apiserver wants exactly one).
 //!
-//! Helm never templates a chart's `crds/`, so the committed Scaler CRD names a placeholder
-//! Service and no caBundle; the webhook writes the real ones at start-up and every check round
-//! (so a CA rollover reaches the CRD as it reaches the webhook configurations). A failure is
+//! The committed Scaler CRD (`charts/kubesteer/files/crds/`, which `make install` applies) names a
+//! placeholder Service and no caBundle, and the chart's rendering of it has no caBundle in
+//! self-managed mode; the webhook writes the real ones at start-up and every check round (so a CA
+//! rollover reaches the CRD as it reaches the webhook configurations). A failure is
 //! logged and retried: admission does not depend on it, only reads and writes of v1alpha1 do.
 use std::path::PathBuf;
 use std::time::Duration;

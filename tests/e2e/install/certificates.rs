@@ -37,6 +37,9 @@ impl Release {
         }
         args.push("--set".into());
         args.push(format!("webhook.url=https://127.0.0.1:{port}"));
+        // The CRDs hack/cluster.sh applied are shared by every test's release.
+        args.push("--set".into());
+        args.push("crds.enabled=false".into());
         args.push("--set".into());
         args.push(format!(
             "webhook.namespaceSelector.matchLabels.kubesteer\\.io/e2e={id}"

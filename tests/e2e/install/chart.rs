@@ -313,7 +313,17 @@ fn self_managed_is_the_default_and_renders_no_ca_bundle() -> Result<()> {
         Some("self-managed")
     );
     let secret = format!("{FULLNAME}-webhook-tls");
-    assert_eq!(env_value(webhook, "KUBESTEER_CERT_SECRET"), Some(secret));
+    assert_eq!(
+        env_value(webhook, "KUBESTEER_CERT_SECRET"),
+        Some(secret.clone())
+    );
+    // The chart owns the Secret but renders none of what the webhook writes into it: a `helm
+    // rollback` to a revision rendered before the webhook wrote it would empty it otherwise.
+    let owned = one(&docs, "Secret", &secret);
+    assert!(
+        owned.get("data").is_none() && owned.get("stringData").is_none(),
+        "{owned:?}"
+    );
     assert_eq!(
         env_value(webhook, "KUBESTEER_SERVICE"),
         Some(format!("{FULLNAME}-webhook"))
@@ -829,6 +839,109 @@ fn provided_mode_mounts_the_secret_and_renders_its_ca() -> Result<()> {
 }
 
 /// What `make run` and the webhook end-to-end tests render: the configurations alone, by URL.
+/// `value` with every number as a float, as the apiserver reads a JSON schema's numbers.
+fn same_numbers(value: &Value) -> Value {
+    match value {
+        Value::Number(n) => Value::from(n.as_f64().unwrap_or(f64::NAN)),
+        Value::Sequence(items) => Value::Sequence(items.iter().map(same_numbers).collect()),
+        Value::Mapping(map) => Value::Mapping(
+            map.iter()
+                .map(|(k, v)| (k.clone(), same_numbers(v)))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+/// The CRDs are templates, so `helm upgrade` upgrades them: the committed files with the chart's
+/// labels, kept on uninstall and rollback, the Scaler's conversion pointed at the release's
+/// webhook with the CA of each certificate mode; off with crds.enabled=false.
+#[test]
+fn crds_are_the_committed_files_upgraded_and_kept_by_the_release() -> Result<()> {
+    let docs = render(&[])?;
+    let crds = all(&docs, "CustomResourceDefinition");
+    let mut names: Vec<_> = crds
+        .iter()
+        .map(|c| str_of(&c["metadata"]["name"]))
+        .collect();
+    names.sort_unstable();
+    assert_eq!(
+        names,
+        [
+            "applications.kubesteer.io",
+            "memcacheds.kubesteer.io",
+            "scalers.kubesteer.io",
+            "welcomes.kubesteer.io"
+        ]
+    );
+    let version = workspace_version()?;
+    for crd in &crds {
+        let name = str_of(&crd["metadata"]["name"]);
+        let file = chart().join(format!("files/crds/{name}.yaml"));
+        let committed: Value = serde_yaml::from_str(&std::fs::read_to_string(&file)?)?;
+        let meta = &crd["metadata"];
+        assert_eq!(
+            meta["annotations"]["helm.sh/resource-policy"], "keep",
+            "{name}"
+        );
+        assert_eq!(
+            meta["labels"]["app.kubernetes.io/version"],
+            version.as_str()
+        );
+        assert_eq!(meta["labels"]["app.kubernetes.io/managed-by"], "Helm");
+        // The schema is the committed one (helm's toYaml writes 65535.0 as 65535, the same
+        // number to the apiserver); only the conversion's client is the release's.
+        for part in ["versions", "names", "group", "scope"] {
+            assert!(
+                same_numbers(&crd["spec"][part]) == same_numbers(&committed["spec"][part]),
+                "{name}: spec.{part} is not the committed file's"
+            );
+        }
+    }
+    let scaler = one(&docs, "CustomResourceDefinition", "scalers.kubesteer.io");
+    let client = &scaler["spec"]["conversion"]["webhook"]["clientConfig"];
+    assert_eq!(
+        client["service"]["name"],
+        format!("{FULLNAME}-webhook").as_str()
+    );
+    assert_eq!(client["service"]["namespace"], NS);
+    assert_eq!(client["service"]["path"], "/convert");
+    // Self-managed: no caBundle; the webhook writes it, so no upgrade or rollback takes it away.
+    assert!(client.get("caBundle").is_none(), "{client:?}");
+
+    let docs = render(&["--set", "certs.mode=certManager"])?;
+    let scaler = one(&docs, "CustomResourceDefinition", "scalers.kubesteer.io");
+    assert_eq!(
+        scaler["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
+        format!("{NS}/{FULLNAME}-webhook").as_str()
+    );
+    let ca = ca_file("crd-ca.crt")?;
+    let docs = render(&[
+        "--set",
+        "webhook.url=https://127.0.0.1:9999",
+        "--set-file",
+        &format!("webhook.caBundle={}", ca.display()),
+        "--set",
+        "crds.keep=false",
+    ])?;
+    let scaler = one(&docs, "CustomResourceDefinition", "scalers.kubesteer.io");
+    let client = &scaler["spec"]["conversion"]["webhook"]["clientConfig"];
+    assert_eq!(client["url"], "https://127.0.0.1:9999/convert");
+    assert!(client.get("service").is_none());
+    assert_eq!(
+        client["caBundle"],
+        kubesteer_tests::base64(CA_PEM.as_bytes()).as_str()
+    );
+    assert!(
+        scaler["metadata"].get("annotations").is_none(),
+        "{scaler:?}"
+    );
+
+    let docs = render(&["--set", "crds.enabled=false"])?;
+    assert!(all(&docs, "CustomResourceDefinition").is_empty());
+    Ok(())
+}
+
 #[test]
 fn url_mode_renders_only_the_configurations_for_a_local_webhook() -> Result<()> {
     let ca = ca_file("url-ca.crt")?;
@@ -1255,7 +1368,9 @@ fn helm_upgrade_keeps_the_self_managed_ca_bundle() -> Result<()> {
             chart.to_str().unwrap(),
             "--namespace",
             ns.name(),
-            "--skip-crds",
+            // The CRDs hack/cluster.sh applied are shared by every test's release.
+            "--set",
+            "crds.enabled=false",
             // The release must admit nothing: no webhook runs behind it in this cluster.
             "--set",
             "webhook.namespaceSelector.matchLabels.kubesteer\\.io/chart-upgrade-test=none",

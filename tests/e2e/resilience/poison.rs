@@ -16,12 +16,12 @@ const CRD: &str = "memcacheds.kubesteer.io";
 const SIZE: &str = "/spec/versions/0/schema/openAPIV3Schema/properties/spec/properties/size";
 const WAIT: Duration = Duration::from_secs(90);
 
-/// Puts the CRD of `charts/kubesteer/crds/` back when dropped, however the test ends.
+/// Puts the CRD of `charts/kubesteer/files/crds/` back when dropped, however the test ends.
 struct Restore;
 
 impl Drop for Restore {
     fn drop(&mut self) {
-        let crd = repo_root().join("charts/kubesteer/crds/memcacheds.kubesteer.io.yaml");
+        let crd = repo_root().join("charts/kubesteer/files/crds/memcacheds.kubesteer.io.yaml");
         let crd = crd.to_string_lossy();
         let _ = kubectl(
             &["apply", "--server-side", "--force-conflicts", "-f", &crd],

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The release the upgrade test starts from (versions.env: PREVIOUS_RELEASE_VERSION at
+# PREVIOUS_RELEASE_COMMIT), built from that commit as it was: its image, by its own hack/image.sh,
+# as a docker-archive, and its chart, `helm package`d. Cached by commit under
+# ~/.cache/kubesteer/releases/COMMIT/, so it is built once per machine; prints that directory.
+#   hack/previous-release.sh            build unless cached; print the directory
+# The build runs in a git worktree of the commit, in the image build's shared target directory
+# (hack/lib.sh), so only the workspace's crates are compiled again, not the dependencies.
+. "$(dirname "$0")/lib.sh"
+commit=$PREVIOUS_RELEASE_COMMIT version=$PREVIOUS_RELEASE_VERSION
+dir=$cache/releases/$commit
+image=localhost/kubesteer-previous:$version
+if [ -s "$dir/image.tar" ] && [ -s "$dir/kubesteer-$version.tgz" ]; then
+  echo "$dir"
+  exit 0
+fi
+git -C "$root" cat-file -e "$commit^{commit}" 2>/dev/null ||
+  die "commit $commit (release $version) is not in this clone: git fetch --unshallow"
+mkdir -p "$dir"
+src=$(mktemp -d "$cache/releases/src.XXXXXX")
+cleanup() {
+  git -C "$root" worktree remove --force "$src" >/dev/null 2>&1 || rm -rf "$src"
+  git -C "$root" worktree prune >/dev/null 2>&1 || true
+}
+trap cleanup EXIT
+rmdir "$src"
+git -C "$root" worktree add --detach --quiet "$src" "$commit"
+log "building release $version ($commit) in $src: once per machine"
+start=$SECONDS
+(cd "$src" && hack/image.sh image "$image" "$dir/image.tar.tmp") >&2
+mv -f "$dir/image.tar.tmp" "$dir/image.tar"
+"$bin/helm" package "$src/charts/kubesteer" -d "$dir" >/dev/null
+[ -s "$dir/kubesteer-$version.tgz" ] || die "helm package of $commit's chart wrote no kubesteer-$version.tgz"
+log "release $version built in $((SECONDS - start))s: $dir"
+echo "$dir"
