@@ -351,6 +351,19 @@ mod tests {
     const MIB: usize = 1024 * 1024;
 
     #[test]
+    fn the_docs_state_the_body_limit_of_the_code() {
+        let page = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/webhook.md");
+        let text = std::fs::read_to_string(page).unwrap().replace('\n', " ");
+        let said = format!("over {} MiB", MAX_BODY_BYTES / MIB);
+        assert_eq!(
+            MAX_BODY_BYTES % MIB,
+            0,
+            "a whole number of MiB, as the docs say it"
+        );
+        assert!(text.contains(&said), "docs/webhook.md must say {said:?}");
+    }
+
+    #[test]
     fn byte_counts_read_as_quantities_and_a_bad_one_says_why() {
         assert_eq!(parse_bytes("16Mi"), Ok(16 * MIB));
         assert_eq!(parse_bytes("16384Ki"), Ok(16 * MIB));

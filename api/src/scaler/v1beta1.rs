@@ -99,7 +99,7 @@ pub struct ScalerSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hpa_cooperation: Option<HpaCooperation>,
 
-    /// Computes and reports everything (status, nextTransitions, events "Would ...") and writes nothing to the targets while true. Switching it off applies the current state at once. Giving a target back (dropped from scaleTargetRefs, or the Scaler deleted) is still done. Defaults to false.
+    /// Computes and reports everything (status, nextTransitions, a Normal event DryRun "Dry run, not done: ..." for each write it would make) and writes nothing to the targets while true. Switching it off applies the current state at once. Giving a target back (dropped from scaleTargetRefs, or the Scaler deleted) is still done. Defaults to false.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dry_run: Option<bool>,
 
