@@ -70,6 +70,12 @@ impl PartialOrd for Claimant {
 }
 
 impl Scaler {
+    /// Whether the spec is one the controller has not acted on yet: the Scaler was just created,
+    /// edited or resumed (its status' observedGeneration is not its generation).
+    pub fn spec_is_new(&self) -> bool {
+        self.status.as_ref().and_then(|s| s.observed_generation) != self.metadata.generation
+    }
+
     /// Every target this Scaler claims: those its spec names and those its status still lists,
     /// which it holds until it has given them back.
     pub fn claimed_targets(&self) -> BTreeSet<Target> {

@@ -81,7 +81,7 @@ pub struct ScalerSpec {
     #[serde(default, rename = "override", skip_serializing_if = "Option::is_none")]
     pub override_: Option<Override>,
 
-    /// Replicas for every target outside every window (and on excluded dates). When absent, targets go back to the replicas they had before a window opened.
+    /// Replicas for every target outside every window (and on excluded dates): set when a window closes, and at once when the Scaler is created, edited or resumed outside every window. When absent, targets go back to the replicas they had before a window opened, and a Scaler that starts outside every window leaves them as they are until one opens.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = MIN_REPLICAS, max = MAX_INT32))]
     pub outside_replicas: Option<i32>,
@@ -112,7 +112,7 @@ pub struct ScalerSpec {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct Outside {
-    /// Release (the default): a closing window restores each target, which is then left alone until the next window. Hold: while outside every window, a target found above outsideReplicas (a deploy, a GitOps sync, a person scaled it up) is set back to outsideReplicas once gracePeriod has passed since its creation or last pod template change, with an event naming who scaled it. Hold requires outsideReplicas.
+    /// Release (the default): a closing window restores each target (to outsideReplicas when set), which is then left alone until the next window; a Scaler created, edited or resumed outside every window sets its targets to outsideReplicas at once, then leaves them alone likewise. Hold: while outside every window, a target found above outsideReplicas (a deploy, a GitOps sync, a person scaled it up) is set back to outsideReplicas once gracePeriod has passed since its creation or last pod template change, with an event naming who scaled it. Hold requires outsideReplicas.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<OutsideMode>,
     /// How long after a target's creation or last pod template change Hold leaves it alone (a rollout), as a duration such as "15m" or "1h30m". Defaults to 15m.
@@ -465,6 +465,15 @@ impl ScalerSpec {
 
     pub fn dry_run(&self) -> bool {
         self.dry_run.unwrap_or(false)
+    }
+
+    /// The replicas a Scaler that starts outside every window (created, edited or resumed there:
+    /// a spec it has not acted on yet) sets its targets to at once, as if a window had just
+    /// closed: `outsideReplicas`, under `outside.mode: Release` (Hold keeps them there anyway).
+    /// None without outsideReplicas: the targets then keep their replicas until a window opens.
+    pub fn start_outside(&self, spec_is_new: bool) -> Option<i32> {
+        let release = self.outside.as_ref().and_then(|o| o.mode) != Some(OutsideMode::Hold);
+        self.outside_replicas.filter(|_| spec_is_new && release)
     }
 
     /// With `outside.mode: Hold` and `outsideReplicas`, the replicas targets are held at outside
@@ -831,6 +840,22 @@ mod tests {
             .map(|(t, ns)| (t.kind.as_str(), ns))
             .collect();
         assert_eq!(targets, [("Deployment", "team"), ("StatefulSet", "data")]);
+    }
+
+    #[test]
+    fn a_new_spec_outside_every_window_goes_to_outside_replicas_unless_held() {
+        let mut v = sample();
+        assert_eq!(v["outsideReplicas"], 0);
+        assert_eq!(spec(v.clone()).start_outside(true), Some(0));
+        assert_eq!(spec(v.clone()).start_outside(false), None);
+        v["outside"] = json!({"mode": "Release"});
+        assert_eq!(spec(v.clone()).start_outside(true), Some(0));
+        // Hold sets them there anyway, after its grace period.
+        v["outside"] = json!({"mode": "Hold"});
+        assert_eq!(spec(v.clone()).start_outside(true), None);
+        v.as_object_mut().unwrap().remove("outside");
+        v.as_object_mut().unwrap().remove("outsideReplicas");
+        assert_eq!(spec(v).start_outside(true), None);
     }
 
     #[test]

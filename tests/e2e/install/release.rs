@@ -1019,6 +1019,56 @@ fn a_held_scaler_sets_back_a_target_scaled_up_outside_its_windows() -> Result<()
     Ok(())
 }
 
+/// Created outside every window, a Scaler with outsideReplicas sets its targets there at once
+/// (not after the next window closes), and so does an edit; then Release leaves them alone.
+#[test]
+fn a_scaler_created_or_edited_outside_every_window_acts_at_once() -> Result<()> {
+    let release = Release::install("start", &[])?;
+    let n = release.user_ns.clone();
+    let n = n.as_str();
+    release.create_deployment("web")?;
+    kubectl_ok(&["scale", "-n", n, "deployment/web", "--replicas=2"], None)?;
+    // Its window opens in six hours.
+    let scaler = |outside: u32| {
+        format!(
+            "apiVersion: kubesteer.io/v1beta1\nkind: Scaler\nmetadata: {{name: evening}}\nspec:\n  scaleTargetRefs: [{{apiVersion: apps/v1, kind: Deployment, name: web}}]\n  windows: [{}]\n  outsideReplicas: {outside}\n",
+            window(6, 7, 3)
+        )
+    };
+    let run = release.apply(&scaler(0))?;
+    ensure!(run.ok, "{run:?}");
+    user_wait(&release, "deployment/web", "{.spec.replicas}", "0")?;
+    let notes = notes_of(n, "Scaled")?;
+    assert!(
+        notes.iter().any(|m| m
+            == &format!(
+                "Scaled Deployment {n}/web from 2 to 0 replicas: the Scaler starts outside every window"
+            )),
+        "{notes:?}"
+    );
+    // As after a closing window, nothing is recorded to give back.
+    let annotations = kubectl_ok(
+        &[
+            "get",
+            "-n",
+            n,
+            "deployment/web",
+            "-o",
+            "jsonpath={.metadata.annotations}",
+        ],
+        None,
+    )?;
+    assert!(
+        !annotations.contains("kubesteer.io/original-replicas"),
+        "{annotations}"
+    );
+    // Edited outside every window: the new outsideReplicas at once.
+    let run = release.apply(&scaler(1))?;
+    ensure!(run.ok, "{run:?}");
+    user_wait(&release, "deployment/web", "{.spec.replicas}", "1")?;
+    Ok(())
+}
+
 #[test]
 fn a_cron_job_is_suspended_while_its_replicas_would_be_0_and_resumed_after() -> Result<()> {
     let release = Release::install("cron", &[])?;

@@ -50,6 +50,22 @@ pub fn hold_change(
     }))
 }
 
+/// Outside every window when the Scaler starts there (`ScalerSpec::start_outside`): a target it
+/// has not scaled goes to `to` at once, as a closing window leaves it, and is not recorded (a
+/// closing window drops the record too). None when it is there already.
+pub fn start_change(target: &Target, current: &Current, to: i32) -> Option<TargetChange> {
+    let now = current.replicas;
+    (now != to).then(|| TargetChange {
+        record: None,
+        replicas: Some(to),
+        restoring: false,
+        reason: reason::SCALED,
+        note: format!(
+            "Scaled {target} from {now} to {to} replicas: the Scaler starts outside every window"
+        ),
+    })
+}
+
 /// What a target needs from the Scaler `me`, given `record`, whose record of the original
 /// replicas the target carries: `wanted` replicas in the schedule (recording the original and
 /// `me` once), or, outside it, going back to `outside` or the recorded replicas. None when it is

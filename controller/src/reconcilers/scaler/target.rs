@@ -427,14 +427,21 @@ pub(super) async fn reconcile_target(
         if keda.is_some() {
         } else if let Some(change) = target_change(target, &current, &me, &record, w, o) {
             changes.push((Via::Target, told(change)));
-        } else if let (None, false, None, Record::Absent, Some((to, grace))) =
-            (w, release, &hpa, &record, owner.spec.hold())
-        {
-            // Outside every window, held: set back what was scaled up meanwhile.
-            match hold_change(target, &current, to, grace, ctx.clock.now()) {
-                Some(Ok(change)) => changes.push((Via::Target, told(change))),
-                Some(Err(until)) => hold_until = Some(until),
-                None => {}
+        } else if let (None, false, None, Record::Absent) = (w, release, &hpa, &record) {
+            let starting = owner.spec.start_outside(owner.spec_is_new());
+            if let Some((to, grace)) = owner.spec.hold() {
+                // Outside every window, held: set back what was scaled up meanwhile.
+                match hold_change(target, &current, to, grace, ctx.clock.now()) {
+                    Some(Ok(change)) => changes.push((Via::Target, told(change))),
+                    Some(Err(until)) => hold_until = Some(until),
+                    None => {}
+                }
+            } else if let Some(change) = starting
+                .and(o)
+                .and_then(|to| start_change(target, &current, to))
+            {
+                // Started outside every window: where a closing window would have left it.
+                changes.push((Via::Target, told(change)));
             }
         }
         let seen = |current: Option<Current>, told: Vec<(&'static str, String)>| Seen {

@@ -661,6 +661,69 @@ async fn outside_every_window_a_held_target_scaled_up_is_set_back() {
 }
 
 #[tokio::test]
+async fn a_scaler_starting_outside_every_window_sets_its_targets_at_once_then_leaves_them() {
+    let mut s = nine_to_five();
+    s.spec.outside_replicas = Some(0);
+    // Created at 20:00, its window nine hours away: web goes to 0 now, not after tomorrow's.
+    let (ctx, verifier) = ctx_at("2025-03-03T20:00:00Z");
+    let scenario = verifier.run(calls(vec![
+        reads(WEB, meta("team", "web", None), 2),
+        vec![
+            Call::patch(&patch_of(&scale_of(WEB)))
+                .body(|b| assert_eq!(b["spec"]["replicas"], 0))
+                .respond(scale("team", "web", 0)),
+            Call::event("team")
+                .body(|b| {
+                    assert_eq!(b["reason"], "Scaled");
+                    assert_eq!(
+                        b["note"],
+                        "Scaled Deployment team/web from 2 to 0 replicas: the Scaler starts outside every window"
+                    );
+                })
+                .respond_with_body(),
+            Call::patch(STATUS)
+                .body(|b| {
+                    assert_eq!(b["status"]["targets"][0]["replicas"], 0);
+                    // As after a closing window: nothing recorded, nothing to give back.
+                    assert!(b["status"]["targets"][0].get("originalReplicas").is_none());
+                    assert_eq!(b["status"]["observedGeneration"], 3);
+                })
+                .respond_status_of(&s),
+        ],
+    ]));
+    reconcile(Arc::new(s.clone()), ctx.clone()).await.unwrap();
+    scenario.finish(ctx).await;
+
+    // Its spec acted on, Release leaves alone a target scaled up since, as after any close.
+    s.status = Some(kubesteer_api::scaler::v1beta1::ScalerStatus {
+        observed_generation: Some(3),
+        ..Default::default()
+    });
+    let (ctx, verifier) = ctx_at("2025-03-03T21:00:00Z");
+    let scenario = verifier.run(calls(vec![
+        reads(WEB, meta("team", "web", None), 2),
+        vec![Call::patch(STATUS)
+            .body(|b| assert_eq!(b["status"]["targets"][0]["replicas"], 2))
+            .respond_status_of(&s)],
+    ]));
+    reconcile(Arc::new(s.clone()), ctx.clone()).await.unwrap();
+    scenario.finish(ctx).await;
+
+    // Without outsideReplicas there is nothing to set: a new spec leaves web as it is.
+    s.status = None;
+    s.spec.outside_replicas = None;
+    let (ctx, verifier) = ctx_at("2025-03-03T20:00:00Z");
+    let scenario = verifier.run(calls(vec![
+        reads(WEB, meta("team", "web", None), 2),
+        vec![Call::patch(STATUS)
+            .body(|b| assert_eq!(b["status"]["targets"][0]["replicas"], 2))
+            .respond_status_of(&s)],
+    ]));
+    reconcile(Arc::new(s), ctx.clone()).await.unwrap();
+    scenario.finish(ctx).await;
+}
+
+#[tokio::test]
 async fn a_cron_job_is_suspended_while_its_replicas_would_be_0_and_resumed_after() {
     const REPORT: &str = "/apis/batch/v1/namespaces/team/cronjobs/report";
     let s = scaler(
