@@ -1069,6 +1069,98 @@ fn a_scaler_created_or_edited_outside_every_window_acts_at_once() -> Result<()> 
     Ok(())
 }
 
+/// A workload a GitOps tool applies server-side (Argo CD and Flux force their fields): while a
+/// manifest sets `replicas`, each sync takes the field back and the Scaler scales it back inside
+/// its window, a fight on every sync; without `replicas` in the manifest, a sync leaves the
+/// Scaler's replicas alone, and the window's close gives back the replicas from before.
+#[test]
+fn a_gitops_sync_fights_the_scaler_only_while_its_manifest_sets_replicas() -> Result<()> {
+    let release = Release::install("gitops", &[])?;
+    let n = release.user_ns.clone();
+    let n = n.as_str();
+    let manifest = |replicas: Option<u32>| {
+        let replicas = replicas
+            .map(|r| format!("  replicas: {r}\n"))
+            .unwrap_or_default();
+        format!(
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: site}}\nspec:\n{replicas}\
+             \x20 selector: {{matchLabels: {{app: site}}}}\n  template:\n    metadata: {{labels: {{app: site}}}}\n\
+             \x20   spec: {{containers: [{{name: site, image: nginx}}]}}\n"
+        )
+    };
+    // A sync as Argo CD makes it: server-side, forcing the fields its manifest sets.
+    let sync = |replicas: Option<u32>| {
+        kubectl_ok(
+            &[
+                "apply",
+                "-n",
+                n,
+                "--server-side",
+                "--force-conflicts",
+                "--field-manager=argocd-controller",
+                "-f",
+                "-",
+            ],
+            Some(&manifest(replicas)),
+        )
+    };
+    sync(Some(2))?;
+    let run = release.apply(&format!(
+        "apiVersion: kubesteer.io/v1beta1\nkind: Scaler\nmetadata: {{name: busy}}\nspec:\n  scaleTargetRefs: [{{apiVersion: apps/v1, kind: Deployment, name: site}}]\n  windows: [{}]\n",
+        window(-1, 2, 4)
+    ))?;
+    ensure!(run.ok, "{run:?}");
+    user_wait(&release, "deployment/site", "{.spec.replicas}", "4")?;
+    let managers = |path: &str| -> Result<String> {
+        kubectl_ok(
+            &[
+                "get",
+                "-n",
+                n,
+                "deployment/site",
+                "--show-managed-fields",
+                "-o",
+                "json",
+            ],
+            None,
+        )
+        .map(|json| {
+            let v: serde_json::Value = serde_json::from_str(&json).unwrap_or_default();
+            v["metadata"]["managedFields"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|m| m["fieldsV1"]["f:spec"].get(path).is_some())
+                .filter_map(|m| m["manager"].as_str().map(str::to_string))
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+    };
+    // The Scaler's write took the field from the GitOps tool.
+    assert_eq!(managers("f:replicas")?, "kubesteer-controller");
+    // A sync of a manifest with replicas takes it back, and the Scaler scales it back.
+    sync(Some(2))?;
+    let back = format!("Scaled Deployment {n}/site from 2 back to 4 replicas");
+    eventually(Duration::from_secs(90), &back, || {
+        Ok(notes_of(n, "Scaled")?.contains(&back).then_some(()))
+    })?;
+    user_wait(&release, "deployment/site", "{.spec.replicas}", "4")?;
+    assert_eq!(managers("f:replicas")?, "kubesteer-controller");
+    // What the user sets so the two don't fight: no replicas in the manifest. The sync after
+    // the Scaler's last write leaves them at 4, and so does every one after it.
+    sync(None)?;
+    sync(None)?;
+    assert_eq!(
+        user_get(&release, "deployment/site", "{.spec.replicas}")?,
+        "4"
+    );
+    assert_eq!(managers("f:replicas")?, "kubesteer-controller");
+    // The window closed (the Scaler deleted): the replicas from before it are given back.
+    kubectl_ok(&["delete", "-n", n, "scaler/busy", "--timeout=60s"], None)?;
+    user_wait(&release, "deployment/site", "{.spec.replicas}", "2")?;
+    Ok(())
+}
+
 #[test]
 fn a_cron_job_is_suspended_while_its_replicas_would_be_0_and_resumed_after() -> Result<()> {
     let release = Release::install("cron", &[])?;
