@@ -467,13 +467,14 @@ impl ScalerSpec {
         self.dry_run.unwrap_or(false)
     }
 
-    /// The replicas a Scaler that starts outside every window (created, edited or resumed there:
-    /// a spec it has not acted on yet) sets its targets to at once, as if a window had just
-    /// closed: `outsideReplicas`, under `outside.mode: Release` (Hold keeps them there anyway).
-    /// None without outsideReplicas: the targets then keep their replicas until a window opens.
-    pub fn start_outside(&self, spec_is_new: bool) -> Option<i32> {
+    /// Whether a Scaler that starts outside every window (created, edited or resumed there: a
+    /// spec it has not acted on yet) sets its targets to `outsideReplicas` at once, as if a
+    /// window had just closed: under `outside.mode: Release` with outsideReplicas (Hold keeps
+    /// them there anyway). Without outsideReplicas the targets keep their replicas until a
+    /// window opens.
+    pub fn sets_outside_at_start(&self, spec_is_new: bool) -> bool {
         let release = self.outside.as_ref().and_then(|o| o.mode) != Some(OutsideMode::Hold);
-        self.outside_replicas.filter(|_| spec_is_new && release)
+        spec_is_new && release && self.outside_replicas.is_some()
     }
 
     /// With `outside.mode: Hold` and `outsideReplicas`, the replicas targets are held at outside
@@ -846,16 +847,16 @@ mod tests {
     fn a_new_spec_outside_every_window_goes_to_outside_replicas_unless_held() {
         let mut v = sample();
         assert_eq!(v["outsideReplicas"], 0);
-        assert_eq!(spec(v.clone()).start_outside(true), Some(0));
-        assert_eq!(spec(v.clone()).start_outside(false), None);
+        assert!(spec(v.clone()).sets_outside_at_start(true));
+        assert!(!spec(v.clone()).sets_outside_at_start(false));
         v["outside"] = json!({"mode": "Release"});
-        assert_eq!(spec(v.clone()).start_outside(true), Some(0));
+        assert!(spec(v.clone()).sets_outside_at_start(true));
         // Hold sets them there anyway, after its grace period.
         v["outside"] = json!({"mode": "Hold"});
-        assert_eq!(spec(v.clone()).start_outside(true), None);
+        assert!(!spec(v.clone()).sets_outside_at_start(true));
         v.as_object_mut().unwrap().remove("outside");
         v.as_object_mut().unwrap().remove("outsideReplicas");
-        assert_eq!(spec(v).start_outside(true), None);
+        assert!(!spec(v).sets_outside_at_start(true));
     }
 
     #[test]

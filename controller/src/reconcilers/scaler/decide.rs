@@ -50,7 +50,7 @@ pub fn hold_change(
     }))
 }
 
-/// Outside every window when the Scaler starts there (`ScalerSpec::start_outside`): a target it
+/// Outside every window when the Scaler starts there (`ScalerSpec::sets_outside_at_start`): a target it
 /// has not scaled goes to `to` at once, as a closing window leaves it, and is not recorded (a
 /// closing window drops the record too). None when it is there already.
 pub fn start_change(target: &Target, current: &Current, to: i32) -> Option<TargetChange> {

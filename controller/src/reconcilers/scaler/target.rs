@@ -428,7 +428,7 @@ pub(super) async fn reconcile_target(
         } else if let Some(change) = target_change(target, &current, &me, &record, w, o) {
             changes.push((Via::Target, told(change)));
         } else if let (None, false, None, Record::Absent) = (w, release, &hpa, &record) {
-            let starting = owner.spec.start_outside(owner.spec_is_new());
+            let starting = owner.spec.sets_outside_at_start(owner.spec_is_new());
             if let Some((to, grace)) = owner.spec.hold() {
                 // Outside every window, held: set back what was scaled up meanwhile.
                 match hold_change(target, &current, to, grace, ctx.clock.now()) {
@@ -436,8 +436,8 @@ pub(super) async fn reconcile_target(
                     Some(Err(until)) => hold_until = Some(until),
                     None => {}
                 }
-            } else if let Some(change) = starting
-                .and(o)
+            } else if let Some(change) = o
+                .filter(|_| starting)
                 .and_then(|to| start_change(target, &current, to))
             {
                 // Started outside every window: where a closing window would have left it.
