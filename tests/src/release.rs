@@ -16,6 +16,10 @@ pub fn image() -> (String, String) {
     }
 }
 
+/// The values every test's release is installed with: the CRDs are the ones hack/cluster.sh
+/// applied, shared by every release of the cluster, not the release's own.
+pub const SHARED_CRDS: [&str; 2] = ["--set", "crds.enabled=false"];
+
 /// One release of the chart, installed for real, admitting only the namespaces it labels and
 /// reconciling only its user namespace, so tests never affect each other.
 pub struct Release {
@@ -120,10 +124,8 @@ impl Release {
             &selector,
             "--set-json",
             &watch,
-            // Every release of a test shares the CRDs hack/cluster.sh applied.
-            "--set",
-            "crds.enabled=false",
         ]);
+        args.extend(SHARED_CRDS);
         // Reviews from this cluster's apiserver only, as hack/deploy.sh installs the chart.
         let auth = crate::apiserver_auth_values();
         args.extend(auth.iter().map(String::as_str));

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use kubesteer_tests::release::SHARED_CRDS;
 use kubesteer_tests::{
     eventually, free_port, helm, impersonating_kubeconfig, jsonpath, kubectl, kubectl_ok,
     output_within, repo_root, unique, webhook_fields, Daemon, Namespace, WEBHOOKS,
@@ -37,9 +38,7 @@ impl Release {
         }
         args.push("--set".into());
         args.push(format!("webhook.url=https://127.0.0.1:{port}"));
-        // The CRDs hack/cluster.sh applied are shared by every test's release.
-        args.push("--set".into());
-        args.push("crds.enabled=false".into());
+        args.extend(SHARED_CRDS.map(String::from));
         args.push("--set".into());
         args.push(format!(
             "webhook.namespaceSelector.matchLabels.kubesteer\\.io/e2e={id}"

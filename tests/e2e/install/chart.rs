@@ -4,6 +4,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
+use kubesteer_tests::release::SHARED_CRDS;
 use kubesteer_tests::{
     helm_run, kubectl_ok, repo_root, webhook_fields, workspace_version, Namespace,
 };
@@ -1368,9 +1369,8 @@ fn helm_upgrade_keeps_the_self_managed_ca_bundle() -> Result<()> {
             chart.to_str().unwrap(),
             "--namespace",
             ns.name(),
-            // The CRDs hack/cluster.sh applied are shared by every test's release.
-            "--set",
-            "crds.enabled=false",
+            SHARED_CRDS[0],
+            SHARED_CRDS[1],
             // The release must admit nothing: no webhook runs behind it in this cluster.
             "--set",
             "webhook.namespaceSelector.matchLabels.kubesteer\\.io/chart-upgrade-test=none",

@@ -5,6 +5,7 @@
 //! The webhook configurations point at 127.0.0.1 and select only namespaces labelled for this
 //! release, so the release admits nothing for other tests, and no pod of it needs to run.
 use anyhow::{bail, Result};
+use kubesteer_tests::release::SHARED_CRDS;
 use kubesteer_tests::{helm, kubectl, repo_root, unique, Namespace};
 
 /// One installed release, uninstalled (and its namespace deleted) when dropped.
@@ -30,9 +31,8 @@ impl Release {
             "webhook.url=https://127.0.0.1:9",
             "--set",
             selector.as_str(),
-            // The CRDs hack/cluster.sh applied are shared by every test's release.
-            "--set",
-            "crds.enabled=false",
+            SHARED_CRDS[0],
+            SHARED_CRDS[1],
         ];
         args.extend_from_slice(extra);
         helm(&args)?;

@@ -19,24 +19,22 @@ use anyhow::{bail, ensure, Context, Result};
 use serde_json::Value;
 
 use kubesteer_api::keys::annotation::ORIGINAL_REPLICAS;
+use kubesteer_api::kind::{self, Kind};
+use kubesteer_api::GROUP;
 use kubesteer_tests::{eventually, helm, hh_mm, kubectl, kubectl_ok, unix_now};
 
 const RELEASE: &str = "kubesteer";
 const SYSTEM: &str = "kubesteer-system";
 const NS: &str = "upgrade";
-/// The kinds whose objects are checked, as kubectl names them (the Scaler at its storage version).
-const KINDS: [&str; 4] = [
-    "scalers.v1beta1.kubesteer.io",
-    "memcacheds.kubesteer.io",
-    "welcomes.kubesteer.io",
-    "applications.kubesteer.io",
-];
-const CRDS: [&str; 4] = [
-    "scalers.kubesteer.io",
-    "memcacheds.kubesteer.io",
-    "welcomes.kubesteer.io",
-    "applications.kubesteer.io",
-];
+/// Each kind's CRD, and the kind as kubectl names it at its storage version.
+fn kinds() -> impl Iterator<Item = (String, String)> {
+    kind::ALL.into_iter().map(|k| {
+        let crd = format!("{}.{GROUP}", k.plural());
+        let stored = format!("{}.{}.{GROUP}", k.plural(), k.version());
+        (crd, stored)
+    })
+}
+
 /// Each Scaler's targets: (Deployment, replicas before, replicas while the window is open).
 const TARGETS: [(&str, u32, u32); 4] = [
     ("office", 2, 3),
@@ -44,6 +42,14 @@ const TARGETS: [(&str, u32, u32); 4] = [
     ("batch-2", 1, 2),
     ("legacy", 1, 2),
 ];
+
+/// What a step does to the release.
+enum Step {
+    /// `helm upgrade` to the step's version, with these flags.
+    Upgrade(&'static [&'static str]),
+    /// `helm rollback` to revision 1, the previous release's install.
+    RollbackToFirst,
+}
 
 struct Setup {
     registry: String,
@@ -81,29 +87,34 @@ fn main() -> Result<()> {
 
     let writer = Writer::start();
     let mut checked = 0;
-    let steps: [(&str, &str, &[&str]); 3] = [
+    let steps = [
         // 0.1.0 installed its CRDs from crds/, which Helm did not own: the first upgrade adopts
         // them (docs/upgrading.md); after that they carry the release's annotations.
-        ("helm upgrade", &setup.to, &["--take-ownership"]),
-        ("helm rollback", &setup.from, &[]),
-        ("helm upgrade again", &setup.to, &[]),
+        (
+            "helm upgrade",
+            &setup.to,
+            Step::Upgrade(&["--take-ownership"]),
+        ),
+        ("helm rollback", &setup.from, Step::RollbackToFirst),
+        ("helm upgrade again", &setup.to, Step::Upgrade(&[])),
     ];
-    for (step, version, extra) in steps {
+    for (step, version, action) in steps {
         say(&format!("{step} to {version}, the writer writing"));
         let at = Instant::now();
-        if step == "helm rollback" {
-            helm(&[
-                "rollback",
-                RELEASE,
-                "1",
-                "-n",
-                SYSTEM,
-                "--wait",
-                "--timeout",
-                "5m",
-            ])?;
-        } else {
-            setup.helm("upgrade", version, extra)?;
+        match action {
+            Step::Upgrade(extra) => setup.helm("upgrade", version, extra)?,
+            Step::RollbackToFirst => {
+                helm(&[
+                    "rollback",
+                    RELEASE,
+                    "1",
+                    "-n",
+                    SYSTEM,
+                    "--wait",
+                    "--timeout",
+                    "5m",
+                ])?;
+            }
         }
         on_release(version)?;
         // Writes keep going on the new pods for a while before the checks.
@@ -235,12 +246,12 @@ fn on_release(version: &str) -> Result<()> {
 /// The CRDs are this release's: its version label, kept by Helm, and the Scaler stored as
 /// v1beta1 only.
 fn crds_on(version: &str) -> Result<()> {
-    for crd in CRDS {
+    for (crd, _) in kinds() {
         let got = kubectl_ok(
             &[
                 "get",
                 "crd",
-                crd,
+                &crd,
                 "-o",
                 "jsonpath={.metadata.labels.app\\.kubernetes\\.io/version} {.metadata.annotations.helm\\.sh/resource-policy}",
             ],
@@ -255,14 +266,14 @@ fn crds_on(version: &str) -> Result<()> {
         &[
             "get",
             "crd",
-            CRDS[0],
+            &format!("{}.{GROUP}", Kind::Scaler.plural()),
             "-o",
             "jsonpath={.status.storedVersions}",
         ],
         None,
     )?;
     ensure!(
-        stored == r#"["v1beta1"]"#,
+        stored == format!(r#"["{}"]"#, Kind::Scaler.version()),
         "the Scalers are stored as {stored}, not v1beta1 only"
     );
     Ok(())
@@ -359,9 +370,9 @@ struct Snapshot {
 impl Snapshot {
     fn take() -> Result<Self> {
         let mut objects = BTreeMap::new();
-        for kind in KINDS {
+        for (_, kind) in kinds() {
             let list: Value =
-                serde_json::from_str(&kubectl_ok(&["get", kind, "-n", NS, "-o", "json"], None)?)?;
+                serde_json::from_str(&kubectl_ok(&["get", &kind, "-n", NS, "-o", "json"], None)?)?;
             for item in list["items"].as_array().into_iter().flatten() {
                 let name = item["metadata"]["name"].as_str().unwrap_or_default();
                 // The writer's objects change under it: Writer::check_written checks those.
