@@ -306,7 +306,7 @@ pub type ApiHandle = Handle<Request<Body>, Response<Body>>;
 /// Starts `inventory`'s watches' runner on a mock apiserver of its own, as a run of the
 /// controllers does; returns its handle and the sender that stops the watches.
 pub fn start_inventory(
-    inventory: &crate::inventory::Inventory,
+    inventory: &crate::scaler::inventory::Inventory,
 ) -> (ApiHandle, tokio::sync::watch::Sender<bool>) {
     let (service, handle) = mock::pair::<Request<Body>, Response<Body>>();
     let (wake, _woken) = futures::channel::mpsc::unbounded();

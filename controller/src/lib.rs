@@ -8,16 +8,14 @@ pub mod args;
 pub mod children;
 pub mod cli;
 pub mod context;
-pub mod inventory;
 pub mod reconcilers;
 pub mod run;
 pub mod runtime;
 pub mod storage;
-pub mod workload;
 
 pub use reconcilers::{memcached, scaler, welcome};
 
-pub use runtime::metrics;
+pub mod metrics;
 
 #[cfg(test)]
 pub mod fixtures;

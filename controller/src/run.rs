@@ -27,8 +27,8 @@ use crate::args::Args;
 use crate::children::{
     self, children_of, packed_store, Caches, Notes, Packed, PackedStore, PackedWriter, WatchedPod,
 };
+use crate::metrics::Metrics;
 use crate::reconcilers::{self, scaler, Owner};
-use crate::runtime::metrics::Metrics;
 use crate::runtime::metrics_auth::Authorizer;
 use crate::runtime::queue::{self, Action, ObjectKey, Settings};
 use crate::runtime::{http, lease, stopped, STARTING};
@@ -470,8 +470,6 @@ pub async fn controllers(
         debounce_max = %humantime::format_duration(args.debounce_max),
         "controllers started"
     );
-    // Start-up is done (flags, kubeconfig, CRD checks, leader election): its code pages go back.
-    kubesteer_runtime::memory::release_startup_code_logged();
     // A leader over the whole cluster stores every object at its CRD's storage version once
     // (see `storage`); one watching a single namespace cannot see them all.
     let migration = async {

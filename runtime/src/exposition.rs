@@ -5,6 +5,9 @@ use axum::body::Body;
 use axum::http::header::{HeaderMap, HeaderValue, ACCEPT, CONTENT_TYPE};
 use axum::response::{IntoResponse, Response};
 
+/// The prefix of the controller's metric names (`kubesteer_...`).
+pub const PREFIX: &str = "kubesteer";
+
 pub const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 pub const TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
 

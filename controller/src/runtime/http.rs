@@ -15,8 +15,8 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tracing::debug;
 
-use super::metrics::Metrics;
 use super::metrics_auth::{self, Authorizer};
+use crate::metrics::Metrics;
 use crate::Result;
 
 /// Time a client has for the TLS handshake, and then for each request head: a scraper needs

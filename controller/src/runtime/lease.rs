@@ -20,9 +20,9 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
-use super::metrics::Metrics;
 use super::{stopped, STARTING};
 use crate::args::Args;
+use crate::metrics::Metrics;
 use crate::Result;
 
 /// A holder that stops renewing loses the Lease after this long, so a standby takes over within it.

@@ -180,8 +180,8 @@ mod tests {
     use crate::fixtures::{self, Call};
     use kubesteer_runtime::Health;
 
+    use crate::metrics::Metrics;
     use crate::runtime::http::router;
-    use crate::runtime::metrics::Metrics;
 
     const TOKEN_REVIEWS: &str = "/apis/authentication.k8s.io/v1/tokenreviews?";
     const ACCESS_REVIEWS: &str = "/apis/authorization.k8s.io/v1/subjectaccessreviews?";

@@ -6,17 +6,15 @@
 //! Readiness (`/readyz`): not ready until the controller has started; then, while this replica
 //! runs the controllers, until every watch has listed once, and again while one has been
 //! failing for `--watch-stale-after`. The Scalers' watches that start on demand
-//! ([`crate::inventory`]) are waited for only when they start while unready. Under `--leader-election` a standby replica runs no
+//! ([`crate::scaler::inventory`]) are waited for only when they start while unready. Under `--leader-election` a standby replica runs no
 //! watches, so it is ready once it reached the apiserver to contest the Lease: a rollout need
 //! not wait for the leader to step down. A new leader is unready until its watches have listed.
 use tokio::sync::watch;
 
 pub mod http;
 pub mod lease;
-pub mod metrics;
 pub mod metrics_auth;
 pub mod queue;
-pub mod scaler_metrics;
 
 /// What `/readyz` waits for until the controllers run or, under leader election, the Lease is
 /// contested.

@@ -30,23 +30,28 @@ use tracing::{info, warn};
 
 use crate::children::{namespace_and_name, write_params, SYNC_WAIT};
 use crate::reconcilers::{status_patch, time};
-use crate::workload::*;
 use crate::{is_status, Error, Result};
 use futures::StreamExt;
+use workload::*;
 
 mod boundary;
 mod decide;
+pub mod inventory;
+pub mod metrics;
 mod state;
 mod status;
 mod target;
 #[cfg(test)]
 pub(super) mod tests;
+mod visit;
+pub mod workload;
 
 use boundary::*;
 pub use decide::*;
 pub use state::ScalerContext;
 use status::*;
 use target::*;
+use visit::*;
 
 pub const KIND: &str = "Scaler";
 /// A reconcile this close before the boundary it was requeued for acts as at the boundary: the
@@ -160,17 +165,15 @@ pub fn scalers_targeting(
         .collect()
 }
 
+/// One pass over a Scaler: its targets, each reconciled ([`visit`]), those it let go of given
+/// back, then its status, events and metrics, and when to look again.
 async fn apply(scaler: &Scaler, ctx: &ScalerContext) -> Result<Action> {
     let (ns, name) = namespace_and_name(KIND, scaler)?;
-    let generation = scaler.meta().generation;
     let previous = scaler.status.clone().unwrap_or_default();
     let suspended = scaler.spec.suspend();
     let me = scaler_id(&ns, &name);
     let claimant = Claimant::of(scaler.meta());
-    let selected = select(scaler, &claimant, ctx).await;
-    let mut wanted_targets = named_in_spec(scaler, &ns);
-    let named: BTreeSet<Target> = wanted_targets.iter().cloned().collect();
-    wanted_targets.extend(selected.mine.into_iter().filter(|t| !named.contains(t)));
+    let wanted = Wanted::of(scaler, &ns, &claimant, ctx).await;
     // Close before a transition: read the targets now and wait for it, so that the boundary
     // costs only the writes. (A target read as missing is read again at the boundary.)
     let boundary = match suspended {
@@ -178,157 +181,225 @@ async fn apply(scaler: &Scaler, ctx: &ScalerContext) -> Result<Action> {
         true => None,
     };
     let mut early = match boundary {
-        Some(at) => Some(read_early(ctx, &wanted_targets, at).await?),
+        Some(at) => Some(read_early(ctx, &wanted.targets, at).await?),
         None => None,
     };
     let now = match boundary {
         Some(at) => at.max(ctx.clock.now()),
         None => at_boundary(ctx.clock.now(), &previous),
     };
-    let ready = |ok: bool, reason: &str, message: String| {
-        condition(
-            READY,
-            ok,
-            reason,
-            message,
-            generation,
-            time(now),
-            &previous.conditions,
-        )
-    };
-
     let plan: Plan = match scaler.spec.plan(now) {
         Ok(p) => p,
-        Err(errors) => {
-            let message = errors
-                .iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join("; ");
-            let status = ScalerStatus {
-                active: Some(false),
-                conditions: vec![ready(false, reason::INVALID_SCHEDULE, message.clone())],
-                observed_generation: generation,
-                ..previous.clone()
-            };
-            if status != previous {
-                ctx.publish(
-                    scaler,
-                    EventType::Warning,
-                    reason::INVALID_SCHEDULE,
-                    message,
-                )
-                .await;
-                patch_status(ctx, &ns, &name, &status).await?;
-            }
-            return Ok(Action::await_change());
-        }
+        Err(errors) => return invalid_schedule(scaler, ctx, &previous, now, &errors).await,
     };
-    let outside = scaler.spec.outside_replicas;
+    let mut outcome = Outcome::default();
+    visit_all(
+        scaler,
+        ctx,
+        &wanted,
+        &claimant,
+        &plan,
+        early.as_mut(),
+        &mut outcome,
+    )
+    .await;
+    // When the boundary's writes landed: a transition's lateness, before the wait at the gate.
+    let written_at = ctx.clock.now();
+    give_back(scaler, ctx, &wanted, &me, &mut outcome).await;
+    // What reports the transition (events, status) waits for the other Scalers' target writes.
+    if let Some(early) = &early {
+        early.pass.leave_and_wait(GATE_WAIT).await;
+    }
+    for (reason, note) in summaries(std::mem::take(&mut outcome.told)) {
+        ctx.publish(scaler, EventType::Normal, reason, note).await;
+    }
+    let (ok, reason, message) = outcome.readiness(scaler, &plan);
+    let ready = condition(
+        READY,
+        ok,
+        reason,
+        message,
+        scaler.meta().generation,
+        time(now),
+        &previous.conditions,
+    );
+    let (status, all_targets) = new_status(scaler, &plan, now, ready, outcome.targets);
+    announce(scaler, ctx, &previous, &status).await;
+    if status != previous {
+        patch_status(ctx, &ns, &name, &status).await?;
+    }
+    let observed = ScalerStatus {
+        targets: all_targets,
+        ..status.clone()
+    };
+    let replicas = plan.replicas.or(scaler.spec.outside_replicas);
+    ctx.metrics
+        .scaler_observed(scaler, &previous, &observed, replicas, written_at);
+    // The failed targets are retried with the Scaler's backoff (never past its next transition),
+    // and the failure is announced as any failed reconcile is.
+    if let Some(failed) = targets_failed(outcome.failed) {
+        return Err(failed);
+    }
+    // From the clock now, not from the start: the writes above took time, and the requeue's
+    // timer starts when this returns.
+    // A held target still in its grace period is looked at again when it ends.
+    let next = earliest(plan.next.first().map(|t| t.at), outcome.hold_until);
+    Ok(next_action(next, suspended, ctx.clock.now()))
+}
 
-    let mut targets = Vec::new();
-    let mut missing = Vec::new();
-    let mut unscalable = Vec::new();
-    let mut claimed = Vec::new();
-    let mut conflicts = Vec::new();
-    // Each target on its own: one that fails is shown on its entry and retried, never holding
-    // up the others.
-    let mut failed = Vec::new();
-    let mut hold_until: Option<DateTime<Utc>> = None;
-    // What was done to selected targets, told of in one event per reason below.
-    let mut told: Vec<(&'static str, String)> = Vec::new();
-    let mut prefetched = early
-        .as_mut()
-        .map(|e| std::mem::take(&mut e.read))
-        .unwrap_or_default();
-    let pass = early.as_ref().map(|e| &e.pass);
-    // One target: whether an older Scaler owns it, and what was seen or done.
+/// The targets of one pass: those the spec names, then those its selector picks that no other
+/// Scaler names.
+struct Wanted {
+    targets: Vec<Target>,
+    named: BTreeSet<Target>,
+    /// Whether every selected kind has been listed once.
+    complete: bool,
+}
+
+impl Wanted {
+    async fn of(scaler: &Scaler, ns: &str, claimant: &Claimant, ctx: &ScalerContext) -> Self {
+        let selected = select(scaler, claimant, ctx).await;
+        let mut targets = named_in_spec(scaler, ns);
+        let named: BTreeSet<Target> = targets.iter().cloned().collect();
+        targets.extend(selected.mine.into_iter().filter(|t| !named.contains(t)));
+        Self {
+            targets,
+            named,
+            complete: selected.complete,
+        }
+    }
+}
+
+/// A schedule that cannot be planned: Ready false with why, told once, and nothing done until
+/// the spec changes.
+async fn invalid_schedule(
+    scaler: &Scaler,
+    ctx: &ScalerContext,
+    previous: &ScalerStatus,
+    now: DateTime<Utc>,
+    errors: &[impl ToString],
+) -> Result<Action> {
+    let (ns, name) = namespace_and_name(KIND, scaler)?;
+    let generation = scaler.meta().generation;
+    let message = errors
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ");
+    let ready = condition(
+        READY,
+        false,
+        reason::INVALID_SCHEDULE,
+        message.clone(),
+        generation,
+        time(now),
+        &previous.conditions,
+    );
+    let status = ScalerStatus {
+        active: Some(false),
+        conditions: vec![ready],
+        observed_generation: generation,
+        ..previous.clone()
+    };
+    if status != *previous {
+        ctx.publish(
+            scaler,
+            EventType::Warning,
+            reason::INVALID_SCHEDULE,
+            message,
+        )
+        .await;
+        patch_status(ctx, &ns, &name, &status).await?;
+    }
+    Ok(Action::await_change())
+}
+
+/// Reconciles every wanted target: named ones one after another, a selector's (a fleet)
+/// several at once. A target an older Scaler claims, or every target while suspended, is only
+/// looked at.
+async fn visit_all(
+    scaler: &Scaler,
+    ctx: &ScalerContext,
+    wanted: &Wanted,
+    claimant: &Claimant,
+    plan: &Plan,
+    early: Option<&mut Early>,
+    outcome: &mut Outcome,
+) {
+    let previous = scaler.status.clone().unwrap_or_default();
+    let suspended = scaler.spec.suspend();
+    let (mut prefetched, pass) = match early {
+        Some(e) => {
+            let read = std::mem::take(&mut e.read);
+            let e: &Early = e;
+            (read, Some(&e.pass))
+        }
+        None => (BTreeMap::new(), None),
+    };
     let visit = |i: usize, read_before: Option<Current>| {
-        let target = &wanted_targets[i];
+        let target = &wanted.targets[i];
         // The oldest Scaler that claims a target owns it; the others leave it alone.
         let owner = ctx
             .claims
             .read()
-            .older_claimant(target, &claimant)
+            .older_claimant(target, claimant)
             .map(Claimant::id);
-        let recorded = recorded_entry(&previous, target);
-        let gather = !named.contains(target);
+        let visit = Visit {
+            wanted: plan.replicas,
+            outside: scaler.spec.outside_replicas,
+            recorded: recorded_entry(&previous, target),
+            prefetched: read_before,
+            pass,
+            gather: !wanted.named.contains(target),
+            ..Visit::default()
+        };
         async move {
             let seen = match &owner {
                 Some(_) => look(ctx, target).await,
                 None if suspended => look(ctx, target).await,
-                None => {
-                    reconcile_target(
-                        ctx,
-                        scaler,
-                        target,
-                        plan.replicas,
-                        outside,
-                        false,
-                        recorded,
-                        (read_before, pass),
-                        gather,
-                    )
-                    .await
-                }
+                None => reconcile_target(ctx, scaler, target, visit).await,
             };
             (target, owner, seen)
         }
     };
-    // Named targets one after another; a selector's (a fleet) several at once.
     let mut visited = Vec::new();
     let (one_by_one, together): (Vec<usize>, Vec<usize>) =
-        (0..wanted_targets.len()).partition(|i| named.contains(&wanted_targets[*i]));
+        (0..wanted.targets.len()).partition(|i| wanted.named.contains(&wanted.targets[*i]));
     for i in one_by_one {
-        let read_before = prefetched.remove(&wanted_targets[i]);
+        let read_before = prefetched.remove(&wanted.targets[i]);
         visited.push(visit(i, read_before).await);
     }
     let at_once: Vec<_> = futures::stream::iter(together)
         .map(|i| {
-            let read_before = prefetched.remove(&wanted_targets[i]);
+            let read_before = prefetched.remove(&wanted.targets[i]);
             visit(i, read_before)
         })
         .buffered(SELECTED_AT_ONCE)
         .collect()
         .await;
     visited.extend(at_once);
+    let me = claimant.id();
     for (target, owner, seen) in visited {
-        if let Some(owner) = &owner {
-            conflicts.push(format!(
-                "{target} is owned by Scaler {owner}, which is older; it is left alone until that one lets go"
-            ));
-        }
-        let seen = match seen {
-            Ok(seen) => seen,
-            Err(e) => {
-                targets.push(failed_entry(&previous, target, &e));
-                failed.push((target.clone(), e));
-                continue;
-            }
-        };
-        if let Some(why) = &seen.unscalable {
-            unscalable.push(format!("{target}: {why}"));
-        } else if seen.current.is_none() {
-            missing.push(target.to_string());
-        }
-        if let Some(other) = &seen.claimed_by {
-            claimed.push(format!("{target} is scaled by Scaler {other}"));
-        }
-        hold_until = earliest(hold_until, seen.hold_until);
-        targets.push(target_status(target, &seen, &me));
-        told.extend(seen.told);
+        outcome.add(&previous, &me, target, owner, seen);
     }
-    // When the boundary's writes landed: a transition's lateness, before the wait at the gate.
-    let written_at = ctx.clock.now();
-    // A target that left the spec (dropped or renamed) is given back as if its window closed,
-    // suspended or not: it is no longer this Scaler's to hold.
-    // One that cannot be given back stays in the status, to be tried again.
-    // Those it holds by its record but no longer lists (beyond the status' bound) likewise,
-    // once every selected kind has been listed.
-    let wanted: BTreeSet<&Target> = wanted_targets.iter().collect();
+}
+
+/// Gives back, as if its window closed, suspended or not, each target the Scaler no longer
+/// wants: one that left the spec (dropped or renamed), and those it holds by its record but no
+/// longer lists (beyond the status' bound) once every selected kind has been listed. One that
+/// cannot be given back stays in the status, to be tried again.
+async fn give_back(
+    scaler: &Scaler,
+    ctx: &ScalerContext,
+    wanted: &Wanted,
+    me: &str,
+    outcome: &mut Outcome,
+) {
+    let previous = scaler.status.clone().unwrap_or_default();
+    let still: BTreeSet<&Target> = wanted.targets.iter().collect();
     let listed: BTreeSet<Target> = previous.targets.iter().map(named_in_status).collect();
-    let held = match selected.complete {
-        true => ctx.inventory.held_by(&me),
+    let held = match wanted.complete {
+        true => ctx.inventory.held_by(me),
         false => Vec::new(),
     };
     let given_back = previous
@@ -341,147 +412,27 @@ async fn apply(scaler: &Scaler, ctx: &ScalerContext) -> Result<Action> {
                 .map(|h| (h, None)),
         );
     for (old, hpa) in given_back {
-        if wanted.contains(&old) {
+        if still.contains(&old) {
             continue;
         }
-        let gather = !named.contains(&old);
-        let given = reconcile_target(
-            ctx,
-            scaler,
-            &old,
-            None,
-            outside,
-            true,
+        let visit = Visit::release(
+            scaler.spec.outside_replicas,
             hpa,
-            (None, None),
-            gather,
+            !wanted.named.contains(&old),
         );
-        match given.await {
-            Ok(seen) => told.extend(seen.told),
-            Err(e) => {
-                targets.push(failed_entry(&previous, &old, &e));
-                failed.push((old, e));
-            }
+        match reconcile_target(ctx, scaler, &old, visit).await {
+            Ok(seen) => outcome.told.extend(seen.told),
+            Err(e) => outcome.failed_on(&previous, old, e),
         }
     }
-    // What reports the transition (events, status) waits for the other Scalers' target writes.
-    if let Some(early) = &early {
-        early.pass.leave_and_wait(GATE_WAIT).await;
-    }
-    for (reason, note) in summaries(told) {
-        ctx.publish(scaler, EventType::Normal, reason, note).await;
-    }
-
-    let condition = if !failed.is_empty() {
-        let each: Vec<String> = failed.iter().map(|(t, e)| format!("{t}: {e}")).collect();
-        ready(false, reason::TARGET_FAILED, listing(&each, "; "))
-    } else if !conflicts.is_empty() {
-        ready(false, reason::CONFLICT, listing(&conflicts, "; "))
-    } else if !unscalable.is_empty() {
-        ready(
-            false,
-            reason::TARGET_NOT_SCALABLE,
-            listing(&unscalable, "; "),
-        )
-    } else if !missing.is_empty() {
-        ready(
-            false,
-            reason::TARGET_NOT_FOUND,
-            format!("{} not found", listing(&missing, ", ")),
-        )
-    } else if !claimed.is_empty() {
-        ready(false, reason::TARGET_CLAIMED, listing(&claimed, "; "))
-    } else if suspended {
-        ready(true, reason::SUSPENDED, "scaling is suspended".into())
-    } else if scaler.spec.dry_run() {
-        ready(
-            true,
-            reason::DRY_RUN,
-            format!(
-                "dry run, nothing is written to the targets: {}",
-                plan.message
-            ),
-        )
-    } else {
-        ready(true, plan.reason, plan.message.clone())
-    };
-    // Bounded: the failing first, then in order; the count has them all.
-    let target_count = i32::try_from(targets.len()).unwrap_or(i32::MAX);
-    targets.sort_by_key(|t| t.error.is_none());
-    // The metrics count them all (in error, held below original); the status lists the first.
-    let all_targets = targets.clone();
-    targets.truncate(MAX_STATUS_TARGETS);
-    let status = ScalerStatus {
-        active: Some(!suspended && plan.replicas.is_some()),
-        target_count: Some(target_count),
-        next_transitions: if suspended {
-            Vec::new()
-        } else {
-            plan.next
-                .iter()
-                .map(|t| Transition {
-                    time: time(t.at),
-                    replicas: t.replicas.or(outside),
-                })
-                .collect()
-        },
-        last_transition: plan.last.map(time),
-        override_: scaler
-            .spec
-            .override_
-            .clone()
-            .filter(|o| o.until.0.as_second() > now.timestamp()),
-        targets,
-        observed_generation: generation,
-        conditions: vec![condition.clone()],
-    };
-    let was = previous.conditions.iter().find(|c| c.type_ == READY);
-    let reason = condition.reason.as_str();
-    let announce = match reason {
-        // Once, on the way into the conflict, however often it is reconciled in it.
-        reason::CONFLICT => was.is_none_or(|c| c.reason != reason::CONFLICT),
-        reason::TARGET_NOT_FOUND | reason::TARGET_CLAIMED | reason::TARGET_NOT_SCALABLE => {
-            was.is_none_or(|c| c.reason != condition.reason || c.message != condition.message)
-        }
-        _ => false,
-    };
-    if announce {
-        ctx.publish(
-            scaler,
-            EventType::Warning,
-            reason,
-            condition.message.clone(),
-        )
-        .await;
-    }
-    if status != previous {
-        patch_status(ctx, &ns, &name, &status).await?;
-    }
-    let wanted = plan.replicas.or(outside);
-    let observed = ScalerStatus {
-        targets: all_targets,
-        ..status.clone()
-    };
-    ctx.metrics
-        .scaler_observed(scaler, &previous, &observed, wanted, written_at);
-    // The failed targets are retried with the Scaler's backoff (never past its next transition),
-    // and the failure is announced as any failed reconcile is.
-    if let Some(failed) = targets_failed(failed) {
-        return Err(failed);
-    }
-    // From the clock now, not from the start: the writes above took time, and the requeue's
-    // timer starts when this returns.
-    // A held target still in its grace period is looked at again when it ends.
-    let next = earliest(plan.next.first().map(|t| t.at), hold_until);
-    Ok(next_action(next, suspended, ctx.clock.now()))
 }
 
 /// What the Scaler's selector picks now. The watches of the kinds it names (and of the
 /// namespaces, for a namespaceSelector) are started the first time; until they have listed
 /// everything once, the pick is incomplete and nothing is given back for no longer matching.
-async fn select(scaler: &Scaler, me: &Claimant, ctx: &ScalerContext) -> crate::inventory::Selected {
+async fn select(scaler: &Scaler, me: &Claimant, ctx: &ScalerContext) -> inventory::Selected {
     let Some(selector) = &scaler.spec.selector else {
-        return crate::inventory::Selected {
+        return inventory::Selected {
             complete: true,
             ..Default::default()
         };
@@ -534,20 +485,8 @@ async fn cleanup(scaler: &Scaler, ctx: &ScalerContext) -> Result<Action> {
         if !seen.insert(target.clone()) {
             continue;
         }
-        let hpa = recorded_entry(&status, &target);
-        match reconcile_target(
-            ctx,
-            scaler,
-            &target,
-            None,
-            outside,
-            true,
-            hpa,
-            (None, None),
-            false,
-        )
-        .await
-        {
+        let visit = Visit::release(outside, recorded_entry(&status, &target), false);
+        match reconcile_target(ctx, scaler, &target, visit).await {
             Ok(_) => {}
             Err(e) if refused(&e) => {
                 let note = format!("{target} could not be given back and is left as it is: {e}");

@@ -9,7 +9,7 @@ use kubesteer_api::scaler::claims::Claims;
 use kubesteer_runtime::scale::RestMapper;
 
 use super::boundary::Gate;
-use crate::inventory::Inventory;
+use super::inventory::Inventory;
 use crate::Context;
 
 /// The Scaler controller's context: the shared one, and the Scaler's own state.

@@ -13,8 +13,8 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 #[cfg(doc)]
-use super::scaler_metrics::Parts;
-use super::scaler_metrics::ScalerMetrics;
+use crate::scaler::metrics::Parts;
+use crate::scaler::metrics::ScalerMetrics;
 use crate::Error;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -49,7 +49,7 @@ pub struct Metrics {
 }
 
 /// The prefix of every metric name (`kubesteer_...`).
-pub const PREFIX: &str = "kubesteer";
+pub use kubesteer_runtime::exposition::PREFIX;
 
 // Reconciles take milliseconds; the top buckets catch a slow or throttled apiserver.
 const DURATION_BUCKETS: [f64; 9] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0];

@@ -24,7 +24,7 @@ use prometheus_client::encoding::{DescriptorEncoder, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
-use super::metrics::PREFIX;
+use kubesteer_runtime::exposition::PREFIX;
 
 // A transition lands within a few hundred milliseconds (README, Benchmarks); the top buckets
 // tell an apiserver outage (retried every 2 s) from a controller that was down.
