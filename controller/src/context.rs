@@ -5,7 +5,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::runtime::queue::Action;
+use kubesteer_runtime::queue::Action;
 use chrono::{DateTime, Utc};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Client, Resource, ResourceExt};
@@ -443,10 +443,7 @@ impl Context {
     }
 }
 
-/// A lock whose holder cannot leave the map inconsistent by panicking, so poison is ignored.
-pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
+pub(crate) use kubesteer_runtime::lock;
 
 fn key_of<K: Resource>(kind: &str, obj: &K) -> String {
     format!(

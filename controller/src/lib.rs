@@ -10,7 +10,6 @@ pub mod cli;
 pub mod context;
 pub mod reconcilers;
 pub mod run;
-pub mod runtime;
 pub mod storage;
 
 pub use reconcilers::{memcached, scaler, welcome};

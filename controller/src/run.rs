@@ -1,5 +1,14 @@
-//! Wiring: the client, the HTTP server, signals, leader election and the three controllers,
-//! each of whose watches tells readiness its state.
+//! Wiring: the client, the HTTP server, signals, leader election and the controllers, each of
+//! whose watches tells readiness its state. The framework pieces (queue, lease, server, metrics
+//! authorization) are `kubesteer_runtime`'s.
+//!
+//! Readiness (`/readyz`): not ready until the controller has started; then, while this replica
+//! runs the controllers, until every watch has listed once, and again while one has been
+//! failing for `--watch-stale-after`. The Scalers' watches that start on demand
+//! ([`crate::scaler::inventory`]) are waited for only when they start while unready. Under
+//! `--leader-election` a standby replica runs no watches, so it is ready once it reached the
+//! apiserver to contest the Lease: a rollout need not wait for the leader to step down. A new
+//! leader is unready until its watches have listed.
 use std::sync::Arc;
 
 use std::fmt::Debug;
@@ -29,9 +38,12 @@ use crate::children::{
 };
 use crate::metrics::Metrics;
 use crate::reconcilers::{self, scaler, Owner};
-use crate::runtime::metrics_auth::Authorizer;
-use crate::runtime::queue::{self, Action, ObjectKey, Settings};
-use crate::runtime::{http, lease, stopped, STARTING};
+use kubesteer_runtime::metrics_auth::Authorizer;
+use kubesteer_runtime::queue::{self, Action, ObjectKey, Settings};
+use kubesteer_runtime::serve;
+use kubesteer_runtime::health::STARTING;
+use kubesteer_runtime::lease;
+use kubesteer_runtime::signal::stopped;
 use crate::{storage, Context, Error, Result, SystemClock};
 
 /// Runs the controller until SIGTERM or SIGINT.
@@ -57,12 +69,12 @@ pub async fn run(args: Args) -> Result<()> {
     });
 
     let authorizer = args.metrics_auth.then(|| Authorizer::new(client.clone()));
-    let router = http::router(metrics.clone(), health.clone(), authorizer);
+    let router = serve::router(metrics.clone(), health.clone(), authorizer);
     let (addr, server) = if args.metrics_auth {
-        let tls = http::self_signed(&args.lease_namespace)?;
-        http::serve_tls(args.metrics_addr, router, tls, stopped(shutdown.clone())).await?
+        let tls = crate::metrics::self_signed(&args.lease_namespace)?;
+        serve::serve_tls(args.metrics_addr, router, tls, stopped(shutdown.clone())).await?
     } else {
-        http::serve(args.metrics_addr, router, stopped(shutdown.clone())).await?
+        serve::serve(args.metrics_addr, router, stopped(shutdown.clone())).await?
     };
     // The address comes last: tests read it from the end of this line.
     info!(
@@ -81,7 +93,12 @@ pub async fn run(args: Args) -> Result<()> {
     ));
     if args.leader_election {
         let lead = |stop| controllers(ctx.clone(), &args, &health, stop);
-        lease::run_while_leading(config, &args, identity, metrics, &health, shutdown, lead).await?;
+        let on_leading: lease::OnLeading = {
+            let metrics = metrics.clone();
+            Arc::new(move |leading| metrics.set_leading(leading))
+        };
+        let at = (args.lease_namespace.as_str(), args.lease_name.as_str());
+        lease::run_while_leading(config, at, identity, on_leading, &health, shutdown, lead).await?;
     } else {
         ctx.metrics.set_leading(true);
         controllers(ctx, &args, &health, shutdown).await;

@@ -41,6 +41,10 @@ pub const DEFAULT_STALE_AFTER: Duration = Duration::from_secs(30);
 /// gives up after the client's 30 s connect timeout.
 pub const RETRY_INTERVAL_MAX: Duration = Duration::from_secs(45);
 
+/// What `/readyz` waits for until a binary has started (the controller: until its controllers
+/// run or, under leader election, the Lease is contested).
+pub const STARTING: &str = "the controller to start";
+
 /// The readiness state of a process; clones share it.
 #[derive(Debug, Clone)]
 pub struct Health {

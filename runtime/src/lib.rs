@@ -4,7 +4,12 @@
 //! - [`RuntimeArgs`]: the flags both binaries take (`--log-json`, `--watch-stale-after`).
 //! - [`VERSION`]: the release, the workspace version: `--version`, `/version`, the first log line.
 //! - [`logging::init`]: `tracing` to stderr, as text or JSON lines, `RUST_LOG` to filter.
-//! - [`signal::shutdown`]: resolves on SIGTERM or SIGINT.
+//! - [`signal::shutdown`]: resolves on SIGTERM or SIGINT; [`signal::stopped`] when a stop channel turns true.
+//! - [`queue`]: the controller's work queue (debounced, one reconcile per object at a time).
+//! - [`lease`]: leader election on a coordination.k8s.io Lease.
+//! - [`serve`]: the HTTP(S) server of /metrics and the probes; [`metrics_auth`]: the token a
+//!   scrape of /metrics needs (TokenReview, then SubjectAccessReview).
+//! - [`lock`]: a mutex lock that ignores poison.
 //! - [`health::Health`]: readiness from every watch's state, and the `/healthz` and `/readyz`
 //!   handlers ([`health::routes`]).
 //! - [`watch`]: watches that skip an object they cannot decode.
@@ -12,19 +17,26 @@
 //! - [`scale`]: a RESTMapper for Scaler targets of any kind, and their `/scale` subresource.
 //! - [`claims::follow`]: the Scalers' claim index kept in step with their watch.
 //! - [`Allocator`]: the binaries' global allocator.
-//! - [`memory::release_startup_code`]: gives back the code and read-only data pages only start-up used.
 pub mod claims;
 pub mod exposition;
 pub mod health;
+pub mod lease;
 pub mod logging;
-pub mod memory;
+pub mod metrics_auth;
+pub mod queue;
 pub mod scale;
+pub mod serve;
 pub mod signal;
 pub mod watch;
 
 use std::time::Duration;
 
 pub use health::Health;
+
+/// A lock whose holder cannot leave the data inconsistent by panicking, so poison is ignored.
+pub fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
 
 /// The release these binaries are: the workspace version of Cargo.toml, which is also the chart's
 /// `version` and `appVersion`, the image's tag and the plugin's (a unit test in tests/ fails when

@@ -1,5 +1,11 @@
-//! The shutdown signal.
+//! The shutdown signal, and the stop channels that pass it on.
+use tokio::sync::watch;
 use tracing::warn;
+
+/// Resolves once `stop` turns true, or its sender is gone.
+pub async fn stopped(mut stop: watch::Receiver<bool>) {
+    let _ = stop.wait_for(|&s| s).await;
+}
 
 /// Resolves on SIGTERM (the kubelet stopping the pod) or SIGINT (Ctrl-C).
 pub async fn shutdown() {

@@ -779,7 +779,7 @@ mod tests {
 
     #[test]
     fn an_owner_is_packed_whole_and_found_by_its_key() {
-        use crate::runtime::queue::ObjectKey;
+        use kubesteer_runtime::queue::ObjectKey;
         use kubesteer_api::Memcached;
         let value = json!({
             "apiVersion": <Memcached as Resource>::api_version(&()), "kind": "Memcached",

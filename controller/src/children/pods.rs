@@ -22,7 +22,7 @@ use serde::Deserialize;
 use tokio::sync::watch;
 
 use super::store::{read, write};
-use crate::runtime::queue::ObjectKey;
+use kubesteer_runtime::queue::ObjectKey;
 
 /// A pod as its watch decodes it: the metadata and the conditions' types and states; the rest
 /// of the pod (spec, containers' states) is skipped while decoding.

@@ -18,7 +18,7 @@ use kube::Resource;
 use tokio::sync::watch;
 
 use super::Packed;
-use crate::runtime::queue::ObjectKey;
+use kubesteer_runtime::queue::ObjectKey;
 
 /// The objects of one kind, packed; cheap to clone (one shared table).
 pub struct PackedStore<K> {

@@ -132,7 +132,7 @@ mod tests {
     use crate::children::Caches;
     use crate::fixtures::{self, Call};
     use crate::reconcilers::{name_conflict_conditions, reconcile, NAME_CONFLICT_REQUEUE};
-    use crate::runtime::queue::Action;
+    use kubesteer_runtime::queue::Action;
     use k8s_openapi::api::apps::v1::Deployment;
     use kubesteer_api::keys::annotation;
     use serde_json::json;

@@ -6,7 +6,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::runtime::queue::Action;
+use kubesteer_runtime::queue::Action;
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentCondition};
 use k8s_openapi::api::core::v1::Service;

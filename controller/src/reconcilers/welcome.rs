@@ -2,7 +2,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::runtime::queue::Action;
+use kubesteer_runtime::queue::Action;
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{

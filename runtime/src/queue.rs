@@ -27,7 +27,7 @@ use futures::{FutureExt, Stream, StreamExt};
 use kube::runtime::scheduler::{debounced_scheduler, ScheduleRequest};
 use tokio::time::Instant;
 
-use crate::context::lock;
+use crate::lock;
 
 /// What a reconcile asks for next: another reconcile after a while, or none until a change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -251,7 +251,7 @@ mod tests {
             async move {
                 let _ = ready_rx.await;
             },
-            crate::runtime::stopped(stop_rx),
+            crate::signal::stopped(stop_rx),
             move |key: ObjectKey| {
                 let log = log.clone();
                 async move {

@@ -199,6 +199,30 @@ impl Drop for ReconcileMeasurer {
     }
 }
 
+    impl kubesteer_runtime::serve::Exposition for Metrics {
+    fn parts(&self) -> Box<dyn Iterator<Item = Result<String, std::fmt::Error>> + Send + 'static> {
+        Box::new(self.exposition())
+    }
+}
+
+/// A rustls configuration serving a new self-signed certificate for `namespace`, localhost and
+/// the loopback addresses. Scrapers cannot verify it, as with controller-runtime's own
+/// self-signed certificate; it encrypts the bearer tokens on their way.
+pub fn self_signed(namespace: &str) -> crate::Result<rustls::ServerConfig> {
+    let mut opts = kubesteer_certs::Options::new("kubesteer-controller-metrics", namespace);
+    opts.dns = vec!["localhost".to_string()];
+    opts.ips = vec![
+        std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
+        std::net::IpAddr::V6(std::net::Ipv6Addr::LOCALHOST),
+    ];
+    let bundle = kubesteer_certs::generate(&opts)?;
+    Ok(kubesteer_certs::server_config(&bundle.serving)?)
+}
+
+
+#[cfg(test)]
+mod served;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -15,15 +15,15 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{ObjectMeta, PostParams};
 use kube::{Api, Client, Config};
-use kubesteer_runtime::Health;
+use crate::health::STARTING;
+use crate::signal::stopped;
+use crate::Health;
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
-use super::{stopped, STARTING};
-use crate::args::Args;
-use crate::metrics::Metrics;
-use crate::Result;
+/// Told `true` when this replica starts leading, `false` when it stops (the `leading` gauge).
+pub type OnLeading = Arc<dyn Fn(bool) + Send + Sync>;
 
 /// A holder that stops renewing loses the Lease after this long, so a standby takes over within it.
 pub const LEASE_DURATION_SECONDS: u64 = 10;
@@ -422,28 +422,28 @@ enum Stop {
 /// `health` is ready once the Lease is contested, as a standby runs no watches.
 pub async fn run_while_leading<F, Fut>(
     config: Config,
-    args: &Args,
+    (namespace, name): (&str, &str),
     identity: String,
-    metrics: Arc<Metrics>,
+    on_leading: OnLeading,
     health: &Health,
     shutdown: watch::Receiver<bool>,
     while_leading: F,
-) -> Result<()>
+) -> Result<(), kube::Error>
 where
     F: Fn(watch::Receiver<bool>) -> Fut,
     Fut: Future<Output = ()>,
 {
-    let lease = Api::namespaced(Client::try_from(config)?, &args.lease_namespace);
-    info!(lease = %args.lease_name, namespace = %args.lease_namespace, %identity, "waiting for the leader lease");
-    let elector = Elector::new(lease, &args.lease_name, identity);
-    elect(elector, metrics, health, shutdown, while_leading).await;
+    let lease = Api::namespaced(Client::try_from(config)?, namespace);
+    info!(lease = %name, %namespace, %identity, "waiting for the leader lease");
+    let elector = Elector::new(lease, name, identity);
+    elect(elector, on_leading, health, shutdown, while_leading).await;
     Ok(())
 }
 
 /// [`run_while_leading`] on `elector`.
 async fn elect<F, Fut>(
     elector: Elector,
-    metrics: Arc<Metrics>,
+    on_leading: OnLeading,
     health: &Health,
     mut shutdown: watch::Receiver<bool>,
     while_leading: F,
@@ -468,7 +468,7 @@ async fn elect<F, Fut>(
             _ = shutdown.wait_for(|&s| s) => break,
         }
         info!(%identity, "leading");
-        metrics.set_leading(true);
+        on_leading(true);
         let (stop_tx, stop_rx) = watch::channel(false);
         let running = while_leading(stop_rx);
         tokio::pin!(running);
@@ -478,7 +478,7 @@ async fn elect<F, Fut>(
             _ = renewals.overdue() => Stop::Overdue,
             _ = stopped(shutdown.clone()) => Stop::Shutdown,
         };
-        metrics.set_leading(false);
+        on_leading(false);
         match stop {
             Stop::Shutdown => {
                 let _ = stop_tx.send(true);
@@ -819,8 +819,7 @@ mod tests {
             };
             let task = tokio::spawn(async move {
                 let health = Health::default();
-                let metrics = Arc::new(Metrics::default());
-                elect(elector, metrics, &health, shutdown_rx, while_leading).await;
+                elect(elector, Arc::new(|_| {}), &health, shutdown_rx, while_leading).await;
             });
             Self {
                 runs,
