@@ -1,8 +1,14 @@
-//! kubesteer's custom resources, shared by the webhook and the controller.
+//! kubesteer's domain crate: the custom resources and every rule about them, shared by the
+//! webhook, the controller and the plugin.
 //!
-//! Everything here is pure: types, defaults, validation and schedule math, with no I/O, no
-//! async runtime, no HTTP and no CLI; what both binaries share at run time is the
-//! `kubesteer-runtime` crate (runtime/).
+//! The types of each kind and version (a file per kind; the Scaler's in `scaler/`, with each
+//! version's types apart from what they do: `v1beta1.rs` and `v1beta1_impl.rs`), their
+//! defaults and validation, and the domain logic both binaries must agree on: the Scaler's
+//! schedule and plan (`scaler::schedule`, `scaler::plan`), which Scaler owns a shared target
+//! (`scaler::claims`), which rights an author needs ([`access`]) and conversion between
+//! versions (`scaler::convert`). Everything here is pure, with no I/O, no async runtime, no
+//! HTTP and no CLI; what the binaries share at run time is the `kubesteer-runtime` crate
+//! (runtime/).
 //! [`rules`] holds every field limit once (the schema attributes, the CEL rules and the
 //! validation read it); [`keys`] every name written into the cluster (annotations, labels,
 //! finalizer, field manager, condition types and reasons).

@@ -17,6 +17,7 @@ pub mod selector;
 pub mod target;
 pub mod v1alpha1;
 pub mod v1beta1;
+mod v1beta1_impl;
 
 use std::collections::{BTreeMap, BTreeSet};
 
