@@ -453,10 +453,19 @@ fn key_of<K: Resource>(kind: &str, obj: &K) -> String {
     )
 }
 
-/// 1 s, 2 s, 4 s, ... up to five minutes.
+/// 1 s, 2 s, 4 s, ... up to five minutes: the delay after `attempts` failures in a row, from
+/// backon's exponential backoff (the one the watches use, without their jitter: a reconcile's
+/// retry is timed per object already).
 pub fn backoff(attempts: u32) -> Duration {
-    let exp = attempts.saturating_sub(1).min(16);
-    BACKOFF_BASE.saturating_mul(1 << exp).min(BACKOFF_MAX)
+    use backon::BackoffBuilder;
+    let delays = backon::ExponentialBuilder::default()
+        .with_min_delay(BACKOFF_BASE)
+        .with_max_delay(BACKOFF_MAX)
+        .with_factor(2.0)
+        .without_max_times()
+        .build();
+    let nth = attempts.saturating_sub(1).min(32) as usize;
+    delays.into_iter().nth(nth).unwrap_or(BACKOFF_MAX)
 }
 
 fn truncate(s: &str, max: usize) -> String {
