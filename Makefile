@@ -163,7 +163,7 @@ bench-stores:
 ## fuzz: the review-path fuzz target (webhook/fuzz) on nightly for $(FUZZ_RUNS) inputs, one job.
 ## New inputs go to $(FUZZ_CORPUS); the committed seeds in webhook/fuzz/corpus/review stay as
 ## they are (`cargo +nightly fuzz cmin` there to fold new ones in). Not part of `make test`:
-## its corpus replay runs in `make unit` (webhook/tests/corpus.rs).
+## its corpus replay runs in `make unit` (webhook/tests/webhook/corpus.rs).
 FUZZ_RUNS ?= 10000000
 FUZZ_CORPUS ?= webhook/fuzz/target/corpus-review
 FUZZ_ARGS ?=

@@ -4,6 +4,13 @@
 //! connections, four requests at a time, a new connection now and then) sends AdmissionReviews.
 //! Every review is answered, with p99 under 50 ms, and the server made room by closing flood
 //! connections. The server runs with the flags' defaults.
+//!
+//! Its own test binary, not a module of tests/webhook: libtest runs a binary's tests at once, and
+//! this p99 bound measures the server on the machine's two cores (see WORKERS); beside the other
+//! tests (the 2,000 proptest cases among them) its p99 doubled. Cargo runs test binaries one
+//! after another, so here it has the cores to itself. It also raises the process's open-file
+//! limit, for its 4,000 sockets.
+#[path = "webhook/common/mod.rs"]
 mod common;
 
 use std::net::SocketAddr;

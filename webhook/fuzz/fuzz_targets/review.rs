@@ -1,6 +1,6 @@
 //! The whole review path, raw bytes in, response out: the first byte picks the endpoint
 //! (mutate or validate, for Scaler, Memcached or Welcome), the rest is the request body.
-//! Invariants are in webhook/tests/common/review.rs, shared with the corpus replay test.
+//! Invariants are in webhook/tests/webhook/common/review.rs, shared with the corpus replay test.
 #![no_main]
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use libfuzzer_sys::fuzz_target;
 
-#[path = "../../tests/common/review.rs"]
+#[path = "../../tests/webhook/common/review.rs"]
 mod review;
 
 /// An input slower than this twice in a row is a hang (issue 14's bound); libFuzzer's own

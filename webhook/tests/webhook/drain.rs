@@ -1,7 +1,6 @@
 //! Shutdown without a failed admission: after the signal /readyz fails, but admission requests are
 //! still served for the shutdown delay, over kept-alive and new connections, each of which closes
 //! after its answer; then the server stops accepting and exits.
-mod common;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -16,6 +15,8 @@ use kubesteer_webhook::{router, AppState};
 use rustls::pki_types::ServerName;
 use tokio::time::Instant;
 use tokio_rustls::TlsConnector;
+
+use crate::common;
 
 type Sender = hyper::client::conn::http1::SendRequest<Body>;
 

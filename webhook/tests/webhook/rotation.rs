@@ -1,6 +1,5 @@
 //! Certificate rotation over real TLS: files are replaced while a client keeps a connection open.
 //! New handshakes see the new certificate; the open connection keeps working; no request fails.
-mod common;
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -18,6 +17,8 @@ use kubesteer_webhook::{router, AppState};
 use rcgen::{CertificateParams, DnType, IsCa, Issuer, KeyPair};
 use rustls::pki_types::{CertificateDer, ServerName};
 use tokio_rustls::TlsConnector;
+
+use crate::common;
 
 struct Ca {
     issuer: Issuer<'static, KeyPair>,

@@ -1,4 +1,10 @@
 //! The admission endpoints: decode, route by kind, answer with a patch, warnings or a denial.
+//! Each kind's rules that need the cluster are in its own module, behind one trait, `Rules`.
+mod application;
+mod memcached;
+mod scaler;
+mod welcome;
+
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -6,17 +12,11 @@ use axum::extract::{FromRef, Path, State};
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::core::admission::Operation;
 use kubesteer_api::access::{Access, ImagePolicy};
 use kubesteer_api::field::{summarize, FieldError, FieldErrors};
 use kubesteer_api::kind::{Kind, Spec, ALL};
-use kubesteer_api::scaler::claims::Claimant;
-use kubesteer_api::scaler::v1beta1::HpaCooperation;
-use kubesteer_api::{ApplicationSpec, ScalerSpec, WelcomeSpec};
-use kubesteer_runtime::scale::Unscalable;
 use kubesteer_runtime::{exposition, health, Health};
-use serde::Deserialize as _;
 use serde_json::Value;
 
 use crate::budget::{Budget, Received};
@@ -303,30 +303,19 @@ async fn decide<C: Cluster>(
                 errors.push(error);
             }
             if errors.is_empty() {
-                let me = (namespace.as_str(), name.as_str());
+                let on = Admitting {
+                    state,
+                    request,
+                    object,
+                    namespace: &namespace,
+                    name: &name,
+                };
                 let (e, w) = (&mut errors, &mut warnings);
                 match &spec {
-                    Spec::Scaler(spec) => {
-                        // Who claims a shared target first: its age and uid decide.
-                        let me = Claimant {
-                            namespace: namespace.clone(),
-                            name: name.clone(),
-                            uid: meta(object, "uid").unwrap_or_default().to_string(),
-                            created: object
-                                .get("metadata")
-                                .and_then(|m| m.get("creationTimestamp"))
-                                // A null one (a CREATE's) is no time: not read into an error.
-                                .filter(|t| !t.is_null())
-                                .and_then(|t| Time::deserialize(t).ok())
-                                .map(|t| t.0),
-                        };
-                        scaler_rules(state, request, spec, &me, e, w).await
-                    }
-                    Spec::Welcome(spec) => welcome_rules(state, request, spec, me.0, e).await,
-                    Spec::Application(spec) => {
-                        application_rules(state, request, spec, me, e, w).await
-                    }
-                    Spec::Memcached(_) => {}
+                    Spec::Scaler(spec) => spec.check(&on, e, w).await,
+                    Spec::Welcome(spec) => spec.check(&on, e, w).await,
+                    Spec::Memcached(spec) => spec.check(&on, e, w).await,
+                    Spec::Application(spec) => spec.check(&on, e, w).await,
                 }
             }
             if errors.is_empty() {
@@ -362,240 +351,27 @@ fn image_refused<C>(
     state.images.check(&image)
 }
 
-/// The Scaler rules that need the cluster or the Scaler's namespace: targets that are one
-/// once resolved, permission on every target, claims, and advice.
-async fn scaler_rules<C: Cluster>(
-    state: &AppState<C>,
-    request: &Request,
-    spec: &ScalerSpec,
-    me: &Claimant,
-    errors: &mut FieldErrors,
-    warnings: &mut Vec<String>,
-) {
-    let duplicates = spec.duplicate_targets(&me.namespace);
-    if !duplicates.is_empty() {
-        errors.extend(duplicates);
-        return;
-    }
-    if state.scalers_own_namespace_only {
-        let outside = spec.beyond_own_namespace(&me.namespace);
-        if !outside.is_empty() {
-            errors.extend(outside);
-            return;
-        }
-    }
-    let cluster = &state.cluster;
-    // Each target's and selected kind's kind through the RESTMapper: one the cluster cannot
-    // scale is denied here.
-    let selected = spec
-        .selector
-        .as_ref()
-        .map(|s| s.kinds())
-        .unwrap_or_default();
-    let named = spec.scale_target_refs.iter().enumerate().map(|(i, t)| {
-        (
-            format!("spec.scaleTargetRefs[{i}].kind"),
-            &t.api_version,
-            &t.kind,
-        )
-    });
-    let chosen = selected.iter().enumerate().map(|(i, (v, k))| {
-        let path = match spec.selector.as_ref().and_then(|s| s.kinds.as_ref()) {
-            Some(_) => format!("spec.selector.kinds[{i}].kind"),
-            None => "spec.selector".to_string(),
-        };
-        (path, v, k)
-    });
-    let mut resources = std::collections::BTreeMap::new();
-    for (path, api_version, kind) in named.chain(chosen) {
-        match cluster.resolve(api_version, kind).await {
-            Ok(Ok(resource)) => {
-                resources.insert((api_version.clone(), kind.clone()), resource.plural);
-            }
-            Ok(Err(why)) => {
-                errors.push(FieldError::invalid(path, kind.as_str(), why.to_string()));
-            }
-            Err(e) => {
-                errors.push(FieldError::forbidden(
-                    path,
-                    format!(
-                        "could not look the kind up in the cluster's discovery, try again: {e}"
-                    ),
-                ));
-            }
-        }
-    }
-    if !errors.is_empty() {
-        return;
-    }
-    let mut required = spec.required_access(&me.namespace, |api_version, kind| {
-        resources
-            .get(&(api_version.to_string(), kind.to_string()))
-            .cloned()
-    });
-    // A target whose HPA is a KEDA ScaledObject's is paused through that ScaledObject, which
-    // its author must be able to do too: a named one whose HPA is KEDA's now, and, where the
-    // cluster serves KEDA, any a selector may pick.
-    if spec.hpa_cooperation() == HpaCooperation::Enabled {
-        let mut keda_namespaces = std::collections::BTreeMap::new();
-        for (i, (target, ns)) in spec.targets(&me.namespace).enumerate() {
-            if cluster.keda_scales(&target.target(ns)) {
-                keda_namespaces
-                    .entry(ns.to_string())
-                    .or_insert(format!("spec.scaleTargetRefs[{i}]"));
-            }
-        }
-        if let Some(selector) = &spec.selector {
-            let keda = cluster.resolve("keda.sh/v1alpha1", "ScaledObject").await;
-            if matches!(
-                keda,
-                Ok(Err(Unscalable::NoScaleSubresource { .. })) | Ok(Ok(_))
-            ) {
-                let searched: Vec<&str> = match selector.listed_namespaces(&me.namespace) {
-                    Some(listed) => listed.into_iter().collect(),
-                    None => vec![""],
-                };
-                for ns in searched {
-                    keda_namespaces
-                        .entry(ns.to_string())
-                        .or_insert("spec.selector".to_string());
-                }
-            }
-        }
-        required.extend(
-            keda_namespaces
-                .into_iter()
-                .map(|(ns, path)| (path, Access::patch_scaled_objects(&ns))),
-        );
-    }
-    // Targets are unique (checked above), so each SubjectAccessReview is asked once.
-    let answers = ask_all(state, request, &required).await;
-    let mut refused = std::collections::BTreeSet::new();
-    for ((path, access), answer) in required.iter().zip(answers) {
-        // Anything about a target the author may not scale would tell them whether it exists.
-        if !permitted(request, path, access, answer, errors) {
-            refused.insert(path.clone());
-        }
-    }
-    let cooperate = spec.hpa_cooperation() == HpaCooperation::Enabled;
-    for (i, (target, ns)) in spec.targets(&me.namespace).enumerate() {
-        let path = format!("spec.scaleTargetRefs[{i}]");
-        if refused.contains(&path) {
-            continue;
-        }
-        let target = target.target(ns);
-        if let Some(other) = cluster.claimant(&target, me) {
-            errors.push(FieldError::forbidden(
-                path.clone(),
-                format!("{target} is already scaled by Scaler {other}"),
-            ));
-        } else if let Some(other) = cluster.holder(&target, me) {
-            warnings.push(format!(
-                "{path}: {target} is scaled now by Scaler {other}, which does not name it; it lets it go to this Scaler"
-            ));
-        }
-        if cluster.target_exists(&target) == Some(false) {
-            warnings.push(format!(
-                "{path}: {target} does not exist yet; it is scaled once it appears"
-            ));
-        }
-        if let Some(hpa) = cluster.hpa_for(&target) {
-            warnings.push(if cooperate {
-                format!(
-                    "{path}: {target} is scaled by HorizontalPodAutoscaler {hpa}; the Scaler sets that HPA's minReplicas (recording and restoring the original) instead of the replicas"
-                )
-            } else {
-                format!(
-                    "{path}: {target} is also scaled by HorizontalPodAutoscaler {hpa}; with hpaCooperation Disabled they will fight over replicas"
-                )
-            });
-        }
-    }
+/// One kind's rules that need more than its spec: the cluster, the author's permissions, the
+/// webhook's flags or the old object. Each kind implements them on its spec type, in its own
+/// module; [`decide`] calls them once the spec's own rules (api's `Spec::validate`) and the image
+/// policy passed. A denial goes to `errors`, advice to `warnings`.
+trait Rules {
+    async fn check<C: Cluster>(
+        &self,
+        on: &Admitting<'_, C>,
+        errors: &mut FieldErrors,
+        warnings: &mut Vec<String>,
+    );
 }
 
-/// The Welcome rule that needs the cluster: its author may read the Secret it references.
-async fn welcome_rules<C: Cluster>(
-    state: &AppState<C>,
-    request: &Request,
-    spec: &WelcomeSpec,
-    namespace: &str,
-    errors: &mut FieldErrors,
-) {
-    let old = request
-        .old_object
-        .as_ref()
-        .and_then(read_spec::<WelcomeSpec>);
-    if let Some((path, access)) = spec.required_access(namespace, old.as_ref()) {
-        let answer = state
-            .permissions
-            .check(&state.cluster, &request.user_info, &access)
-            .await;
-        permitted(request, &path, &access, answer, errors);
-    }
-}
-
-/// The Application rules that need the cluster: its author may read every Secret and ConfigMap
-/// its environment takes values from; advice about its IngressClass and about another Ingress
-/// that serves the same host and path, named only to an author who may get it.
-async fn application_rules<C: Cluster>(
-    state: &AppState<C>,
-    request: &Request,
-    spec: &ApplicationSpec,
-    me: (&str, &str),
-    errors: &mut FieldErrors,
-    warnings: &mut Vec<String>,
-) {
-    let old = request
-        .old_object
-        .as_ref()
-        .and_then(read_spec::<ApplicationSpec>);
-    if let Some(refused) = spec.path_type_refused(old.as_ref(), state.implementation_specific_paths)
-    {
-        errors.push(refused);
-    }
-    let required = spec.required_access(me.0, old.as_ref());
-    let (cluster, user) = (&state.cluster, &request.user_info);
-    let answers = ask_all(state, request, &required).await;
-    for ((path, access), answer) in required.iter().zip(answers) {
-        permitted(request, path, access, answer, errors);
-    }
-    let Some(ingress) = spec.ingress.as_ref().filter(|_| errors.is_empty()) else {
-        return;
-    };
-    if let Some(host) = spec.new_host(old.as_ref()).filter(|_| !state.host_sharing) {
-        if let Some((ns, name)) = cluster.host_owner(host, me.0) {
-            // Named only to an author who may read that Ingress.
-            let readable = state
-                .permissions
-                .check(cluster, user, &Access::get_ingress(&ns, &name))
-                .await
-                == Ok(true);
-            let owner = format!("{ns}/{name}");
-            errors.push(kubesteer_api::application::host_taken(
-                host,
-                readable.then_some(owner.as_str()),
-            ));
-            return;
-        }
-    }
-    if let Some(class) = &ingress.class_name {
-        if cluster.ingress_class_exists(class) == Some(false) {
-            warnings.push(format!(
-                "spec.ingress.className: no IngressClass {class:?} exists in this cluster; no Ingress controller serves the Ingress until one does"
-            ));
-        }
-    }
-    let path = ingress.path();
-    for (ns, name) in cluster.ingresses_serving(&ingress.host, path, me) {
-        let access = Access::get_ingress(&ns, &name);
-        // An Ingress the author may not read is not named, nor is it said that it exists.
-        if state.permissions.check(cluster, user, &access).await == Ok(true) {
-            warnings.push(format!(
-                "spec.ingress.host: Ingress {ns}/{name} already serves host {:?} path {path:?}; the Ingress controller picks one of them",
-                ingress.host
-            ));
-        }
-    }
+/// The review a kind's [`Rules`] judge: the state, the request, its object, and the object's
+/// namespace and name (the request's, else the object's own, else its generateName).
+struct Admitting<'a, C> {
+    state: &'a AppState<C>,
+    request: &'a Request,
+    object: &'a Value,
+    namespace: &'a str,
+    name: &'a str,
 }
 
 /// Asks whether the author holds each permission of `required`, all at once.

@@ -1,11 +1,10 @@
 //! Every admission rule, default, warning and malformed input, through the router (no TLS, no cluster).
-mod common;
 
 use std::sync::Arc;
 
+use crate::common::*;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
-use common::*;
 use http_body_util::BodyExt;
 use serde_json::json;
 use tower::ServiceExt;

@@ -1,9 +1,8 @@
 //! `/convert` through the webhook's router (no TLS, no cluster): the route exists beside the
 //! admission routes, answers a ConversionReview, and refuses a body that is none.
-mod common;
 
+use crate::common::*;
 use axum::http::StatusCode;
-use common::*;
 use serde_json::json;
 
 #[tokio::test]

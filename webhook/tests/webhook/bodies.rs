@@ -3,15 +3,14 @@
 //! ordinary reviews are still read from the reserve, and a review whose object is no JSON object
 //! is refused at once, naming the field. bench/scripts/webhook-memory.sh floods the real binary
 //! (bench/results/webhook-memory.json).
-mod common;
 
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::common::*;
 use axum::body::{Body, Bytes};
 use axum::http::{header, Request, StatusCode};
-use common::*;
 use futures::channel::mpsc;
 use futures::SinkExt;
 use http_body_util::{BodyExt, StreamBody};

@@ -1,6 +1,6 @@
 //! One fuzz input through the whole review path, and the invariants its answer keeps.
-//! Shared by the fuzz target (webhook/fuzz) and the corpus replay test (tests/corpus.rs), so it
-//! names crates only, never `super`.
+//! Shared by the fuzz target (webhook/fuzz) and the corpus replay test (tests/webhook/corpus.rs),
+//! so it names crates only, never `super`.
 use base64::Engine as _;
 use futures::executor::block_on;
 use k8s_openapi::api::authentication::v1::UserInfo;

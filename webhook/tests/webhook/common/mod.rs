@@ -1,4 +1,4 @@
-//! A fake cluster and request helpers shared by the handler tests.
+//! A fake cluster and request helpers shared by the tests of this binary.
 #![allow(dead_code)]
 
 pub mod review;

@@ -1,7 +1,6 @@
 //! `--apiserver-client-ca` over real TLS: a review is answered only on a connection whose
 //! client certificate the apiserver's client CA signed; probes, /metrics and /convert need none;
 //! a certificate of another CA fails the handshake; the CA file is reloaded when it changes.
-mod common;
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -21,6 +20,8 @@ use kubesteer_webhook::{apiserver_auth, router, AppState};
 use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use tokio_rustls::TlsConnector;
+
+use crate::common;
 
 const DAY: Duration = Duration::from_secs(24 * 60 * 60);
 

@@ -1,12 +1,11 @@
 //! The fuzz corpus (webhook/fuzz/corpus/review) replayed on stable: every input the fuzzer kept
-//! still gets an answer that keeps the invariants of tests/common/review.rs, in time.
-mod common;
+//! still gets an answer that keeps the invariants of common/review.rs, in time.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::review;
+use crate::common::review;
 
 /// Far above a release build's worst input (see README, Fuzzing), for an unoptimized build.
 const SLOWEST_ALLOWED: Duration = Duration::from_secs(1);

@@ -1,8 +1,7 @@
 //! Robustness: arbitrary bodies and arbitrary specs through decode -> validate -> default.
 //! Never a panic; always a 200 review or a 4xx with a reason. Cases: PROPTEST_CASES (default 2000).
-mod common;
 
-use common::*;
+use crate::common::*;
 use proptest::prelude::*;
 use serde_json::{json, Value};
 
