@@ -6,6 +6,8 @@ pub mod keda;
 pub mod release;
 
 mod deadline;
+#[cfg(test)]
+mod docs_numbers;
 mod helm;
 mod kubectl;
 mod outage;
