@@ -391,6 +391,29 @@ fn rows() -> Vec<Row> {
         ", each with",
         "kubesteer_api::rules::scaler::NEXT_TRANSITIONS",
     ));
+    // The Scaler CRD's descriptions (what `kubectl explain` prints), generated from api/.
+    let crd = "charts/kubesteer/files/crds/scalers.kubesteer.io.yaml";
+    rows.push(row(
+        crd,
+        "Defaults to 15m; at most ",
+        format!("{}h", MAX_GRACE_PERIOD.as_secs() / 3600),
+        " (7 days).",
+        "kubesteer_api::scaler::v1beta1::MAX_GRACE_PERIOD",
+    ));
+    rows.push(row(
+        crd,
+        "a yearly date \"--12-25\"; at most ",
+        rules::scaler::MAX_EXCLUDE_DATES,
+        " entries.",
+        "kubesteer_api::rules::scaler::MAX_EXCLUDE_DATES",
+    ));
+    rows.push(row(
+        crd,
+        "the highest replicas of the open windows wins. At most ",
+        rules::scaler::MAX_WINDOWS,
+        " windows.",
+        "kubesteer_api::rules::scaler::MAX_WINDOWS",
+    ));
     let (v, s) = shell("hack/keda.sh", "KEDA_VERSION");
     rows.push(row(f, "the real KEDA operator (", v, ", built from", s));
 

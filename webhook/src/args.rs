@@ -39,7 +39,7 @@ pub struct Args {
     )]
     pub cert_secret: String,
 
-    /// Image prefixes that Welcome and Memcached pods may run, e.g. "registry.example.com/"
+    /// Image prefixes that Memcached, Welcome and Application pods may run, e.g. "registry.example.com/"
     /// (comma-separated in the variable); empty allows any image. Checked on create and when
     /// an object's image changes.
     #[arg(

@@ -59,7 +59,7 @@ pub struct ScalerSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selector: Option<crate::scaler::selector::TargetSelector>,
 
-    /// Window mode: the windows in which the targets run at the window's replicas. When windows overlap, the highest replicas of the open windows wins. Cannot be combined with jobs.
+    /// Window mode: the windows in which the targets run at the window's replicas. When windows overlap, the highest replicas of the open windows wins. At most 20 windows. Cannot be combined with jobs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = MIN_WINDOWS, max = MAX_WINDOWS))]
     pub windows: Option<Vec<ScaleWindow>>,
@@ -69,7 +69,7 @@ pub struct ScalerSpec {
     #[schemars(length(min = 1, max = MAX_TIME_ZONE))]
     pub time_zone: Option<String>,
 
-    /// Days on which the Scaler behaves as outside every window (holidays), read in timeZone: a date "2026-12-24", an inclusive range "2026-12-24..2026-12-26", or a yearly date "--12-25". A window that opened the day before an excluded day closes at midnight; in cron mode no job fires on an excluded day and the targets go to outsideReplicas. An override still applies.
+    /// Days on which the Scaler behaves as outside every window (holidays), read in timeZone: a date "2026-12-24", an inclusive range "2026-12-24..2026-12-26", or a yearly date "--12-25"; at most 100 entries. A window that opened the day before an excluded day closes at midnight; in cron mode no job fires on an excluded day and the targets go to outsideReplicas. An override still applies.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = MAX_EXCLUDE_DATES), extend("x-kubernetes-list-type" = "set"))]
     pub exclude_dates: Option<Vec<String>>,
@@ -112,7 +112,7 @@ pub struct Outside {
     /// Release (the default): a closing window restores each target (to outsideReplicas when set), which is then left alone until the next window; a Scaler created, edited or resumed outside every window sets its targets to outsideReplicas at once, then leaves them alone likewise. Hold: while outside every window, a target found above outsideReplicas (a deploy, a GitOps sync, a person scaled it up) is set back to outsideReplicas once gracePeriod has passed since its creation or last pod template change, with an event naming who scaled it. Hold requires outsideReplicas.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<OutsideMode>,
-    /// How long after a target's creation or last pod template change Hold leaves it alone (a rollout), as a duration such as "15m" or "1h30m". Defaults to 15m.
+    /// How long after a target's creation or last pod template change Hold leaves it alone (a rollout), as a duration such as "15m" or "1h30m". Defaults to 15m; at most 168h (7 days).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 32))]
     pub grace_period: Option<String>,
