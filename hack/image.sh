@@ -143,25 +143,15 @@ build_image() {
   fi
   mkdir -p "$image_target_dir"
   printf '%s\n' "$root" >"$checkout"
-  # Cargo fingerprints every unit with the linker's path, and .cargo/config.toml's linker
-  # (hack/cc-link.sh) resolves to each checkout's own: another checkout would rebuild every
-  # dependency. So the image's builds link through a copy at one path, in that directory.
-  local linker=()
-  if [[ $TARGET == x86_64-unknown-linux-gnu ]]; then
-    mkdir -p "$image_target_dir"
-    cp -f hack/cc-link.sh "$image_target_dir/cc-link.sh.$$"
-    mv -f "$image_target_dir/cc-link.sh.$$" "$image_target_dir/cc-link.sh"
-    linker=("CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_LINKER=$image_target_dir/cc-link.sh")
-  fi
   log "building static binaries (kubesteer $version, profile image of Cargo.toml, in $image_target_dir)"
   local start=$SECONDS
-  env "${linker[@]}" RUSTFLAGS="${RUSTFLAGS:+$RUSTFLAGS }$IMAGE_RUSTFLAGS" \
+  RUSTFLAGS="${RUSTFLAGS:+$RUSTFLAGS }$IMAGE_RUSTFLAGS" \
     "$CARGO" build --profile image --locked --target "$TARGET" --target-dir "$image_target_dir" \
     -p kubesteer --bin kubesteer
   log "cargo build took $((SECONDS - start))s"
 
-  # The unstripped binary goes to target/$TARGET/image/kubesteer, where the tests and the
-  # benchmarks read it (its symbols: tests/e2e/install/image.rs). The image gets one stripped
+  # The unstripped binary goes to target/$TARGET/image/kubesteer, where the release and the
+  # benchmarks read it (with its symbols, for profiles). The image gets one stripped
   # multi-call binary, and the program names as links to it: it runs as the name it is called by.
   local built="$image_target_dir/$TARGET/image/kubesteer" bin="target/$TARGET/image/kubesteer" b
   [[ -x $built ]] || die "$built was not built"

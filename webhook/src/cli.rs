@@ -115,14 +115,6 @@ async fn serve(args: Args) -> Result<(), Error> {
         None => (tls::server_config(store)?, router(state.clone())),
     };
     tracing::info!(addr = %args.addr, mode = ?args.cert_mode, "serving admission reviews");
-    // Start-up is done (flags, kubeconfig, certificates, TLS): its code pages go back. So do
-    // those of the caches' first lists (decoding every object once), when they are done.
-    kubesteer_runtime::memory::release_startup_code_logged();
-    let listing = state.health.clone();
-    tokio::spawn(async move {
-        listing.listed_once().await;
-        kubesteer_runtime::memory::release_startup_code_logged();
-    });
     server::serve(
         listener,
         tls,

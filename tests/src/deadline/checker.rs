@@ -1011,8 +1011,8 @@ fn rust_files(dir: &Path, into: &mut Vec<PathBuf>) -> std::io::Result<()> {
     Ok(())
 }
 
-/// The files the rules read, relative to the repository root: hack/*.sh (but the manual
-/// profiling script hack/hot-code.sh) and .ci/run; tests/src and tests/e2e (but this file).
+/// The files the rules read, relative to the repository root: hack/*.sh and .ci/run; tests/src
+/// and tests/e2e (but this file).
 fn checked_files(root: &Path) -> std::io::Result<(Vec<String>, Vec<String>)> {
     let relative = |p: &Path| {
         p.strip_prefix(root)
@@ -1024,7 +1024,6 @@ fn checked_files(root: &Path) -> std::io::Result<(Vec<String>, Vec<String>)> {
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|e| e == "sh"))
         .map(|p| relative(&p))
-        .filter(|p| p != "hack/hot-code.sh")
         .collect();
     if root.join(".ci/run").is_file() {
         shell.push(".ci/run".to_string());
