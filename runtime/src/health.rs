@@ -55,8 +55,6 @@ pub struct Health {
 struct Inner {
     stale_after: Duration,
     state: Mutex<Registry>,
-    /// Woken whenever a watch lists for the first time.
-    listed: tokio::sync::Notify,
 }
 
 #[derive(Debug, Default)]
@@ -94,7 +92,6 @@ impl Health {
             inner: Arc::new(Inner {
                 stale_after,
                 state: Mutex::default(),
-                listed: tokio::sync::Notify::new(),
             }),
         }
     }
@@ -267,25 +264,7 @@ impl Health {
 
     fn listed(&self, id: u64) {
         if let Some(watch) = self.state().watches.get_mut(&id) {
-            if !watch.listed {
-                watch.listed = true;
-                self.inner.listed.notify_waiters();
-            }
-        }
-    }
-
-    /// Returns once every watch registered so far has listed once (at once when none is
-    /// registered, or all have): what a process runs only for its first lists is behind it then.
-    pub async fn listed_once(&self) {
-        loop {
-            let notified = self.inner.listed.notified();
-            tokio::pin!(notified);
-            // Registered before the check, so a list in between is not missed.
-            notified.as_mut().enable();
-            if self.state().watches.values().all(|w| w.listed) {
-                return;
-            }
-            notified.await;
+            watch.listed = true;
         }
     }
 }
@@ -324,8 +303,6 @@ impl WatchHealth {
 impl Drop for WatchHealth {
     fn drop(&mut self) {
         self.health.state().watches.remove(&self.id);
-        // It may have been the last one not listed yet.
-        self.health.inner.listed.notify_waiters();
     }
 }
 
@@ -462,48 +439,6 @@ mod tests {
     }
 
     const STALE: Duration = Duration::from_secs(30);
-
-    #[tokio::test(start_paused = true)]
-    async fn listed_once_returns_when_every_watch_has_listed() {
-        let health = Health::new(STALE);
-        // Nothing registered: at once.
-        health.listed_once().await;
-        let a = health.watch("Scaler");
-        let b = health.watch("Deployment");
-        a.observe(&Ok(Event::<()>::InitDone));
-        let wait = Duration::from_secs(60);
-        assert!(
-            tokio::time::timeout(wait, health.listed_once())
-                .await
-                .is_err(),
-            "the Deployment watch has not listed"
-        );
-        let waiting = tokio::spawn({
-            let health = health.clone();
-            async move { health.listed_once().await }
-        });
-        tokio::task::yield_now().await;
-        // A watch that fails after its list still counts as listed once.
-        b.observe(&Ok(Event::<()>::InitDone));
-        b.observe(&error());
-        tokio::time::timeout(wait, waiting)
-            .await
-            .expect("listed_once returns once both have listed")
-            .expect("the waiting task ran to its end");
-        // A watch that goes away before it lists is not waited for.
-        let c = health.watch("Ingress");
-        let waiting = tokio::spawn({
-            let health = health.clone();
-            async move { health.listed_once().await }
-        });
-        tokio::task::yield_now().await;
-        assert!(!waiting.is_finished(), "the Ingress watch has not listed");
-        drop(c);
-        tokio::time::timeout(wait, waiting)
-            .await
-            .expect("listed_once returns once the unlisted watch is gone")
-            .expect("the waiting task ran to its end");
-    }
 
     #[tokio::test(start_paused = true)]
     async fn not_ready_until_every_watch_has_listed_once() {
