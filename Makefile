@@ -14,7 +14,7 @@ IMAGE_TAR ?= .kubesteer/image.tar
 PAUSE_IMG ?= localhost/kubesteer-pause:3.10
 PAUSE_TAR ?= .kubesteer/pause.tar
 
-.PHONY: all build plugin control-plane test-release krew-tool monitoring-tools cluster-up cluster-down manifests install run run-once test-run deploy undeploy test fmt-check clippy doc-check unit e2e bench-webhook bench-webhook-memory bench-controller bench-stores bench-verbs fuzz keda
+.PHONY: all build plugin control-plane test-release krew-tool monitoring-tools cluster-up cluster-down manifests install run run-once test-run deploy undeploy test fmt-check clippy doc-check unit e2e bench-webhook bench-webhook-memory bench-controller bench-lease bench-stores bench-verbs fuzz keda
 
 all: build
 
@@ -155,6 +155,12 @@ bench-verbs: control-plane
 ## bench-stores: what the controller's caches take per object, kept as it keeps them and parsed,
 ## BENCH_STORES_COUNT (20,000) copies of bench/bodies/stores/ each, in process (no cluster), with
 ## jemalloc returning freed pages at once; writes bench/results/controller-stores.json.
+## bench-lease: kubesteer's leader election against kube-lease-manager on a real etcd and kube-apiserver
+## (started and stopped by the bench): failover, handover, requests, a partitioned leader.
+bench-lease: control-plane
+	cargo build -p kubesteer-bench --bin kubesteer-bench-lease
+	target/debug/kubesteer-bench-lease run --rounds $${BENCH_LEASE_ROUNDS:-5} --steady-secs 60 --stall-secs 15
+
 bench-stores:
 	cargo build --release -p kubesteer-bench
 	_RJEM_MALLOC_CONF=dirty_decay_ms:0,muzzy_decay_ms:0 target/release/kubesteer-bench stores --count $${BENCH_STORES_COUNT:-20000} > bench/results/controller-stores.json.tmp
