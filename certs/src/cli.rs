@@ -96,7 +96,7 @@ struct ProbeArgs {
     #[arg(long, env = "KUBESTEER_PROBE_INTERVAL", default_value = "2s", value_parser = humantime::parse_duration)]
     interval: Duration,
 
-    /// Limit for connecting, and for each read and write, of one attempt.
+    /// Limit for each step of one attempt: connecting, the TLS handshake, the answer, an error body.
     #[arg(long, env = "KUBESTEER_PROBE_TIMEOUT", default_value = "5s", value_parser = humantime::parse_duration)]
     timeout: Duration,
 }

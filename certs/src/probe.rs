@@ -1,16 +1,25 @@
 //! `kubesteer-certs probe`: an HTTPS GET that trusts only a given CA, so `helm test` can check the
-//! webhook from the project's own image, which has no shell and no curl.
+//! webhook from the project's own image, which has no shell and no curl. rustls verifies the
+//! certificate (against the CA alone, for the URL's host) and hyper speaks HTTP/1.1.
 use std::fmt;
-use std::io::{Read, Write};
-use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs};
+use std::future::{poll_fn, Future};
+use std::io::ErrorKind;
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use http::header::{ACCEPT, CONNECTION, HOST, USER_AGENT};
 use http::uri::{Authority, Scheme, Uri};
+use http::Request;
+use hyper::body::{Body as _, Incoming};
+use hyper_util::rt::TokioIo;
 use rustls::pki_types::ServerName;
-use rustls::{ClientConfig, ClientConnection, RootCertStore, StreamOwned};
+use rustls::{ClientConfig, RootCertStore};
 use rustls_pki_types::pem::PemObject as _;
 use rustls_pki_types::CertificateDer;
+use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
 
 use crate::pem::invalid;
 use crate::Result;
@@ -19,7 +28,7 @@ use crate::Result;
 const MAX_HEAD: usize = 16 * 1024;
 const MAX_HEADERS: usize = 64;
 // Enough of an error body to say why, e.g. "caches or certificate not ready".
-const MAX_REASON: u64 = 512;
+const MAX_REASON: usize = 512;
 
 /// Why one attempt failed.
 #[derive(Debug, thiserror::Error)]
@@ -38,7 +47,8 @@ pub enum ProbeError {
     Tls(rustls::Error),
     #[error("{0}")]
     Io(std::io::Error),
-    #[error("not an HTTP response: {0:?}")]
+    /// What hyper found wrong with the answer, e.g. "connection closed before message completed".
+    #[error("not an HTTP response: {0}")]
     BadResponse(String),
     #[error("HTTP status {code} (want 2xx): {line}{}", suffix(.reason))]
     Status {
@@ -65,6 +75,20 @@ impl From<std::io::Error> for ProbeError {
         match tls {
             Some(tls) => ProbeError::Tls(tls),
             None => ProbeError::Io(e),
+        }
+    }
+}
+
+impl From<hyper::Error> for ProbeError {
+    fn from(e: hyper::Error) -> Self {
+        // hyper keeps the connection's io::Error, maybe a rustls one, as its source.
+        let io = std::error::Error::source(&e).and_then(|s| s.downcast_ref::<std::io::Error>());
+        match io {
+            Some(io) => match io.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()) {
+                Some(tls) => ProbeError::Tls(tls.clone()),
+                None => ProbeError::Io(std::io::Error::new(io.kind(), io.to_string())),
+            },
+            None => ProbeError::BadResponse(e.to_string()),
         }
     }
 }
@@ -168,7 +192,8 @@ pub struct Probe {
 }
 
 impl Probe {
-    /// `ca_pem` holds one or more CA certificates; `timeout` bounds the connect and each read or write.
+    /// `ca_pem` holds one or more CA certificates; `timeout` bounds the connect, the TLS handshake,
+    /// the wait for the answer's head and the read of an error's body, each.
     pub fn new(url: &str, ca_pem: &[u8], timeout: Duration) -> Result<Probe> {
         let target = Target::parse(url)?;
         let name = ServerName::try_from(target.host.clone())
@@ -226,7 +251,7 @@ impl Probe {
         Ok(self)
     }
 
-    fn connect(&self) -> Result<TcpStream, ProbeError> {
+    async fn connect(&self) -> Result<TcpStream, ProbeError> {
         let (host, port) = match &self.dial {
             Some((host, port)) => (host.as_str(), *port),
             None => (self.target.host.as_str(), self.target.port),
@@ -238,16 +263,15 @@ impl Probe {
                 source,
             })?
             .collect();
-        let mut last = std::io::Error::new(std::io::ErrorKind::NotFound, "no address");
+        let mut last = std::io::Error::new(ErrorKind::NotFound, "no address");
         for addr in &addrs {
-            match TcpStream::connect_timeout(addr, self.timeout) {
-                Ok(tcp) => {
-                    tcp.set_read_timeout(Some(self.timeout))?;
-                    tcp.set_write_timeout(Some(self.timeout))?;
+            match tokio::time::timeout(self.timeout, TcpStream::connect(addr)).await {
+                Ok(Ok(tcp)) => {
                     let _ = tcp.set_nodelay(true);
                     return Ok(tcp);
                 }
-                Err(e) => last = e,
+                Ok(Err(e)) => last = e,
+                Err(_) => last = std::io::Error::new(ErrorKind::TimedOut, "connection timed out"),
             }
         }
         Err(ProbeError::Connect {
@@ -258,18 +282,67 @@ impl Probe {
 
     /// One GET; a 2xx status is success, anything else an error that says what came back.
     pub fn once(&self) -> Result<Success, ProbeError> {
-        let tcp = self.connect()?;
-        let conn = ClientConnection::new(self.config.clone(), self.name.clone())
-            .map_err(ProbeError::Tls)?;
-        let mut tls = StreamOwned::new(conn, tcp);
-        let request = format!(
-            "GET {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: kubesteer-certs-probe\r\nAccept: */*\r\nConnection: close\r\n\r\n",
-            self.target.path,
-            self.target.host_header()
-        );
-        tls.write_all(request.as_bytes())?;
-        tls.flush()?;
-        read_response(&mut tls)
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+            .block_on(self.get())
+    }
+
+    async fn get(&self) -> Result<Success, ProbeError> {
+        let tcp = self.connect().await?;
+        let connector = TlsConnector::from(self.config.clone());
+        let tls = self
+            .within("TLS handshake", connector.connect(self.name.clone(), tcp))
+            .await??;
+        let (mut sender, connection) = hyper::client::conn::http1::Builder::new()
+            .max_buf_size(MAX_HEAD)
+            .max_headers(MAX_HEADERS)
+            .handshake(TokioIo::new(tls))
+            .await?;
+        tokio::spawn(connection);
+        let request = Request::get(self.target.path.as_str())
+            .header(HOST, self.target.host_header())
+            .header(USER_AGENT, "kubesteer-certs-probe")
+            .header(ACCEPT, "*/*")
+            .header(CONNECTION, "close")
+            .body(String::new())
+            .map_err(|e| ProbeError::Io(std::io::Error::new(ErrorKind::InvalidInput, e)))?;
+        let response = self
+            .within("answer", sender.send_request(request))
+            .await??;
+        let code = response.status().as_u16();
+        // The status line as sent: hyper keeps a reason phrase only when it is not the usual one.
+        let reason = match response.extensions().get::<hyper::ext::ReasonPhrase>() {
+            Some(reason) => String::from_utf8_lossy(reason.as_bytes()).into_owned(),
+            None => response
+                .status()
+                .canonical_reason()
+                .unwrap_or_default()
+                .into(),
+        };
+        let line = format!("{:?} {code} {reason}", response.version())
+            .trim_end()
+            .to_string();
+        if (200..300).contains(&code) {
+            return Ok(Success { code, line });
+        }
+        let reason = self
+            .within("error body", error_reason(response.into_body()))
+            .await
+            .ok()
+            .flatten();
+        Err(ProbeError::Status { code, line, reason })
+    }
+
+    /// `step` of one attempt, in at most the timeout.
+    async fn within<T>(&self, step: &str, f: impl Future<Output = T>) -> Result<T, ProbeError> {
+        tokio::time::timeout(self.timeout, f).await.map_err(|_| {
+            let timeout = humantime::format_duration(self.timeout);
+            ProbeError::Io(std::io::Error::new(
+                ErrorKind::TimedOut,
+                format!("no {step} within {timeout}"),
+            ))
+        })
     }
 
     /// Tries `1 + retries` times, `interval` apart, and tells `on_failure` of each failed attempt
@@ -294,56 +367,18 @@ impl Probe {
     }
 }
 
-/// Reads a response head; a 2xx is success, anything else an error with the body's first line.
-fn read_response(reader: &mut impl Read) -> Result<Success, ProbeError> {
-    let mut buf = Vec::new();
-    let mut chunk = [0; 4096];
-    loop {
-        let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
-        let mut response = httparse::Response::new(&mut headers);
-        match response.parse(&buf) {
-            Ok(httparse::Status::Complete(head)) => {
-                let code = response.code.unwrap_or_default();
-                let line = first_line(&buf);
-                if (200..300).contains(&code) {
-                    return Ok(Success { code, line });
-                }
-                let length = response
-                    .headers
-                    .iter()
-                    .find(|h| h.name.eq_ignore_ascii_case("content-length"))
-                    .and_then(|h| std::str::from_utf8(h.value).ok()?.trim().parse().ok());
-                let reason = error_reason(reader, buf.split_off(head), length);
-                return Err(ProbeError::Status { code, line, reason });
-            }
-            Ok(httparse::Status::Partial) if buf.len() < MAX_HEAD => {}
-            _ => return Err(ProbeError::BadResponse(first_line(&buf))),
-        }
-        match reader.read(&mut chunk)? {
-            0 => return Err(ProbeError::BadResponse(first_line(&buf))),
-            n => buf.extend_from_slice(&chunk[..n]),
-        }
-    }
-}
-
-/// The status line, or what the server sent instead of one.
-fn first_line(buf: &[u8]) -> String {
-    match String::from_utf8_lossy(buf).lines().next() {
-        Some(line) => line.trim_end().to_string(),
-        None => "the server closed the connection without answering".into(),
-    }
-}
-
 /// The first line of an error body of known length, when it is short text; best effort.
-fn error_reason(reader: &mut impl Read, mut body: Vec<u8>, length: Option<u64>) -> Option<String> {
-    let want = length?.min(MAX_REASON);
-    body.truncate(want as usize);
-    reader
-        .by_ref()
-        .take(want - body.len() as u64)
-        .read_to_end(&mut body)
-        .ok()?;
-    let text = String::from_utf8_lossy(&body);
+async fn error_reason(mut body: Incoming) -> Option<String> {
+    body.size_hint().exact()?;
+    let mut text = Vec::new();
+    while text.len() < MAX_REASON {
+        match poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await {
+            Some(Ok(frame)) => text.extend(frame.into_data().unwrap_or_default()),
+            _ => break,
+        }
+    }
+    text.truncate(MAX_REASON);
+    let text = String::from_utf8_lossy(&text);
     let first = text.lines().next()?.trim();
     (!first.is_empty()).then(|| first.to_string())
 }
@@ -353,7 +388,7 @@ mod tests {
     use super::*;
     use crate::{generate, server_config, Bundle, Options};
     use rustls::{ServerConnection, StreamOwned as Stream};
-    use std::io::{BufRead, BufReader};
+    use std::io::{BufRead, BufReader, Write};
     use std::net::TcpListener;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -412,6 +447,141 @@ mod tests {
 
     fn probe(url: String, ca: &Bundle) -> Probe {
         Probe::new(&url, ca.ca.cert.as_bytes(), Duration::from_secs(5)).unwrap()
+    }
+
+    /// A TLS server on 127.0.0.1 that reads each request's head and sends `reply` as it is, or
+    /// nothing for a second with None; returns its port.
+    fn raw_server(serving: &Bundle, reply: Option<Vec<u8>>) -> u16 {
+        let config = Arc::new(server_config(&serving.serving).unwrap());
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            for tcp in listener.incoming() {
+                let Ok(tcp) = tcp else { continue };
+                let mut tls = Stream::new(ServerConnection::new(config.clone()).unwrap(), tcp);
+                let mut reader = BufReader::new(&mut tls);
+                loop {
+                    let mut line = String::new();
+                    match reader.read_line(&mut line) {
+                        Ok(0) | Err(_) => break,
+                        Ok(_) if line == "\r\n" => break,
+                        Ok(_) => {}
+                    }
+                }
+                match &reply {
+                    Some(reply) => {
+                        let _ = tls.write_all(reply);
+                        tls.conn.send_close_notify();
+                        let _ = tls.flush();
+                    }
+                    None => std::thread::sleep(Duration::from_secs(1)),
+                }
+            }
+        });
+        port
+    }
+
+    fn once_against(reply: Option<Vec<u8>>, timeout: Duration) -> Result<Success, ProbeError> {
+        let certs = bundle();
+        let port = raw_server(&certs, reply);
+        let url = format!("https://127.0.0.1:{port}/readyz");
+        Probe::new(&url, certs.ca.cert.as_bytes(), timeout)
+            .unwrap()
+            .once()
+    }
+
+    /// A head of `headers` headers of `size` bytes each.
+    fn head(headers: usize, size: usize) -> Vec<u8> {
+        let mut head = String::from("HTTP/1.1 200 OK\r\n");
+        for n in 0..headers {
+            head.push_str(&format!("x-{n:03}: {}\r\n", "a".repeat(size)));
+        }
+        head.push_str("content-length: 0\r\n\r\n");
+        head.into_bytes()
+    }
+
+    #[test]
+    fn what_is_no_http_answer_fails_as_such() {
+        let second = Duration::from_secs(5);
+        for reply in [
+            &b"SSH-2.0-OpenSSH_9.6\r\n"[..],
+            b"",
+            b"HTTP/1.1 200 OK\r\ncontent-le",
+        ] {
+            let err = once_against(Some(reply.to_vec()), second).unwrap_err();
+            assert!(
+                matches!(err, ProbeError::BadResponse(_)),
+                "{reply:?}: {err:?}"
+            );
+            assert!(
+                err.to_string().starts_with("not an HTTP response: "),
+                "{err}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_answer_head_is_bounded() {
+        let second = Duration::from_secs(5);
+        assert!(once_against(Some(head(MAX_HEADERS - 2, 8)), second).is_ok());
+        assert!(once_against(Some(head(10, 1000)), second).is_ok());
+        for (headers, size) in [(MAX_HEADERS + 1, 8), (2, 2 * MAX_HEAD)] {
+            let err = once_against(Some(head(headers, size)), second).unwrap_err();
+            assert!(
+                matches!(err, ProbeError::BadResponse(_)),
+                "{headers}x{size}: {err:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_error_body_gives_its_first_line_up_to_512_bytes() {
+        let second = Duration::from_secs(5);
+        let long = "x".repeat(2000);
+        let reply =
+            format!("HTTP/1.1 503 Service Unavailable\r\ncontent-length: 2000\r\n\r\n{long}");
+        let err = once_against(Some(reply.into_bytes()), second).unwrap_err();
+        let ProbeError::Status { reason, .. } = &err else {
+            panic!("{err:?}")
+        };
+        assert_eq!(reason.as_deref(), Some(&long[..MAX_REASON]));
+        // Only a body of known length is read.
+        let reply = "HTTP/1.1 500 Internal Server Error\r\ntransfer-encoding: chunked\r\n\r\n4\r\nwhy!\r\n0\r\n\r\n";
+        let err = once_against(Some(reply.into()), second).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "HTTP status 500 (want 2xx): HTTP/1.1 500 Internal Server Error"
+        );
+    }
+
+    #[test]
+    fn a_silent_server_fails_within_the_timeout() {
+        let start = std::time::Instant::now();
+        let err = once_against(None, Duration::from_millis(200)).unwrap_err();
+        assert!(matches!(err, ProbeError::Io(_)), "{err:?}");
+        assert!(
+            start.elapsed() < Duration::from_millis(900),
+            "{:?}",
+            start.elapsed()
+        );
+        // A peer that accepts and never answers the TLS handshake.
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!(
+            "https://127.0.0.1:{}/",
+            listener.local_addr().unwrap().port()
+        );
+        let ca = bundle().ca.cert;
+        let start = std::time::Instant::now();
+        let err = Probe::new(&url, ca.as_bytes(), Duration::from_millis(200))
+            .unwrap()
+            .once()
+            .unwrap_err();
+        assert!(matches!(err, ProbeError::Io(_)), "{err:?}");
+        assert!(
+            start.elapsed() < Duration::from_millis(900),
+            "{:?}",
+            start.elapsed()
+        );
     }
 
     #[test]
