@@ -11,6 +11,7 @@ mod fleet;
 mod memory;
 mod report;
 mod reviews;
+mod sar_cache;
 mod stores;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -211,6 +212,32 @@ enum Command {
         endpoint: String,
         #[arg(long, default_value_t = 100_000)]
         count: u64,
+    },
+    /// The webhook's permission checks alone (see sar_cache.rs): `tasks` tasks x `checks`
+    /// checks over hot and once-asked questions, against a fake cluster that answers a
+    /// SubjectAccessReview after `sar_ms`; throughput, latency, reviews sent and resident memory.
+    SarCache {
+        #[arg(long, default_value_t = 64)]
+        tasks: usize,
+        #[arg(long, default_value_t = 5000)]
+        checks: usize,
+        #[arg(long, default_value_t = 2)]
+        sar_ms: u64,
+        /// Users in the hot set, each asking 8 questions (one denied).
+        #[arg(long, default_value_t = 32)]
+        hot_users: usize,
+        /// Checks, in percent, that ask a question nobody asked before.
+        #[arg(long, default_value_t = 10)]
+        distinct_percent: u64,
+        #[arg(long, default_value_t = 5)]
+        rounds: usize,
+        /// The grant TTLs to run, in milliseconds, one scenario each: the webhook's (10 s,
+        /// nothing expires during a round) and one short enough to expire and refresh often.
+        #[arg(long, num_args = 1.., default_values_t = [10_000, 100])]
+        ttl_ms: Vec<u64>,
+        /// What is measured, kept in the results (e.g. "before", "after").
+        #[arg(long, default_value = "")]
+        label: String,
     },
     /// The webhook at `addr` (process `pid`) under a flood of large bodies while a kept-alive
     /// client sends ordinary reviews; its resident memory sampled from /proc (see memory.rs).
@@ -482,6 +509,28 @@ async fn main() -> Result<()> {
             endpoint,
             count,
         } => reviews::run(&body, &plural, &endpoint, count).await?,
+        Command::SarCache {
+            tasks,
+            checks,
+            sar_ms,
+            hot_users,
+            distinct_percent,
+            rounds,
+            ttl_ms,
+            label,
+        } => {
+            sar_cache::run(&sar_cache::Options {
+                tasks,
+                checks,
+                sar: Duration::from_millis(sar_ms),
+                hot_users,
+                distinct_percent,
+                rounds,
+                ttls: ttl_ms.into_iter().map(Duration::from_millis).collect(),
+                label,
+            })
+            .await?
+        }
         Command::WebhookMemory {
             addr,
             ca,
