@@ -5,11 +5,11 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use kubesteer_runtime::queue::Action;
 use chrono::{DateTime, Utc};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Client, Resource, ResourceExt};
 use kubesteer_api::keys::{reason, CONTROLLER_FIELD_MANAGER};
+use kubesteer_runtime::queue::Action;
 use tracing::{debug, warn};
 
 use crate::children::Caches;

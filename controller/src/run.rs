@@ -38,13 +38,13 @@ use crate::children::{
 };
 use crate::metrics::Metrics;
 use crate::reconcilers::{self, scaler, Owner};
+use crate::{storage, Context, Error, Result, SystemClock};
+use kubesteer_runtime::health::STARTING;
+use kubesteer_runtime::lease;
 use kubesteer_runtime::metrics_auth::Authorizer;
 use kubesteer_runtime::queue::{self, Action, ObjectKey, Settings};
 use kubesteer_runtime::serve;
-use kubesteer_runtime::health::STARTING;
-use kubesteer_runtime::lease;
 use kubesteer_runtime::signal::stopped;
-use crate::{storage, Context, Error, Result, SystemClock};
 
 /// Runs the controller until SIGTERM or SIGINT.
 pub async fn run(args: Args) -> Result<()> {

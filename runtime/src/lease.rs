@@ -10,14 +10,14 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::health::STARTING;
+use crate::signal::stopped;
+use crate::Health;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{ObjectMeta, PostParams};
 use kube::{Api, Client, Config};
-use crate::health::STARTING;
-use crate::signal::stopped;
-use crate::Health;
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
@@ -819,7 +819,14 @@ mod tests {
             };
             let task = tokio::spawn(async move {
                 let health = Health::default();
-                elect(elector, Arc::new(|_| {}), &health, shutdown_rx, while_leading).await;
+                elect(
+                    elector,
+                    Arc::new(|_| {}),
+                    &health,
+                    shutdown_rx,
+                    while_leading,
+                )
+                .await;
             });
             Self {
                 runs,

@@ -5,13 +5,13 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::{exposition, health, Health};
 use axum::extract::State;
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::{middleware, Router};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
-use crate::{exposition, health, Health};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tracing::debug;

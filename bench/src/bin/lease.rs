@@ -44,7 +44,10 @@ const NAMESPACE: &str = "default";
 const DURATION_SECONDS: u64 = lease::LEASE_DURATION_SECONDS;
 
 #[derive(Debug, Parser)]
-#[command(name = "kubesteer-bench-lease", about = "Leader election: own vs kube-lease-manager")]
+#[command(
+    name = "kubesteer-bench-lease",
+    about = "Leader election: own vs kube-lease-manager"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -99,7 +102,10 @@ enum Command {
         /// The work directory (etcd's data, logs, the audit log); a new one under /tmp if unset.
         #[arg(long)]
         work: Option<PathBuf>,
-        #[arg(long, default_value = "bench/results/lease-own-vs-kube-lease-manager.json")]
+        #[arg(
+            long,
+            default_value = "bench/results/lease-own-vs-kube-lease-manager.json"
+        )]
         out: PathBuf,
     },
     /// One replica (a child of `run`): runs `elector` on Lease `lease` until its stdin closes,
@@ -145,13 +151,18 @@ async fn main() -> Result<()> {
                 Some(b) => b,
                 None => {
                     let cache = std::env::var_os("KUBESTEER_CACHE").map(PathBuf::from);
-                    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_default();
-                    cache.unwrap_or_else(|| home.join(".cache/kubesteer")).join("bin")
+                    let home = std::env::var_os("HOME")
+                        .map(PathBuf::from)
+                        .unwrap_or_default();
+                    cache
+                        .unwrap_or_else(|| home.join(".cache/kubesteer"))
+                        .join("bin")
                 }
             };
             let work = match work {
                 Some(w) => w,
-                None => std::env::temp_dir().join(format!("kubesteer-lease-bench-{}", std::process::id())),
+                None => std::env::temp_dir()
+                    .join(format!("kubesteer-lease-bench-{}", std::process::id())),
             };
             let options = Options {
                 rounds,
@@ -169,7 +180,11 @@ async fn main() -> Result<()> {
 }
 
 fn log(msg: impl AsRef<str>) {
-    eprintln!("[lease-bench {}] {}", Utc::now().format("%H:%M:%S%.3f"), msg.as_ref());
+    eprintln!(
+        "[lease-bench {}] {}",
+        Utc::now().format("%H:%M:%S%.3f"),
+        msg.as_ref()
+    );
 }
 
 fn say(line: &str) {
@@ -221,7 +236,8 @@ async fn replica(
         Elector::Own => {
             let health = kubesteer_runtime::Health::default();
             let on_leading: lease::OnLeading = Arc::new(|l| say(&format!("leading {l}")));
-            let while_leading = |stop: watch::Receiver<bool>| kubesteer_runtime::signal::stopped(stop);
+            let while_leading =
+                |stop: watch::Receiver<bool>| kubesteer_runtime::signal::stopped(stop);
             lease::run_while_leading(
                 config,
                 (NAMESPACE, lease_name),
@@ -404,7 +420,8 @@ impl Replica {
     /// The first event `line` after the first `skip` events, waiting at most `timeout`.
     async fn wait(&mut self, line: &str, skip: usize, timeout: Duration) -> Result<Event> {
         let found = |e: &Vec<Event>| e.iter().skip(skip).find(|e| e.line == line).cloned();
-        let waited = tokio::time::timeout(timeout, self.events.wait_for(|e| found(e).is_some())).await;
+        let waited =
+            tokio::time::timeout(timeout, self.events.wait_for(|e| found(e).is_some())).await;
         match waited {
             Ok(Ok(e)) => Ok(found(&e).expect("found")),
             Ok(Err(_)) => bail!("{}: its output closed before {line:?}", self.user),
@@ -436,7 +453,11 @@ impl Replica {
     }
 
     fn lines(&self) -> Vec<String> {
-        self.events.borrow().iter().map(|e| e.line.clone()).collect()
+        self.events
+            .borrow()
+            .iter()
+            .map(|e| e.line.clone())
+            .collect()
     }
 
     /// SIGKILL: no release, no last word.
@@ -515,18 +536,29 @@ impl ControlPlane {
         let etcd = Process::new(bin.join("etcd"))
             .args(["--name", "lease-bench", "--data-dir"])
             .arg(work.join("etcd"))
-            .arg(format!("--listen-client-urls=http://127.0.0.1:{etcd_client}"))
-            .arg(format!("--advertise-client-urls=http://127.0.0.1:{etcd_client}"))
+            .arg(format!(
+                "--listen-client-urls=http://127.0.0.1:{etcd_client}"
+            ))
+            .arg(format!(
+                "--advertise-client-urls=http://127.0.0.1:{etcd_client}"
+            ))
             .arg(format!("--listen-peer-urls=http://127.0.0.1:{etcd_peer}"))
-            .arg(format!("--initial-advertise-peer-urls=http://127.0.0.1:{etcd_peer}"))
-            .arg(format!("--initial-cluster=lease-bench=http://127.0.0.1:{etcd_peer}"))
+            .arg(format!(
+                "--initial-advertise-peer-urls=http://127.0.0.1:{etcd_peer}"
+            ))
+            .arg(format!(
+                "--initial-cluster=lease-bench=http://127.0.0.1:{etcd_peer}"
+            ))
             .args(["--unsafe-no-fsync", "--log-level", "warn"])
             .stdout(log_file("etcd.log")?)
             .stderr(log_file("etcd.err.log")?)
             .kill_on_drop(true)
             .spawn()
             .context("starting etcd")?;
-        log(format!("etcd pid {:?} on 127.0.0.1:{etcd_client}", etcd.id()));
+        log(format!(
+            "etcd pid {:?} on 127.0.0.1:{etcd_client}",
+            etcd.id()
+        ));
 
         let mut tokens = String::from("token-admin,lease-bench-admin,admin,\"system:masters\"\n");
         for user in users(electors) {
@@ -558,7 +590,10 @@ impl ControlPlane {
             .arg(format!("--token-auth-file={}", path("tokens.csv")))
             .arg("--service-account-issuer=https://kubernetes.default.svc")
             .arg(format!("--service-account-key-file={}", path("sa.pub")))
-            .arg(format!("--service-account-signing-key-file={}", path("sa.key")))
+            .arg(format!(
+                "--service-account-signing-key-file={}",
+                path("sa.key")
+            ))
             .arg(format!("--audit-policy-file={}", path("audit-policy.yaml")))
             .arg(format!("--audit-log-path={}", path("audit.log")))
             .stdout(log_file("apiserver.log")?)
@@ -566,7 +601,10 @@ impl ControlPlane {
             .kill_on_drop(true)
             .spawn()
             .context("starting kube-apiserver")?;
-        log(format!("kube-apiserver pid {:?} on 127.0.0.1:{port}", apiserver.id()));
+        log(format!(
+            "kube-apiserver pid {:?} on 127.0.0.1:{port}",
+            apiserver.id()
+        ));
         let plane = Self {
             etcd,
             apiserver,
@@ -605,7 +643,10 @@ impl ControlPlane {
     }
 
     async fn stop(mut self) {
-        for (name, child) in [("kube-apiserver", &mut self.apiserver), ("etcd", &mut self.etcd)] {
+        for (name, child) in [
+            ("kube-apiserver", &mut self.apiserver),
+            ("etcd", &mut self.etcd),
+        ] {
             if let Err(e) = child.kill().await {
                 log(format!("stopping {name}: {e}"));
             }
@@ -628,22 +669,33 @@ struct Request {
 }
 
 fn audit(path: &Path) -> Result<Vec<Request>> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     let mut out = Vec::new();
     for line in text.lines() {
         let Ok(e) = serde_json::from_str::<Value>(line) else {
             continue;
         };
-        let s = |p: &str| e.pointer(p).and_then(Value::as_str).unwrap_or_default().to_string();
+        let s = |p: &str| {
+            e.pointer(p)
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string()
+        };
         let at = |p: &str| s(p).parse::<DateTime<Utc>>().ok();
-        let (Some(received), Some(answered)) = (at("/requestReceivedTimestamp"), at("/stageTimestamp")) else {
+        let (Some(received), Some(answered)) =
+            (at("/requestReceivedTimestamp"), at("/stageTimestamp"))
+        else {
             continue;
         };
         out.push(Request {
             user: s("/user/username"),
             verb: s("/verb"),
             lease: s("/objectRef/name"),
-            code: e.pointer("/responseStatus/code").and_then(Value::as_i64).unwrap_or(0),
+            code: e
+                .pointer("/responseStatus/code")
+                .and_then(Value::as_i64)
+                .unwrap_or(0),
             received,
             answered,
         });
@@ -767,7 +819,9 @@ impl Bench {
         for (role, user) in [("leader", &ua), ("standby", &ub)] {
             let mine: Vec<_> = requests
                 .iter()
-                .filter(|r| &r.user == user && r.lease == name && r.received >= since && r.received < until)
+                .filter(|r| {
+                    &r.user == user && r.lease == name && r.received >= since && r.received < until
+                })
                 .collect();
             let mut by_verb: BTreeMap<String, u64> = BTreeMap::new();
             for r in &mine {
@@ -786,7 +840,10 @@ impl Bench {
             .values()
             .filter_map(|v| v["per_minute"].as_f64())
             .sum::<f64>();
-        log(format!("{} steady: {total:.1} requests/min", self.elector.name()));
+        log(format!(
+            "{} steady: {total:.1} requests/min",
+            self.elector.name()
+        ));
         Ok(json!({
             "lease": name,
             "window_s": secs(window),
@@ -809,7 +866,10 @@ impl Bench {
         a.proxy.stall(false);
         let healed = Instant::now();
         // How long the old leader still led: its `leading false`, which may have come before.
-        let a_stopped = a.wait("leading false", a_seen, Duration::from_secs(30)).await.ok();
+        let a_stopped = a
+            .wait("leading false", a_seen, Duration::from_secs(30))
+            .await
+            .ok();
         tokio::time::sleep(Duration::from_secs(5)).await;
         let after = self.lease_now(&name).await?;
         let b_lost = b.lines().iter().filter(|l| *l == "leading false").count();
@@ -818,7 +878,11 @@ impl Bench {
         let (a_led, b_led_spans) = (a.spans(end), b.spans(end));
         let both: Duration = a_led
             .iter()
-            .flat_map(|x| b_led_spans.iter().map(move |y| (x.0.max(y.0), x.1.min(y.1))))
+            .flat_map(|x| {
+                b_led_spans
+                    .iter()
+                    .map(move |y| (x.0.max(y.0), x.1.min(y.1)))
+            })
             .filter(|(from, to)| to > from)
             .map(|(from, to)| to - from)
             .sum();
@@ -833,11 +897,15 @@ impl Bench {
         let (ua, _) = self.users();
         let late: Vec<_> = audit(&self.audit)?
             .into_iter()
-            .filter(|r| r.user == ua && r.lease == name && is_write(&r.verb) && r.answered > b_led.wall)
+            .filter(|r| {
+                r.user == ua && r.lease == name && is_write(&r.verb) && r.answered > b_led.wall
+            })
             .collect();
         let mut late_by_code: BTreeMap<String, u64> = BTreeMap::new();
         for r in &late {
-            *late_by_code.entry(format!("{} {}", r.verb, r.code)).or_default() += 1;
+            *late_by_code
+                .entry(format!("{} {}", r.verb, r.code))
+                .or_default() += 1;
         }
         let accepted = late.iter().filter(|r| (200..300).contains(&r.code)).count();
         let window = match &a_stopped {
@@ -975,7 +1043,8 @@ async fn run(bin: &Path, work: &Path, electors: &[Elector], options: &Options) -
             .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
             .unwrap_or_default()
     };
-    let lease_rs_changed = !git(&["status", "--porcelain", "--", "runtime/src/lease.rs"]).is_empty();
+    let lease_rs_changed =
+        !git(&["status", "--porcelain", "--", "runtime/src/lease.rs"]).is_empty();
     let medians = |path: &str| -> Value {
         by_elector
             .iter()

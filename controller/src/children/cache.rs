@@ -779,8 +779,8 @@ mod tests {
 
     #[test]
     fn an_owner_is_packed_whole_and_found_by_its_key() {
-        use kubesteer_runtime::queue::ObjectKey;
         use kubesteer_api::Memcached;
+        use kubesteer_runtime::queue::ObjectKey;
         let value = json!({
             "apiVersion": <Memcached as Resource>::api_version(&()), "kind": "Memcached",
             "metadata": {"name": "cache", "namespace": "team", "uid": "u-1",

@@ -199,7 +199,7 @@ impl Drop for ReconcileMeasurer {
     }
 }
 
-    impl kubesteer_runtime::serve::Exposition for Metrics {
+impl kubesteer_runtime::serve::Exposition for Metrics {
     fn parts(&self) -> Box<dyn Iterator<Item = Result<String, std::fmt::Error>> + Send + 'static> {
         Box::new(self.exposition())
     }
@@ -218,7 +218,6 @@ pub fn self_signed(namespace: &str) -> crate::Result<rustls::ServerConfig> {
     let bundle = kubesteer_certs::generate(&opts)?;
     Ok(kubesteer_certs::server_config(&bundle.serving)?)
 }
-
 
 #[cfg(test)]
 mod served;

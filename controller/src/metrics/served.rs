@@ -16,7 +16,6 @@ use axum::body::Body;
 use serde_json::json;
 use tower::ServiceExt;
 
-
 const TOKEN_REVIEWS: &str = "/apis/authentication.k8s.io/v1/tokenreviews?";
 const ACCESS_REVIEWS: &str = "/apis/authorization.k8s.io/v1/subjectaccessreviews?";
 
@@ -128,7 +127,6 @@ async fn an_unreachable_apiserver_is_a_503_and_is_not_remembered() {
     drop(app);
     scenario.finish(ctx).await;
 }
-
 
 async fn get_from(addr: SocketAddr, path: &str) -> (u16, String) {
     get_with(addr, path, "").await

@@ -132,9 +132,9 @@ mod tests {
     use crate::children::Caches;
     use crate::fixtures::{self, Call};
     use crate::reconcilers::{name_conflict_conditions, reconcile, NAME_CONFLICT_REQUEUE};
-    use kubesteer_runtime::queue::Action;
     use k8s_openapi::api::apps::v1::Deployment;
     use kubesteer_api::keys::annotation;
+    use kubesteer_runtime::queue::Action;
     use serde_json::json;
     use std::sync::Arc;
 

@@ -6,7 +6,6 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kubesteer_runtime::queue::Action;
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentCondition};
 use k8s_openapi::api::core::v1::Service;
@@ -18,6 +17,7 @@ use kube::core::NamespaceResourceScope;
 use kube::runtime::events::EventType;
 use kube::Resource;
 use kubesteer_api::common::condition;
+use kubesteer_runtime::queue::Action;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 

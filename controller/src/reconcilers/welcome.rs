@@ -2,7 +2,6 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use kubesteer_runtime::queue::Action;
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{
@@ -17,6 +16,7 @@ use kube::{Api, Resource, ResourceExt};
 use kubesteer_api::keys::{annotation, reason, CONTROLLER_FIELD_MANAGER};
 use kubesteer_api::welcome::{ServiceType, PASSWORD_KEY};
 use kubesteer_api::{Welcome, WelcomeStatus};
+use kubesteer_runtime::queue::Action;
 
 use crate::children::{self, child_meta, ListedPod, NameConflict, Packed};
 use crate::reconcilers::{previous_conditions, time, Observed, Owner, Prepared, Rollout};

@@ -5,7 +5,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use kubesteer_runtime::queue::Action;
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use kube::api::{ApiResource, DynamicObject, ListParams, Patch};
@@ -25,6 +24,7 @@ use kubesteer_api::scaler::v1beta1::{
 };
 use kubesteer_api::scaler::{scaler_id, Record};
 use kubesteer_api::{Scaler, ScalerStatus};
+use kubesteer_runtime::queue::Action;
 use serde_json::{json, Value};
 use tracing::{info, warn};
 
