@@ -216,14 +216,9 @@ fn changes(
     found: &Found,
     visit: &Visit<'_>,
 ) -> Changes {
-    let Found {
-        current,
-        hpa,
-        hpa_record,
-        keda,
-        earlier,
-        record,
-    } = found;
+    let (current, record) = (&found.current, &found.record);
+    let (hpa, hpa_record) = (&found.hpa, &found.hpa_record);
+    let (keda, earlier) = (&found.keda, &found.earlier);
     let release = visit.release;
     // In the schedule (or held at outsideReplicas), the replicas every target should have.
     let effective = visit.wanted.or(visit.outside);
