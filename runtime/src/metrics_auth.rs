@@ -14,11 +14,12 @@ use k8s_openapi::api::authorization::v1::{
 };
 use kube::api::PostParams;
 use kube::{Api, Client};
-use moka::future::Cache;
 use tracing::warn;
 
-/// How long a token's decision is reused: a revoked token or binding stops working within this,
-/// and a scraper every 15-30 s costs at most two reviews per scrape.
+use crate::access_cache::{AccessCache, Verdict};
+
+/// How long a token's decision is reused, whatever it is: a revoked token or binding stops
+/// working within this, and a scraper every 15-30 s costs at most two reviews per scrape.
 const DECISION_TTL: Duration = Duration::from_secs(10);
 
 /// Tokens whose decision is remembered at once: scrapers need a handful, and a flood of made-up
@@ -40,22 +41,25 @@ pub enum Decision {
     Unauthenticated,
 }
 
+impl Verdict for Decision {
+    fn grants(&self) -> bool {
+        *self == Decision::Allowed
+    }
+}
+
 /// Asks the apiserver about tokens, and remembers each answer briefly.
 #[derive(Clone)]
 pub struct Authorizer {
     client: Client,
     // Keyed by the token's SHA-256, so the tokens themselves are not kept.
-    decisions: Cache<[u8; 32], Decision>,
+    decisions: AccessCache<[u8; 32], Decision>,
 }
 
 impl Authorizer {
     pub fn new(client: Client) -> Self {
         Self {
             client,
-            decisions: Cache::builder()
-                .max_capacity(MAX_TOKENS)
-                .time_to_live(DECISION_TTL)
-                .build(),
+            decisions: AccessCache::new(MAX_TOKENS, DECISION_TTL, DECISION_TTL),
         }
     }
 
@@ -65,7 +69,7 @@ impl Authorizer {
         let mut key = [0u8; 32];
         key.copy_from_slice(digest.as_ref());
         self.decisions
-            .try_get_with(key, review(&self.client, token))
+            .get_or_ask(key, review(&self.client, token))
             .await
     }
 }
