@@ -1,31 +1,32 @@
-//! Permission checks for a request's author, with a short cache of answers: grants for
-//! [`TTL`], denials for a fifth of it, and one SubjectAccessReview at a time for the same
+//! Permission checks for a request's author, with a short cache of answers
+//! ([`kubesteer_runtime::access_cache`], the one the controller's /metrics guard uses too): grants
+//! for [`TTL`], denials for a fifth of it, and one SubjectAccessReview at a time for the same
 //! question, so that a burst of identical reviews (a forged `userInfo` among them) costs the
 //! apiserver one check, not one per review. SubjectAccessReviews actually sent are bounded by a
 //! token bucket ([`SarLimit`]), so a flood of distinct questions spends at most that share of
 //! the webhook's API priority: a check over the bound waits at most [`MAX_WAIT`] for its turn,
 //! and otherwise fails as "could not check" (a denial naming the reason), never queueing.
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::authentication::v1::UserInfo;
 use kubesteer_api::access::Access;
+use kubesteer_runtime::access_cache::AccessCache;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 
 use crate::cluster::Cluster;
 use crate::metrics::SarLabels;
 
-/// How long a granted permission is trusted without asking again.
+/// How long a granted permission is trusted without asking again. In the last fifth of it, one
+/// request asks again while the others still use the grant, so that a grant in steady use never
+/// expires under load (where every request in flight would wait for a SubjectAccessReview of
+/// its own) and never outlives its TTL either.
 pub const TTL: Duration = Duration::from_secs(10);
-/// In the last fifth of a grant's TTL, one request asks again while the others still use the
-/// grant, so that a grant in steady use never expires under load (where every request in flight
-/// would wait for a SubjectAccessReview of its own) and never outlives its TTL either.
-const REFRESH_IN_LAST: u32 = 5;
 /// A denial is kept for this share of a grant's TTL, so a new grant counts within it.
 const DENIAL_SHARE: u32 = 5;
-/// Most answers kept; past it the oldest is dropped.
+/// Most answers kept; past it the least recently used is dropped.
 pub const CAPACITY: usize = 4096;
 /// The longest a check waits for its turn under the [`SarLimit`]. The apiserver gives a whole
 /// review `timeoutSeconds` (5 s in the chart), a review's checks run at once, and the check
@@ -135,28 +136,9 @@ struct Key {
     access: Access,
 }
 
-/// An answer: when it was asked, whether it granted, and whether a request is asking again.
-struct Grant {
-    asked: Instant,
-    granted: bool,
-    refreshing: bool,
-}
-
-/// What the cache says about a question.
-enum Cached {
-    /// A valid answer.
-    Answer(bool),
-    /// A grant in the last fifth of its TTL: this request asks again, the others use it.
-    AskAgain,
-}
-
 /// Answers by identity and permission.
 pub struct Permissions {
-    granted: Mutex<HashMap<Key, Grant>>,
-    /// The question being asked now, one lock each: the others asking it wait for its answer.
-    asking: Mutex<HashMap<Key, Turn>>,
-    ttl: Duration,
-    capacity: usize,
+    answers: AccessCache<Key, bool>,
     /// The bound on SubjectAccessReviews sent.
     bucket: Bucket,
     /// SubjectAccessReviews sent and refused by the bound (the metrics' family once
@@ -173,10 +155,7 @@ impl Default for Permissions {
 impl Permissions {
     pub fn new(ttl: Duration, capacity: usize) -> Self {
         Self {
-            granted: Mutex::default(),
-            asking: Mutex::default(),
-            ttl,
-            capacity: capacity.max(1),
+            answers: AccessCache::new(capacity as u64, ttl, ttl / DENIAL_SHARE),
             bucket: Bucket::new(SarLimit::default()),
             reviews: Family::default(),
         }
@@ -219,32 +198,9 @@ impl Permissions {
         cluster.permitted(user, access).await
     }
 
-    /// How long a denial is kept.
-    fn denial_ttl(&self) -> Duration {
-        self.ttl / DENIAL_SHARE
-    }
-
-    /// What the cache says about `key` now; a grant in the last fifth of its TTL is marked as
-    /// being asked again, by the one request told [`Cached::AskAgain`].
-    fn cached(&self, key: &Key, now: Instant) -> Option<Cached> {
-        let mut granted = self.lock();
-        let answer = granted.get_mut(key)?;
-        let age = now.duration_since(answer.asked);
-        if !answer.granted {
-            return (age < self.denial_ttl()).then_some(Cached::Answer(false));
-        }
-        if age >= self.ttl {
-            return None;
-        }
-        if answer.refreshing || age < self.ttl - self.ttl / REFRESH_IN_LAST {
-            return Some(Cached::Answer(true));
-        }
-        answer.refreshing = true;
-        Some(Cached::AskAgain)
-    }
-
-    /// Whether `user` holds `access`. A grant is kept for the TTL, a denial for a fifth of it
-    /// (a new grant counts within that), errors not at all.
+    /// Whether `user` holds `access`. A grant is kept for the TTL (asked again in its last
+    /// fifth, standing on an error), a denial for a fifth of it (a new grant counts within
+    /// that), errors not at all.
     pub async fn check<C: Cluster>(
         &self,
         cluster: &C,
@@ -258,132 +214,19 @@ impl Permissions {
             extra: user.extra.clone(),
             access: access.clone(),
         };
-        // Whether this request asks again for a grant that is still valid. If it is dropped
-        // before the answer, the grant simply expires at its TTL and the next request asks.
-        let mut refreshing = match self.cached(&key, Instant::now()) {
-            Some(Cached::Answer(answer)) => return Ok(answer),
-            Some(Cached::AskAgain) => true,
-            None => false,
-        };
-        // One request asks a question at a time; the others wait for it and take its answer
-        // (or, if the grant it waited for has reached its last fifth meanwhile, ask again).
-        let _asking = Asking::new(self, &key).await;
-        if !refreshing {
-            match self.cached(&key, Instant::now()) {
-                Some(Cached::Answer(answer)) => return Ok(answer),
-                Some(Cached::AskAgain) => refreshing = true,
-                None => {}
-            }
-        }
-        let now = Instant::now();
-        let answer = self.ask(cluster, user, access).await;
-        let result = match answer {
-            Ok(granted) => {
-                // A denial counts at once, for every request, and takes a grant away.
-                self.remember(key.clone(), now, granted);
-                Ok(granted)
-            }
-            // The grant asked again is still within its TTL: it stands, and a later request
-            // asks again.
-            Err(_) if refreshing => {
-                if let Some(grant) = self.lock().get_mut(&key) {
-                    grant.refreshing = false;
-                }
-                Ok(true)
-            }
-            Err(e) => Err(e),
-        };
-        result
-    }
-
-    fn remember(&self, key: Key, now: Instant, answer: bool) {
-        let mut granted = self.lock();
-        if granted.len() >= self.capacity && !granted.contains_key(&key) {
-            let (ttl, denial_ttl) = (self.ttl, self.denial_ttl());
-            granted.retain(|_, grant| {
-                now.duration_since(grant.asked) < if grant.granted { ttl } else { denial_ttl }
-            });
-            if granted.len() >= self.capacity {
-                let oldest = granted
-                    .iter()
-                    .min_by_key(|(_, grant)| grant.asked)
-                    .map(|(k, _)| k.clone());
-                if let Some(oldest) = oldest {
-                    granted.remove(&oldest);
-                }
-            }
-        }
-        granted.insert(
-            key,
-            Grant {
-                asked: now,
-                granted: answer,
-                refreshing: false,
-            },
-        );
+        self.answers
+            .get_or_ask(key, self.ask(cluster, user, access))
+            .await
+            .map_err(Arc::unwrap_or_clone)
     }
 
     /// Number of answers held, for tests.
-    pub fn len(&self) -> usize {
-        self.lock().len()
+    pub async fn len(&self) -> usize {
+        self.answers.len().await as usize
     }
 
-    /// Number of questions being asked now, for tests.
-    pub fn asking(&self) -> usize {
-        self.asking_lock().len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    fn asking_lock(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Turn>> {
-        self.asking.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Grant>> {
-        // A panic elsewhere while holding the lock leaves the map usable: each entry is whole.
-        self.granted.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
-
-/// The lock of one question, shared by whoever asks it now.
-type Turn = Arc<tokio::sync::Mutex<()>>;
-
-/// This request's turn to ask a question: held until dropped (answered, or the request gone),
-/// then the question's lock is forgotten once nobody else holds or waits for it.
-struct Asking<'a> {
-    permissions: &'a Permissions,
-    key: &'a Key,
-    held: Option<tokio::sync::OwnedMutexGuard<()>>,
-}
-
-impl<'a> Asking<'a> {
-    async fn new(permissions: &'a Permissions, key: &'a Key) -> Self {
-        let turn = permissions
-            .asking_lock()
-            .entry(key.clone())
-            .or_default()
-            .clone();
-        Self {
-            permissions,
-            key,
-            held: Some(turn.lock_owned().await),
-        }
-    }
-}
-
-impl Drop for Asking<'_> {
-    fn drop(&mut self) {
-        self.held = None;
-        let mut asking = self.permissions.asking_lock();
-        // Only the map holds it: nobody asks or waits.
-        if asking
-            .get(self.key)
-            .is_some_and(|t| Arc::strong_count(t) == 1)
-        {
-            asking.remove(self.key);
-        }
+    pub async fn is_empty(&self) -> bool {
+        self.len().await == 0
     }
 }
 
