@@ -2,20 +2,15 @@
 //! its environment takes values from; advice about its IngressClass and about another Ingress
 //! that serves the same host and path, named only to an author who may get it.
 use kubesteer_api::access::Access;
-use kubesteer_api::field::FieldErrors;
 use kubesteer_api::ApplicationSpec;
 
 use super::{ask_all, permitted, read_spec, Admitting, Rules};
 use crate::cluster::Cluster;
 
 impl Rules for ApplicationSpec {
-    async fn check<C: Cluster>(
-        &self,
-        on: &Admitting<'_, C>,
-        errors: &mut FieldErrors,
-        warnings: &mut Vec<String>,
-    ) {
+    async fn check<C: Cluster>(&self, on: &mut Admitting<'_, C>) {
         let (state, request, spec) = (on.state, on.request, self);
+        let (errors, warnings) = (&mut *on.errors, &mut *on.warnings);
         let me = (on.namespace, on.name);
         let old = request
             .old_object

@@ -303,19 +303,20 @@ async fn decide<C: Cluster>(
                 errors.push(error);
             }
             if errors.is_empty() {
-                let on = Admitting {
+                let mut on = Admitting {
                     state,
                     request,
                     object,
                     namespace: &namespace,
                     name: &name,
+                    errors: &mut errors,
+                    warnings: &mut warnings,
                 };
-                let (e, w) = (&mut errors, &mut warnings);
                 match &spec {
-                    Spec::Scaler(spec) => spec.check(&on, e, w).await,
-                    Spec::Welcome(spec) => spec.check(&on, e, w).await,
-                    Spec::Memcached(spec) => spec.check(&on, e, w).await,
-                    Spec::Application(spec) => spec.check(&on, e, w).await,
+                    Spec::Scaler(spec) => spec.check(&mut on).await,
+                    Spec::Welcome(spec) => spec.check(&mut on).await,
+                    Spec::Memcached(spec) => spec.check(&mut on).await,
+                    Spec::Application(spec) => spec.check(&mut on).await,
                 }
             }
             if errors.is_empty() {
@@ -356,12 +357,9 @@ fn image_refused<C>(
 /// module; [`decide`] calls them once the spec's own rules (api's `Spec::validate`) and the image
 /// policy passed. A denial goes to `errors`, advice to `warnings`.
 trait Rules {
-    async fn check<C: Cluster>(
-        &self,
-        on: &Admitting<'_, C>,
-        errors: &mut FieldErrors,
-        warnings: &mut Vec<String>,
-    );
+    /// Adds to `on.errors` and `on.warnings`; none by default (a kind whose rules need no
+    /// cluster).
+    async fn check<C: Cluster>(&self, _on: &mut Admitting<'_, C>) {}
 }
 
 /// The review a kind's [`Rules`] judge: the state, the request, its object, and the object's
@@ -372,6 +370,8 @@ struct Admitting<'a, C> {
     object: &'a Value,
     namespace: &'a str,
     name: &'a str,
+    errors: &'a mut FieldErrors,
+    warnings: &'a mut Vec<String>,
 }
 
 /// Asks whether the author holds each permission of `required`, all at once.

@@ -2,7 +2,7 @@
 //! resolved, permission on every target, claims, and advice.
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kubesteer_api::access::Access;
-use kubesteer_api::field::{FieldError, FieldErrors};
+use kubesteer_api::field::FieldError;
 use kubesteer_api::scaler::claims::Claimant;
 use kubesteer_api::scaler::v1beta1::HpaCooperation;
 use kubesteer_api::ScalerSpec;
@@ -14,13 +14,9 @@ use crate::cluster::Cluster;
 use crate::review::meta;
 
 impl Rules for ScalerSpec {
-    async fn check<C: Cluster>(
-        &self,
-        on: &Admitting<'_, C>,
-        errors: &mut FieldErrors,
-        warnings: &mut Vec<String>,
-    ) {
+    async fn check<C: Cluster>(&self, on: &mut Admitting<'_, C>) {
         let (state, request, spec) = (on.state, on.request, self);
+        let (errors, warnings) = (&mut *on.errors, &mut *on.warnings);
         // Who claims a shared target first: its age and uid decide.
         let me = &Claimant {
             namespace: on.namespace.to_string(),

@@ -1,18 +1,13 @@
 //! The Welcome rule that needs the cluster: its author may read the Secret it references.
-use kubesteer_api::field::FieldErrors;
 use kubesteer_api::WelcomeSpec;
 
 use super::{permitted, read_spec, Admitting, Rules};
 use crate::cluster::Cluster;
 
 impl Rules for WelcomeSpec {
-    async fn check<C: Cluster>(
-        &self,
-        on: &Admitting<'_, C>,
-        errors: &mut FieldErrors,
-        _warnings: &mut Vec<String>,
-    ) {
+    async fn check<C: Cluster>(&self, on: &mut Admitting<'_, C>) {
         let (state, request, spec, namespace) = (on.state, on.request, self, on.namespace);
+        let errors = &mut *on.errors;
         let old = request
             .old_object
             .as_ref()
