@@ -2,9 +2,6 @@
 //! ([`ScalerMetrics`]).
 use std::time::Instant;
 
-use chrono::{DateTime, Utc};
-use kubesteer_api::{Scaler, ScalerStatus};
-
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -143,19 +140,6 @@ impl Metrics {
         }
     }
 
-    /// Records a Scaler's reconcile: its status went from `previous` to `status` (written) at
-    /// `now`, its targets wanting `wanted` replicas (None: their original).
-    pub fn scaler_observed(
-        &self,
-        scaler: &Scaler,
-        previous: &ScalerStatus,
-        status: &ScalerStatus,
-        wanted: Option<i32>,
-        now: DateTime<Utc>,
-    ) {
-        self.scalers.observed(scaler, previous, status, wanted, now);
-    }
-
     /// Drops the series of a Scaler that is being deleted.
     pub fn scaler_deleted(&self, namespace: &str, name: &str) {
         self.scalers.deleted(namespace, name);
@@ -176,8 +160,9 @@ impl Metrics {
             .chain(std::iter::once(eof))
     }
 
-    #[cfg(test)]
-    pub(crate) fn scalers(&self) -> &ScalerMetrics {
+    /// The per-Scaler metrics: a reconcile of a Scaler records itself there
+    /// ([`ScalerMetrics::observed`]).
+    pub fn scalers(&self) -> &ScalerMetrics {
         &self.scalers
     }
 

@@ -713,16 +713,26 @@ kubesteer_scaler_transitions_total{namespace="team",scaler="nightly"} 1"#;
         };
         let nightly = named("team", "nightly");
         let written = at("2026-03-02T09:00:00.120Z");
-        metrics.scaler_observed(&nightly, &previous, &with_old, None, written);
+        metrics
+            .scalers()
+            .observed(&nightly, &previous, &with_old, None, written);
         let mut status = with_old.clone();
         status.targets.remove(1);
         let later = at("2026-03-02T09:00:05Z");
-        metrics.scaler_observed(&nightly, &with_old, &status, None, later);
+        metrics
+            .scalers()
+            .observed(&nightly, &with_old, &status, None, later);
         let none = ScalerStatus::default();
-        metrics.scaler_observed(&named("ops", "quiet"), &none, &none, Some(1), later);
+        metrics
+            .scalers()
+            .observed(&named("ops", "quiet"), &none, &none, Some(1), later);
         let late = at("2026-03-02T09:00:45Z");
-        metrics.scaler_observed(&named("ops", "gone"), &previous, &status, Some(0), late);
-        metrics.scaler_observed(&named("ops", "late"), &previous, &status, Some(0), late);
+        metrics
+            .scalers()
+            .observed(&named("ops", "gone"), &previous, &status, Some(0), late);
+        metrics
+            .scalers()
+            .observed(&named("ops", "late"), &previous, &status, Some(0), late);
         metrics.scaler_deleted("ops", "gone");
     }
 
@@ -758,7 +768,9 @@ kubesteer_scaler_transitions_total{namespace="team",scaler="nightly"} 1"#;
         let metrics = Metrics::default();
         let none = ScalerStatus::default();
         let now = at("2026-03-02T09:00:05Z");
-        metrics.scaler_observed(&named("ops", "quiet"), &none, &none, Some(1), now);
+        metrics
+            .scalers()
+            .observed(&named("ops", "quiet"), &none, &none, Some(1), now);
         let text = metrics.encode().unwrap();
         // One series per family: the order is the families' own, as they wrote it.
         let lines: Vec<_> = text
@@ -807,7 +819,9 @@ kubesteer_scaler_replicas_held_below_original{namespace="ops",scaler="quiet"} 0"
             ..ScalerStatus::default()
         };
         let now = at("2026-03-02T10:00:00Z");
-        metrics.scaler_observed(&scaler(json!({})), &status, &status, None, now);
+        metrics
+            .scalers()
+            .observed(&scaler(json!({})), &status, &status, None, now);
         let text = metrics.encode().unwrap();
         let count = |prefix: &str| samples(&text, prefix).len();
         assert_eq!(
@@ -837,9 +851,13 @@ kubesteer_scaler_replicas_held_below_original{namespace="ops",scaler="quiet"} 0"
             ..applied(boundary)
         };
         let written = at("2026-03-02T09:00:00.120Z");
-        metrics.scaler_observed(&s, &previous, &status, Some(0), written);
+        metrics
+            .scalers()
+            .observed(&s, &previous, &status, Some(0), written);
         // The next reconcile sees the same transition as the last: not counted again.
-        metrics.scaler_observed(&s, &status, &status, Some(0), at("2026-03-02T09:05:00Z"));
+        metrics
+            .scalers()
+            .observed(&s, &status, &status, Some(0), at("2026-03-02T09:05:00Z"));
         let text = metrics.encode().unwrap();
         let scaler = r#"{namespace="team",scaler="nightly"}"#;
         assert_eq!(
@@ -933,12 +951,14 @@ kubesteer_scaler_replicas_held_below_original{namespace="ops",scaler="quiet"} 0"
             ..ScalerStatus::default()
         };
         let now = at("2026-03-02T10:00:00Z");
-        metrics.scaler_observed(&s, &ScalerStatus::default(), &two, Some(0), now);
+        metrics
+            .scalers()
+            .observed(&s, &ScalerStatus::default(), &two, Some(0), now);
         let one = ScalerStatus {
             targets: vec![target("web", Some(0), Some(3))],
             ..two.clone()
         };
-        metrics.scaler_observed(&s, &two, &one, Some(0), now);
+        metrics.scalers().observed(&s, &two, &one, Some(0), now);
         let text = metrics.encode().unwrap();
         // No transition yet: its series are there, at zero.
         assert!(
@@ -968,7 +988,9 @@ kubesteer_scaler_replicas_held_below_original{namespace="ops",scaler="quiet"} 0"
             ..coming(at("2026-03-02T17:00:00Z"))
         };
         let now = at("2026-03-02T10:00:00Z");
-        metrics.scaler_observed(&scaler(json!({})), &status, &status, Some(0), now);
+        metrics
+            .scalers()
+            .observed(&scaler(json!({})), &status, &status, Some(0), now);
         metrics.set_leading(false);
         let text = metrics.encode().unwrap();
         // No series, so no family either (not even its HELP and TYPE lines).

@@ -234,7 +234,8 @@ async fn apply(scaler: &Scaler, ctx: &ScalerContext) -> Result<Action> {
     };
     let replicas = plan.replicas.or(scaler.spec.outside_replicas);
     ctx.metrics
-        .scaler_observed(scaler, &previous, &observed, replicas, written_at);
+        .scalers()
+        .observed(scaler, &previous, &observed, replicas, written_at);
     // The failed targets are retried with the Scaler's backoff (never past its next transition),
     // and the failure is announced as any failed reconcile is.
     if let Some(failed) = targets_failed(outcome.failed) {
