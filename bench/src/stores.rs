@@ -176,7 +176,9 @@ pub fn run(dir: &Path, count: usize) -> Result<Value> {
     for i in 0..count {
         let s: Scaler = copy(&scaler, i)?;
         let status = s.status.clone().unwrap_or_default();
-        metrics.scaler_observed(&s, &ScalerStatus::default(), &status, None, now);
+        metrics
+            .scalers()
+            .observed(&s, &ScalerStatus::default(), &status, None, now);
     }
     let grown = rss()?.saturating_sub(before) as f64 / count as f64;
     lines.insert(
