@@ -9,9 +9,9 @@
 //! - [`lease`]: leader election on a coordination.k8s.io Lease.
 //! - [`serve`]: the HTTP(S) server of /metrics and the probes; [`metrics_auth`]: the token a
 //!   scrape of /metrics needs (TokenReview, then SubjectAccessReview).
-//! - [`access_cache`]: the apiserver's answers about access, kept briefly (grants and denials
-//!   each for their own TTL, one question asked once at a time, grants in use asked again
-//!   before they expire): the webhook's permission checks and [`metrics_auth`]'s tokens.
+//! - [`answer_cache`]: the apiserver's answers, kept briefly (grants and denials each for their
+//!   own TTL, one question asked once at a time, grants in use asked again before they
+//!   expire): the webhook's permission checks, [`metrics_auth`]'s tokens and [`scale`]'s kinds.
 //! - [`lock`]: a mutex lock that ignores poison.
 //! - [`health::Health`]: readiness from every watch's state, and the `/healthz` and `/readyz`
 //!   handlers ([`health::routes`]).
@@ -20,7 +20,7 @@
 //! - [`scale`]: a RESTMapper for Scaler targets of any kind, and their `/scale` subresource.
 //! - [`claims::follow`]: the Scalers' claim index kept in step with their watch.
 //! - [`Allocator`]: the binaries' global allocator.
-pub mod access_cache;
+pub mod answer_cache;
 pub mod claims;
 pub mod exposition;
 pub mod health;

@@ -16,7 +16,7 @@ use kube::api::PostParams;
 use kube::{Api, Client};
 use tracing::warn;
 
-use crate::access_cache::{AccessCache, Verdict};
+use crate::answer_cache::{AnswerCache, Verdict};
 
 /// How long a token's decision is reused, whatever it is: a revoked token or binding stops
 /// working within this, and a scraper every 15-30 s costs at most two reviews per scrape.
@@ -52,14 +52,14 @@ impl Verdict for Decision {
 pub struct Authorizer {
     client: Client,
     // Keyed by the token's SHA-256, so the tokens themselves are not kept.
-    decisions: AccessCache<[u8; 32], Decision>,
+    decisions: AnswerCache<[u8; 32], Decision>,
 }
 
 impl Authorizer {
     pub fn new(client: Client) -> Self {
         Self {
             client,
-            decisions: AccessCache::new(MAX_TOKENS, DECISION_TTL, DECISION_TTL),
+            decisions: AnswerCache::new(MAX_TOKENS, DECISION_TTL, DECISION_TTL),
         }
     }
 

@@ -2,17 +2,19 @@
 //! whether it has a `/scale` subresource), and reads and writes through that subresource.
 //!
 //! The webhook denies a target the mapper cannot scale, naming the field; the controller scales
-//! what it maps. Answers are cached: a mapping for [`FOUND_TTL`], a refusal for [`MISSING_TTL`],
-//! so a CRD installed after a Scaler that names it is picked up soon.
-use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+//! what it maps. Answers are cached in an [`AnswerCache`] (moka): a mapping for [`FOUND_TTL`], a
+//! refusal for [`MISSING_TTL`], so a CRD installed after a Scaler that names it is picked up
+//! soon; the same kind asked at once is looked up once.
+use std::sync::Arc;
+use std::time::Duration;
 
 use k8s_openapi::api::autoscaling::v1::Scale;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::core::GroupVersionKind;
 use kube::discovery::{ApiResource, Scope};
 use kube::Client;
+
+use crate::answer_cache::{AnswerCache, Verdict};
 
 /// How long a found resource is trusted before discovery is asked again.
 pub const FOUND_TTL: Duration = Duration::from_secs(600);
@@ -35,65 +37,48 @@ pub type Mapping = Result<ApiResource, Unscalable>;
 
 type Key = (String, String);
 
-/// Discovery's answers by `(apiVersion, kind)`, with the time each was had.
-#[derive(Default)]
-struct Cache(Mutex<HashMap<Key, (Instant, Mapping)>>);
+/// How many kinds' answers are kept; a cluster serves a few hundred kinds.
+const CAPACITY: u64 = 1024;
 
-impl Cache {
-    /// The answer for `key`, while it is fresh at `now`.
-    fn get(&self, key: &Key, now: Instant) -> Option<Mapping> {
-        let cache = self.lock();
-        let (at, mapping) = cache.get(key)?;
-        let ttl = if mapping.is_ok() {
-            FOUND_TTL
-        } else {
-            MISSING_TTL
-        };
-        (now.duration_since(*at) < ttl).then(|| mapping.clone())
-    }
-
-    fn put(&self, key: Key, at: Instant, mapping: Mapping) {
-        self.lock().insert(key, (at, mapping));
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Key, (Instant, Mapping)>> {
-        self.0
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+impl Verdict for Mapping {
+    fn grants(&self) -> bool {
+        self.is_ok()
     }
 }
 
 /// Which resource a kind is, from the apiserver's discovery, with a cache.
 pub struct RestMapper {
     client: Client,
-    cache: Cache,
+    cache: AnswerCache<Key, Mapping>,
 }
 
 impl RestMapper {
     pub fn new(client: Client) -> Self {
         Self {
             client,
-            cache: Cache::default(),
+            cache: AnswerCache::new(CAPACITY, FOUND_TTL, MISSING_TTL),
         }
     }
 
     /// Takes `mapping` as the answer for `api_version`/`kind` for the usual time, as if
     /// discovery had given it (tests, and kinds known without asking).
-    pub fn remember(&self, api_version: &str, kind: &str, mapping: Mapping) {
+    pub async fn remember(&self, api_version: &str, kind: &str, mapping: Mapping) {
         let key = (api_version.to_string(), kind.to_string());
-        self.cache.put(key, Instant::now(), mapping);
+        self.cache.remember(key, mapping).await;
     }
 
     /// The resource of `api_version`/`kind`, or why it cannot be scaled; Err only when the
-    /// apiserver could not be asked.
+    /// apiserver could not be asked (a caller that waited on another's lookup gets its error as
+    /// text).
     pub async fn resolve(&self, api_version: &str, kind: &str) -> Result<Mapping, kube::Error> {
         let key = (api_version.to_string(), kind.to_string());
-        if let Some(cached) = self.cache.get(&key, Instant::now()) {
-            return Ok(cached);
-        }
-        let mapping = self.discover(api_version, kind).await?;
-        self.cache.put(key, Instant::now(), mapping.clone());
-        Ok(mapping)
+        self.cache
+            .get_or_ask(key, self.discover(api_version, kind))
+            .await
+            .map_err(|shared| {
+                Arc::try_unwrap(shared)
+                    .unwrap_or_else(|e| kube::Error::Service(e.to_string().into()))
+            })
     }
 
     async fn discover(&self, api_version: &str, kind: &str) -> Result<Mapping, kube::Error> {
@@ -226,30 +211,30 @@ mod tests {
         assert_eq!(mapping_of(cron.clone(), Scope::Namespaced, false), Ok(cron));
     }
 
-    #[test]
-    fn answers_are_cached_a_refusal_more_briefly() {
-        let cache = Cache::default();
-        let found = ("apps/v1".to_string(), "StatefulSet".to_string());
-        let missing = ("example.com/v1".to_string(), "Widget".to_string());
-        let t0 = Instant::now();
-        cache.put(
-            found.clone(),
-            t0,
-            Ok(resource("StatefulSet", "statefulsets")),
-        );
+    #[tokio::test]
+    async fn a_remembered_answer_is_used_without_asking_the_apiserver() {
+        // Nothing listens on this address: a lookup would fail.
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let mapper = RestMapper::new(Client::try_from(config).unwrap());
+        let sts = resource("StatefulSet", "statefulsets");
+        mapper
+            .remember("apps/v1", "StatefulSet", Ok(sts.clone()))
+            .await;
         let unknown = Unscalable::UnknownKind {
-            api_version: missing.0.clone(),
-            kind: missing.1.clone(),
+            api_version: "example.com/v1".into(),
+            kind: "Widget".into(),
         };
-        cache.put(missing.clone(), t0, Err(unknown));
-        let later = t0 + MISSING_TTL + Duration::from_secs(1);
-        assert!(cache.get(&found, later).is_some());
-        assert!(cache.get(&missing, t0).is_some());
-        assert!(cache.get(&missing, later).is_none(), "asked again");
-        assert!(cache.get(&found, t0 + FOUND_TTL).is_none());
+        mapper
+            .remember("example.com/v1", "Widget", Err(unknown.clone()))
+            .await;
         assert_eq!(
-            cache.get(&missing, t0).map(|m| m.unwrap_err().to_string()),
-            Some("the cluster serves no kind \"Widget\" in \"example.com/v1\"".to_string())
+            mapper.resolve("apps/v1", "StatefulSet").await.unwrap(),
+            Ok(sts)
         );
+        assert_eq!(
+            mapper.resolve("example.com/v1", "Widget").await.unwrap(),
+            Err(unknown)
+        );
+        assert!(mapper.resolve("apps/v1", "Deployment").await.is_err());
     }
 }

@@ -1,5 +1,5 @@
 //! Permission checks for a request's author, with a short cache of answers
-//! ([`kubesteer_runtime::access_cache`], the one the controller's /metrics guard uses too): grants
+//! ([`kubesteer_runtime::answer_cache`], the one the controller's /metrics guard uses too): grants
 //! for [`TTL`], denials for a fifth of it, and one SubjectAccessReview at a time for the same
 //! question, so that a burst of identical reviews (a forged `userInfo` among them) costs the
 //! apiserver one check, not one per review. SubjectAccessReviews actually sent are bounded by a
@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::authentication::v1::UserInfo;
 use kubesteer_api::access::Access;
-use kubesteer_runtime::access_cache::AccessCache;
+use kubesteer_runtime::answer_cache::AnswerCache;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 
@@ -138,7 +138,7 @@ struct Key {
 
 /// Answers by identity and permission.
 pub struct Permissions {
-    answers: AccessCache<Key, bool>,
+    answers: AnswerCache<Key, bool>,
     /// The bound on SubjectAccessReviews sent.
     bucket: Bucket,
     /// SubjectAccessReviews sent and refused by the bound (the metrics' family once
@@ -155,7 +155,7 @@ impl Default for Permissions {
 impl Permissions {
     pub fn new(ttl: Duration, capacity: usize) -> Self {
         Self {
-            answers: AccessCache::new(capacity as u64, ttl, ttl / DENIAL_SHARE),
+            answers: AnswerCache::new(capacity as u64, ttl, ttl / DENIAL_SHARE),
             bucket: Bucket::new(SarLimit::default()),
             reviews: Family::default(),
         }

@@ -23,7 +23,7 @@ pub(super) fn scale_of(base: &str) -> String {
 }
 
 /// A context at `now` whose RESTMapper knows Deployments and StatefulSets.
-pub(super) fn ctx_at(now: &str) -> (Arc<ScalerContext>, fixtures::Verifier) {
+pub(super) async fn ctx_at(now: &str) -> (Arc<ScalerContext>, fixtures::Verifier) {
     let (ctx, verifier) = fixtures::context_at(at(now));
     let ctx = Arc::new(ScalerContext::new(ctx));
     for (kind, plural) in [
@@ -37,7 +37,7 @@ pub(super) fn ctx_at(now: &str) -> (Arc<ScalerContext>, fixtures::Verifier) {
             kind: kind.into(),
             plural: plural.into(),
         };
-        ctx.mapper.remember("apps/v1", kind, Ok(resource));
+        ctx.mapper.remember("apps/v1", kind, Ok(resource)).await;
     }
     (ctx, verifier)
 }
@@ -155,7 +155,7 @@ pub(super) fn calls(groups: Vec<Vec<Call>>) -> Vec<Call> {
 
 #[tokio::test]
 async fn opening_the_window_records_the_original_replicas_once_and_scales() {
-    let (ctx, verifier) = ctx_at(USUAL);
+    let (ctx, verifier) = ctx_at(USUAL).await;
     let record = recorded("2");
     let scenario = verifier.run(calls(vec![
         reads(WEB, meta("team", "web", None), 2),
@@ -213,7 +213,7 @@ async fn opening_the_window_records_the_original_replicas_once_and_scales() {
 
 #[tokio::test]
 async fn woken_just_before_a_boundary_it_reads_first_and_only_writes_at_the_boundary() {
-    let (ctx, verifier) = ctx_at("2025-03-03T08:59:59.850Z");
+    let (ctx, verifier) = ctx_at("2025-03-03T08:59:59.850Z").await;
     let mut s = nine_to_five();
     s.status = Some(ScalerStatus {
         next_transitions: vec![Transition {
@@ -253,7 +253,7 @@ async fn woken_just_before_a_boundary_it_reads_first_and_only_writes_at_the_boun
 
 #[tokio::test]
 async fn closing_the_window_restores_the_recorded_replicas_and_removes_the_record_in_one_write() {
-    let (ctx, verifier) = ctx_at("2025-03-03T17:00:00Z");
+    let (ctx, verifier) = ctx_at("2025-03-03T17:00:00Z").await;
     let scenario = verifier.run(calls(vec![
             reads(WEB, meta("team", "web", Some(2)), 5),
             vec![
@@ -305,7 +305,7 @@ async fn closing_goes_to_outside_replicas_when_set() {
     let s = scaler(json!({"scaleTargetRefs": [deployment("web")],
             "windows": [{"start": 9, "end": 17, "replicas": 5}], "outsideReplicas": 1,
             "hpaCooperation": "Disabled"}));
-    let (ctx, verifier) = ctx_at("2025-03-03T18:00:00Z");
+    let (ctx, verifier) = ctx_at("2025-03-03T18:00:00Z").await;
     let scenario = verifier.run(calls(vec![
         reads(WEB, meta("team", "web", Some(2)), 5),
         vec![
@@ -337,7 +337,7 @@ async fn closing_goes_to_outside_replicas_when_set() {
 
 #[tokio::test]
 async fn a_manual_change_inside_the_window_is_reverted_and_the_original_kept() {
-    let (ctx, verifier) = ctx_at("2025-03-03T10:30:00Z");
+    let (ctx, verifier) = ctx_at("2025-03-03T10:30:00Z").await;
     let scenario = verifier.run(calls(vec![
         reads(WEB, meta("team", "web", Some(2)), 7),
         vec![
@@ -369,7 +369,7 @@ async fn a_manual_change_inside_the_window_is_reverted_and_the_original_kept() {
 #[tokio::test]
 async fn a_closed_window_makes_no_target_writes_and_requeues_at_the_next_boundary() {
     let now = "2025-03-03T06:15:30Z";
-    let (ctx, verifier) = ctx_at(now);
+    let (ctx, verifier) = ctx_at(now).await;
     let scenario = verifier.run(calls(vec![
         reads(WEB, meta("team", "web", None), 2),
         vec![Call::patch(STATUS)
@@ -398,7 +398,7 @@ async fn a_missing_target_is_reported_and_the_others_are_still_scaled() {
     let s = scaler(json!({"scaleTargetRefs": [deployment("web"),
                 {"apiVersion": "apps/v1", "kind": "Deployment", "name": "api", "namespace": "other"}],
             "windows": [{"start": 9, "end": 17, "replicas": 3}], "hpaCooperation": "Disabled"}));
-    let (ctx, verifier) = ctx_at(USUAL);
+    let (ctx, verifier) = ctx_at(USUAL).await;
     let scenario = verifier.run(calls(vec![
             absent(WEB),
             reads(API, meta("other", "api", None), 1),
@@ -440,7 +440,7 @@ async fn one_failing_target_never_blocks_the_others_and_is_shown_on_its_entry() 
     let s = scaler(json!({"scaleTargetRefs": [deployment("web"),
                 {"apiVersion": "apps/v1", "kind": "Deployment", "name": "api", "namespace": "other"}],
             "windows": [{"start": 9, "end": 17, "replicas": 3}], "hpaCooperation": "Disabled"}));
-    let (ctx, verifier) = ctx_at(USUAL);
+    let (ctx, verifier) = ctx_at(USUAL).await;
     let scenario = verifier.run(calls(vec![
         reads(WEB, meta("team", "web", None), 1),
         vec![Call::patch(&patch_of(WEB)).error(422, refusal)],
@@ -486,7 +486,7 @@ async fn a_deleted_scaler_lets_go_of_a_target_the_apiserver_refuses_and_restores
                 {"apiVersion": "apps/v1", "kind": "Deployment", "name": "api", "namespace": "other"}],
             "windows": [{"start": 9, "end": 17, "replicas": 3}], "hpaCooperation": "Disabled"}));
     s.metadata.deletion_timestamp = Some(time(at(USUAL)));
-    let (ctx, verifier) = ctx_at("2025-03-03T12:00:01Z");
+    let (ctx, verifier) = ctx_at("2025-03-03T12:00:01Z").await;
     let scenario = verifier.run(calls(vec![
         reads(WEB, meta("team", "web", Some(2)), 3),
         vec![Call::patch(&patch_of(WEB)).error(403, "forbidden")],
@@ -521,7 +521,7 @@ async fn a_deleted_scaler_lets_go_of_a_target_the_apiserver_refuses_and_restores
 async fn a_deleted_scaler_keeps_its_finalizer_while_a_restore_can_still_succeed() {
     let mut s = nine_to_five();
     s.metadata.deletion_timestamp = Some(time(at(USUAL)));
-    let (ctx, verifier) = ctx_at("2025-03-03T12:00:01Z");
+    let (ctx, verifier) = ctx_at("2025-03-03T12:00:01Z").await;
     let scenario = verifier.run(calls(vec![
         reads(WEB, meta("team", "web", Some(2)), 5),
         vec![
@@ -540,7 +540,7 @@ async fn a_deleted_scaler_keeps_its_finalizer_while_a_restore_can_still_succeed(
 async fn a_dry_run_says_what_it_would_write_and_writes_nothing() {
     let mut s = nine_to_five();
     s.spec.dry_run = Some(true);
-    let (ctx, verifier) = ctx_at(USUAL);
+    let (ctx, verifier) = ctx_at(USUAL).await;
     let scenario = verifier.run(calls(vec![
             reads(WEB, meta("team", "web", None), 2),
             vec![
@@ -609,7 +609,7 @@ async fn outside_every_window_a_held_target_scaled_up_is_set_back() {
         grace_period: Some("15m".into()),
     });
     // A CI deploy at 19:00 left web at 4; at 20:00 the grace period is over.
-    let (ctx, verifier) = ctx_at("2025-03-03T20:00:00Z");
+    let (ctx, verifier) = ctx_at("2025-03-03T20:00:00Z").await;
     let scenario = verifier.run(calls(vec![
             reads(
                 WEB,
@@ -643,7 +643,7 @@ async fn outside_every_window_a_held_target_scaled_up_is_set_back() {
     scenario.finish(ctx).await;
 
     // At 19:05, inside the grace period: nothing written, looked at again at 19:15.
-    let (ctx, verifier) = ctx_at("2025-03-03T19:05:00Z");
+    let (ctx, verifier) = ctx_at("2025-03-03T19:05:00Z").await;
     let scenario = verifier.run(calls(vec![
         reads(
             WEB,
@@ -665,7 +665,7 @@ async fn a_scaler_starting_outside_every_window_sets_its_targets_at_once_then_le
     let mut s = nine_to_five();
     s.spec.outside_replicas = Some(0);
     // Created at 20:00, its window nine hours away: web goes to 0 now, not after tomorrow's.
-    let (ctx, verifier) = ctx_at("2025-03-03T20:00:00Z");
+    let (ctx, verifier) = ctx_at("2025-03-03T20:00:00Z").await;
     let scenario = verifier.run(calls(vec![
         reads(WEB, meta("team", "web", None), 2),
         vec![
@@ -699,7 +699,7 @@ async fn a_scaler_starting_outside_every_window_sets_its_targets_at_once_then_le
         observed_generation: Some(3),
         ..Default::default()
     });
-    let (ctx, verifier) = ctx_at("2025-03-03T21:00:00Z");
+    let (ctx, verifier) = ctx_at("2025-03-03T21:00:00Z").await;
     let scenario = verifier.run(calls(vec![
         reads(WEB, meta("team", "web", None), 2),
         vec![Call::patch(STATUS)
@@ -712,7 +712,7 @@ async fn a_scaler_starting_outside_every_window_sets_its_targets_at_once_then_le
     // Without outsideReplicas there is nothing to set: a new spec leaves web as it is.
     s.status = None;
     s.spec.outside_replicas = None;
-    let (ctx, verifier) = ctx_at("2025-03-03T20:00:00Z");
+    let (ctx, verifier) = ctx_at("2025-03-03T20:00:00Z").await;
     let scenario = verifier.run(calls(vec![
         reads(WEB, meta("team", "web", None), 2),
         vec![Call::patch(STATUS)
@@ -740,21 +740,23 @@ async fn a_cron_job_is_suspended_while_its_replicas_would_be_0_and_resumed_after
         }
         c
     };
-    let remember = |ctx: &ScalerContext| {
-        ctx.mapper.remember(
-            "batch/v1",
-            "CronJob",
-            Ok(ApiResource {
-                group: "batch".into(),
-                version: "v1".into(),
-                api_version: "batch/v1".into(),
-                kind: "CronJob".into(),
-                plural: "cronjobs".into(),
-            }),
-        )
-    };
-    let (ctx, verifier) = ctx_at(USUAL);
-    remember(&ctx);
+    async fn remember(ctx: &ScalerContext) {
+        ctx.mapper
+            .remember(
+                "batch/v1",
+                "CronJob",
+                Ok(ApiResource {
+                    group: "batch".into(),
+                    version: "v1".into(),
+                    api_version: "batch/v1".into(),
+                    kind: "CronJob".into(),
+                    plural: "cronjobs".into(),
+                }),
+            )
+            .await
+    }
+    let (ctx, verifier) = ctx_at(USUAL).await;
+    remember(&ctx).await;
     let scenario = verifier.run(vec![
             Call::get(REPORT).respond(cron(false, None)),
             Call::patch(&patch_of(REPORT))
@@ -780,8 +782,8 @@ async fn a_cron_job_is_suspended_while_its_replicas_would_be_0_and_resumed_after
     reconcile(Arc::new(s.clone()), ctx.clone()).await.unwrap();
     scenario.finish(ctx).await;
 
-    let (ctx, verifier) = ctx_at("2025-03-03T18:00:00Z");
-    remember(&ctx);
+    let (ctx, verifier) = ctx_at("2025-03-03T18:00:00Z").await;
+    remember(&ctx).await;
     let scenario = verifier.run(vec![
             Call::get(REPORT).respond(cron(true, Some("1"))),
             Call::patch(&patch_of(REPORT))
@@ -843,7 +845,7 @@ async fn a_target_that_stays_missing_is_not_announced_again() {
         conditions: vec![missing],
         ..ScalerStatus::default()
     });
-    let (ctx, verifier) = ctx_at("2025-03-03T07:00:00Z");
+    let (ctx, verifier) = ctx_at("2025-03-03T07:00:00Z").await;
     let scenario = verifier.run(absent(WEB));
     reconcile(Arc::new(s), ctx.clone()).await.unwrap();
     scenario.finish(ctx).await;
@@ -851,7 +853,7 @@ async fn a_target_that_stays_missing_is_not_announced_again() {
 
 #[tokio::test]
 async fn a_conflict_is_retried_with_a_fresh_read() {
-    let (ctx, verifier) = ctx_at(USUAL);
+    let (ctx, verifier) = ctx_at(USUAL).await;
     let scenario = verifier.run(calls(vec![
         reads(WEB, meta("team", "web", None), 2),
         vec![Call::patch(&patch_of(WEB)).conflict()],
@@ -879,7 +881,7 @@ async fn a_conflict_is_retried_with_a_fresh_read() {
 async fn a_new_scaler_first_gets_its_finalizer() {
     let mut s = nine_to_five();
     s.metadata.finalizers = None;
-    let (ctx, verifier) = ctx_at(USUAL);
+    let (ctx, verifier) = ctx_at(USUAL).await;
     let scenario = verifier.run(vec![Call::patch(SCALER)
             .body(|b| {
                 assert_eq!(
@@ -901,7 +903,7 @@ async fn a_denied_write_backs_off_and_shows_the_webhooks_message_once() {
     let denial = "admission webhook \"vscalers.kubesteer.io\" denied the request: Scaler \"nightly\" is invalid: spec.scaleTargetRefs[0]: Forbidden: no";
     let mut s = nine_to_five();
     s.metadata.finalizers = None;
-    let (ctx, verifier) = ctx_at(USUAL);
+    let (ctx, verifier) = ctx_at(USUAL).await;
     let shown = json!([{"type": "Ready", "status": "False", "reason": "AdmissionDenied",
                             "message": denial, "observedGeneration": 3,
                             "lastTransitionTime": USUAL}]);
@@ -934,7 +936,7 @@ async fn a_denied_write_backs_off_and_shows_the_webhooks_message_once() {
     // Once the status shows the message, a second denial writes no status again.
     let mut shown_already = s.clone();
     shown_already.status = Some(serde_json::from_value(json!({"conditions": shown})).unwrap());
-    let (ctx, verifier) = ctx_at("2025-03-03T12:00:02Z");
+    let (ctx, verifier) = ctx_at("2025-03-03T12:00:02Z").await;
     let scenario = verifier.run(vec![
         Call::patch(SCALER).error(422, denial),
         Call::event("team"),
@@ -949,7 +951,7 @@ async fn a_denied_write_backs_off_and_shows_the_webhooks_message_once() {
 async fn deleting_an_active_scaler_restores_its_targets_then_lets_go() {
     let mut s = nine_to_five();
     s.metadata.deletion_timestamp = Some(time(at(USUAL)));
-    let (ctx, verifier) = ctx_at("2025-03-03T12:00:01Z");
+    let (ctx, verifier) = ctx_at("2025-03-03T12:00:01Z").await;
     let scenario = verifier.run(calls(vec![
             reads(WEB, meta("team", "web", Some(2)), 5),
             vec![
@@ -987,7 +989,7 @@ async fn cron_mode_catches_up_on_the_most_recent_past_firing() {
         ]}),
     );
     // 12:00 UTC is 13:00 in Berlin: "morning" fired at 07:00 UTC, "night" fires at 19:00 UTC.
-    let (ctx, verifier) = ctx_at(USUAL);
+    let (ctx, verifier) = ctx_at(USUAL).await;
     let scenario = verifier.run(calls(vec![
         reads(WEB, meta("team", "web", None), 2),
         vec![
@@ -1027,7 +1029,7 @@ async fn cron_mode_catches_up_on_the_most_recent_past_firing() {
 async fn a_suspended_scaler_only_reads() {
     let s = scaler(json!({"scaleTargetRefs": [deployment("web")],
             "windows": [{"start": 9, "end": 17}], "suspend": true}));
-    let (ctx, verifier) = ctx_at(USUAL);
+    let (ctx, verifier) = ctx_at(USUAL).await;
     let scenario = verifier.run(calls(vec![
         reads(WEB, meta("team", "web", None), 2),
         vec![Call::patch(STATUS)
@@ -1067,7 +1069,7 @@ async fn a_suspended_scaler_gives_back_a_target_dropped_from_its_spec() {
             .collect(),
         ..ScalerStatus::default()
     });
-    let (ctx, verifier) = ctx_at(USUAL);
+    let (ctx, verifier) = ctx_at(USUAL).await;
     let scenario = verifier.run(calls(vec![
             reads(WEB, meta("team", "web", Some(1)), 3),
             reads(API, meta("other", "api", Some(1)), 3),
@@ -1106,7 +1108,7 @@ async fn a_suspended_scaler_gives_back_a_target_dropped_from_its_spec() {
 async fn a_stale_record_of_a_deleted_scaler_is_replaced_not_trusted() {
     let mut stale = meta("team", "web", Some(2));
     stale["metadata"]["annotations"][annotation::ORIGINAL_REPLICAS_OWNER] = json!("team/gone");
-    let (ctx, verifier) = ctx_at(USUAL);
+    let (ctx, verifier) = ctx_at(USUAL).await;
     let scenario = verifier.run(calls(vec![
             reads(WEB, stale, 5),
             vec![
@@ -1137,7 +1139,7 @@ async fn a_target_another_live_scaler_scales_is_left_alone_and_reported() {
     theirs["metadata"]["annotations"][annotation::ORIGINAL_REPLICAS_OWNER] = json!("team/daily");
     let mut daily = serde_json::to_value(nine_to_five()).unwrap();
     daily["metadata"]["name"] = json!("daily");
-    let (ctx, verifier) = ctx_at(USUAL);
+    let (ctx, verifier) = ctx_at(USUAL).await;
     let scenario = verifier.run(calls(vec![
         reads(WEB, theirs, 2),
         vec![
@@ -1172,7 +1174,7 @@ async fn a_stored_never_firing_schedule_is_reported_not_searched() {
     // Stored while the webhook was down: the controller must neither panic nor spin on it.
     let s = scaler(json!({"scaleTargetRefs": [deployment("web")],
             "jobs": [{"name": "feb30", "schedule": "0 0 30 2 *", "replicas": 2}]}));
-    let (ctx, verifier) = ctx_at(USUAL);
+    let (ctx, verifier) = ctx_at(USUAL).await;
     let message =
         "spec.jobs[0].schedule: Invalid value: \"0 0 30 2 *\": never fires within 5 years";
     let scenario = verifier.run(vec![
@@ -1222,7 +1224,7 @@ async fn an_hpa_gets_its_min_replicas_raised_and_restored_instead_of_the_replica
     let list = |h: Value| json!({"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscalerList", "metadata": {}, "items": [h]});
 
     // Inside the window: minReplicas 2 → 5, the original recorded; the Deployment untouched.
-    let (ctx, verifier) = ctx_at(USUAL);
+    let (ctx, verifier) = ctx_at(USUAL).await;
     let scenario = verifier.run(calls(vec![
             reads(WEB, meta("team", "web", None), 2),
             vec![
@@ -1257,7 +1259,7 @@ async fn an_hpa_gets_its_min_replicas_raised_and_restored_instead_of_the_replica
     scenario.finish(ctx).await;
 
     // After the window: minReplicas back to 2 and the record gone.
-    let (ctx, verifier) = ctx_at("2025-03-03T18:00:00Z");
+    let (ctx, verifier) = ctx_at("2025-03-03T18:00:00Z").await;
     let scenario = verifier.run(calls(vec![
             reads(WEB, meta("team", "web", None), 5),
             vec![
@@ -1292,7 +1294,7 @@ async fn an_hpa_raised_before_cooperation_was_switched_off_is_restored_by_its_re
         }],
         ..ScalerStatus::default()
     });
-    let (ctx, verifier) = ctx_at(USUAL);
+    let (ctx, verifier) = ctx_at(USUAL).await;
     let scenario = verifier.run(calls(vec![
             reads(WEB, meta("team", "web", None), 2),
             vec![
@@ -1328,7 +1330,7 @@ async fn an_hpa_raised_before_cooperation_was_switched_off_is_restored_by_its_re
     scenario.finish(ctx).await;
 
     // An HPA recorded but gone, or no longer carrying this Scaler's record, is left alone.
-    let (ctx, verifier) = ctx_at(USUAL);
+    let (ctx, verifier) = ctx_at(USUAL).await;
     let scenario = verifier.run(calls(vec![
         reads(WEB, meta("team", "web", Some(2)), 5),
         vec![
@@ -1347,7 +1349,7 @@ async fn a_stateful_set_gets_its_record_and_replicas_in_one_write() {
         json!({"scaleTargetRefs": [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db"}],
             "windows": [{"start": 9, "end": 17, "replicas": 3}], "hpaCooperation": "Disabled"}),
     );
-    let (ctx, verifier) = ctx_at(USUAL);
+    let (ctx, verifier) = ctx_at(USUAL).await;
     let scenario = verifier.run(calls(vec![
         reads(db, meta("team", "db", None), 1),
         vec![
@@ -1378,18 +1380,20 @@ async fn a_custom_kind_gets_its_record_first_then_its_replicas_through_scale() {
         json!({"scaleTargetRefs": [{"apiVersion": "example.com/v1", "kind": "Worker", "name": "w"}],
             "windows": [{"start": 9, "end": 17, "replicas": 4}], "hpaCooperation": "Disabled"}),
     );
-    let (ctx, verifier) = ctx_at(USUAL);
-    ctx.mapper.remember(
-        "example.com/v1",
-        "Worker",
-        Ok(ApiResource {
-            group: "example.com".into(),
-            version: "v1".into(),
-            api_version: "example.com/v1".into(),
-            kind: "Worker".into(),
-            plural: "workers".into(),
-        }),
-    );
+    let (ctx, verifier) = ctx_at(USUAL).await;
+    ctx.mapper
+        .remember(
+            "example.com/v1",
+            "Worker",
+            Ok(ApiResource {
+                group: "example.com".into(),
+                version: "v1".into(),
+                api_version: "example.com/v1".into(),
+                kind: "Worker".into(),
+                plural: "workers".into(),
+            }),
+        )
+        .await;
     let record = recorded("1");
     let scenario = verifier.run(calls(vec![
         reads(workers, meta("team", "w", None), 1),
@@ -1427,15 +1431,17 @@ async fn a_target_that_cannot_be_scaled_is_reported_without_touching_it() {
         json!({"scaleTargetRefs": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "cm"}],
             "windows": [{"start": 9, "end": 17}], "hpaCooperation": "Disabled"}),
     );
-    let (ctx, verifier) = ctx_at(USUAL);
-    ctx.mapper.remember(
-        "v1",
-        "ConfigMap",
-        Err(Unscalable::NoScaleSubresource {
-            api_version: "v1".into(),
-            kind: "ConfigMap".into(),
-        }),
-    );
+    let (ctx, verifier) = ctx_at(USUAL).await;
+    ctx.mapper
+        .remember(
+            "v1",
+            "ConfigMap",
+            Err(Unscalable::NoScaleSubresource {
+                api_version: "v1".into(),
+                kind: "ConfigMap".into(),
+            }),
+        )
+        .await;
     let message =
         "ConfigMap team/cm: ConfigMap (v1) has no /scale subresource, so it cannot be scaled";
     let scenario = verifier.run(vec![
@@ -1459,7 +1465,7 @@ async fn overlapping_windows_scale_to_the_highest_and_a_holiday_restores() {
         json!({"scaleTargetRefs": [deployment("web")], "hpaCooperation": "Disabled",
             "windows": [{"start": 9, "end": 17, "replicas": 2}, {"start": 11, "end": 13, "replicas": 6}]}),
     );
-    let (ctx, verifier) = ctx_at(USUAL);
+    let (ctx, verifier) = ctx_at(USUAL).await;
     let scenario = verifier.run(calls(vec![
         reads(WEB, meta("team", "web", Some(1)), 2),
         vec![
@@ -1484,7 +1490,7 @@ async fn overlapping_windows_scale_to_the_highest_and_a_holiday_restores() {
 
     let mut holiday = s;
     holiday.spec.exclude_dates = Some(vec!["2025-03-03".into()]);
-    let (ctx, verifier) = ctx_at(USUAL);
+    let (ctx, verifier) = ctx_at(USUAL).await;
     let scenario = verifier.run(calls(vec![
         reads(WEB, meta("team", "web", Some(1)), 6),
         vec![
@@ -1604,7 +1610,7 @@ pub(super) fn aged(mut s: Scaler, name: &str, created: &str, uid: &str) -> Scale
 async fn a_younger_scaler_leaves_a_shared_target_to_the_older_and_says_so_once() {
     let older = aged(nine_to_five(), "early", "2025-03-01T00:00:00Z", "uid-b");
     let me = aged(nine_to_five(), "nightly", "2025-03-02T00:00:00Z", "uid-a");
-    let (ctx, verifier) = ctx_at(USUAL);
+    let (ctx, verifier) = ctx_at(USUAL).await;
     let mut follow = kubesteer_runtime::claims::follow(&ctx.claims);
     follow(&kube::runtime::watcher::Event::Apply(older));
     follow(&kube::runtime::watcher::Event::Apply(me.clone()));
@@ -1642,7 +1648,7 @@ async fn a_younger_scaler_leaves_a_shared_target_to_the_older_and_says_so_once()
     // Reconciled again in the same conflict: no event, no write, the target untouched.
     let mut again = me;
     again.status = Some(serde_json::from_value(written.lock().unwrap().clone()).unwrap());
-    let (ctx2, verifier) = ctx_at("2025-03-03T12:00:05Z");
+    let (ctx2, verifier) = ctx_at("2025-03-03T12:00:05Z").await;
     let mut follow = kubesteer_runtime::claims::follow(&ctx2.claims);
     for s in [
         aged(nine_to_five(), "early", "2025-03-01T00:00:00Z", "uid-b"),
@@ -1662,7 +1668,7 @@ async fn the_older_scaler_takes_a_shared_target_over_with_the_replicas_recorded(
     let younger = aged(nine_to_five(), "late", "2025-03-02T00:00:00Z", "uid-a");
     let mut theirs = meta("team", "web", Some(2));
     theirs["metadata"]["annotations"][annotation::ORIGINAL_REPLICAS_OWNER] = json!("team/late");
-    let (ctx, verifier) = ctx_at(USUAL);
+    let (ctx, verifier) = ctx_at(USUAL).await;
     let expected = json!({
         "metadata": {"resourceVersion": "41", "annotations": {annotation::ORIGINAL_REPLICAS_OWNER: ME}},
     });
@@ -1696,7 +1702,7 @@ async fn the_older_scaler_takes_a_shared_target_over_with_the_replicas_recorded(
 async fn a_cleanup_that_lost_the_race_to_a_gone_scaler_is_quiet() {
     let mut s = nine_to_five();
     s.metadata.deletion_timestamp = Some(time(at(USUAL)));
-    let (ctx, verifier) = ctx_at("2025-03-03T12:00:01Z");
+    let (ctx, verifier) = ctx_at("2025-03-03T12:00:01Z").await;
     let scenario = verifier.run(calls(vec![
         reads(WEB, meta("team", "web", None), 2),
         vec![Call::patch(SCALER).not_found()],
@@ -1712,7 +1718,7 @@ async fn a_cleanup_that_lost_the_race_to_a_gone_scaler_is_quiet() {
 async fn a_deleted_scaler_keeps_its_finalizer_until_the_workloads_have_listed() {
     let mut s = nine_to_five();
     s.metadata.deletion_timestamp = Some(time(at(USUAL)));
-    let (ctx, verifier) = ctx_at("2025-03-03T12:00:01Z");
+    let (ctx, verifier) = ctx_at("2025-03-03T12:00:01Z").await;
     // Their watches start, but their apiserver never answers: no list within the wait.
     let (_apiserver, _stop) = fixtures::start_inventory(&ctx.inventory);
     // The failure is told in a Warning event; no target is touched, the finalizer stays.
@@ -1737,7 +1743,7 @@ async fn a_deleted_scaler_keeps_its_finalizer_until_the_workloads_have_listed() 
 async fn a_deleted_scaler_lets_go_once_the_workloads_have_listed() {
     let mut s = nine_to_five();
     s.metadata.deletion_timestamp = Some(time(at(USUAL)));
-    let (ctx, verifier) = ctx_at("2025-03-03T12:00:01Z");
+    let (ctx, verifier) = ctx_at("2025-03-03T12:00:01Z").await;
     let (mut apiserver, _stop) = fixtures::start_inventory(&ctx.inventory);
     // The lists (Deployments, StatefulSets, HPAs) answer empty; the watches after them wait.
     let lists = tokio::spawn(async move {

@@ -1,6 +1,7 @@
-//! One cache of the apiserver's answers about access (SubjectAccessReviews, and the TokenReview
-//! before one), for the webhook's permission checks and the controller's `/metrics` guard
-//! ([`crate::metrics_auth`]), on moka:
+//! One cache of the apiserver's answers, on moka: about access (SubjectAccessReviews, and the
+//! TokenReview before one) for the webhook's permission checks and the controller's `/metrics`
+//! guard ([`crate::metrics_auth`]), and discovery's answer about a kind for the RESTMapper
+//! ([`crate::scale`]). An answer is a grant (access allowed, a kind found) or a denial:
 //!
 //! - a grant is kept for its TTL and a denial for a TTL of its own (per entry, moka's
 //!   [`Expiry`]); an error is not kept at all;
@@ -25,7 +26,7 @@ use moka::Expiry;
 /// In the last `1 / REFRESH_IN_LAST` of a grant's TTL, one caller asks again.
 const REFRESH_IN_LAST: u32 = 5;
 
-/// An answer the cache keeps: a grant or a denial.
+/// An answer the cache keeps: a grant (access allowed, a kind found) or a denial.
 pub trait Verdict: Clone + Send + Sync + 'static {
     fn grants(&self) -> bool;
 }
@@ -87,12 +88,12 @@ impl<K, V: Verdict> Expiry<K, Arc<Answer<V>>> for Ttls {
 
 /// Answers by question `K` (the whole identity and what it asks).
 #[derive(Clone)]
-pub struct AccessCache<K, V> {
+pub struct AnswerCache<K, V> {
     answers: Cache<K, Arc<Answer<V>>>,
     grant_ttl: Duration,
 }
 
-impl<K, V> AccessCache<K, V>
+impl<K, V> AnswerCache<K, V>
 where
     K: Hash + Eq + Send + Sync + 'static,
     V: Verdict,
@@ -147,6 +148,11 @@ where
             .map(|answer| answer.verdict.clone())
     }
 
+    /// Takes `verdict` as the answer to `key`, as if it had just been asked.
+    pub async fn remember(&self, key: K, verdict: V) {
+        self.answers.insert(key, Answer::new(verdict)).await;
+    }
+
     /// Answers held, once the pending evictions and expiries are done.
     pub async fn len(&self) -> u64 {
         self.answers.run_pending_tasks().await;
@@ -173,7 +179,7 @@ mod tests {
 
     #[tokio::test]
     async fn grants_and_denials_have_their_own_ttl() {
-        let cache = AccessCache::new(16, Duration::from_secs(2), Duration::from_millis(200));
+        let cache = AnswerCache::new(16, Duration::from_secs(2), Duration::from_millis(200));
         let n = AtomicUsize::new(0);
         // Asks both questions: the grant "yes" and the denial "no".
         let both = || async {
@@ -198,7 +204,7 @@ mod tests {
     #[tokio::test]
     async fn one_question_asked_at_once_is_asked_once_and_errors_are_not_kept() {
         let cache =
-            AccessCache::<&str, bool>::new(16, Duration::from_secs(10), Duration::from_secs(2));
+            AnswerCache::<&str, bool>::new(16, Duration::from_secs(10), Duration::from_secs(2));
         let n = AtomicUsize::new(0);
         let answers = futures::future::join_all(
             (0..50).map(|_| cache.get_or_ask("q", asked(&n, Duration::from_millis(20), true))),
@@ -219,7 +225,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_capacity_bounds_the_answers_and_keeps_the_newest() {
-        let cache = AccessCache::new(2, Duration::from_secs(10), Duration::from_secs(2));
+        let cache = AnswerCache::new(2, Duration::from_secs(10), Duration::from_secs(2));
         let n = AtomicUsize::new(0);
         for q in ["a", "b", "c"] {
             cache
@@ -239,7 +245,7 @@ mod tests {
     async fn a_grant_in_its_last_fifth_is_asked_again_by_one_caller_while_the_others_use_it() {
         // Asked at 85% of the TTL: in the last fifth, with 150 ms to spare.
         let ttl = Duration::from_secs(1);
-        let cache = AccessCache::new(16, ttl, ttl / 5);
+        let cache = AnswerCache::new(16, ttl, ttl / 5);
         let n = AtomicUsize::new(0);
         cache
             .get_or_ask("q", asked(&n, Duration::ZERO, true))
