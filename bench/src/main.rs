@@ -12,6 +12,7 @@ mod memory;
 mod report;
 mod reviews;
 mod sar_cache;
+mod servers;
 mod stores;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -212,6 +213,28 @@ enum Command {
         endpoint: String,
         #[arg(long, default_value_t = 100_000)]
         count: u64,
+    },
+    /// kubesteer's HTTPS servers (the webhook's, the controller's /metrics) against axum-server
+    /// under a flood of idle and slow connections (see servers.rs): failed requests, latency and
+    /// the server's memory.
+    Servers {
+        /// Which servers, in turn each round.
+        #[arg(long, num_args = 1.., default_values_t = servers::SERVERS.map(String::from))]
+        servers: Vec<String>,
+        /// Flood connections from one address (0: none).
+        #[arg(long, default_value_t = 2000)]
+        flood: usize,
+        /// Requests per client; 2 clients.
+        #[arg(long, default_value_t = 500)]
+        requests: usize,
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+    },
+    /// The process `servers` starts for each server: prints its port and CA, serves until killed.
+    #[command(hide = true)]
+    ServeTarget {
+        #[arg(long)]
+        server: String,
     },
     /// The webhook's permission checks alone (see sar_cache.rs): `tasks` tasks x `checks`
     /// checks over hot and once-asked questions, against a fake cluster that answers a
@@ -509,6 +532,16 @@ async fn main() -> Result<()> {
             endpoint,
             count,
         } => reviews::run(&body, &plural, &endpoint, count).await?,
+        Command::Servers {
+            servers,
+            flood,
+            requests,
+            rounds,
+        } => servers::run(&servers, flood, requests, rounds).await?,
+        Command::ServeTarget { server } => {
+            servers::serve_target(&server).await?;
+            return Ok(());
+        }
         Command::SarCache {
             tasks,
             checks,

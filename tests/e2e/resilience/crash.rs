@@ -291,7 +291,7 @@ spec: {{scaleTargetRefs: [{{apiVersion: apps/v1, kind: Deployment, name: web}}],
         (&mut b, &a, "a")
     };
     killed.crash();
-    let crashed = Instant::now();
+    let crashed = chrono::Utc::now();
     let run = ns.apply(
         "apiVersion: kubesteer.io/v1alpha1\nkind: Memcached\nmetadata: {name: after}\nspec: {size: 1}\n",
     )?;
@@ -299,7 +299,18 @@ spec: {{scaleTargetRefs: [{{apiVersion: apps/v1, kind: Deployment, name: web}}],
     eventually(Duration::from_secs(25), "the standby to lead", || {
         Ok((holder(&ns)? == new_leader).then_some(()))
     })?;
-    let took = crashed.elapsed();
+    // The takeover is when the standby wrote the Lease (its acquireTime, the same machine's
+    // clock), not when this test's kubectl polls saw it.
+    let acquired = jsonpath(
+        ns.name(),
+        "lease/kubesteer-controller",
+        "{.spec.acquireTime}",
+    )?;
+    let took = chrono::DateTime::parse_from_rfc3339(&acquired)
+        .with_context(|| format!("acquireTime {acquired:?}"))?
+        .signed_duration_since(crashed)
+        .to_std()
+        .with_context(|| format!("acquired at {acquired}, before the kill at {crashed}"))?;
     eprintln!("{new_leader} took over {took:?} after {leader} was killed");
     ensure!(
         took <= Duration::from_secs(15),
