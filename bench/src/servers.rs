@@ -18,21 +18,22 @@
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _, Result};
-use axum::body::Body;
-use http_body_util::BodyExt;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::TokioTimer;
 use rustls::pki_types::pem::PemObject as _;
-use rustls::pki_types::{CertificateDer, ServerName};
+use rustls::pki_types::CertificateDer;
 use serde_json::{json, Value};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio_rustls::TlsConnector;
 
 use crate::reviews::Granting;
+use client::{send, Flood, Sender};
+
+/// The webhook tests' client and flood, the same code here.
+#[path = "../../webhook/tests/webhook/common/client.rs"]
+mod client;
 
 pub const SERVERS: [&str; 4] = [
     "webhook-own",
@@ -52,8 +53,6 @@ const HANDSHAKE: Duration = Duration::from_secs(3);
 const HEAD: Duration = Duration::from_secs(5);
 
 const REVIEW: &str = include_str!("../../webhook/tests/data/memcached-create.json");
-
-type Sender = hyper::client::conn::http1::SendRequest<Body>;
 
 /// What a client asks of `server`: the method, path and body, and whether an answer is right.
 struct Ask {
@@ -190,16 +189,10 @@ impl Target {
         let ca = started["ca"].as_str().context("no ca")?;
         let mut roots = rustls::RootCertStore::empty();
         roots.add(CertificateDer::from_pem_slice(ca.as_bytes())?)?;
-        let client = rustls::ClientConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
         Ok(Self {
             child,
             addr: SocketAddr::from(([127, 0, 0, 1], port)),
-            client: Arc::new(client),
+            client: client::client_config(&roots),
         })
     }
 
@@ -215,116 +208,12 @@ impl Drop for Target {
     }
 }
 
-async fn connect(addr: SocketAddr, config: &Arc<rustls::ClientConfig>) -> Result<Sender, String> {
-    let tcp = tokio::net::TcpStream::connect(addr)
-        .await
-        .map_err(|e| e.to_string())?;
-    let tls = TlsConnector::from(config.clone())
-        .connect(ServerName::IpAddress(addr.ip().into()), tcp)
-        .await
-        .map_err(|e| e.to_string())?;
-    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
-        .await
-        .map_err(|e| e.to_string())?;
-    tokio::spawn(conn);
-    Ok(sender)
-}
-
 async fn request(sender: &mut Sender, ask: &Ask) -> Result<(), String> {
-    sender.ready().await.map_err(|e| e.to_string())?;
-    let builder = hyper::Request::builder()
-        .uri(ask.path)
-        .header("host", "127.0.0.1");
-    let request = match ask.body {
-        Some(body) => builder
-            .method("POST")
-            .header("content-type", "application/json")
-            .body(Body::from(body)),
-        None => builder.method("GET").body(Body::empty()),
-    }
-    .map_err(|e| e.to_string())?;
-    let response = sender
-        .send_request(request)
-        .await
-        .map_err(|e| e.to_string())?;
-    let status = response.status();
-    let body = response
-        .into_body()
-        .collect()
-        .await
-        .map_err(|e| e.to_string())?
-        .to_bytes();
-    if status != 200 {
-        return Err(format!("{status}"));
-    }
-    if ask.review {
-        let answer: Value = serde_json::from_slice(&body).map_err(|e| e.to_string())?;
-        if answer["response"]["allowed"] != true {
-            return Err(format!("not allowed: {answer}"));
-        }
+    let reply = send(sender, ask.path, ask.body.map(str::as_bytes)).await?;
+    if reply.status != 200 || (ask.review && !reply.allowed()) {
+        return Err(format!("{}: {}", reply.status, reply.body));
     }
     Ok(())
-}
-
-#[derive(Default)]
-struct Flood {
-    connected: AtomicUsize,
-    holding: AtomicUsize,
-    closed: AtomicUsize,
-}
-
-/// A connection that never sends a byte, held until the server closes it.
-async fn silent(addr: SocketAddr, flood: Arc<Flood>, opening: tokio::sync::OwnedSemaphorePermit) {
-    let Ok(mut tcp) = tokio::net::TcpStream::connect(addr).await else {
-        return;
-    };
-    drop(opening);
-    flood.connected.fetch_add(1, Ordering::Relaxed);
-    flood.holding.fetch_add(1, Ordering::Relaxed);
-    let mut buf = [0u8; 64];
-    while let Ok(n) = tcp.read(&mut buf).await {
-        if n == 0 {
-            break;
-        }
-    }
-    flood.closed.fetch_add(1, Ordering::Relaxed);
-}
-
-/// TLS finished, then a request head one byte every 500 ms, until the server closes it.
-async fn slow(
-    addr: SocketAddr,
-    config: Arc<rustls::ClientConfig>,
-    flood: Arc<Flood>,
-    opening: tokio::sync::OwnedSemaphorePermit,
-) {
-    let Ok(tcp) = tokio::net::TcpStream::connect(addr).await else {
-        return;
-    };
-    flood.connected.fetch_add(1, Ordering::Relaxed);
-    let handshake =
-        TlsConnector::from(config).connect(ServerName::IpAddress(addr.ip().into()), tcp);
-    let handshake = tokio::time::timeout(Duration::from_secs(3), handshake).await;
-    drop(opening);
-    let Ok(Ok(mut stream)) = handshake else {
-        flood.closed.fetch_add(1, Ordering::Relaxed);
-        return;
-    };
-    flood.holding.fetch_add(1, Ordering::Relaxed);
-    let head = b"POST /validate/memcacheds HTTP/1.1\r\nhost: 127.0.0.1\r\nx-slow: ";
-    let mut bytes = head.iter().copied().chain(std::iter::repeat(b'a'));
-    let mut buf = [0u8; 64];
-    loop {
-        let byte = bytes.next().unwrap_or(b'a');
-        if stream.write_all(&[byte]).await.is_err() || stream.flush().await.is_err() {
-            break;
-        }
-        // The attacker's pace: the server closing the connection ends the loop.
-        match tokio::time::timeout(Duration::from_millis(500), stream.read(&mut buf)).await {
-            Ok(Ok(0)) | Ok(Err(_)) => break,
-            Ok(Ok(_)) | Err(_) => {}
-        }
-    }
-    flood.closed.fetch_add(1, Ordering::Relaxed);
 }
 
 /// Kept-alive answers' latencies, new connections' latencies, and the failures.
@@ -351,7 +240,7 @@ async fn client(
         let started = Instant::now();
         let answered = tokio::time::timeout(ANSWER_TIMEOUT, async {
             if sender.is_none() {
-                sender = Some(connect(addr, &config).await?);
+                sender = Some(client::connect(addr, &config).await?);
             }
             match sender.as_mut() {
                 Some(s) => request(s, &ask).await,
@@ -393,27 +282,13 @@ async fn round(server: &str, flood_size: usize, requests: usize) -> Result<Value
     let before = target.memory()?;
     let flood = Arc::new(Flood::default());
     let mut attackers = tokio::task::JoinSet::new();
-    {
-        let (flood, config, addr) = (flood.clone(), target.client.clone(), target.addr);
-        attackers.spawn(async move {
-            let opening = Arc::new(tokio::sync::Semaphore::new(OPENING));
-            let mut held = tokio::task::JoinSet::new();
-            for i in 0..flood_size {
-                let Ok(permit) = opening.clone().acquire_owned().await else {
-                    return;
-                };
-                let (flood, config) = (flood.clone(), config.clone());
-                held.spawn(async move {
-                    if i % 2 == 0 {
-                        silent(addr, flood, permit).await
-                    } else {
-                        slow(addr, config, flood, permit).await
-                    }
-                });
-            }
-            while held.join_next().await.is_some() {}
-        });
-    }
+    attackers.spawn(client::flood(
+        target.addr,
+        target.client.clone(),
+        flood.clone(),
+        flood_size,
+        OPENING,
+    ));
     let deadline = Instant::now() + Duration::from_secs(120);
     while flood.connected.load(Ordering::Relaxed) < flood_size {
         if Instant::now() > deadline {
@@ -441,10 +316,7 @@ async fn round(server: &str, flood_size: usize, requests: usize) -> Result<Value
         all.failed.extend(answers.failed);
     }
     let after = target.memory()?;
-    let held = flood
-        .holding
-        .load(Ordering::Relaxed)
-        .saturating_sub(flood.closed.load(Ordering::Relaxed));
+    let held = flood.held();
     attackers.abort_all();
     let mut first_failures = all.failed.clone();
     first_failures.truncate(3);

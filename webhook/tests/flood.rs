@@ -14,23 +14,17 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::Body;
 use clap::Parser;
-use http_body_util::BodyExt;
-use hyper_util::rt::TokioIo;
+use common::client::{self, client_config, connect, send, Flood, Sender};
 use kubesteer_webhook::args::Args;
 use kubesteer_webhook::server::serve;
 use kubesteer_webhook::tls::{server_config, CertStore};
 use kubesteer_webhook::{router, AppState};
-use rustls::pki_types::ServerName;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
-use tokio_rustls::TlsConnector;
 
 /// Flood connections: every other one never starts TLS, the rest finish TLS and then send a
 /// request head one byte at a time.
@@ -54,132 +48,13 @@ const P99_BOUND: Duration = Duration::from_millis(50);
 /// cores takes 40-60 ms with no flood at all; what matters there is that it is not locked out.
 const NEW_CONNECTION_BOUND: Duration = Duration::from_secs(1);
 
-type Sender = hyper::client::conn::http1::SendRequest<Body>;
-
-fn client_config(roots: &rustls::RootCertStore) -> Arc<rustls::ClientConfig> {
-    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_root_certificates(roots.clone())
-    .with_no_client_auth();
-    Arc::new(config)
-}
-
-async fn tls(
-    addr: SocketAddr,
-    config: &Arc<rustls::ClientConfig>,
-) -> Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>, String> {
-    let tcp = tokio::net::TcpStream::connect(addr)
-        .await
-        .map_err(|e| e.to_string())?;
-    TlsConnector::from(config.clone())
-        .connect(ServerName::IpAddress(addr.ip().into()), tcp)
-        .await
-        .map_err(|e| e.to_string())
-}
-
-async fn connect(addr: SocketAddr, config: &Arc<rustls::ClientConfig>) -> Result<Sender, String> {
-    let stream = tls(addr, config).await?;
-    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .map_err(|e| e.to_string())?;
-    tokio::spawn(conn);
-    Ok(sender)
-}
-
 /// One AdmissionReview; `Ok` only for an allowed review.
 async fn review(sender: &mut Sender, path: &str, body: &[u8]) -> Result<(), String> {
-    sender.ready().await.map_err(|e| e.to_string())?;
-    let request = hyper::Request::post(path)
-        .header("host", "127.0.0.1")
-        .header("content-type", "application/json")
-        .body(Body::from(body.to_vec()))
-        .map_err(|e| e.to_string())?;
-    let response = sender
-        .send_request(request)
-        .await
-        .map_err(|e| e.to_string())?;
-    let status = response.status();
-    let body = response
-        .into_body()
-        .collect()
-        .await
-        .map_err(|e| e.to_string())?
-        .to_bytes();
-    let answer: serde_json::Value = serde_json::from_slice(&body).map_err(|e| e.to_string())?;
-    if status != 200 || answer["response"]["allowed"] != true {
-        return Err(format!("{status}: {}", String::from_utf8_lossy(&body)));
+    let reply = send(sender, path, Some(body)).await?;
+    if !reply.allowed() {
+        return Err(format!("{}: {}", reply.status, reply.body));
     }
     Ok(())
-}
-
-/// Counts of what the flood saw.
-#[derive(Default)]
-struct Flood {
-    /// Connections whose TCP connect succeeded.
-    connected: AtomicUsize,
-    /// Connections that reached the point where they hold their slot (TCP up, or TLS done).
-    holding: AtomicUsize,
-    /// Connections the server closed.
-    closed: AtomicUsize,
-}
-
-/// Holds a connection that never sends a byte, until the server closes it; `opening` is
-/// released once the connection is up.
-async fn silent(addr: SocketAddr, flood: Arc<Flood>, opening: OwnedSemaphorePermit) {
-    let Ok(mut tcp) = tokio::net::TcpStream::connect(addr).await else {
-        return;
-    };
-    drop(opening);
-    flood.connected.fetch_add(1, Ordering::Relaxed);
-    flood.holding.fetch_add(1, Ordering::Relaxed);
-    let mut buf = [0u8; 64];
-    while let Ok(n) = tcp.read(&mut buf).await {
-        if n == 0 {
-            break;
-        }
-    }
-    flood.closed.fetch_add(1, Ordering::Relaxed);
-}
-
-/// Finishes TLS, then sends a request head one byte every 500 ms, until the server closes it;
-/// `opening` is released once TLS is done (or failed), so the flood is not one burst of handshakes.
-async fn slow(
-    addr: SocketAddr,
-    config: Arc<rustls::ClientConfig>,
-    flood: Arc<Flood>,
-    opening: OwnedSemaphorePermit,
-) {
-    let Ok(tcp) = tokio::net::TcpStream::connect(addr).await else {
-        return;
-    };
-    flood.connected.fetch_add(1, Ordering::Relaxed);
-    let handshake =
-        TlsConnector::from(config).connect(ServerName::IpAddress(addr.ip().into()), tcp);
-    let handshake = tokio::time::timeout(Duration::from_secs(3), handshake).await;
-    drop(opening);
-    let Ok(Ok(mut stream)) = handshake else {
-        flood.closed.fetch_add(1, Ordering::Relaxed);
-        return;
-    };
-    flood.holding.fetch_add(1, Ordering::Relaxed);
-    let head = b"POST /validate/memcacheds HTTP/1.1\r\nhost: 127.0.0.1\r\nx-slow: ";
-    let mut bytes = head.iter().copied().chain(std::iter::repeat(b'a'));
-    let mut buf = [0u8; 64];
-    loop {
-        let byte = bytes.next().unwrap_or(b'a');
-        if stream.write_all(&[byte]).await.is_err() || stream.flush().await.is_err() {
-            break;
-        }
-        // The attacker's pace, not a wait for a condition: the server's answer ends the loop.
-        match tokio::time::timeout(Duration::from_millis(500), stream.read(&mut buf)).await {
-            Ok(Ok(0)) | Ok(Err(_)) => break,
-            Ok(Ok(_)) | Err(_) => {}
-        }
-    }
-    flood.closed.fetch_add(1, Ordering::Relaxed);
 }
 
 /// One answered review: its latency, connecting included when it opened a connection.
@@ -275,28 +150,13 @@ async fn a_flood_of_idle_and_slow_connections_does_not_lock_out_the_apiserver() 
     // The flood, OPENING connections at a time, silent and slow ones interleaved.
     let flood = Arc::new(Flood::default());
     let mut attackers = tokio::task::JoinSet::new();
-    {
-        let flood = flood.clone();
-        let config = config.clone();
-        attackers.spawn(async move {
-            let opening = Arc::new(tokio::sync::Semaphore::new(OPENING));
-            let mut held = tokio::task::JoinSet::new();
-            for i in 0..FLOOD {
-                let Ok(permit) = opening.clone().acquire_owned().await else {
-                    return;
-                };
-                let (flood, config) = (flood.clone(), config.clone());
-                held.spawn(async move {
-                    if i.is_multiple_of(2) {
-                        silent(addr, flood, permit).await
-                    } else {
-                        slow(addr, config, flood, permit).await
-                    }
-                });
-            }
-            while held.join_next().await.is_some() {}
-        });
-    }
+    attackers.spawn(client::flood(
+        addr,
+        config.clone(),
+        flood.clone(),
+        FLOOD,
+        OPENING,
+    ));
     // The apiserver starts once every flood connection is up, so that its requests meet a full
     // server rather than the handshakes of this test's own attacker, which compete for the CPU.
     assert!(
@@ -327,10 +187,7 @@ async fn a_flood_of_idle_and_slow_connections_does_not_lock_out_the_apiserver() 
     }
     let flood_at_end = flood.connected.load(Ordering::Relaxed);
     // Flood connections the server still held when the apiserver was done.
-    let flood_open = flood
-        .holding
-        .load(Ordering::Relaxed)
-        .saturating_sub(flood.closed.load(Ordering::Relaxed));
+    let flood_open = flood.held();
     attackers.abort_all();
 
     let (p50, p99, max) = (at(&mut kept, 0.5), at(&mut kept, 0.99), at(&mut kept, 1.0));

@@ -7,10 +7,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use axum::body::Body;
 use axum::http::StatusCode;
-use http_body_util::BodyExt;
-use hyper_util::rt::TokioIo;
 use kubesteer_certs::{ensure_client_dir, issue_client, Pem};
 use kubesteer_runtime::Health;
 use kubesteer_webhook::metrics::ConnectionsClosed;
@@ -18,10 +15,10 @@ use kubesteer_webhook::server::serve;
 use kubesteer_webhook::tls::{server_config_with_client_ca, CertStore, ClientCa};
 use kubesteer_webhook::{apiserver_auth, router, AppState};
 use rustls::pki_types::pem::PemObject as _;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
-use tokio_rustls::TlsConnector;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 use crate::common;
+use crate::common::client::Sender;
 
 const DAY: Duration = Duration::from_secs(24 * 60 * 60);
 
@@ -64,20 +61,13 @@ async fn start(ca_file: &Path, names: &[&str]) -> (SocketAddr, rustls::RootCertS
     (addr, roots)
 }
 
-type Sender = hyper::client::conn::http1::SendRequest<Body>;
-
 /// A TLS connection to `addr`, presenting `client` when given.
 async fn connect(
     addr: SocketAddr,
     roots: &rustls::RootCertStore,
     client: Option<&Pem>,
 ) -> Result<Sender, String> {
-    let builder = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_root_certificates(roots.clone());
+    let builder = common::client::config_builder(roots);
     let config = match client {
         Some(pem) => builder
             .with_client_auth_cert(
@@ -89,45 +79,21 @@ async fn connect(
             .unwrap(),
         None => builder.with_no_client_auth(),
     };
-    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let tls = TlsConnector::from(Arc::new(config))
-        .connect(ServerName::IpAddress(addr.ip().into()), tcp)
-        .await
-        .map_err(|e| e.to_string())?;
-    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
-        .await
-        .map_err(|e| e.to_string())?;
-    tokio::spawn(conn);
-    Ok(sender)
+    common::client::connect(addr, &Arc::new(config)).await
 }
 
-/// Sends one request; its status and body, or why there was no answer.
+/// Sends one request (a POST with `body`, or a GET); its status and body, or why there was no
+/// answer.
 async fn send(
     sender: &mut Sender,
     method: &str,
     path: &str,
     body: Vec<u8>,
 ) -> Result<(StatusCode, String), String> {
-    sender.ready().await.map_err(|e| e.to_string())?;
-    let request = hyper::Request::builder()
-        .method(method)
-        .uri(path)
-        .header("host", "127.0.0.1")
-        .header("content-type", "application/json")
-        .body(Body::from(body))
-        .unwrap();
-    let response = sender
-        .send_request(request)
-        .await
-        .map_err(|e| e.to_string())?;
-    let status = response.status();
-    let body = response
-        .into_body()
-        .collect()
-        .await
-        .map_err(|e| e.to_string())?
-        .to_bytes();
-    Ok((status, String::from_utf8_lossy(&body).into_owned()))
+    let body = (method == "POST").then_some(body.as_slice());
+    let reply = common::client::send(sender, path, body).await?;
+    let status = StatusCode::from_u16(reply.status).map_err(|e| e.to_string())?;
+    Ok((status, reply.body))
 }
 
 /// A review as `system:masters` would be forged: the body says so, nothing else does.

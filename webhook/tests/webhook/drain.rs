@@ -6,91 +6,20 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::Body;
-use http_body_util::BodyExt;
-use hyper_util::rt::TokioIo;
 use kubesteer_webhook::server::{serve, Limits};
 use kubesteer_webhook::tls::{server_config, CertStore};
 use kubesteer_webhook::{router, AppState};
-use rustls::pki_types::ServerName;
 use tokio::time::Instant;
-use tokio_rustls::TlsConnector;
 
 use crate::common;
-
-type Sender = hyper::client::conn::http1::SendRequest<Body>;
+use crate::common::client::{self, send, Sender};
 
 const DELAY: Duration = Duration::from_secs(3);
 
-struct Reply {
-    status: u16,
-    connection: Option<String>,
-    body: String,
-}
-
 async fn connect(addr: SocketAddr, roots: &rustls::RootCertStore) -> Result<Sender, String> {
-    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_root_certificates(roots.clone())
-    .with_no_client_auth();
-    let tcp = tokio::net::TcpStream::connect(addr)
-        .await
-        .map_err(|e| e.to_string())?;
-    let tls = TlsConnector::from(Arc::new(config))
-        .connect(ServerName::IpAddress(addr.ip().into()), tcp)
-        .await
-        .map_err(|e| e.to_string())?;
-    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
-        .await
-        .map_err(|e| e.to_string())?;
-    tokio::spawn(conn);
-    Ok(sender)
+    client::connect(addr, &client::client_config(roots)).await
 }
 
-async fn send(sender: &mut Sender, path: &str, review: Option<&[u8]>) -> Result<Reply, String> {
-    sender.ready().await.map_err(|e| e.to_string())?;
-    let request = match review {
-        Some(body) => hyper::Request::post(path)
-            .header("content-type", "application/json")
-            .body(Body::from(body.to_vec())),
-        None => hyper::Request::get(path).body(Body::empty()),
-    };
-    let mut request = request.unwrap();
-    request
-        .headers_mut()
-        .insert("host", "127.0.0.1".parse().unwrap());
-    let response = sender
-        .send_request(request)
-        .await
-        .map_err(|e| e.to_string())?;
-    let status = response.status().as_u16();
-    let connection = response
-        .headers()
-        .get("connection")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_ascii_lowercase);
-    let body = response
-        .into_body()
-        .collect()
-        .await
-        .map_err(|e| e.to_string())?
-        .to_bytes();
-    Ok(Reply {
-        status,
-        connection,
-        body: String::from_utf8_lossy(&body).into_owned(),
-    })
-}
-
-fn allowed(reply: &Reply) -> bool {
-    let review: serde_json::Value = serde_json::from_str(&reply.body).unwrap();
-    reply.status == 200 && review["response"]["allowed"] == true
-}
-
-/// Waits (up to 5 s) until the client has seen the server close `sender`'s connection.
 async fn closed(sender: &Sender) -> bool {
     common::eventually(Duration::from_secs(5), || sender.is_closed()).await
 }
@@ -129,7 +58,7 @@ async fn shutdown_fails_readiness_but_serves_admission_until_the_delay_ends() {
         let reply = send(sender, "/mutate/memcacheds", Some(&review))
             .await
             .unwrap();
-        assert!(allowed(&reply), "{}", reply.body);
+        assert!(reply.allowed(), "{}", reply.body);
         assert_eq!(reply.connection, None, "kept alive before the signal");
     }
 
@@ -157,7 +86,7 @@ async fn shutdown_fails_readiness_but_serves_admission_until_the_delay_ends() {
     let reply = send(&mut kept, "/mutate/memcacheds", Some(&review))
         .await
         .expect("a kept-alive connection is served during the delay");
-    assert!(allowed(&reply), "{}", reply.body);
+    assert!(reply.allowed(), "{}", reply.body);
     assert_eq!(reply.connection.as_deref(), Some("close"));
     assert!(closed(&kept).await, "closed after its answer");
 
@@ -168,7 +97,7 @@ async fn shutdown_fails_readiness_but_serves_admission_until_the_delay_ends() {
     let reply = send(&mut fresh, "/validate/memcacheds", Some(&review))
         .await
         .unwrap();
-    assert!(allowed(&reply), "{}", reply.body);
+    assert!(reply.allowed(), "{}", reply.body);
     assert_eq!(reply.connection.as_deref(), Some("close"));
     assert!(
         signalled_at.elapsed() < DELAY,

@@ -1,6 +1,7 @@
 //! A fake cluster and request helpers shared by the tests of this binary.
 #![allow(dead_code)]
 
+pub mod client;
 pub mod review;
 
 use std::collections::BTreeMap;
