@@ -10,11 +10,8 @@ use axum::extract::State;
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::{middleware, Router};
-use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::service::TowerToHyperService;
-use tokio::sync::watch;
-use tokio::task::JoinSet;
-use tracing::debug;
+use axum_server::tls_rustls::{RustlsAcceptor, RustlsConfig};
+use hyper_util::rt::TokioTimer;
 
 use crate::metrics_auth::{self, Authorizer};
 
@@ -72,74 +69,72 @@ pub async fn serve(
     Ok((local, task))
 }
 
-/// Like [`serve`], over TLS with `tls`: each connection is handshaken and served in a task of its
-/// own, so a slow client holds up no other.
+/// Like [`serve`], over TLS with `tls`, on axum-server: each connection is handshaken and
+/// served in a task of its own, so a slow client holds up no other. There is no bound on
+/// connections: the controller's `/metrics` is scraped by a few clients, and a flood of
+/// connections costs what it costs any axum-server (`bench/results/servers-*.json`).
 pub async fn serve_tls(
     addr: SocketAddr,
     router: Router,
     tls: rustls::ServerConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<std::io::Result<()>>)> {
-    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let listener = std::net::TcpListener::bind(addr)?;
+    listener.set_nonblocking(true)?;
     let local = listener.local_addr()?;
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
-    let task = tokio::spawn(async move {
-        let (stop_tx, stop) = watch::channel(false);
-        let mut connections = JoinSet::new();
-        tokio::pin!(shutdown);
-        loop {
-            let accepted = tokio::select! {
-                accepted = listener.accept() => accepted,
-                () = &mut shutdown => break,
-            };
-            // Reap finished connections, so the set holds only open ones.
-            while connections.try_join_next().is_some() {}
-            match accepted {
-                Ok((tcp, peer)) => {
-                    let (acceptor, router, stop) = (acceptor.clone(), router.clone(), stop.clone());
-                    connections.spawn(async move {
-                        if let Err(e) = connection(acceptor, tcp, router, stop).await {
-                            debug!(%peer, error = %e, "metrics connection ended");
-                        }
-                    });
-                }
-                Err(e) => {
-                    // Out of file descriptors, say: back off instead of spinning.
-                    debug!(error = %e, "cannot accept a metrics connection");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-            }
-        }
-        drop(listener);
-        let _ = stop_tx.send(true);
-        let drained = tokio::time::timeout(DRAIN_TIMEOUT, async {
-            while connections.join_next().await.is_some() {}
-        })
-        .await;
-        if drained.is_err() {
-            connections.abort_all();
-        }
-        Ok(())
+    let acceptor = RustlsAcceptor::new(RustlsConfig::from_config(Arc::new(tls)))
+        .handshake_timeout(CLIENT_TIMEOUT);
+    let handle = axum_server::Handle::new();
+    let mut server = axum_server::from_tcp(listener)?
+        .acceptor(acceptor)
+        .handle(handle.clone())
+        .http1_only();
+    server
+        .http_builder()
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(CLIENT_TIMEOUT);
+    tokio::spawn(async move {
+        shutdown.await;
+        handle.graceful_shutdown(Some(DRAIN_TIMEOUT));
     });
+    let task = tokio::spawn(server.serve(router.into_make_service()));
     Ok((local, task))
 }
 
-/// Serves one connection: the handshake, then HTTP/1.1 until the client leaves or `stop`.
-async fn connection(
-    acceptor: tokio_rustls::TlsAcceptor,
-    tcp: tokio::net::TcpStream,
-    router: Router,
-    mut stop: watch::Receiver<bool>,
-) -> std::result::Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    let tls = tokio::time::timeout(CLIENT_TIMEOUT, acceptor.accept(tcp)).await??;
-    let conn = hyper::server::conn::http1::Builder::new()
-        .timer(TokioTimer::new())
-        .header_read_timeout(CLIENT_TIMEOUT)
-        .serve_connection(TokioIo::new(tls), TowerToHyperService::new(router));
-    tokio::pin!(conn);
-    tokio::select! {
-        served = conn.as_mut() => return Ok(served?),
-        _ = stop.wait_for(|&s| s) => conn.as_mut().graceful_shutdown(),
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn serve_tls_answers_over_tls_and_stops_on_shutdown() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let mut options = kubesteer_certs::Options::new("metrics", "test");
+        options.ips.push("127.0.0.1".parse().unwrap());
+        let certs = kubesteer_certs::generate(&options).unwrap();
+        let tls = kubesteer_certs::server_config(&certs.serving).unwrap();
+        let router = Router::new().route("/healthz", get(|| async { "ok" }));
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let (addr, task) = serve_tls("127.0.0.1:0".parse().unwrap(), router, tls, async {
+            let _ = stopped.await;
+        })
+        .await
+        .unwrap();
+
+        let url = format!("https://{addr}/healthz");
+        let ca = certs.ca.cert.clone();
+        let answered = tokio::task::spawn_blocking(move || {
+            kubesteer_certs::probe::Probe::new(&url, ca.as_bytes(), Duration::from_secs(5))
+                .unwrap()
+                .once()
+        })
+        .await
+        .unwrap();
+        assert!(answered.is_ok(), "{answered:?}");
+
+        stop.send(()).unwrap();
+        let ended = tokio::time::timeout(DRAIN_TIMEOUT * 2, task).await;
+        assert!(matches!(ended, Ok(Ok(Ok(())))), "{ended:?}");
+        assert!(tokio::net::TcpStream::connect(addr).await.is_err());
     }
-    Ok(conn.await?)
 }
