@@ -29,7 +29,7 @@ use rustls::pki_types::CertificateDer;
 use serde_json::{json, Value};
 
 use crate::reviews::Granting;
-use client::{send, Flood, Sender};
+use client::{send, Flood, Sender, ANSWER_TIMEOUT, NEW_CONNECTION_EVERY, OPENING};
 
 /// The webhook tests' client and flood, the same code here.
 #[path = "../../webhook/tests/webhook/common/client.rs"]
@@ -42,12 +42,8 @@ pub const SERVERS: [&str; 4] = [
     "metrics-axum-server",
 ];
 
-/// Flood connections being opened at once.
-const OPENING: usize = 64;
 /// Clients in the role of the apiserver (or a scraper), one request in flight each.
 const CLIENTS: usize = 2;
-const NEW_CONNECTION_EVERY: usize = 10;
-const ANSWER_TIMEOUT: Duration = Duration::from_secs(3);
 /// The webhook's default handshake and request-head limits, given to axum-server too.
 const HANDSHAKE: Duration = Duration::from_secs(3);
 const HEAD: Duration = Duration::from_secs(5);

@@ -29,6 +29,18 @@ impl From<Output> for Run {
     }
 }
 
+impl Run {
+    /// Refused by an admission webhook, with `field` named in the denial.
+    pub fn denied_by_webhook_on(&self, field: &str) -> bool {
+        !self.ok && self.stderr.contains("denied the request") && self.stderr.contains(field)
+    }
+}
+
+/// A Scaler only the validating webhook refuses, on `spec.timeZone`: the schema takes any
+/// string, and only the webhook knows the IANA names.
+pub const SCALER_ON_MARS: &str = "apiVersion: kubesteer.io/v1beta1\nkind: Scaler\nmetadata: {name: bad}\n\
+     spec: {scaleTargetRefs: [{apiVersion: apps/v1, kind: Deployment, name: web}], windows: [{start: 9, end: 17}], timeZone: Mars/Olympus}\n";
+
 /// How long a kubectl call may take beyond its own `--timeout`.
 const KUBECTL_MARGIN: Duration = Duration::from_secs(60);
 /// How long a kubectl call without `--timeout` may take.

@@ -338,25 +338,10 @@ impl ControllerProcess {
 
     /// What its /metrics serves now, at the address it logged.
     pub fn metrics(&self) -> Result<String> {
-        use std::io::{Read, Write};
         let addr = self.metrics_addr()?;
-        let socket = std::net::ToSocketAddrs::to_socket_addrs(&addr)?
-            .next()
-            .with_context(|| format!("no address in {addr:?}"))?;
-        let mut stream = std::net::TcpStream::connect_timeout(&socket, Duration::from_secs(5))?;
-        stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-        stream.set_write_timeout(Some(Duration::from_secs(5)))?;
-        write!(
-            stream,
-            "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-        )?;
-        let mut response = String::new();
-        stream.read_to_string(&mut response)?;
-        anyhow::ensure!(
-            response.starts_with("HTTP/1.1 200"),
-            "GET /metrics: {response}"
-        );
-        Ok(response)
+        let (code, body) = http_get(&addr, "/metrics")?;
+        anyhow::ensure!(code == 200, "GET /metrics: {code} {body}");
+        Ok(body)
     }
 
     /// The value of the counter or gauge sample `name{labels}` in /metrics, 0 if absent.
@@ -445,4 +430,28 @@ impl Drop for Daemon {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// A plain HTTP/1.1 GET of `path` from `addr` (host:port), 5 s for each step: the status code
+/// and the body.
+pub fn http_get(addr: &str, path: &str) -> Result<(u16, String)> {
+    use std::io::{Read, Write};
+    let socket = std::net::ToSocketAddrs::to_socket_addrs(addr)?
+        .next()
+        .with_context(|| format!("no address in {addr:?}"))?;
+    let mut stream = std::net::TcpStream::connect_timeout(&socket, Duration::from_secs(5))?;
+    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    stream.set_write_timeout(Some(Duration::from_secs(5)))?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response)?;
+    let code = response
+        .strip_prefix("HTTP/1.1 ")
+        .and_then(|r| r.get(..3))
+        .with_context(|| format!("GET {path}: {response}"))?;
+    let body = response.split("\r\n\r\n").nth(1).unwrap_or_default();
+    Ok((code.parse()?, body.to_string()))
 }

@@ -19,7 +19,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
-use common::client::{self, client_config, connect, send, Flood, Sender};
+use common::client::{
+    self, client_config, connect, send, Flood, Sender, ANSWER_TIMEOUT, NEW_CONNECTION_EVERY,
+    OPENING,
+};
 use kubesteer_webhook::args::Args;
 use kubesteer_webhook::server::serve;
 use kubesteer_webhook::tls::{server_config, CertStore};
@@ -29,19 +32,11 @@ use tokio::time::Instant;
 /// Flood connections: every other one never starts TLS, the rest finish TLS and then send a
 /// request head one byte at a time.
 const FLOOD: usize = 2_000;
-/// Flood connections being opened at once.
-const OPENING: usize = 64;
 /// The apiserver's requests in flight at once, one per kept-alive connection. A review takes
 /// several milliseconds of CPU in this debug build; more at once than the machine's two cores
 /// would measure queueing in this test rather than the server.
 const WORKERS: usize = 2;
 const REQUESTS_PER_WORKER: usize = 500;
-/// Each worker opens a new connection this often, as the apiserver's pool does when its
-/// concurrency changes: the flood must not keep new connections out either.
-const NEW_CONNECTION_EVERY: usize = 10;
-/// An answer slower than this counts as failed; the apiserver's own timeout is longer, but a
-/// lock-out shows as a hang.
-const ANSWER_TIMEOUT: Duration = Duration::from_secs(3);
 /// The bound, for reviews on kept-alive connections, as the apiserver sends most.
 const P99_BOUND: Duration = Duration::from_millis(50);
 /// A review on a new connection includes a TLS handshake, which in this debug build on two shared

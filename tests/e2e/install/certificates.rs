@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 use kubesteer_tests::release::SHARED_CRDS;
 use kubesteer_tests::{
     eventually, free_port, helm, impersonating_kubeconfig, jsonpath, kubectl, kubectl_ok,
-    output_within, repo_root, unique, webhook_fields, Daemon, Namespace, WEBHOOKS,
+    output_within, repo_root, unique, webhook_fields, Daemon, Namespace, SCALER_ON_MARS, WEBHOOKS,
 };
 
 const MC: &str = "apiVersion: kubesteer.io/v1alpha1\nkind: Memcached\n";
@@ -201,16 +201,8 @@ fn install_upgrade_and_uninstall_with_self_managed_certificates() -> Result<()> 
     );
     // A rule that only the validating webhook knows (the schema refuses an image with a space
     // before the webhook is asked).
-    let bad = ns.apply(
-        "apiVersion: kubesteer.io/v1beta1\nkind: Scaler\nmetadata: {name: bad}\n\
-         spec: {scaleTargetRefs: [{apiVersion: apps/v1, kind: Deployment, name: web}], windows: [{start: 9, end: 17}], timeZone: Mars/Olympus}\n",
-    )?;
-    assert!(
-        !bad.ok
-            && bad.stderr.contains("denied the request")
-            && bad.stderr.contains("spec.timeZone"),
-        "{bad:?}"
-    );
+    let bad = ns.apply(SCALER_ON_MARS)?;
+    assert!(bad.denied_by_webhook_on("spec.timeZone"), "{bad:?}");
 
     // The controller, as the chart's controller ServiceAccount, makes a Memcached converge.
     let controller_kubeconfig = release.kubeconfig_as("controller")?;

@@ -9,7 +9,7 @@ use anyhow::{bail, ensure, Context, Result};
 use kubesteer_tests::release::{image, Release, REAL_NODE};
 use kubesteer_tests::{
     eventually, helm, instance_pods, jsonpath, kubectl, kubectl_ok, repo_root, unique,
-    workspace_version, WEBHOOKS,
+    workspace_version, SCALER_ON_MARS, WEBHOOKS,
 };
 
 /// Every pod of `component` runs the project image on the real node, Running and Ready.
@@ -93,15 +93,10 @@ fn helm_install_runs_the_image_on_the_real_node() -> Result<()> {
 
     // Denied and defaulted through the in-cluster Service.
     // A bad time zone: only the webhook knows the IANA names, so the denial is its own.
-    let bad = release.apply(
-        "apiVersion: kubesteer.io/v1beta1\nkind: Scaler\nmetadata: {name: bad}\n\
-         spec: {scaleTargetRefs: [{apiVersion: apps/v1, kind: Deployment, name: web}], windows: [{start: 9, end: 17}], timeZone: Mars/Olympus}\n",
-    )?;
-    assert!(!bad.ok, "a bad Scaler is denied");
+    let bad = release.apply(SCALER_ON_MARS)?;
     assert!(
-        bad.stderr.contains("denied the request") && bad.stderr.contains("spec.timeZone"),
-        "the webhook's denial names the field: {}",
-        bad.stderr
+        bad.denied_by_webhook_on("spec.timeZone"),
+        "the webhook's denial names the field: {bad:?}"
     );
     let good = release.apply(
         "apiVersion: kubesteer.io/v1alpha1\nkind: Memcached\nmetadata: {name: cache}\nspec: {}\n",

@@ -14,25 +14,7 @@ const WAIT: Duration = Duration::from_secs(60);
 
 /// The status code and body of the controller's /readyz at `addr`.
 fn readyz(addr: &str) -> Result<(u16, String)> {
-    use std::io::{Read, Write};
-    let socket = std::net::ToSocketAddrs::to_socket_addrs(addr)?
-        .next()
-        .with_context(|| format!("no address in {addr:?}"))?;
-    let mut stream = std::net::TcpStream::connect_timeout(&socket, Duration::from_secs(5))?;
-    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-    stream.set_write_timeout(Some(Duration::from_secs(5)))?;
-    write!(
-        stream,
-        "GET /readyz HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response)?;
-    let code = response
-        .strip_prefix("HTTP/1.1 ")
-        .and_then(|r| r.get(..3))
-        .with_context(|| format!("GET /readyz: {response}"))?;
-    let body = response.split("\r\n\r\n").nth(1).unwrap_or_default();
-    Ok((code.parse()?, body.to_string()))
+    kubesteer_tests::http_get(addr, "/readyz")
 }
 
 /// Sleeps until the Unix time `at` (a time to reach, not a condition to wait for).

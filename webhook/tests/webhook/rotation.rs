@@ -6,8 +6,6 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::Body;
-use http_body_util::BodyExt;
 use hyper_util::rt::TokioIo;
 use kubesteer_runtime::Health;
 use kubesteer_webhook::metrics::{ClosedLabels, ConnectionsClosed};
@@ -15,10 +13,10 @@ use kubesteer_webhook::server::{serve, Limits};
 use kubesteer_webhook::tls::{server_config, CertFiles, CertStore};
 use kubesteer_webhook::{router, AppState};
 use rcgen::{CertificateParams, DnType, IsCa, Issuer, KeyPair};
-use rustls::pki_types::{CertificateDer, ServerName};
-use tokio_rustls::TlsConnector;
+use rustls::pki_types::CertificateDer;
 
 use crate::common;
+use crate::common::client::{self, Sender};
 
 struct Ca {
     issuer: Issuer<'static, KeyPair>,
@@ -78,24 +76,14 @@ fn write_serving(ca: &Ca, dir: &Path, generation: u32) -> CertificateDer<'static
     der
 }
 
-type Sender = hyper::client::conn::http1::SendRequest<Body>;
-
+/// A connection to `addr` trusting `ca`, and the certificate the server presented.
 async fn connect(
     addr: SocketAddr,
     ca: &CertificateDer<'static>,
 ) -> (Sender, CertificateDer<'static>) {
     let mut roots = rustls::RootCertStore::empty();
     roots.add(ca.clone()).unwrap();
-    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let tls = TlsConnector::from(Arc::new(config))
-        .connect(ServerName::IpAddress(addr.ip().into()), tcp)
+    let tls = client::tls(addr, &client::client_config(&roots))
         .await
         .unwrap();
     let leaf = tls.get_ref().1.peer_certificates().unwrap()[0]
@@ -109,15 +97,15 @@ async fn connect(
 }
 
 async fn healthz(sender: &mut Sender) -> Result<u16, String> {
-    sender.ready().await.map_err(|e| e.to_string())?;
-    let req = hyper::Request::get("/healthz")
-        .header("host", "127.0.0.1")
-        .body(Body::empty())
-        .unwrap();
-    let res = sender.send_request(req).await.map_err(|e| e.to_string())?;
-    let status = res.status().as_u16();
-    res.into_body().collect().await.map_err(|e| e.to_string())?;
-    Ok(status)
+    Ok(client::send(sender, "/healthz", None).await?.status)
+}
+
+/// The files `files.watch` reads in `dir`.
+fn cert_files(dir: &Path) -> CertFiles {
+    CertFiles {
+        cert: dir.join("tls.crt"),
+        key: dir.join("tls.key"),
+    }
 }
 
 #[tokio::test]
@@ -125,10 +113,7 @@ async fn rotation_serves_the_new_certificate_without_dropping_a_request() {
     let dir = tempfile::tempdir().unwrap();
     let ca = ca();
     let first = write_serving(&ca, dir.path(), 1);
-    let files = CertFiles {
-        cert: dir.path().join("tls.crt"),
-        key: dir.path().join("tls.key"),
-    };
+    let files = cert_files(dir.path());
     let store = CertStore::new(files.load().unwrap());
     tokio::spawn(files.watch(store.clone(), Duration::from_millis(100)));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -228,10 +213,7 @@ async fn a_broken_replacement_keeps_the_old_certificate_until_it_is_whole() {
     let dir = tempfile::tempdir().unwrap();
     let ca = ca();
     let first = write_serving(&ca, dir.path(), 1);
-    let files = CertFiles {
-        cert: dir.path().join("tls.crt"),
-        key: dir.path().join("tls.key"),
-    };
+    let files = cert_files(dir.path());
     let store = CertStore::new(files.load().unwrap());
     assert_eq!(store.leaf().as_deref(), Some(first.as_ref()));
     let log = Captured::default();
@@ -285,10 +267,7 @@ async fn idle_and_slow_clients_are_cut_off() {
     let dir = tempfile::tempdir().unwrap();
     let ca = ca();
     write_serving(&ca, dir.path(), 1);
-    let files = CertFiles {
-        cert: dir.path().join("tls.crt"),
-        key: dir.path().join("tls.key"),
-    };
+    let files = cert_files(dir.path());
     let store = CertStore::new(files.load().unwrap());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();

@@ -20,6 +20,15 @@ use tokio_rustls::TlsConnector;
 
 pub type Sender = hyper::client::conn::http1::SendRequest<Body>;
 
+/// Flood connections being opened at once.
+pub const OPENING: usize = 64;
+/// A client in the apiserver's role opens a new connection this often, as the apiserver's pool
+/// does when its concurrency changes: a flood must not keep new connections out either.
+pub const NEW_CONNECTION_EVERY: usize = 10;
+/// An answer slower than this counts as failed; the apiserver's own timeout is longer, but a
+/// lock-out shows as a hang.
+pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(3);
+
 /// A client that trusts `roots`, on ring, with no client certificate.
 pub fn client_config(roots: &rustls::RootCertStore) -> Arc<rustls::ClientConfig> {
     Arc::new(config_builder(roots).with_no_client_auth())
