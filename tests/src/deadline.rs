@@ -370,3 +370,30 @@ mod tests {
 mod checker;
 #[cfg(test)]
 mod lib_sh;
+
+/// `curl` `url` with `extra` arguments, the bearer `token` given on stdin so it stays out of the
+/// process list: the status code and the body. curl has 10 s (`--max-time`), and 10 s more.
+pub fn curl(url: &str, extra: &[&str], token: Option<&str>) -> Result<(u16, String)> {
+    let config = token
+        .map(|token| format!("header = \"Authorization: Bearer {token}\"\n"))
+        .unwrap_or_default();
+    let out = output_within(
+        std::process::Command::new("curl")
+            .args(["--silent", "--max-time", "10", "--config", "-"])
+            .args(["--write-out", "\n%{http_code}"])
+            .args(extra)
+            .arg(url),
+        Some(config.as_bytes()),
+        Duration::from_secs(20),
+        &format!("curl {url}"),
+    )?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let (body, code) = text.rsplit_once('\n').context("curl wrote no status")?;
+    let code = code.trim().parse().with_context(|| {
+        format!(
+            "curl {url}: {text} {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })?;
+    Ok((code, body.to_string()))
+}

@@ -27,6 +27,11 @@ pub fn helm_run(args: &[&str]) -> Result<Run> {
     }
 }
 
+/// `helm uninstall --wait` of release `name` in `namespace`.
+pub fn helm_uninstall(name: &str, namespace: &str) -> Result<String> {
+    helm(&["uninstall", name, "-n", namespace, "--wait"])
+}
+
 /// Like [`helm_run`], but fails with helm's stderr when the call fails; helm's stdout.
 pub fn helm(args: &[&str]) -> Result<String> {
     let run = helm_run(args)?;

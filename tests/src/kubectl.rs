@@ -81,6 +81,15 @@ impl Namespace {
         Ok(Namespace(name))
     }
 
+    /// A new namespace labelled `kubesteer.io/e2e=<id>`, so that the webhook configurations of
+    /// the install (or host webhook) `id` apply to it.
+    pub fn admitted_by(prefix: &str, id: &str) -> Result<Self> {
+        let ns = Self::new(prefix)?;
+        let label = format!("kubesteer.io/e2e={id}");
+        kubectl_ok(&["label", "namespace", ns.name(), &label], None)?;
+        Ok(ns)
+    }
+
     pub fn name(&self) -> &str {
         &self.0
     }

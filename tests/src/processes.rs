@@ -190,17 +190,7 @@ impl Webhook {
 
     /// A fresh namespace that this webhook admits.
     pub fn namespace(&self, prefix: &str) -> Result<Namespace> {
-        let ns = Namespace::new(prefix)?;
-        kubectl_ok(
-            &[
-                "label",
-                "namespace",
-                ns.name(),
-                &format!("kubesteer.io/e2e={}", self.id),
-            ],
-            None,
-        )?;
-        Ok(ns)
+        Namespace::admitted_by(prefix, &self.id)
     }
 
     /// The webhook's log so far, for assertions about what it logged.

@@ -2,7 +2,9 @@
 //! node (hack/node.sh), for the tests that exercise the installed product.
 use anyhow::{ensure, Context, Result};
 
-use crate::{helm, jsonpath, kubectl, kubectl_ok, repo_root, unique, webhook_fields};
+use crate::{
+    helm, helm_uninstall, jsonpath, kubectl, kubectl_ok, repo_root, unique, webhook_fields,
+};
 
 /// The node `hack/node.sh` registers; hack/real-node-values.yaml places the chart on it.
 pub const REAL_NODE: &str = "kubesteer-node";
@@ -257,7 +259,7 @@ impl Drop for Release {
             ],
             None,
         );
-        let _ = helm(&["uninstall", &self.name, "-n", &self.namespace, "--wait"]);
+        let _ = helm_uninstall(&self.name, &self.namespace);
         for ns in [&self.user_ns, &self.namespace] {
             let _ = kubectl(&["delete", "namespace", ns, "--wait=false"], None);
         }

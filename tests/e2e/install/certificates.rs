@@ -6,8 +6,9 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use kubesteer_tests::release::SHARED_CRDS;
 use kubesteer_tests::{
-    eventually, free_port, helm, impersonating_kubeconfig, jsonpath, kubectl, kubectl_ok,
-    output_within, repo_root, unique, webhook_fields, Daemon, Namespace, SCALER_ON_MARS, WEBHOOKS,
+    eventually, free_port, helm, helm_uninstall, impersonating_kubeconfig, jsonpath, kubectl,
+    kubectl_ok, output_within, repo_root, unique, webhook_fields, Daemon, Namespace,
+    SCALER_ON_MARS, WEBHOOKS,
 };
 
 const MC: &str = "apiVersion: kubesteer.io/v1alpha1\nkind: Memcached\n";
@@ -144,24 +145,14 @@ impl Release {
 
     /// A namespace that this release's webhook configurations apply to.
     fn user_namespace(&self) -> Result<Namespace> {
-        let ns = Namespace::new("helm-use")?;
-        kubectl_ok(
-            &[
-                "label",
-                "namespace",
-                ns.name(),
-                &format!("kubesteer.io/e2e={}", self.id),
-            ],
-            None,
-        )?;
-        Ok(ns)
+        Namespace::admitted_by("helm-use", &self.id)
     }
 }
 
 impl Drop for Release {
     fn drop(&mut self) {
         self.webhook.take();
-        let _ = helm(&["uninstall", &self.name, "-n", &self.namespace, "--wait"]);
+        let _ = helm_uninstall(&self.name, &self.namespace);
         let _ = kubectl(
             &["delete", "namespace", &self.namespace, "--wait=false"],
             None,
@@ -357,13 +348,7 @@ fn install_upgrade_and_uninstall_with_self_managed_certificates() -> Result<()> 
 
     // Uninstall removes everything but the CRDs.
     release.webhook.take();
-    helm(&[
-        "uninstall",
-        &release.name,
-        "-n",
-        &release.namespace,
-        "--wait",
-    ])?;
+    helm_uninstall(&release.name, &release.namespace)?;
     let selector = format!("app.kubernetes.io/instance={}", release.name);
     let left = kubectl_ok(
         &[

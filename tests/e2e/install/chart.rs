@@ -1736,14 +1736,7 @@ fn extra_scale_targets_grant_the_controller_their_scale_and_nothing_else() -> Re
     Ok(())
 }
 
-const MONITORING: &[&str] = &[
-    "--set",
-    "monitoring.serviceMonitor.enabled=true",
-    "--set",
-    "monitoring.prometheusRule.enabled=true",
-    "--set",
-    "monitoring.grafanaDashboard.enabled=true",
-];
+use super::monitoring::MONITORING;
 
 fn chart_file(name: &str) -> Result<String> {
     let path = chart().join("files").join(name);

@@ -1,46 +1,18 @@
 //! The controller's /metrics under `--metrics-auth`, as a scraper meets it: HTTPS, and nothing
 //! without a token that the apiserver accepts and RBAC allows `get` on /metrics.
-use std::process::Command;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use kubesteer_tests::{
-    eventually, kubectl, kubectl_ok, output_within, unique, ControllerProcess, Namespace,
+    curl, eventually, kubectl, kubectl_ok, unique, ControllerProcess, Namespace,
 };
 
 const WAIT: Duration = Duration::from_secs(60);
 
-/// `GET https://addr/path` with curl, the bearer `token` given on stdin so it stays out of the
-/// process list; the status code and the body.
+/// `GET https://addr/path` with curl (the controller's own certificate is not checked): the
+/// status code and the body.
 fn get(addr: &str, path: &str, token: Option<&str>) -> Result<(u16, String)> {
-    let url = format!("https://{addr}{path}");
-    let config = token
-        .map(|token| format!("header = \"Authorization: Bearer {token}\"\n"))
-        .unwrap_or_default();
-    // curl's own --max-time, and 10 s more.
-    let out = output_within(
-        Command::new("curl")
-            .args([
-                "--silent",
-                "--insecure",
-                "--max-time",
-                "10",
-                "--config",
-                "-",
-            ])
-            .args(["--write-out", "\n%{http_code}"])
-            .arg(&url),
-        Some(config.as_bytes()),
-        Duration::from_secs(20),
-        &format!("curl {url}"),
-    )?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    let (body, code) = text.rsplit_once('\n').context("curl wrote no status")?;
-    let code = code
-        .trim()
-        .parse()
-        .with_context(|| format!("curl: {text} {}", String::from_utf8_lossy(&out.stderr)))?;
-    Ok((code, body.to_string()))
+    curl(&format!("https://{addr}{path}"), &["--insecure"], token)
 }
 
 /// Cluster-scoped objects of one test, deleted when dropped.
@@ -117,20 +89,7 @@ fn metrics_are_served_over_https_only_to_tokens_allowed_to_get_them() -> Result<
         "the controller logged a token"
     );
     // Plain HTTP gets no metrics from this port.
-    let plain = output_within(
-        Command::new("curl")
-            .args([
-                "--silent",
-                "--max-time",
-                "10",
-                "--write-out",
-                "%{http_code}",
-            ])
-            .arg(format!("http://{addr}/metrics")),
-        None,
-        Duration::from_secs(20),
-        &format!("curl http://{addr}/metrics"),
-    )?;
-    assert_ne!(String::from_utf8_lossy(&plain.stdout).trim(), "200");
+    let (plain, _) = curl(&format!("http://{addr}/metrics"), &[], None)?;
+    assert_ne!(plain, 200);
     Ok(())
 }

@@ -11,8 +11,8 @@ use std::time::Duration;
 use anyhow::{bail, ensure, Context, Result};
 use kubesteer_tests::release::Release;
 use kubesteer_tests::{
-    cached_tool, crd_established, eventually, kubectl_ok, output_within, repo_root, target_dir,
-    unbase64, unix_now,
+    cached_tool, crd_established, curl, eventually, kubectl_ok, output_within, repo_root,
+    target_dir, unbase64, unix_now,
 };
 use serde_json::Value;
 
@@ -197,33 +197,15 @@ fn served_names(scrape: &str) -> BTreeSet<String> {
         .collect()
 }
 
-/// `curl` `url` with extra arguments, the bearer `token` given on stdin so it stays out of the
-/// process list; the status code and body.
-fn curl(url: &str, extra: &[&str], token: Option<&str>) -> Result<(u16, String)> {
-    let config = token
-        .map(|token| format!("header = \"Authorization: Bearer {token}\"\n"))
-        .unwrap_or_default();
-    // curl's own --max-time, and 10 s more.
-    let out = output_within(
-        Command::new("curl")
-            .args(["--silent", "--max-time", "10", "--config", "-"])
-            .args(["--write-out", "\n%{http_code}"])
-            .args(extra)
-            .arg(url),
-        Some(config.as_bytes()),
-        Duration::from_secs(20),
-        &format!("curl {url}"),
-    )?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    let (body, code) = text.rsplit_once('\n').context("curl wrote no status")?;
-    let code = code.trim().parse().with_context(|| {
-        format!(
-            "curl {url}: {text} {}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })?;
-    Ok((code, body.to_string()))
-}
+/// The chart's values that switch every monitoring object on.
+pub(super) const MONITORING: &[&str] = &[
+    "--set",
+    "monitoring.serviceMonitor.enabled=true",
+    "--set",
+    "monitoring.prometheusRule.enabled=true",
+    "--set",
+    "monitoring.grafanaDashboard.enabled=true",
+];
 
 fn json_of(args: &[&str]) -> Result<Value> {
     Ok(serde_json::from_str(&kubectl_ok(args, None)?)?)
@@ -401,17 +383,7 @@ fn a_scrape_of_the_installed_release_passes_promtool_check_metrics() -> Result<(
     promtool()?;
     install_monitoring_crds()?;
     // The apiserver validates the ServiceMonitors and the PrometheusRule against the real CRDs.
-    let release = Release::install(
-        "mon",
-        &[
-            "--set",
-            "monitoring.serviceMonitor.enabled=true",
-            "--set",
-            "monitoring.prometheusRule.enabled=true",
-            "--set",
-            "monitoring.grafanaDashboard.enabled=true",
-        ],
-    )?;
+    let release = Release::install("mon", MONITORING)?;
     let user = release.user_ns.clone();
     kubectl_ok(
         &[

@@ -6,7 +6,7 @@
 //! release, so the release admits nothing for other tests, and no pod of it needs to run.
 use anyhow::{bail, Result};
 use kubesteer_tests::release::SHARED_CRDS;
-use kubesteer_tests::{helm, kubectl, repo_root, unique, Namespace};
+use kubesteer_tests::{helm, helm_uninstall, kubectl, repo_root, unique, Namespace};
 
 /// One installed release, uninstalled (and its namespace deleted) when dropped.
 struct Release {
@@ -54,7 +54,7 @@ impl Release {
 
 impl Drop for Release {
     fn drop(&mut self) {
-        let _ = helm(&["uninstall", &self.name, "-n", &self.namespace, "--wait"]);
+        let _ = helm_uninstall(&self.name, &self.namespace);
         let _ = kubectl(
             &["delete", "namespace", &self.namespace, "--wait=false"],
             None,

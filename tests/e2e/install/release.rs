@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, ensure, Context, Result};
 use kubesteer_tests::release::{image, Release, REAL_NODE};
 use kubesteer_tests::{
-    eventually, helm, instance_pods, jsonpath, kubectl, kubectl_ok, repo_root, unique,
-    workspace_version, SCALER_ON_MARS, WEBHOOKS,
+    eventually, helm, helm_uninstall, instance_pods, jsonpath, kubectl, kubectl_ok, repo_root,
+    unique, workspace_version, SCALER_ON_MARS, WEBHOOKS,
 };
 
 /// Every pod of `component` runs the project image on the real node, Running and Ready.
@@ -174,13 +174,7 @@ fn helm_install_runs_the_image_on_the_real_node() -> Result<()> {
     );
 
     // `helm uninstall` leaves no webhook configuration that would refuse writes.
-    helm(&[
-        "uninstall",
-        &release.name,
-        "-n",
-        &release.namespace,
-        "--wait",
-    ])?;
+    helm_uninstall(&release.name, &release.namespace)?;
     for kind in [
         "mutatingwebhookconfiguration",
         "validatingwebhookconfiguration",
