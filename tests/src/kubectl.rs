@@ -36,10 +36,20 @@ impl Run {
     }
 }
 
-/// A Scaler only the validating webhook refuses, on `spec.timeZone`: the schema takes any
-/// string, and only the webhook knows the IANA names.
-pub const SCALER_ON_MARS: &str = "apiVersion: kubesteer.io/v1beta1\nkind: Scaler\nmetadata: {name: bad}\n\
-     spec: {scaleTargetRefs: [{apiVersion: apps/v1, kind: Deployment, name: web}], windows: [{start: 9, end: 17}], timeZone: Mars/Olympus}\n";
+/// Applies, with `apply`, a Scaler only the validating webhook refuses, and fails unless the
+/// webhook denied it naming `spec.timeZone`: the schema takes any string, and only the webhook
+/// knows the IANA names.
+pub fn webhook_denies_a_bad_time_zone(apply: impl FnOnce(&str) -> Result<Run>) -> Result<()> {
+    let bad = apply(
+        "apiVersion: kubesteer.io/v1beta1\nkind: Scaler\nmetadata: {name: bad}\n\
+         spec: {scaleTargetRefs: [{apiVersion: apps/v1, kind: Deployment, name: web}], windows: [{start: 9, end: 17}], timeZone: Mars/Olympus}\n",
+    )?;
+    ensure!(
+        bad.denied_by_webhook_on("spec.timeZone"),
+        "the webhook's denial names the field: {bad:?}"
+    );
+    Ok(())
+}
 
 /// How long a kubectl call may take beyond its own `--timeout`.
 const KUBECTL_MARGIN: Duration = Duration::from_secs(60);

@@ -24,9 +24,7 @@ use common::client::{
     OPENING,
 };
 use kubesteer_webhook::args::Args;
-use kubesteer_webhook::server::serve;
-use kubesteer_webhook::tls::{server_config, CertStore};
-use kubesteer_webhook::{router, AppState};
+use kubesteer_webhook::AppState;
 use tokio::time::Instant;
 
 /// Flood connections: every other one never starts TLS, the rest finish TLS and then send a
@@ -127,20 +125,11 @@ async fn a_flood_of_idle_and_slow_connections_does_not_lock_out_the_apiserver() 
     let config = client_config(&roots);
 
     let state = Arc::new(AppState::new(common::cluster()));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
     let limits = Args::try_parse_from(["kubesteer-webhook"])
         .unwrap()
         .limits();
-    tokio::spawn(serve(
-        listener,
-        server_config(CertStore::new(key)).unwrap(),
-        router(state.clone()),
-        limits,
-        state.health.clone(),
-        state.metrics.connections_closed.clone(),
-        std::future::pending(),
-    ));
+    let (addr, _server) =
+        common::serve_state(state.clone(), key, limits, std::future::pending()).await;
 
     // The flood, OPENING connections at a time, silent and slow ones interleaved.
     let flood = Arc::new(Flood::default());

@@ -7,8 +7,8 @@ use anyhow::{Context, Result};
 use kubesteer_tests::release::SHARED_CRDS;
 use kubesteer_tests::{
     eventually, free_port, helm, helm_uninstall, impersonating_kubeconfig, jsonpath, kubectl,
-    kubectl_ok, output_within, repo_root, unique, webhook_fields, Daemon, Namespace,
-    SCALER_ON_MARS, WEBHOOKS,
+    kubectl_ok, output_within, repo_root, unique, webhook_denies_a_bad_time_zone, webhook_fields,
+    Daemon, Namespace, WEBHOOKS,
 };
 
 const MC: &str = "apiVersion: kubesteer.io/v1alpha1\nkind: Memcached\n";
@@ -192,8 +192,7 @@ fn install_upgrade_and_uninstall_with_self_managed_certificates() -> Result<()> 
     );
     // A rule that only the validating webhook knows (the schema refuses an image with a space
     // before the webhook is asked).
-    let bad = ns.apply(SCALER_ON_MARS)?;
-    assert!(bad.denied_by_webhook_on("spec.timeZone"), "{bad:?}");
+    webhook_denies_a_bad_time_zone(|yaml| ns.apply(yaml))?;
 
     // The controller, as the chart's controller ServiceAccount, makes a Memcached converge.
     let controller_kubeconfig = release.kubeconfig_as("controller")?;

@@ -9,7 +9,7 @@ use anyhow::{bail, ensure, Context, Result};
 use kubesteer_tests::release::{image, Release, REAL_NODE};
 use kubesteer_tests::{
     eventually, helm, helm_uninstall, instance_pods, jsonpath, kubectl, kubectl_ok, repo_root,
-    unique, workspace_version, SCALER_ON_MARS, WEBHOOKS,
+    unique, webhook_denies_a_bad_time_zone, workspace_version, WEBHOOKS,
 };
 
 /// Every pod of `component` runs the project image on the real node, Running and Ready.
@@ -93,11 +93,7 @@ fn helm_install_runs_the_image_on_the_real_node() -> Result<()> {
 
     // Denied and defaulted through the in-cluster Service.
     // A bad time zone: only the webhook knows the IANA names, so the denial is its own.
-    let bad = release.apply(SCALER_ON_MARS)?;
-    assert!(
-        bad.denied_by_webhook_on("spec.timeZone"),
-        "the webhook's denial names the field: {bad:?}"
-    );
+    webhook_denies_a_bad_time_zone(|yaml| release.apply(yaml))?;
     let good = release.apply(
         "apiVersion: kubesteer.io/v1alpha1\nkind: Memcached\nmetadata: {name: cache}\nspec: {}\n",
     )?;

@@ -8,14 +8,14 @@ use kubesteer_tests::{
     Namespace,
 };
 
-const MEMCACHED: &str = r#"
+pub(super) const MEMCACHED: &str = r#"
 apiVersion: kubesteer.io/v1alpha1
 kind: Memcached
 metadata: {name: cache}
 spec: {size: 2}
 "#;
 
-const WAIT: Duration = Duration::from_secs(90);
+pub(super) const WAIT: Duration = Duration::from_secs(90);
 
 fn wait_ready_replicas(ns: &str, want: &str) -> Result<()> {
     eventually(WAIT, &format!("status.readyReplicas {want}"), || {

@@ -1,20 +1,12 @@
 //! The controller never takes over an object it did not create: a hand-made Deployment with a
 //! Memcached's name is left alone, reported as a NameConflict, and survives the Memcached.
-use std::time::Duration;
 
 use anyhow::Result;
 use kubesteer_tests::{
     event_notes, eventually, jsonpath, kubectl_ok, ControllerProcess, Namespace,
 };
 
-const MEMCACHED: &str = r#"
-apiVersion: kubesteer.io/v1alpha1
-kind: Memcached
-metadata: {name: cache}
-spec: {size: 2}
-"#;
-
-const WAIT: Duration = Duration::from_secs(90);
+use super::memcached::{MEMCACHED, WAIT};
 
 fn ready_reason(ns: &str) -> Result<String> {
     jsonpath(

@@ -12,7 +12,7 @@ use anyhow::{bail, ensure, Context, Result};
 use kubesteer_tests::release::Release;
 use kubesteer_tests::{
     apiserver_client_ca, helm, helm_run, jsonpath, kubectl_ok, output_within, repo_root, unbase64,
-    unique, SCALER_ON_MARS,
+    unique, webhook_denies_a_bad_time_zone,
 };
 use serde_yaml::Value;
 
@@ -281,11 +281,7 @@ fn only_the_apiserver_gets_reviews_answered() -> Result<()> {
         "1 11211",
         "the mutating webhook's defaults were applied"
     );
-    let bad = release.apply(SCALER_ON_MARS)?;
-    assert!(
-        bad.denied_by_webhook_on("spec.timeZone"),
-        "the validating webhook itself denies a bad Scaler: {bad:?}"
-    );
+    webhook_denies_a_bad_time_zone(|yaml| release.apply(yaml))?;
     let good = release.apply(
         "apiVersion: kubesteer.io/v1beta1\nkind: Scaler\nmetadata: {name: good}\n\
          spec: {scaleTargetRefs: [{apiVersion: apps/v1, kind: Deployment, name: web}], windows: [{start: 9, end: 17}]}\n",

@@ -6,9 +6,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kubesteer_webhook::server::{serve, Limits};
-use kubesteer_webhook::tls::{server_config, CertStore};
-use kubesteer_webhook::{router, AppState};
+use kubesteer_webhook::server::Limits;
+use kubesteer_webhook::AppState;
 use tokio::time::Instant;
 
 use crate::common;
@@ -29,24 +28,15 @@ async fn shutdown_fails_readiness_but_serves_admission_until_the_delay_ends() {
     let (key, roots) = common::local_tls();
 
     let state = Arc::new(AppState::new(common::cluster()));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
     let limits = Limits {
         shutdown_delay: DELAY,
         ..common::limits()
     };
     let (signal, signalled) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(serve(
-        listener,
-        server_config(CertStore::new(key)).unwrap(),
-        router(state.clone()),
-        limits,
-        state.health.clone(),
-        state.metrics.connections_closed.clone(),
-        async {
-            let _ = signalled.await;
-        },
-    ));
+    let (addr, server) = common::serve_state(state.clone(), key, limits, async {
+        let _ = signalled.await;
+    })
+    .await;
     let review = serde_json::to_vec(&common::fixture("memcached-create.json")).unwrap();
 
     // Two kept-alive connections: one is used again after the signal, one stays idle.

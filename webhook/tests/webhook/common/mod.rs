@@ -258,6 +258,29 @@ pub async fn send(cluster: FakeCluster, path: &str, review: &Value) -> Reply {
 }
 
 /// Server limits for the TLS tests: generous timeouts, no shutdown delay.
+/// The webhook's router for `state`, served over TLS with `key` on a new port of 127.0.0.1 with
+/// `limits` until `shutdown`: the address, and the server's task.
+pub async fn serve_state(
+    state: Arc<AppState<FakeCluster>>,
+    key: rustls::sign::CertifiedKey,
+    limits: kubesteer_webhook::server::Limits,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> (std::net::SocketAddr, tokio::task::JoinHandle<()>) {
+    use kubesteer_webhook::tls::{server_config, CertStore};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(kubesteer_webhook::server::serve(
+        listener,
+        server_config(CertStore::new(key)).unwrap(),
+        router(state.clone()),
+        limits,
+        state.health.clone(),
+        state.metrics.connections_closed.clone(),
+        shutdown,
+    ));
+    (addr, server)
+}
+
 pub fn limits() -> kubesteer_webhook::server::Limits {
     use std::time::Duration;
     kubesteer_webhook::server::Limits {
