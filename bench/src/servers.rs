@@ -279,9 +279,8 @@ async fn round(server: &str, flood_size: usize, requests: usize) -> Result<Value
     let flood = Arc::new(Flood::default());
     let mut attackers = tokio::task::JoinSet::new();
     attackers.spawn(client::flood(
-        target.addr,
-        target.client.clone(),
         flood.clone(),
+        (target.addr, target.client.clone()),
         flood_size,
         OPENING,
     ));

@@ -135,9 +135,8 @@ async fn a_flood_of_idle_and_slow_connections_does_not_lock_out_the_apiserver() 
     let flood = Arc::new(Flood::default());
     let mut attackers = tokio::task::JoinSet::new();
     attackers.spawn(client::flood(
-        addr,
-        config.clone(),
         flood.clone(),
+        (addr, config.clone()),
         FLOOD,
         OPENING,
     ));

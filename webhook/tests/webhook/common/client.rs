@@ -199,12 +199,11 @@ pub async fn slow(
     flood.closed.fetch_add(1, Ordering::Relaxed);
 }
 
-/// `size` flood connections to `addr`, `opening` at a time, silent and slow ones interleaved;
-/// returns when every one has ended.
+/// `size` flood connections to `addr`, `opening` at a time, silent and slow ones interleaved,
+/// counted in `counts`; returns when every one has ended.
 pub async fn flood(
-    addr: SocketAddr,
-    config: Arc<rustls::ClientConfig>,
     counts: Arc<Flood>,
+    (addr, config): (SocketAddr, Arc<rustls::ClientConfig>),
     size: usize,
     opening: usize,
 ) {
