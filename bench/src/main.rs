@@ -261,6 +261,10 @@ enum Command {
         /// What is measured, kept in the results (e.g. "before", "after").
         #[arg(long, default_value = "")]
         label: String,
+        /// Keep the webhook's bound on SubjectAccessReviews (50/s, a burst of 100) instead of
+        /// one the run never reaches.
+        #[arg(long)]
+        sar_limit: bool,
     },
     /// The webhook at `addr` (process `pid`) under a flood of large bodies while a kept-alive
     /// client sends ordinary reviews; its resident memory sampled from /proc (see memory.rs).
@@ -551,6 +555,7 @@ async fn main() -> Result<()> {
             rounds,
             ttl_ms,
             label,
+            sar_limit,
         } => {
             sar_cache::run(&sar_cache::Options {
                 tasks,
@@ -561,6 +566,7 @@ async fn main() -> Result<()> {
                 rounds,
                 ttls: ttl_ms.into_iter().map(Duration::from_millis).collect(),
                 label,
+                sar_limit,
             })
             .await?
         }

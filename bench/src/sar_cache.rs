@@ -30,6 +30,9 @@ pub struct Options {
     pub rounds: usize,
     pub ttls: Vec<Duration>,
     pub label: String,
+    /// The webhook's bound on SubjectAccessReviews (its token bucket at the defaults) instead
+    /// of one far above what the run sends.
+    pub sar_limit: bool,
 }
 
 /// Questions per hot user; the last is denied.
@@ -102,9 +105,13 @@ fn percentile(sorted: &[u64], p: f64) -> f64 {
 /// One round on a fresh cache with grants kept for `ttl`.
 async fn round(o: &Options, ttl: Duration) -> Result<Value> {
     let mut permissions = Permissions::new(ttl, CAPACITY);
-    permissions.set_limit(SarLimit {
-        per_second: 1_000_000,
-        burst: 1_000_000,
+    permissions.set_limit(if o.sar_limit {
+        SarLimit::default()
+    } else {
+        SarLimit {
+            per_second: 1_000_000,
+            burst: 1_000_000,
+        }
     });
     let permissions = Arc::new(permissions);
     let cluster = Arc::new(Answering {
@@ -173,6 +180,7 @@ async fn round(o: &Options, ttl: Duration) -> Result<Value> {
         "p99_us": percentile(&took, 0.99),
         "max_us": percentile(&took, 1.0),
         "sars_sent": cluster.sars.load(Ordering::Relaxed),
+        "sars_per_second": cluster.sars.load(Ordering::Relaxed) as f64 / seconds,
         "granted": answers[0],
         "denied": answers[1],
         "errors": answers[2],
@@ -205,6 +213,8 @@ pub async fn run(o: &Options) -> Result<Value> {
             "p99_us",
             "max_us",
             "sars_sent",
+            "sars_per_second",
+            "errors",
             "rss_kib_after",
         ]
         .into_iter()
@@ -225,6 +235,7 @@ pub async fn run(o: &Options) -> Result<Value> {
             "hot_denied_share": 1.0 / HOT_PERMISSIONS as f64,
             "distinct_percent": o.distinct_percent,
             "capacity": CAPACITY,
+            "sar_limit": if o.sar_limit { json!({"per_second": SarLimit::default().per_second, "burst": SarLimit::default().burst}) } else { Value::Null },
             "rounds": o.rounds,
             "worker_threads": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
         },
