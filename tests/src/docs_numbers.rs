@@ -653,6 +653,23 @@ fn rows() -> Vec<Row> {
         "kubesteer_api::rules::scaler::NEXT_TRANSITIONS",
     ));
 
+    // docs/framework.md
+    let f = "docs/framework.md";
+    rows.push(row(
+        f,
+        "On the answer cache above (a found kind kept ",
+        secs(kubesteer_runtime::scale::FOUND_TTL),
+        " s, a refusal",
+        "kubesteer_runtime::scale::FOUND_TTL",
+    ));
+    rows.push(row(
+        f,
+        " s, a refusal ",
+        secs(kubesteer_runtime::scale::MISSING_TTL),
+        " s), 256 resolves",
+        "kubesteer_runtime::scale::MISSING_TTL",
+    ));
+
     // docs/upgrading.md
     let f = "docs/upgrading.md";
     let (v, s) = shell("hack/registry.sh", "KUBESTEER_REGISTRY_PORT");
