@@ -140,11 +140,6 @@ impl Metrics {
         }
     }
 
-    /// Drops the series of a Scaler that is being deleted.
-    pub fn scaler_deleted(&self, namespace: &str, name: &str) {
-        self.scalers.deleted(namespace, name);
-    }
-
     /// The exposition for `/metrics` (OpenMetrics) in parts of whole lines, to be sent as they
     /// are made: the registry's metrics, then the Scalers' series (see [`Parts`]), then `# EOF`.
     pub fn exposition(
@@ -161,7 +156,8 @@ impl Metrics {
     }
 
     /// The per-Scaler metrics: a reconcile of a Scaler records itself there
-    /// ([`ScalerMetrics::observed`]).
+    /// ([`ScalerMetrics::observed`]), and a deleted Scaler drops its series
+    /// ([`ScalerMetrics::deleted`]).
     pub fn scalers(&self) -> &ScalerMetrics {
         &self.scalers
     }

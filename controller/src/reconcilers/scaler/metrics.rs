@@ -733,7 +733,7 @@ kubesteer_scaler_transitions_total{namespace="team",scaler="nightly"} 1"#;
         metrics
             .scalers()
             .observed(&named("ops", "late"), &previous, &status, Some(0), late);
-        metrics.scaler_deleted("ops", "gone");
+        metrics.scalers().deleted("ops", "gone");
     }
 
     #[test]
@@ -970,7 +970,7 @@ kubesteer_scaler_replicas_held_below_original{namespace="ops",scaler="quiet"} 0"
         assert!(text.contains(WEB), "{text}");
         assert!(!text.contains(API), "{text}");
 
-        metrics.scaler_deleted("team", "nightly");
+        metrics.scalers().deleted("team", "nightly");
         let text = metrics.encode().unwrap();
         let left: Vec<_> = text
             .lines()

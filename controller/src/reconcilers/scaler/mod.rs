@@ -470,7 +470,7 @@ async fn cleanup(scaler: &Scaler, ctx: &ScalerContext) -> Result<Action> {
     {
         return Err(Error::Unlisted("Scaler target Deployment and StatefulSet"));
     }
-    ctx.metrics.scaler_deleted(&ns, &name);
+    ctx.metrics.scalers().deleted(&ns, &name);
     let outside = scaler.spec.outside_replicas;
     let status = scaler.status.clone().unwrap_or_default();
     let mut seen = BTreeSet::new();
