@@ -58,11 +58,10 @@ GO
     ld+=" -X $pkg.gitVersion=$v -X $pkg.gitMajor=$major -X $pkg.gitMinor=${minor%%.*}"
     ld+=" -X $pkg.gitCommit=$commit -X $pkg.gitTreeState=clean -X $pkg.buildDate=$date"
   done
-  for c in "${todo[@]}"; do
-    log "go build $c"
-    (cd "$src" && go build -tags tools -ldflags "-s -w$ld" -o "$bin/$c" "k8s.io/kubernetes/cmd/$c")
-    stamp "$c" "$v"
-  done
+  # One go build for all of them: it links one while it compiles the next.
+  log "go build ${todo[*]}"
+  (cd "$src" && go build -tags tools -ldflags "-s -w$ld" -o "$bin/" "${todo[@]/#/k8s.io/kubernetes/cmd/}")
+  for c in "${todo[@]}"; do stamp "$c" "$v"; done
 }
 
 go_install() { # name version module-path
@@ -125,6 +124,7 @@ fetch_monitoring_crds() {
 }
 
 what=${1:-all}
+hold_lock "control-plane-$what"
 case $what in
   all)
     build_etcd

@@ -10,6 +10,7 @@
 commit=$PREVIOUS_RELEASE_COMMIT version=$PREVIOUS_RELEASE_VERSION
 dir=$cache/releases/$commit
 image=localhost/kubesteer-previous:$version
+hold_lock "release-$commit"
 if [ -s "$dir/image.tar" ] && [ -s "$dir/kubesteer-$version.tgz" ]; then
   echo "$dir"
   exit 0
@@ -29,6 +30,8 @@ log "building release $version ($commit) in $src: once per machine"
 start=$SECONDS
 (cd "$src" && hack/image.sh image "$image" "$dir/image.tar.tmp") >&2
 mv -f "$dir/image.tar.tmp" "$dir/image.tar"
+# helm is the control plane's (a build of it meanwhile holds its lock: this waits for it).
+[ -x "$bin/helm" ] || "$root/hack/build-control-plane.sh" all >&2
 "$bin/helm" package "$src/charts/kubesteer" -d "$dir" >/dev/null
 [ -s "$dir/kubesteer-$version.tgz" ] || die "helm package of $commit's chart wrote no kubesteer-$version.tgz"
 log "release $version built in $((SECONDS - start))s: $dir"
