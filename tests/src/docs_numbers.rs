@@ -350,6 +350,8 @@ fn rows() -> Vec<Row> {
     for (file, name, after) in [
         ("hack/e2e.sh", "KUBESTEER_E2E_GROUP_TIMEOUT", " s;"),
         ("hack/e2e.sh", "KUBESTEER_IMAGE_BUILD_TIMEOUT", " s;"),
+        ("hack/test.sh", "KUBESTEER_PREBUILD_TIMEOUT", " s,"),
+        ("hack/lib.sh", "KUBESTEER_LOCK_TIMEOUT", " s;"),
         ("hack/test-run.sh", "KUBESTEER_TEST_RUN_TIMEOUT", " s)"),
     ] {
         let (v, s) = shell(file, name);
@@ -506,6 +508,20 @@ fn rows() -> Vec<Row> {
 
     // docs/application.md
     let f = "docs/application.md";
+    rows.push(row(
+        f,
+        "Application for the host, and for ",
+        secs(kubesteer_api::application::hosts::IN_FLIGHT),
+        " s after it was made",
+        "kubesteer_api::application::hosts::IN_FLIGHT",
+    ));
+    rows.push(row(
+        f,
+        "exactly one is admitted (`make test` races them ",
+        crate::hosts::ROUNDS,
+        " times,",
+        "kubesteer_tests::hosts::ROUNDS",
+    ));
     rows.push(row(
         f,
         "replicas: 2 # ",

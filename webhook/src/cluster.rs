@@ -23,6 +23,8 @@ use kubesteer_runtime::scale::{Mapping, RestMapper};
 use kubesteer_runtime::watch::{self as tolerant, Undecodable};
 use kubesteer_runtime::{health, Health};
 
+use crate::hosts::HostClaims;
+
 /// The cluster facts the Scaler rules depend on.
 pub trait Cluster: Send + Sync + 'static {
     /// Whether `user` holds `access` (a SubjectAccessReview).
@@ -64,6 +66,18 @@ pub trait Cluster: Send + Sync + 'static {
     fn host_owner(&self, _host: &str, _namespace: &str) -> Option<(String, String)> {
         None
     }
+    /// Claims `host` for `namespace` ([`kubesteer_api::application::hosts`], through the
+    /// apiserver): Ok(None) when it is that namespace's now, Ok(Some(by)) when another namespace
+    /// holds `by` (the host, or a wildcard or host overlapping it); Err when the apiserver could
+    /// not be asked. With `dry_run` nothing is written.
+    fn claim_host(
+        &self,
+        _host: &str,
+        _namespace: &str,
+        _dry_run: bool,
+    ) -> impl Future<Output = Result<Option<String>, String>> + Send {
+        std::future::ready(Ok(None))
+    }
 }
 
 /// The real cluster: watch-backed caches, so a review never LISTs.
@@ -78,6 +92,8 @@ pub struct KubeCluster {
     hpas: Store<HorizontalPodAutoscaler>,
     ingresses: Store<Ingress>,
     ingress_classes: Store<PartialObjectMeta<IngressClass>>,
+    /// The host claims, when the webhook keeps them ([`KubeCluster::with_host_claims`]).
+    hosts: Option<HostClaims>,
 }
 
 impl KubeCluster {
@@ -140,7 +156,14 @@ impl KubeCluster {
             hpas,
             ingresses,
             ingress_classes,
+            hosts: None,
         }
+    }
+
+    /// Claims hosts for Applications in Leases of `namespace` (the webhook's own).
+    pub fn with_host_claims(mut self, namespace: &str) -> Self {
+        self.hosts = Some(HostClaims::new(self.client.clone(), namespace));
+        self
     }
 }
 
@@ -268,6 +291,18 @@ impl Cluster for KubeCluster {
             .collect();
         found.sort();
         found
+    }
+
+    async fn claim_host(
+        &self,
+        host: &str,
+        namespace: &str,
+        dry_run: bool,
+    ) -> Result<Option<String>, String> {
+        match &self.hosts {
+            Some(hosts) => hosts.claim(host, namespace, dry_run).await,
+            None => Ok(None),
+        }
     }
 
     fn host_owner(&self, host: &str, namespace: &str) -> Option<(String, String)> {

@@ -1,0 +1,175 @@
+//! One namespace per Ingress host, raced and handed over: the scenario that the host-run webhook
+//! (tests/e2e/webhook/application.rs) and the chart's pods (tests/e2e/install/release.rs) both
+//! pass. Two namespaces apply an Application for the same new host at the same moment, many
+//! times over, and exactly one is admitted each time; a wildcard and the hosts it covers belong
+//! to one namespace; a dry run claims nothing; a claim whose namespace still serves the host
+//! holds past its in-flight time, and one whose Application is gone is taken over.
+use std::sync::Barrier;
+use std::time::{Duration, SystemTime};
+
+use anyhow::{ensure, Context, Result};
+use kubesteer_api::application::hosts::{claim_name, IN_FLIGHT};
+
+use crate::{eventually, kubectl, kubectl_ok, parse_rfc3339, unique, Namespace, Run};
+
+/// How many times the two namespaces race for a new host.
+pub const ROUNDS: usize = 10;
+
+/// An Application `name` with an Ingress for `host`.
+pub fn application(name: &str, host: &str) -> String {
+    format!(
+        "apiVersion: kubesteer.io/v1alpha1\nkind: Application\nmetadata: {{name: {name}}}\nspec: {{image: nginx, ingress: {{host: '{host}'}}}}\n"
+    )
+}
+
+/// Whether `run` was denied by the webhook because the host (or `by`, overlapping it) is another
+/// namespace's.
+fn denied_for_the_host(run: &Run, by: &str) -> bool {
+    !run.ok
+        && run.denied_by_webhook_on("spec.ingress.host")
+        && (run.stderr.contains("belongs to another namespace")
+            || run.stderr.contains("is served by"))
+        && run.stderr.contains(by)
+}
+
+/// The whole scenario, for namespaces `a` and `b` admitted by one webhook whose claims are
+/// Leases of `claims` (its namespace).
+pub fn one_namespace_per_host(a: &Namespace, b: &Namespace, claims: &str) -> Result<()> {
+    let domain = format!("{}.example.com", unique("hosts"));
+    // The first host, whose claim is looked at again once it is past its in-flight time.
+    let first = format!("first.{domain}");
+    let run = a.apply(&application("first", &first))?;
+    ensure!(run.ok, "{run:?}");
+
+    for round in 0..ROUNDS {
+        let host = format!("race{round}.{domain}");
+        let gate = Barrier::new(2);
+        let (ra, rb) = std::thread::scope(|s| {
+            let apply = |ns: &Namespace| {
+                let yaml = application(&format!("race{round}"), &host);
+                let gate = &gate;
+                s.spawn(move || {
+                    gate.wait();
+                    ns.apply(&yaml)
+                })
+            };
+            let (ta, tb) = (apply(a), apply(b));
+            (ta.join(), tb.join())
+        });
+        let ra = ra.map_err(|_| anyhow::anyhow!("namespace a's apply panicked"))??;
+        let rb = rb.map_err(|_| anyhow::anyhow!("namespace b's apply panicked"))??;
+        let admitted = usize::from(ra.ok) + usize::from(rb.ok);
+        ensure!(
+            admitted == 1,
+            "round {round}: {admitted} of 2 admitted for host {host}\na: {ra:?}\nb: {rb:?}"
+        );
+        let loser = if ra.ok { &rb } else { &ra };
+        ensure!(
+            denied_for_the_host(loser, &host),
+            "round {round}: the other was not denied for the host: {loser:?}"
+        );
+    }
+
+    // A wildcard and the hosts it covers are one namespace's, whichever came first.
+    let run = a.apply(&application("wild", &format!("*.w1.{domain}")))?;
+    ensure!(run.ok, "{run:?}");
+    let run = b.apply(&application("covered", &format!("shop.w1.{domain}")))?;
+    ensure!(
+        denied_for_the_host(&run, &format!("*.w1.{domain}")),
+        "a host under another namespace's wildcard: {run:?}"
+    );
+    let run = b.apply(&application("covered", &format!("shop.w2.{domain}")))?;
+    ensure!(run.ok, "{run:?}");
+    let run = a.apply(&application("wild2", &format!("*.w2.{domain}")))?;
+    ensure!(
+        denied_for_the_host(&run, &format!("shop.w2.{domain}")),
+        "a wildcard over another namespace's host: {run:?}"
+    );
+
+    // A dry run claims nothing (sideEffects: NoneOnDryRun).
+    let dry = format!("dry.{domain}");
+    let run = kubectl(
+        &["apply", "--dry-run=server", "-n", b.name(), "-f", "-"],
+        Some(&application("dry", &dry)),
+    )?;
+    ensure!(run.ok, "{run:?}");
+    let run = a.apply(&application("dry", &dry))?;
+    ensure!(
+        run.ok,
+        "a host only dry-run by another namespace is free: {run:?}"
+    );
+
+    // Past its in-flight time the first claim holds because namespace a still serves the host.
+    let lease = claim_name(&first).context("the first host's claim name")?;
+    let margin = Duration::from_secs(30);
+    eventually(
+        IN_FLIGHT + margin,
+        "the first host's claim to be past its in-flight time",
+        || {
+            let renewed = kubectl_ok(
+                &[
+                    "get",
+                    "lease",
+                    "-n",
+                    claims,
+                    &lease,
+                    "-o",
+                    "jsonpath={.spec.renewTime}",
+                ],
+                None,
+            )?;
+            let age = now()? - parse_rfc3339(renewed.trim())?;
+            Ok((age > IN_FLIGHT.as_secs_f64() + 1.0).then_some(()))
+        },
+    )?;
+    let run = b.apply(&application("first", &first))?;
+    ensure!(
+        denied_for_the_host(&run, &first),
+        "a claim whose namespace serves the host holds: {run:?}"
+    );
+    // Once a's Application is gone, the host is free for b.
+    kubectl_ok(
+        &[
+            "delete",
+            "application",
+            "first",
+            "-n",
+            a.name(),
+            "--wait=true",
+            "--timeout=60s",
+        ],
+        None,
+    )?;
+    eventually(
+        Duration::from_secs(30),
+        "namespace b to get the freed host",
+        || {
+            let run = b.apply(&application("first", &first))?;
+            Ok(run.ok.then_some(()))
+        },
+    )?;
+    let holder = kubectl(
+        &[
+            "get",
+            "lease",
+            "-n",
+            claims,
+            &lease,
+            "-o",
+            "jsonpath={.spec.holderIdentity}",
+        ],
+        None,
+    )?;
+    ensure!(
+        holder.stdout.trim() == b.name(),
+        "the claim is b's now: {holder:?}"
+    );
+    Ok(())
+}
+
+/// Seconds since the Unix epoch.
+fn now() -> Result<f64> {
+    Ok(SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)?
+        .as_secs_f64())
+}
