@@ -44,16 +44,17 @@ pub fn one_namespace_per_host(a: &Namespace, b: &Namespace, claims: &str) -> Res
     for round in 0..ROUNDS {
         let host = format!("race{round}.{domain}");
         let gate = Barrier::new(2);
+        let yaml = application(&format!("race{round}"), &host);
         let (ra, rb) = std::thread::scope(|s| {
-            let apply = |ns: &Namespace| {
-                let yaml = application(&format!("race{round}"), &host);
-                let gate = &gate;
-                s.spawn(move || {
-                    gate.wait();
-                    ns.apply(&yaml)
-                })
-            };
-            let (ta, tb) = (apply(a), apply(b));
+            let (gate, yaml) = (&gate, yaml.as_str());
+            let ta = s.spawn(move || {
+                gate.wait();
+                a.apply(yaml)
+            });
+            let tb = s.spawn(move || {
+                gate.wait();
+                b.apply(yaml)
+            });
             (ta.join(), tb.join())
         });
         let ra = ra.map_err(|_| anyhow::anyhow!("namespace a's apply panicked"))??;
