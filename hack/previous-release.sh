@@ -4,8 +4,8 @@
 # as a docker-archive, and its chart, `helm package`d. Cached by commit under
 # ~/.cache/kubesteer/releases/COMMIT/, so it is built once per machine; prints that directory.
 #   hack/previous-release.sh            build unless cached; print the directory
-# The build runs in a git worktree of the commit, in the image build's shared target directory
-# (hack/lib.sh), so only the workspace's crates are compiled again, not the dependencies.
+# The build runs in a git worktree of the commit, in a target directory of its own
+# (~/.cache/kubesteer/target-previous), with a quicker profile than a release's (see below).
 . "$(dirname "$0")/lib.sh"
 commit=$PREVIOUS_RELEASE_COMMIT version=$PREVIOUS_RELEASE_VERSION
 dir=$cache/releases/$commit
@@ -28,7 +28,13 @@ rmdir "$src"
 git -C "$root" worktree add --detach --quiet "$src" "$commit"
 log "building release $version ($commit) in $src: once per machine"
 start=$SECONDS
-(cd "$src" && hack/image.sh image "$image" "$dir/image.tar.tmp") >&2
+# In a target directory of its own, with a quicker profile than a release's (no LTO, opt-level 1,
+# 16 codegen units): the upgrade test needs the release's code and chart, not its size, and a
+# fresh machine builds it beside everything else. The image build's own cache stays the current
+# checkout's.
+(cd "$src" && KUBESTEER_IMAGE_TARGET_DIR="$cache/target-previous" CARGO_PROFILE_IMAGE_LTO=false \
+  CARGO_PROFILE_IMAGE_OPT_LEVEL=1 CARGO_PROFILE_IMAGE_CODEGEN_UNITS=16 \
+  hack/image.sh image "$image" "$dir/image.tar.tmp") >&2
 mv -f "$dir/image.tar.tmp" "$dir/image.tar"
 # helm is the control plane's (a build of it meanwhile holds its lock: this waits for it).
 [ -x "$bin/helm" ] || "$root/hack/build-control-plane.sh" all >&2
