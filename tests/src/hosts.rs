@@ -2,7 +2,7 @@
 //! (tests/e2e/webhook/application.rs) and the chart's pods (tests/e2e/install/release.rs) both
 //! pass. Two namespaces apply an Application for the same new host at the same moment, many
 //! times over, and exactly one is admitted each time; a wildcard and the hosts it covers belong
-//! to one namespace; a dry run claims nothing; a claim whose namespace still serves the host
+//! to one namespace, an Ingress made by hand for a wildcard too; a dry run claims nothing; a claim whose namespace still serves the host
 //! holds past its in-flight time, and one whose Application is gone is taken over.
 use std::sync::Barrier;
 use std::time::{Duration, SystemTime};
@@ -86,6 +86,25 @@ pub fn one_namespace_per_host(a: &Namespace, b: &Namespace, claims: &str) -> Res
         denied_for_the_host(&run, &format!("shop.w2.{domain}")),
         "a wildcard over another namespace's host: {run:?}"
     );
+
+    // An Ingress made by hand for a wildcard, seen through the webhook's cache: the hosts under
+    // it are its namespace's too.
+    let ingress = format!(
+        "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {{name: wild3}}\nspec:\n  rules:\n  - host: '*.w3.{domain}'\n    http:\n      paths:\n      - {{path: /, pathType: Prefix, backend: {{service: {{name: x, port: {{number: 80}}}}}}}}\n"
+    );
+    kubectl_ok(&["apply", "-n", a.name(), "-f", "-"], Some(&ingress))?;
+    let under = format!("shop.w3.{domain}");
+    let mut tries = 0;
+    eventually(
+        Duration::from_secs(30),
+        "the webhook's cache to see the wildcard Ingress",
+        || {
+            // A new object each try: an UPDATE that keeps its host is not asked again.
+            tries += 1;
+            let run = b.apply(&application(&format!("under{tries}"), &under))?;
+            Ok(denied_for_the_host(&run, &under).then_some(()))
+        },
+    )?;
 
     // A dry run claims nothing (sideEffects: NoneOnDryRun).
     let dry = format!("dry.{domain}");

@@ -16,6 +16,7 @@ use kube::runtime::reflector::{self, reflector, store::Writer, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Client, Resource, ResourceExt};
 use kubesteer_api::access::Access;
+use kubesteer_api::application::hosts::overlap;
 use kubesteer_api::scaler::claims::{Claimant, Claims};
 use kubesteer_api::scaler::target::Target;
 use kubesteer_api::Scaler;
@@ -61,8 +62,9 @@ pub trait Cluster: Send + Sync + 'static {
     fn ingress_class_exists(&self, name: &str) -> Option<bool>;
     /// The Ingresses (namespace, name), other than `me`, with a rule for `host` and `path`.
     fn ingresses_serving(&self, host: &str, path: &str, me: (&str, &str)) -> Vec<(String, String)>;
-    /// The Ingress (namespace, name) that serves `host` first (the oldest with a rule for it),
-    /// when it is in another namespace than `namespace`: the host is that namespace's.
+    /// The Ingress (namespace, name) that serves `host` first (the oldest with a rule for it, or
+    /// for a wildcard that covers it, or, for a wildcard, for a host it covers), when it is in
+    /// another namespace than `namespace`: the host is that namespace's.
     fn host_owner(&self, _host: &str, _namespace: &str) -> Option<(String, String)> {
         None
     }
@@ -306,11 +308,12 @@ impl Cluster for KubeCluster {
     }
 
     fn host_owner(&self, host: &str, namespace: &str) -> Option<(String, String)> {
+        // The same host, or a wildcard and a host it covers, either way round.
         let serves_host = |i: &Ingress| {
             i.spec
                 .iter()
                 .flat_map(|s| s.rules.iter().flatten())
-                .any(|r| r.host.as_deref() == Some(host))
+                .any(|r| r.host.as_deref().is_some_and(|h| overlap(h, host)))
         };
         let first = self
             .ingresses

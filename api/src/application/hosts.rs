@@ -46,12 +46,27 @@ pub fn covering_wildcard(host: &str) -> Option<String> {
 }
 
 /// Whether the claim `name` (see [`claim_name`]) is of a host that the wildcard `*.<domain>`
-/// covers: exactly one label before the domain.
+/// covers.
 pub fn covered_claim(name: &str, domain: &str) -> bool {
     name.strip_prefix("h.")
-        .and_then(|host| host.strip_suffix(domain))
+        .is_some_and(|host| covers(&format!("*.{domain}"), host))
+}
+
+/// Whether `wildcard` (`*.<domain>`) covers `host`: exactly one label before the domain, as an
+/// Ingress matches.
+pub fn covers(wildcard: &str, host: &str) -> bool {
+    let Some(domain) = wildcard.strip_prefix("*.") else {
+        return false;
+    };
+    host.strip_suffix(domain)
         .and_then(|label| label.strip_suffix('.'))
-        .is_some_and(|label| !label.is_empty() && !label.contains('.'))
+        .is_some_and(|label| !label.is_empty() && !label.contains('.') && label != "*")
+}
+
+/// Whether two Ingress hosts are one namespace's: the same host, or a wildcard and a host it
+/// covers (either way round).
+pub fn overlap(a: &str, b: &str) -> bool {
+    a == b || covers(a, b) || covers(b, a)
 }
 
 /// What a claim says: which namespace holds the host, since when (made or last renewed).
@@ -113,6 +128,12 @@ mod tests {
         assert!(!covered_claim("h.example.com", "example.com"));
         assert!(!covered_claim("h.aexample.com", "example.com"));
         assert!(!covered_claim("w.a.example.com", "example.com"));
+        assert!(overlap("shop.example.com", "shop.example.com"));
+        assert!(overlap("*.example.com", "shop.example.com"));
+        assert!(overlap("shop.example.com", "*.example.com"));
+        assert!(!overlap("*.example.com", "example.com"));
+        assert!(!overlap("*.example.com", "a.shop.example.com"));
+        assert!(!overlap("shop.example.com", "shop.example.org"));
     }
 
     #[test]
