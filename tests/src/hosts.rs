@@ -4,7 +4,6 @@
 //! times over, and exactly one is admitted each time; a wildcard and the hosts it covers belong
 //! to one namespace, an Ingress made by hand for a wildcard too; a dry run claims nothing; a claim whose namespace still serves the host
 //! holds past its in-flight time, and one whose Application is gone is taken over.
-use std::sync::Barrier;
 use std::time::{Duration, SystemTime};
 
 use anyhow::{ensure, Context, Result};
@@ -43,18 +42,13 @@ pub fn one_namespace_per_host(a: &Namespace, b: &Namespace, claims: &str) -> Res
 
     for round in 0..ROUNDS {
         let host = format!("race{round}.{domain}");
-        let gate = Barrier::new(2);
+        // Both kubectl processes start within microseconds of each other; each takes tens of
+        // milliseconds to reach the apiserver, so their admissions overlap.
         let yaml = application(&format!("race{round}"), &host);
         let (ra, rb) = std::thread::scope(|s| {
-            let (gate, yaml) = (&gate, yaml.as_str());
-            let ta = s.spawn(move || {
-                gate.wait();
-                a.apply(yaml)
-            });
-            let tb = s.spawn(move || {
-                gate.wait();
-                b.apply(yaml)
-            });
+            let yaml = yaml.as_str();
+            let ta = s.spawn(move || a.apply(yaml));
+            let tb = s.spawn(move || b.apply(yaml));
             (ta.join(), tb.join())
         });
         let ra = ra.map_err(|_| anyhow::anyhow!("namespace a's apply panicked"))??;
