@@ -66,20 +66,19 @@ pub fn one_namespace_per_host(a: &Namespace, b: &Namespace, claims: &str) -> Res
     }
 
     // A wildcard and the hosts it covers are one namespace's, whichever came first.
-    let run = a.apply(&application("wild", &format!("*.w1.{domain}")))?;
-    ensure!(run.ok, "{run:?}");
-    let run = b.apply(&application("covered", &format!("shop.w1.{domain}")))?;
-    ensure!(
-        denied_for_the_host(&run, &format!("*.w1.{domain}")),
-        "a host under another namespace's wildcard: {run:?}"
-    );
-    let run = b.apply(&application("covered", &format!("shop.w2.{domain}")))?;
-    ensure!(run.ok, "{run:?}");
-    let run = a.apply(&application("wild2", &format!("*.w2.{domain}")))?;
-    ensure!(
-        denied_for_the_host(&run, &format!("shop.w2.{domain}")),
-        "a wildcard over another namespace's host: {run:?}"
-    );
+    let cases = [
+        (a, b, format!("*.w1.{domain}"), format!("shop.w1.{domain}")),
+        (b, a, format!("shop.w2.{domain}"), format!("*.w2.{domain}")),
+    ];
+    for (i, (owner, other, taken, overlapping)) in cases.iter().enumerate() {
+        let run = owner.apply(&application(&format!("wild{i}"), taken))?;
+        ensure!(run.ok, "{run:?}");
+        let run = other.apply(&application(&format!("wild{i}"), overlapping))?;
+        ensure!(
+            denied_for_the_host(&run, taken),
+            "{overlapping} overlaps another namespace's {taken}: {run:?}"
+        );
+    }
 
     // An Ingress made by hand for a wildcard, seen through the webhook's cache: the hosts under
     // it are its namespace's too.
@@ -120,18 +119,7 @@ pub fn one_namespace_per_host(a: &Namespace, b: &Namespace, claims: &str) -> Res
         IN_FLIGHT + margin,
         "the first host's claim to be past its in-flight time",
         || {
-            let renewed = kubectl_ok(
-                &[
-                    "get",
-                    "lease",
-                    "-n",
-                    claims,
-                    &lease,
-                    "-o",
-                    "jsonpath={.spec.renewTime}",
-                ],
-                None,
-            )?;
+            let renewed = claim_field(claims, &lease, "renewTime")?;
             let age = now()? - parse_rfc3339(renewed.trim())?;
             Ok((age > IN_FLIGHT.as_secs_f64() + 1.0).then_some(()))
         },
@@ -162,23 +150,18 @@ pub fn one_namespace_per_host(a: &Namespace, b: &Namespace, claims: &str) -> Res
             Ok(run.ok.then_some(()))
         },
     )?;
-    let holder = kubectl(
-        &[
-            "get",
-            "lease",
-            "-n",
-            claims,
-            &lease,
-            "-o",
-            "jsonpath={.spec.holderIdentity}",
-        ],
-        None,
-    )?;
+    let holder = claim_field(claims, &lease, "holderIdentity")?;
     ensure!(
-        holder.stdout.trim() == b.name(),
+        holder.trim() == b.name(),
         "the claim is b's now: {holder:?}"
     );
     Ok(())
+}
+
+/// A field of the claim's (Lease `lease` of namespace `claims`) spec.
+fn claim_field(claims: &str, lease: &str, field: &str) -> Result<String> {
+    let path = format!("jsonpath={{.spec.{field}}}");
+    kubectl_ok(&["get", "lease", "-n", claims, lease, "-o", &path], None)
 }
 
 /// Seconds since the Unix epoch.
