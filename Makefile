@@ -91,10 +91,7 @@ deploy: image
 undeploy:
 	hack/deploy.sh down
 
-## test: every test (hack/test.sh): fmt-check clippy doc-check unit, then e2e test-release test-run,
-## with the pinned components they need built meanwhile in the background (hack/prebuild.sh).
-test:
-	hack/test.sh
+test: fmt-check clippy doc-check unit e2e test-release test-run
 
 fmt-check:
 	$(CARGO) fmt --all -- --check

@@ -124,7 +124,6 @@ fetch_monitoring_crds() {
 }
 
 what=${1:-all}
-hold_lock "control-plane-$what"
 case $what in
   all)
     build_etcd

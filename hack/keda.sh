@@ -33,7 +33,6 @@ ns=keda
 
 # build: the operator binary, its CRDs and its RBAC in the cache (nothing to do when cached).
 build() {
-  hold_lock keda
   if [ -x "$bin" ] && [ -s "$crds/keda.sh_scaledobjects.yaml" ] && [ -s "$rbac/role.yaml" ]; then
     log "operator $KEDA_VERSION: cached"
     return

@@ -22,19 +22,6 @@ die() {
   exit 1
 }
 
-# hold_lock NAME: takes the lock $cache/locks/NAME (flock) until the script exits, so that two
-# builds of one pinned component (hack/prebuild.sh in the background of `make test`, and the make
-# target that needs it) wait for each other instead of building it twice. It waits at most
-# KUBESTEER_LOCK_TIMEOUT seconds (5400: a fresh machine's longest build, beside others).
-hold_lock() {
-  mkdir -p "$cache/locks"
-  exec {lock_fd}>"$cache/locks/$1"
-  flock -n "$lock_fd" && return 0
-  log "waiting for another build of $1 to finish (lock $cache/locks/$1)"
-  flock -w "${KUBESTEER_LOCK_TIMEOUT:-5400}" "$lock_fd" ||
-    die "timed out after ${KUBESTEER_LOCK_TIMEOUT:-5400}s waiting for the lock $cache/locks/$1"
-}
-
 # own_cluster NAME STATE: exports KUBESTEER_CLUSTER=NAME and KUBESTEER_STATE=STATE, and refuses
 # (exit 2) when they name `make run`'s cluster (kubesteer, .kubesteer/).
 own_cluster() {

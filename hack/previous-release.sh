@@ -10,7 +10,6 @@
 commit=$PREVIOUS_RELEASE_COMMIT version=$PREVIOUS_RELEASE_VERSION
 dir=$cache/releases/$commit
 image=localhost/kubesteer-previous:$version
-hold_lock "release-$commit"
 if [ -s "$dir/image.tar" ] && [ -s "$dir/kubesteer-$version.tgz" ]; then
   echo "$dir"
   exit 0
@@ -36,8 +35,6 @@ start=$SECONDS
   CARGO_PROFILE_IMAGE_OPT_LEVEL=1 CARGO_PROFILE_IMAGE_CODEGEN_UNITS=16 \
   hack/image.sh image "$image" "$dir/image.tar.tmp") >&2
 mv -f "$dir/image.tar.tmp" "$dir/image.tar"
-# helm is the control plane's (a build of it meanwhile holds its lock: this waits for it).
-[ -x "$bin/helm" ] || "$root/hack/build-control-plane.sh" all >&2
 "$bin/helm" package "$src/charts/kubesteer" -d "$dir" >/dev/null
 [ -s "$dir/kubesteer-$version.tgz" ] || die "helm package of $commit's chart wrote no kubesteer-$version.tgz"
 log "release $version built in $((SECONDS - start))s: $dir"
