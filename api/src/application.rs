@@ -1,5 +1,7 @@
 //! Application: the kubebuilder tutorial's fourth kind, a Deployment with its ClusterIP Service
 //! and, when asked, an Ingress in front of it.
+pub mod hosts;
+
 use std::collections::BTreeSet;
 
 use k8s_openapi::api::core::v1::{EnvVar, ResourceRequirements};
@@ -247,6 +249,22 @@ pub fn host_taken(host: &str, owner: Option<&str>) -> FieldError {
     FieldError::forbidden(
         "spec.ingress.host",
         format!("host {host:?} is served by {by}; a host belongs to the namespace that serves it first (the chart's webhook.allowHostSharing lifts this)"),
+    )
+}
+
+/// The error when another namespace holds the claim ([`hosts`]) of `host`, or of `by`: a wildcard
+/// that covers it, or a host that it, a wildcard, covers. The namespace is not named: the claim
+/// is the webhook's record, readable by cluster administrators (`kubectl get leases` in its
+/// namespace).
+pub fn host_claimed(host: &str, by: &str) -> FieldError {
+    let what = if by == host {
+        format!("host {host:?} belongs to another namespace")
+    } else {
+        format!("host {host:?} overlaps {by:?}, which belongs to another namespace")
+    };
+    FieldError::forbidden(
+        "spec.ingress.host",
+        format!("{what}; a host belongs to the namespace that serves it first (the chart's webhook.allowHostSharing lifts this)"),
     )
 }
 

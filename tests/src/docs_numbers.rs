@@ -508,6 +508,20 @@ fn rows() -> Vec<Row> {
     let f = "docs/application.md";
     rows.push(row(
         f,
+        "Application for the host, and for ",
+        secs(kubesteer_api::application::hosts::IN_FLIGHT),
+        " s after it was made",
+        "kubesteer_api::application::hosts::IN_FLIGHT",
+    ));
+    rows.push(row(
+        f,
+        "exactly one is admitted (`make test` races them ",
+        crate::hosts::ROUNDS,
+        " times,",
+        "kubesteer_tests::hosts::ROUNDS",
+    ));
+    rows.push(row(
+        f,
         "replicas: 2 # ",
         format!(
             "{}-{}, default {}",

@@ -85,7 +85,8 @@ async fn serve(args: Args) -> Result<(), Error> {
             store
         }
     };
-    let mut state = AppState::new(KubeCluster::start(client, &health));
+    let mut state =
+        AppState::new(KubeCluster::start(client, &health).with_host_claims(&args.namespace));
     state.metrics.serving_certificate(store.clone());
     state.health = health;
     state.images = kubesteer_api::access::ImagePolicy::new(args.allowed_images.clone());

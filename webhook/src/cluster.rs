@@ -16,12 +16,15 @@ use kube::runtime::reflector::{self, reflector, store::Writer, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Client, Resource, ResourceExt};
 use kubesteer_api::access::Access;
+use kubesteer_api::application::hosts::overlap;
 use kubesteer_api::scaler::claims::{Claimant, Claims};
 use kubesteer_api::scaler::target::Target;
 use kubesteer_api::Scaler;
 use kubesteer_runtime::scale::{Mapping, RestMapper};
 use kubesteer_runtime::watch::{self as tolerant, Undecodable};
 use kubesteer_runtime::{health, Health};
+
+use crate::hosts::HostClaims;
 
 /// The cluster facts the Scaler rules depend on.
 pub trait Cluster: Send + Sync + 'static {
@@ -59,10 +62,23 @@ pub trait Cluster: Send + Sync + 'static {
     fn ingress_class_exists(&self, name: &str) -> Option<bool>;
     /// The Ingresses (namespace, name), other than `me`, with a rule for `host` and `path`.
     fn ingresses_serving(&self, host: &str, path: &str, me: (&str, &str)) -> Vec<(String, String)>;
-    /// The Ingress (namespace, name) that serves `host` first (the oldest with a rule for it),
-    /// when it is in another namespace than `namespace`: the host is that namespace's.
+    /// The Ingress (namespace, name) that serves `host` first (the oldest with a rule for it, or
+    /// for a wildcard that covers it, or, for a wildcard, for a host it covers), when it is in
+    /// another namespace than `namespace`: the host is that namespace's.
     fn host_owner(&self, _host: &str, _namespace: &str) -> Option<(String, String)> {
         None
+    }
+    /// Claims `host` for `namespace` ([`kubesteer_api::application::hosts`], through the
+    /// apiserver): Ok(None) when it is that namespace's now, Ok(Some(by)) when another namespace
+    /// holds `by` (the host, or a wildcard or host overlapping it); Err when the apiserver could
+    /// not be asked. With `dry_run` nothing is written.
+    fn claim_host(
+        &self,
+        _host: &str,
+        _namespace: &str,
+        _dry_run: bool,
+    ) -> impl Future<Output = Result<Option<String>, String>> + Send {
+        std::future::ready(Ok(None))
     }
 }
 
@@ -78,6 +94,8 @@ pub struct KubeCluster {
     hpas: Store<HorizontalPodAutoscaler>,
     ingresses: Store<Ingress>,
     ingress_classes: Store<PartialObjectMeta<IngressClass>>,
+    /// The host claims, when the webhook keeps them ([`KubeCluster::with_host_claims`]).
+    hosts: Option<HostClaims>,
 }
 
 impl KubeCluster {
@@ -140,7 +158,14 @@ impl KubeCluster {
             hpas,
             ingresses,
             ingress_classes,
+            hosts: None,
         }
+    }
+
+    /// Claims hosts for Applications in Leases of `namespace` (the webhook's own).
+    pub fn with_host_claims(mut self, namespace: &str) -> Self {
+        self.hosts = Some(HostClaims::new(self.client.clone(), namespace));
+        self
     }
 }
 
@@ -270,12 +295,25 @@ impl Cluster for KubeCluster {
         found
     }
 
+    async fn claim_host(
+        &self,
+        host: &str,
+        namespace: &str,
+        dry_run: bool,
+    ) -> Result<Option<String>, String> {
+        match &self.hosts {
+            Some(hosts) => hosts.claim(host, namespace, dry_run).await,
+            None => Ok(None),
+        }
+    }
+
     fn host_owner(&self, host: &str, namespace: &str) -> Option<(String, String)> {
+        // The same host, or a wildcard and a host it covers, either way round.
         let serves_host = |i: &Ingress| {
             i.spec
                 .iter()
                 .flat_map(|s| s.rules.iter().flatten())
-                .any(|r| r.host.as_deref() == Some(host))
+                .any(|r| r.host.as_deref().is_some_and(|h| overlap(h, host)))
         };
         let first = self
             .ingresses

@@ -11,6 +11,7 @@ pub mod cluster;
 pub mod conversion;
 pub mod crd_conversion;
 pub mod error;
+pub mod hosts;
 pub mod metrics;
 pub mod permissions;
 pub mod review;

@@ -80,6 +80,10 @@ pub struct Request {
     /// The stored object (UPDATE), kept as `object` is.
     #[serde(default, deserialize_with = "old_object")]
     pub old_object: Option<Value>,
+    /// A dry run (`kubectl apply --dry-run=server`): nothing may be written for it (the
+    /// configurations say `sideEffects: NoneOnDryRun` where a rule writes).
+    #[serde(default)]
+    pub dry_run: bool,
 }
 
 impl Request {

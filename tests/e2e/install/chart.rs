@@ -255,7 +255,10 @@ fn every_webhook_fails_closed_quickly_and_skips_system_namespaces() -> Result<()
         for (kind, hook) in hooks {
             let name = str_of(&hook["name"]);
             assert_eq!(hook["failurePolicy"], "Fail", "{name}");
-            assert_eq!(hook["sideEffects"], "None", "{name}");
+            // An Application's review claims its host (a Lease), except in a dry run.
+            let writes = name == "validate.applications.kubesteer.io";
+            let side_effects = if writes { "NoneOnDryRun" } else { "None" };
+            assert_eq!(hook["sideEffects"], side_effects, "{name}");
             assert_eq!(hook["timeoutSeconds"].as_u64(), Some(5), "{name}");
             assert_eq!(hook["matchPolicy"], "Equivalent", "{name}");
             let (prefix, path) = if kind.starts_with("Mutating") {
@@ -491,6 +494,13 @@ fn rbac_grants_exactly_what_each_binary_uses() -> Result<()> {
         &["list", "watch"],
         None,
     ));
+    // Whether a host's claim still holds: the claiming namespace's Applications, listed then.
+    webhook.extend(expand(
+        &["kubesteer.io"],
+        &["applications"],
+        &["list"],
+        None,
+    ));
     let configs = expand(
         &["admissionregistration.k8s.io"],
         &[
@@ -514,19 +524,25 @@ fn rbac_grants_exactly_what_each_binary_uses() -> Result<()> {
         self_managed
     );
 
-    // Secrets: create cannot name its object; everything else is limited to the cert Secret.
-    let secrets = one(&docs, "Role", &format!("{FULLNAME}-webhook"));
-    assert_eq!(secrets["metadata"]["namespace"], NS);
-    let mut expected: BTreeSet<String> = expand(&[""], &["secrets"], &["create"], None)
-        .into_iter()
-        .collect();
+    // The host claims, Leases of its namespace; Secrets: create cannot name its object;
+    // everything else is limited to the cert Secret.
+    let role = one(&docs, "Role", &format!("{FULLNAME}-webhook"));
+    assert_eq!(role["metadata"]["namespace"], NS);
+    let claims = expand(
+        &["coordination.k8s.io"],
+        &["leases"],
+        &["create", "get", "list", "update", "delete"],
+        None,
+    );
+    let mut expected: BTreeSet<String> = claims.iter().cloned().collect();
+    expected.extend(expand(&[""], &["secrets"], &["create"], None));
     expected.extend(expand(
         &[""],
         &["secrets"],
         &["get", "update"],
         Some(&secret),
     ));
-    assert_eq!(grants(secrets), expected);
+    assert_eq!(grants(role), expected);
 
     let kinds = kubesteer_api::kind::ALL.map(|k| k.plural());
     let status: Vec<String> = kinds.iter().map(|k| format!("{k}/status")).collect();
@@ -711,8 +727,12 @@ fn rbac_grants_exactly_what_each_binary_uses() -> Result<()> {
             webhook,
             "{extra:?}"
         );
-        assert!(docs.iter().all(|d| !(d["kind"] == "Role"
-            && d["metadata"]["name"] == format!("{FULLNAME}-webhook").as_str())));
+        let role = one(&docs, "Role", &format!("{FULLNAME}-webhook"));
+        assert_eq!(
+            grants(role),
+            claims.iter().cloned().collect::<BTreeSet<String>>(),
+            "{extra:?}"
+        );
     }
     Ok(())
 }

@@ -850,7 +850,8 @@ fn a_target_the_apiserver_refuses_never_holds_up_the_others_nor_the_deletion() -
 
 /// The probes of a tenant using the controller's rights, against the chart's own webhook pods:
 /// bob may edit Applications but not read the Secret one of them reads, nor create Ingresses;
-/// a host another namespace serves first is that namespace's.
+/// a host another namespace serves first is that namespace's, and two namespaces racing for a
+/// new host get exactly one Application admitted.
 #[test]
 fn the_charts_webhook_stops_the_image_swap_the_second_key_and_the_foreign_host() -> Result<()> {
     let release = Release::install("prb", &[])?;
@@ -926,6 +927,13 @@ fn the_charts_webhook_stops_the_image_swap_the_second_key_and_the_foreign_host()
         },
     )
     .with_context(|| release.describe())?;
+
+    // One namespace per host, decided by the chart's webhook pods under their own RBAC: the
+    // host claims are Leases of the release's namespace.
+    let a = kubesteer_tests::Namespace::admitted_by("prb-hosts-a", &release.name)?;
+    let b = kubesteer_tests::Namespace::admitted_by("prb-hosts-b", &release.name)?;
+    kubesteer_tests::hosts::one_namespace_per_host(&a, &b, &release.namespace)
+        .with_context(|| release.describe())?;
     Ok(())
 }
 

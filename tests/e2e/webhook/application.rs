@@ -302,3 +302,14 @@ fn ingress_warnings_name_a_missing_class_and_a_taken_host_only_to_who_may_read_i
     kubectl_ok(&["delete", "ingressclass", &class], None)?;
     Ok(())
 }
+
+/// Two namespaces racing for one new host get exactly one Application admitted, every round; a
+/// wildcard and its hosts are one namespace's; a claim holds while its namespace serves the host
+/// and is handed over once it does not (the scenario: `kubesteer_tests::hosts`).
+#[test]
+fn one_namespace_per_host_even_when_two_race_for_it() -> Result<()> {
+    let webhook = Webhook::start("app-hosts")?;
+    let a = webhook.namespace("app-hosts-a")?;
+    let b = webhook.namespace("app-hosts-b")?;
+    kubesteer_tests::hosts::one_namespace_per_host(&a, &b, kubesteer_tests::HOST_WEBHOOK_NAMESPACE)
+}

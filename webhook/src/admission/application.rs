@@ -2,6 +2,7 @@
 //! its environment takes values from; advice about its IngressClass and about another Ingress
 //! that serves the same host and path, named only to an author who may get it.
 use kubesteer_api::access::Access;
+use kubesteer_api::field::FieldError;
 use kubesteer_api::ApplicationSpec;
 
 use super::{ask_all, permitted, read_spec, Admitting, Rules};
@@ -44,6 +45,21 @@ impl Rules for ApplicationSpec {
                     readable.then_some(owner.as_str()),
                 ));
                 return;
+            }
+            // Last of the rules that deny, so that a claim is made only for an object admitted.
+            match cluster.claim_host(host, me.0, request.dry_run).await {
+                Ok(None) => {}
+                Ok(Some(by)) => {
+                    errors.push(kubesteer_api::application::host_claimed(host, &by));
+                    return;
+                }
+                Err(e) => {
+                    errors.push(FieldError::forbidden(
+                        "spec.ingress.host",
+                        format!("could not check which namespace host {host:?} belongs to: {e}"),
+                    ));
+                    return;
+                }
             }
         }
         if let Some(class) = &ingress.class_name {

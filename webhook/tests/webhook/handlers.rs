@@ -1173,3 +1173,57 @@ async fn a_host_belongs_to_the_namespace_that_serves_it_first() {
     let reply = send(taken, "/validate/applications", &update).await;
     assert!(reply.allowed(), "{}", reply.body);
 }
+
+#[tokio::test]
+async fn a_new_host_is_claimed_once_and_another_namespace_is_told_it_is_taken() {
+    let review = fixture("application-create.json");
+    let c = FakeCluster {
+        may_get_secrets: vec![("team".into(), "pw".into()), ("other".into(), "pw".into())],
+        may_create_ingresses_in: vec!["team".into(), "other".into()],
+        ingress_classes: vec!["nginx".into()],
+        ..cluster()
+    };
+    // A dry run from another namespace claims nothing.
+    let mut other = review.clone();
+    other["request"]["namespace"] = json!("other");
+    other["request"]["object"]["metadata"]["namespace"] = json!("other");
+    let mut dry = other.clone();
+    dry["request"]["dryRun"] = json!(true);
+    let reply = send(c.clone(), "/validate/applications", &dry).await;
+    assert!(reply.allowed(), "{}", reply.body);
+    assert!(c.host_claims.lock().unwrap().is_empty());
+    // The first namespace to ask gets the host; the next is denied on the field.
+    let reply = send(c.clone(), "/validate/applications", &review).await;
+    assert!(reply.allowed(), "{}", reply.body);
+    let holder = c
+        .host_claims
+        .lock()
+        .unwrap()
+        .get("example.foo.com")
+        .cloned();
+    assert_eq!(holder.as_deref(), Some("team"));
+    let reply = send(c.clone(), "/validate/applications", &other).await;
+    assert!(!reply.allowed(), "{}", reply.body);
+    let m = reply.message();
+    assert!(
+        m.contains(
+            "spec.ingress.host: Forbidden: host \"example.foo.com\" belongs to another namespace"
+        ),
+        "{m}"
+    );
+    // Where the cluster allows sharing, nothing is claimed or asked.
+    let mut sharing = kubesteer_webhook::admission::AppState::new(c.clone());
+    sharing.host_sharing = true;
+    let body = serde_json::to_vec(&other).unwrap();
+    let reply = send_to(&Arc::new(sharing), "/validate/applications", body).await;
+    assert!(reply.allowed(), "{}", reply.body);
+    // When the claim cannot be asked, the review is denied, naming the field and the reason.
+    let failing = FakeCluster {
+        claim_error: Some("leases is forbidden".into()),
+        ..c
+    };
+    let m = send(failing, "/validate/applications", &other)
+        .await
+        .message();
+    assert!(m.contains("spec.ingress.host: Forbidden: could not check which namespace host \"example.foo.com\" belongs to: leases is forbidden"), "{m}");
+}

@@ -53,6 +53,10 @@ pub struct FakeCluster {
     pub sar_delay: std::time::Duration,
     /// Namespaces where the requesting user may create Ingresses.
     pub may_create_ingresses_in: Vec<String>,
+    /// The host claims, host -> namespace, shared by clones (the Leases of the real cluster).
+    pub host_claims: Arc<Mutex<BTreeMap<String, String>>>,
+    /// When set, every host claim fails with this error (the apiserver could not be asked).
+    pub claim_error: Option<String>,
 }
 
 impl FakeCluster {
@@ -112,6 +116,26 @@ impl Cluster for FakeCluster {
     fn host_owner(&self, host: &str, namespace: &str) -> Option<(String, String)> {
         let (ns, name, _, _) = self.ingresses.iter().find(|(_, _, h, _)| h == host)?;
         (ns != namespace).then(|| (ns.clone(), name.clone()))
+    }
+    async fn claim_host(
+        &self,
+        host: &str,
+        namespace: &str,
+        dry_run: bool,
+    ) -> Result<Option<String>, String> {
+        if let Some(e) = &self.claim_error {
+            return Err(e.clone());
+        }
+        let mut claims = self.host_claims.lock().unwrap();
+        match claims.get(host) {
+            Some(holder) if holder != namespace => Ok(Some(host.to_string())),
+            _ => {
+                if !dry_run {
+                    claims.insert(host.to_string(), namespace.to_string());
+                }
+                Ok(None)
+            }
+        }
     }
     fn ingresses_serving(&self, host: &str, path: &str, me: (&str, &str)) -> Vec<(String, String)> {
         self.ingresses
