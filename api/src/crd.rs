@@ -4,6 +4,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
 };
 use kube::CustomResourceExt;
 
+use crate::application::hosts::HostClaim;
 use crate::{Application, Memcached, Welcome};
 
 /// The Service the committed Scaler CRD sends conversions to until the webhook points it at
@@ -21,22 +22,29 @@ pub fn scaler() -> Result<CustomResourceDefinition, kube::core::crd::MergeError>
     }))
 }
 
-/// Every CRD with the file name it is committed under in `charts/kubesteer/files/crds/`.
-pub fn all() -> Result<Vec<(String, CustomResourceDefinition)>, kube::core::crd::MergeError> {
-    Ok([
+/// The kinds users write, in [`crate::kind::ALL`]'s order.
+pub fn kinds() -> Result<Vec<CustomResourceDefinition>, kube::core::crd::MergeError> {
+    Ok(vec![
         scaler()?,
         Welcome::crd(),
         Memcached::crd(),
         Application::crd(),
-    ]
-    .into_iter()
-    .map(|crd| {
-        (
-            format!("{}.yaml", crd.metadata.name.clone().unwrap_or_default()),
-            crd,
-        )
-    })
-    .collect())
+    ])
+}
+
+/// Every CRD with the file name it is committed under in `charts/kubesteer/files/crds/`: the
+/// kinds users write and the webhook's [`HostClaim`].
+pub fn all() -> Result<Vec<(String, CustomResourceDefinition)>, kube::core::crd::MergeError> {
+    Ok(kinds()?
+        .into_iter()
+        .chain([HostClaim::crd()])
+        .map(|crd| {
+            (
+                format!("{}.yaml", crd.metadata.name.clone().unwrap_or_default()),
+                crd,
+            )
+        })
+        .collect())
 }
 
 /// The YAML text of a CRD, as committed.
@@ -66,11 +74,7 @@ mod tests {
 
     #[test]
     fn every_kind_is_in_the_kubesteer_category_with_its_short_name() {
-        let names: Vec<_> = all()
-            .unwrap()
-            .into_iter()
-            .map(|(_, c)| c.spec.names)
-            .collect();
+        let names: Vec<_> = kinds().unwrap().into_iter().map(|c| c.spec.names).collect();
         for n in &names {
             assert_eq!(
                 n.categories.as_deref(),
@@ -82,6 +86,11 @@ mod tests {
             .map(|n| n.short_names.clone().unwrap_or_default().join(","))
             .collect();
         assert_eq!(shorts, ["scl", "wel", "mc", "app"]);
+        // The webhook's claims are not among what `kubectl get kubesteer` lists.
+        let claims = HostClaim::crd().spec.names;
+        assert_eq!(claims.categories, None);
+        assert_eq!(claims.short_names, Some(vec!["hclaim".to_string()]));
+        assert_eq!(HostClaim::crd().spec.scope, "Cluster");
     }
 
     #[test]

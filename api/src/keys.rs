@@ -37,9 +37,6 @@ pub mod annotation {
     /// On a Scaler read as v1beta1: the v1alpha1 fields v1beta1 has no place for (days or a lone
     /// start, end or replicas without a window), as JSON, for the way back.
     pub const V1ALPHA1_FIELDS: &str = "kubesteer.io/v1alpha1-fields";
-    /// On a host claim (a Lease of the webhook's namespace, [`crate::application::hosts`]): the
-    /// Ingress host it claims, as the Application wrote it.
-    pub const HOST: &str = "kubesteer.io/host";
     /// On the webhook's certificate Secret: until when the old CA stays in the bundles.
     pub const CA_OVERLAP_UNTIL: &str = "kubesteer.io/ca-overlap-until";
 }
@@ -56,9 +53,6 @@ pub mod label {
     pub const REAL_NODE: &str = "kubesteer.io/real-node";
     /// On an end-to-end test's namespace, which its own webhook configurations select.
     pub const E2E: &str = "kubesteer.io/e2e";
-    /// On every host claim (a Lease of the webhook's namespace): "true", so that they can be
-    /// listed apart from the controller's leader Lease.
-    pub const HOST_CLAIM: &str = "kubesteer.io/host-claim";
 }
 
 /// The Scaler's finalizer: the targets get their replicas back before the Scaler goes.

@@ -268,7 +268,7 @@ mod tests {
             assert_eq!(crate::GROUP, group, "{name}");
             assert_eq!(kind.version(), version, "{name}");
         }
-        assert_eq!(ALL.len(), crate::crd::all().unwrap().len());
+        assert_eq!(ALL.len(), crate::crd::kinds().unwrap().len());
     }
 
     fn now() -> crate::scaler::schedule::Instant {

@@ -31,9 +31,8 @@ fn denied_for_the_host(run: &Run, by: &str) -> bool {
         && run.stderr.contains(by)
 }
 
-/// The whole scenario, for namespaces `a` and `b` admitted by one webhook whose claims are
-/// Leases of `claims` (its namespace).
-pub fn one_namespace_per_host(a: &Namespace, b: &Namespace, claims: &str) -> Result<()> {
+/// The whole scenario, for namespaces `a` and `b` admitted by one webhook.
+pub fn one_namespace_per_host(a: &Namespace, b: &Namespace) -> Result<()> {
     let domain = format!("{}.example.com", unique("hosts"));
     // The first host, whose claim is looked at again once it is past its in-flight time.
     let first = format!("first.{domain}");
@@ -113,13 +112,13 @@ pub fn one_namespace_per_host(a: &Namespace, b: &Namespace, claims: &str) -> Res
     );
 
     // Past its in-flight time the first claim holds because namespace a still serves the host.
-    let lease = claim_name(&first).context("the first host's claim name")?;
+    let claim = claim_name(&first).context("the first host's claim name")?;
     let margin = Duration::from_secs(30);
     eventually(
         IN_FLIGHT + margin,
         "the first host's claim to be past its in-flight time",
         || {
-            let renewed = claim_field(claims, &lease, "renewTime")?;
+            let renewed = claim_field(&claim, "renewTime")?;
             let age = now()? - parse_rfc3339(renewed.trim())?;
             Ok((age > IN_FLIGHT.as_secs_f64() + 1.0).then_some(()))
         },
@@ -150,7 +149,7 @@ pub fn one_namespace_per_host(a: &Namespace, b: &Namespace, claims: &str) -> Res
             Ok(run.ok.then_some(()))
         },
     )?;
-    let holder = claim_field(claims, &lease, "holderIdentity")?;
+    let holder = claim_field(&claim, "namespace")?;
     ensure!(
         holder.trim() == b.name(),
         "the claim is b's now: {holder:?}"
@@ -158,10 +157,10 @@ pub fn one_namespace_per_host(a: &Namespace, b: &Namespace, claims: &str) -> Res
     Ok(())
 }
 
-/// A field of the claim's (Lease `lease` of namespace `claims`) spec.
-fn claim_field(claims: &str, lease: &str, field: &str) -> Result<String> {
+/// A field of the HostClaim `claim`'s spec.
+fn claim_field(claim: &str, field: &str) -> Result<String> {
     let path = format!("jsonpath={{.spec.{field}}}");
-    kubectl_ok(&["get", "lease", "-n", claims, lease, "-o", &path], None)
+    kubectl_ok(&["get", "hostclaim", claim, "-o", &path], None)
 }
 
 /// Seconds since the Unix epoch.

@@ -99,18 +99,9 @@ impl Webhook {
         if !out.status.success() {
             bail!("kubesteer-certs: {}", String::from_utf8_lossy(&out.stderr));
         }
-        // The webhooks' own namespace, where they keep the Applications' host claims (Leases).
-        let made = kubectl(&["create", "namespace", HOST_WEBHOOK_NAMESPACE], None)?;
-        if !made.ok && !made.stderr.contains("AlreadyExists") {
-            bail!(
-                "creating namespace {HOST_WEBHOOK_NAMESPACE}: {}",
-                made.stderr
-            );
-        }
         let log = std::fs::File::create(dir.join("webhook.log"))?;
         let child = Command::new(workspace_bin("kubesteer-webhook"))
             .args(["--addr", &format!("127.0.0.1:{port}")])
-            .args(["--namespace", HOST_WEBHOOK_NAMESPACE])
             .args([
                 "--tls-cert-file",
                 &format!("{dir_s}/tls.crt"),
@@ -231,9 +222,6 @@ impl Drop for Webhook {
 
 pub(crate) static CONTROLLER_BUILD: std::sync::OnceLock<std::result::Result<PathBuf, String>> =
     std::sync::OnceLock::new();
-
-/// The namespace of the host-run webhooks ([`Webhook::start`]): their host claims are Leases there.
-pub const HOST_WEBHOOK_NAMESPACE: &str = "kubesteer-e2e-webhooks";
 
 /// How long a test may build the workspace's binaries for: usually they are built already
 /// (`hack/e2e.sh` builds them first), but a cold build on a small machine takes long.

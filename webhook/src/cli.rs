@@ -85,8 +85,7 @@ async fn serve(args: Args) -> Result<(), Error> {
             store
         }
     };
-    let mut state =
-        AppState::new(KubeCluster::start(client, &health).with_host_claims(&args.namespace));
+    let mut state = AppState::new(KubeCluster::start(client, &health).with_host_claims());
     state.metrics.serving_certificate(store.clone());
     state.health = health;
     state.images = kubesteer_api::access::ImagePolicy::new(args.allowed_images.clone());

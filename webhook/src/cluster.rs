@@ -162,9 +162,9 @@ impl KubeCluster {
         }
     }
 
-    /// Claims hosts for Applications in Leases of `namespace` (the webhook's own).
-    pub fn with_host_claims(mut self, namespace: &str) -> Self {
-        self.hosts = Some(HostClaims::new(self.client.clone(), namespace));
+    /// Claims hosts for Applications in [`kubesteer_api::application::hosts::HostClaim`]s.
+    pub fn with_host_claims(mut self) -> Self {
+        self.hosts = Some(HostClaims::new(self.client.clone()));
         self
     }
 }

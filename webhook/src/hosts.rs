@@ -1,23 +1,20 @@
 //! The host claims of [`kubesteer_api::application::hosts`], made and read through the apiserver:
-//! Leases in the webhook's namespace. Nothing here reads a cache: a claim is created (etcd
-//! refuses a second create of a name) or taken over by an update conditional on the
-//! resourceVersion read, and whether a namespace serves a host is a LIST of its Applications.
-use std::collections::BTreeMap;
-
-use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+//! [`HostClaim`]s, cluster-scoped. Nothing here reads a cache: a claim is created (etcd refuses a
+//! second create of a name) or taken over by an update conditional on the resourceVersion read,
+//! and whether a namespace serves a host is a LIST of its Applications.
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::{Client, ResourceExt};
-use kubesteer_api::application::hosts::{claim_name, covered_claim, covering_wildcard, Claim};
-use kubesteer_api::keys::{annotation, label};
+use kubesteer_api::application::hosts::{
+    claim_name, covered_claim, covering_wildcard, Claim, HostClaim,
+};
 use kubesteer_api::Application;
 
-/// The claims of one webhook: Leases in its namespace.
+/// The host claims, read and written through the apiserver.
 #[derive(Clone)]
 pub struct HostClaims {
     client: Client,
-    leases: Api<Lease>,
+    claims: Api<HostClaim>,
 }
 
 /// What became of a claim this review wrote.
@@ -29,10 +26,9 @@ enum Took {
 }
 
 impl HostClaims {
-    /// The claims of a webhook running in `namespace`.
-    pub fn new(client: Client, namespace: &str) -> Self {
+    pub fn new(client: Client) -> Self {
         Self {
-            leases: Api::namespaced(client.clone(), namespace),
+            claims: Api::all(client.clone()),
             client,
         }
     }
@@ -64,7 +60,7 @@ impl HostClaims {
         if let Some(by) = self.overlap(host, namespace).await? {
             if made {
                 // Not left to block the host for the in-flight time.
-                let _ = self.leases.delete(&name, &DeleteParams::default()).await;
+                let _ = self.claims.delete(&name, &DeleteParams::default()).await;
             }
             return Ok(Some(by));
         }
@@ -73,12 +69,12 @@ impl HostClaims {
 
     /// The claim `name` as another namespace holds it now, if any.
     async fn holder(&self, name: &str, namespace: &str) -> Result<Option<Claim>, String> {
-        let lease = self
-            .leases
+        let current = self
+            .claims
             .get_opt(name)
             .await
             .map_err(|e| format!("reading the host claim {name}: {e}"))?;
-        match lease.map(|l| claim_of(&l)) {
+        match current.map(|c| c.claim()) {
             Some(claim) if claim.namespace != namespace && self.holds(&claim, name).await? => {
                 Ok(Some(claim))
             }
@@ -86,7 +82,7 @@ impl HostClaims {
         }
     }
 
-    /// Whether `claim` (of the Lease `name`) holds now: its namespace has an Application for the
+    /// Whether `claim` (named `name`) holds now: its namespace has an Application for the
     /// host, or it is in flight.
     async fn holds(&self, claim: &Claim, name: &str) -> Result<bool, String> {
         let now = Timestamp::now();
@@ -109,15 +105,14 @@ impl HostClaims {
     /// that covers it; for a wildcard, any of the hosts it covers.
     async fn overlap(&self, host: &str, namespace: &str) -> Result<Option<String>, String> {
         if let Some(domain) = host.strip_prefix("*.") {
-            let selector = format!("{}=true", label::HOST_CLAIM);
             let claims = self
-                .leases
-                .list(&ListParams::default().labels(&selector))
+                .claims
+                .list(&ListParams::default())
                 .await
                 .map_err(|e| format!("listing the host claims: {e}"))?;
-            for lease in claims.items {
-                let name = lease.name_any();
-                let claim = claim_of(&lease);
+            for held in claims.items {
+                let name = held.name_any();
+                let claim = held.claim();
                 if covered_claim(&name, domain)
                     && claim.namespace != namespace
                     && self.holds(&claim, &name).await?
@@ -138,15 +133,16 @@ impl HostClaims {
 
     /// Creates the claim `name`, or renews ours, or takes over a stale one.
     async fn take(&self, name: &str, host: &str, namespace: &str) -> Result<Took, String> {
-        let fresh = lease(name, host, namespace);
-        match self.leases.create(&PostParams::default(), &fresh).await {
+        let fresh = HostClaim::of(host, namespace, Timestamp::now())
+            .ok_or_else(|| format!("host {host:?} is too long for a claim's name"))?;
+        match self.claims.create(&PostParams::default(), &fresh).await {
             Ok(_) => return Ok(Took::Ours { made: true }),
             Err(kube::Error::Api(e)) if e.code == 409 => {}
             Err(e) => return Err(format!("creating the host claim {name}: {e}")),
         }
         let read = |e: kube::Error| format!("reading the host claim {name}: {e}");
-        let current = self.leases.get(name).await.map_err(read)?;
-        let claim = claim_of(&current);
+        let current = self.claims.get(name).await.map_err(read)?;
+        let claim = current.claim();
         if claim.namespace != namespace && self.holds(&claim, name).await? {
             return Ok(Took::Theirs);
         }
@@ -154,14 +150,14 @@ impl HostClaims {
         let mut renewed = fresh;
         renewed.metadata.resource_version = current.metadata.resource_version.clone();
         match self
-            .leases
+            .claims
             .replace(name, &PostParams::default(), &renewed)
             .await
         {
             Ok(_) => Ok(Took::Ours { made: false }),
             Err(kube::Error::Api(e)) if e.code == 409 => {
                 // Written meanwhile: by this namespace (another review) or by the one that got it.
-                let now = claim_of(&self.leases.get(name).await.map_err(read)?);
+                let now = self.claims.get(name).await.map_err(read)?.claim();
                 if now.namespace == namespace {
                     Ok(Took::Ours { made: false })
                 } else {
@@ -182,47 +178,6 @@ fn host_of(name: &str) -> String {
     }
 }
 
-/// What a claim's Lease says.
-fn claim_of(lease: &Lease) -> Claim {
-    let spec = lease.spec.as_ref();
-    Claim {
-        namespace: spec
-            .and_then(|s| s.holder_identity.clone())
-            .unwrap_or_default(),
-        renewed: spec
-            .and_then(|s| s.renew_time.as_ref().or(s.acquire_time.as_ref()))
-            .map(|t| t.0),
-    }
-}
-
-/// The claim of `host` (Lease `name`) for `namespace`, made or renewed now.
-fn lease(name: &str, host: &str, namespace: &str) -> Lease {
-    let now = Some(MicroTime(Timestamp::now()));
-    Lease {
-        metadata: ObjectMeta {
-            name: Some(name.to_string()),
-            labels: Some(BTreeMap::from([
-                (label::HOST_CLAIM.to_string(), "true".to_string()),
-                (
-                    label::MANAGED_BY.to_string(),
-                    label::MANAGED_BY_VALUE.to_string(),
-                ),
-            ])),
-            annotations: Some(BTreeMap::from([(
-                annotation::HOST.to_string(),
-                host.to_string(),
-            )])),
-            ..Default::default()
-        },
-        spec: Some(LeaseSpec {
-            holder_identity: Some(namespace.to_string()),
-            acquire_time: now.clone(),
-            renew_time: now,
-            ..Default::default()
-        }),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -233,18 +188,5 @@ mod tests {
             let name = claim_name(host).unwrap_or_default();
             assert_eq!(host_of(&name), host);
         }
-    }
-
-    #[test]
-    fn a_claim_names_its_namespace_and_time() {
-        let lease = lease("h.a.example.com", "a.example.com", "team-a");
-        let claim = claim_of(&lease);
-        assert_eq!(claim.namespace, "team-a");
-        assert!(claim.fresh(Timestamp::now()));
-        let labels = lease.metadata.labels.unwrap_or_default();
-        assert_eq!(
-            labels.get(label::HOST_CLAIM).map(String::as_str),
-            Some("true")
-        );
     }
 }

@@ -1,10 +1,12 @@
 //! One namespace per Ingress host, decided by the apiserver rather than by a cache.
 //!
-//! A host belongs to the namespace that serves it first. The webhook records that in a **claim**:
-//! a Lease in its own namespace, named after the host ([`claim_name`]), whose holder is the
-//! namespace. Creating it is atomic (etcd refuses a second create of a name, and a takeover is an
-//! update conditional on the resourceVersion read), so of two Applications for one new host
-//! admitted at the same moment from two namespaces, exactly one gets it.
+//! A host belongs to the namespace that serves it first. The webhook records that in a
+//! [`HostClaim`]: a cluster-scoped object of its own kind, named after the host ([`claim_name`]),
+//! that names the namespace. Creating it is atomic (etcd refuses a second create of a name, and a
+//! takeover is an update conditional on the resourceVersion read), so of two Applications for one
+//! new host admitted at the same moment from two namespaces, exactly one gets it. Only the
+//! webhook's ServiceAccount may write HostClaims, and it may write nothing else of the kind's
+//! namespace-free scope.
 //!
 //! A claim holds while its namespace serves the host (an Application there names it), and for
 //! [`IN_FLIGHT`] after it was made or renewed whatever else: the Application whose admission
@@ -18,14 +20,70 @@
 //! retry) or were not concurrent.
 use std::time::Duration;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The claim of one Ingress host by one namespace, written by the webhook when it admits an
+/// Application for the host. Named `h.<host>`, or `w.<domain>` for `*.<domain>`.
+#[derive(CustomResource, JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "kubesteer.io",
+    version = "v1alpha1",
+    kind = "HostClaim",
+    shortname = "hclaim",
+    doc = "HostClaim records which namespace an Ingress host belongs to. The kubesteer webhook writes it when it admits an Application for the host; nothing else should.",
+    printcolumn = r#"{"name":"Host","type":"string","jsonPath":".spec.host","description":"The Ingress host claimed"}"#,
+    printcolumn = r#"{"name":"Holder","type":"string","jsonPath":".spec.namespace","description":"The namespace the host belongs to"}"#,
+    printcolumn = r#"{"name":"Renewed","type":"date","jsonPath":".spec.renewTime","description":"When the claim was made or last renewed"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct HostClaimSpec {
+    /// The Ingress host, as the Application wrote it (*.<domain> for a wildcard).
+    pub host: String,
+    /// The namespace the host belongs to.
+    pub namespace: String,
+    /// When the claim was made or last renewed.
+    pub renew_time: Time,
+}
+
+impl HostClaim {
+    /// The claim of `host` for `namespace`, made or renewed at `now`; None when its name would be
+    /// too long ([`claim_name`]).
+    pub fn of(host: &str, namespace: &str, now: Timestamp) -> Option<Self> {
+        let name = claim_name(host)?;
+        let mut claim = HostClaim::new(
+            &name,
+            HostClaimSpec {
+                host: host.to_string(),
+                namespace: namespace.to_string(),
+                renew_time: Time(now),
+            },
+        );
+        claim.metadata.labels = Some(std::collections::BTreeMap::from([(
+            crate::keys::label::MANAGED_BY.to_string(),
+            crate::keys::label::MANAGED_BY_VALUE.to_string(),
+        )]));
+        Some(claim)
+    }
+
+    /// What the claim says.
+    pub fn claim(&self) -> Claim {
+        Claim {
+            namespace: self.spec.namespace.clone(),
+            renewed: Some(self.spec.renew_time.0),
+        }
+    }
+}
 
 /// How long a claim holds with nothing in its namespace serving the host: the longest an
 /// admission can be in flight between the claim and the stored object (the apiserver gives a
 /// webhook at most 30 s).
 pub const IN_FLIGHT: Duration = Duration::from_secs(30);
 
-/// The Lease that claims `host`: `h.<host>`, or `w.<domain>` for `*.<domain>`; None when the name
+/// The [`HostClaim`] of `host`: `h.<host>`, or `w.<domain>` for `*.<domain>`; None when the name
 /// would pass the 253 characters of a Kubernetes name.
 pub fn claim_name(host: &str) -> Option<String> {
     let name = match host.strip_prefix("*.") {
@@ -134,6 +192,22 @@ mod tests {
         assert!(!overlap("*.example.com", "example.com"));
         assert!(!overlap("*.example.com", "a.shop.example.com"));
         assert!(!overlap("shop.example.com", "shop.example.org"));
+    }
+
+    #[test]
+    fn a_claim_names_its_host_namespace_and_time() {
+        let now = Timestamp::now();
+        let made = HostClaim::of("*.example.com", "team-a", now).unwrap();
+        assert_eq!(made.metadata.name.as_deref(), Some("w.example.com"));
+        assert_eq!(made.spec.host, "*.example.com");
+        assert_eq!(
+            made.claim(),
+            Claim {
+                namespace: "team-a".into(),
+                renewed: Some(now)
+            }
+        );
+        assert!(HostClaim::of(&format!("{}.com", "a".repeat(250)), "team-a", now).is_none());
     }
 
     #[test]

@@ -170,6 +170,18 @@ fn each_service_account_may_do_what_its_binary_does_and_nothing_more() -> Result
         row(true, "list ingressclasses.networking.k8s.io"),
         row(false, &format!("get ingresses.networking.k8s.io -n {o}")),
         row(false, &format!("patch ingresses.networking.k8s.io -n {o}")),
+        // The host claims: a cluster-scoped kind of its own, made, renewed, taken over and
+        // given back; and the Applications of the namespace that claimed a host.
+        row(true, "create hostclaims.kubesteer.io"),
+        row(true, "get hostclaims.kubesteer.io/h.shop.example.com"),
+        row(true, "update hostclaims.kubesteer.io/h.shop.example.com"),
+        row(true, "delete hostclaims.kubesteer.io/h.shop.example.com"),
+        row(true, "list hostclaims.kubesteer.io"),
+        row(false, "patch hostclaims.kubesteer.io/h.shop.example.com"),
+        row(false, "watch hostclaims.kubesteer.io"),
+        row(true, &format!("list applications.kubesteer.io -n {o}")),
+        row(false, &format!("get applications.kubesteer.io -n {o}")),
+        row(false, &format!("patch applications.kubesteer.io -n {o}")),
         row(false, &format!("patch deployments.apps -n {o}")),
         row(
             false,
@@ -269,6 +281,10 @@ fn each_service_account_may_do_what_its_binary_does_and_nothing_more() -> Result
         row(false, &format!("delete pods -n {o}")),
         row(false, &format!("create scalers.kubesteer.io -n {o}")),
         row(false, &format!("delete scalers.kubesteer.io -n {o}")),
+        // The host claims are the webhook's alone.
+        row(false, "create hostclaims.kubesteer.io"),
+        row(false, "update hostclaims.kubesteer.io/h.shop.example.com"),
+        row(false, "list hostclaims.kubesteer.io"),
         // Its leader Lease, by name, in the release namespace only.
         row(true, &format!("create leases.coordination.k8s.io -n {ns}")),
         row(

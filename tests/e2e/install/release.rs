@@ -929,11 +929,10 @@ fn the_charts_webhook_stops_the_image_swap_the_second_key_and_the_foreign_host()
     .with_context(|| release.describe())?;
 
     // One namespace per host, decided by the chart's webhook pods under their own RBAC: the
-    // host claims are Leases of the release's namespace.
+    // host claims are HostClaims, which only that ServiceAccount may write.
     let a = kubesteer_tests::Namespace::admitted_by("prb-hosts-a", &release.name)?;
     let b = kubesteer_tests::Namespace::admitted_by("prb-hosts-b", &release.name)?;
-    kubesteer_tests::hosts::one_namespace_per_host(&a, &b, &release.namespace)
-        .with_context(|| release.describe())?;
+    kubesteer_tests::hosts::one_namespace_per_host(&a, &b).with_context(|| release.describe())?;
     Ok(())
 }
 

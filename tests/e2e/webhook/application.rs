@@ -311,5 +311,5 @@ fn one_namespace_per_host_even_when_two_race_for_it() -> Result<()> {
     let webhook = Webhook::start("app-hosts")?;
     let a = webhook.namespace("app-hosts-a")?;
     let b = webhook.namespace("app-hosts-b")?;
-    kubesteer_tests::hosts::one_namespace_per_host(&a, &b, kubesteer_tests::HOST_WEBHOOK_NAMESPACE)
+    kubesteer_tests::hosts::one_namespace_per_host(&a, &b)
 }

@@ -1219,11 +1219,11 @@ async fn a_new_host_is_claimed_once_and_another_namespace_is_told_it_is_taken() 
     assert!(reply.allowed(), "{}", reply.body);
     // When the claim cannot be asked, the review is denied, naming the field and the reason.
     let failing = FakeCluster {
-        claim_error: Some("leases is forbidden".into()),
+        claim_error: Some("hostclaims.kubesteer.io is forbidden".into()),
         ..c
     };
     let m = send(failing, "/validate/applications", &other)
         .await
         .message();
-    assert!(m.contains("spec.ingress.host: Forbidden: could not check which namespace host \"example.foo.com\" belongs to: leases is forbidden"), "{m}");
+    assert!(m.contains("spec.ingress.host: Forbidden: could not check which namespace host \"example.foo.com\" belongs to: hostclaims.kubesteer.io is forbidden"), "{m}");
 }

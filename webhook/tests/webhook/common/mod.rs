@@ -53,7 +53,7 @@ pub struct FakeCluster {
     pub sar_delay: std::time::Duration,
     /// Namespaces where the requesting user may create Ingresses.
     pub may_create_ingresses_in: Vec<String>,
-    /// The host claims, host -> namespace, shared by clones (the Leases of the real cluster).
+    /// The host claims, host -> namespace, shared by clones (the HostClaims of the real cluster).
     pub host_claims: Arc<Mutex<BTreeMap<String, String>>>,
     /// When set, every host claim fails with this error (the apiserver could not be asked).
     pub claim_error: Option<String>,
