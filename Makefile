@@ -14,7 +14,7 @@ IMAGE_TAR ?= .kubesteer/image.tar
 PAUSE_IMG ?= localhost/kubesteer-pause:3.10
 PAUSE_TAR ?= .kubesteer/pause.tar
 
-.PHONY: all build plugin control-plane test-release krew-tool monitoring-tools cluster-up cluster-down manifests install run run-once test-run deploy undeploy test fmt-check clippy doc-check unit e2e bench-webhook bench-webhook-memory bench-controller bench-lease bench-stores bench-verbs fuzz keda
+.PHONY: all build plugin control-plane test-release krew-tool monitoring-tools cluster-up cluster-down manifests install run run-once test-run deploy undeploy test fmt-check clippy doc-check unit e2e bench-webhook bench-webhook-memory bench-webhook-memory-chart bench-controller bench-lease bench-stores bench-verbs fuzz keda
 
 all: build
 
@@ -132,6 +132,11 @@ bench-webhook: control-plane
 ## client's reviews (RSS peak, p50/p99); writes bench/results/webhook-memory.json.
 bench-webhook-memory:
 	bench/scripts/webhook-memory.sh
+
+## bench-webhook-memory-chart: the same flood for a minute at the chart's webhook pods on the e2e
+## cluster's real node (their cgroups' peak memory); writes bench/results/webhook-memory-chart.json.
+bench-webhook-memory-chart:
+	bench/scripts/webhook-memory-chart.sh
 
 ## bench-controller: controller benchmark on a cluster of its own (KUBESTEER_CLUSTER=bench);
 ## writes bench/results/controller.json.

@@ -1,4 +1,6 @@
 //! The permissions a CR's author must hold for what the CR makes the system do.
+pub mod author;
+
 use std::fmt;
 
 use crate::field::FieldError;

@@ -37,6 +37,10 @@ pub mod annotation {
     /// On a Scaler read as v1beta1: the v1alpha1 fields v1beta1 has no place for (days or a lone
     /// start, end or replicas without a window), as JSON, for the way back.
     pub const V1ALPHA1_FIELDS: &str = "kubesteer.io/v1alpha1-fields";
+    /// On a Scaler: who last set its spec (the admission request's userInfo as JSON), written by
+    /// the webhook and read by the controller to check that they still hold the rights the
+    /// spec needs ([`crate::access::author`]).
+    pub const AUTHOR: &str = "kubesteer.io/author";
     /// On the webhook's certificate Secret: until when the old CA stays in the bundles.
     pub const CA_OVERLAP_UNTIL: &str = "kubesteer.io/ca-overlap-until";
 }
@@ -115,6 +119,9 @@ pub mod reason {
     pub const SCALED: &str = "Scaled";
     pub const RESTORED: &str = "Restored";
     pub const INVALID_SCHEDULE: &str = "InvalidSchedule";
+    /// The author of a Scaler's spec no longer holds a right its admission required; the
+    /// Scaler writes nothing until they do again.
+    pub const FORBIDDEN: &str = "Forbidden";
     pub const TARGET_NOT_FOUND: &str = "TargetNotFound";
     pub const TARGET_CLAIMED: &str = "TargetClaimed";
     /// A change to one of a Scaler's targets failed; the others were still done.

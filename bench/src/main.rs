@@ -47,6 +47,22 @@ struct Cli {
     command: Command,
 }
 
+/// A client certificate to present to the webhook: the apiserver's, for a webhook that answers
+/// only the apiserver.
+#[derive(Debug, clap::Args)]
+struct ClientCert {
+    #[arg(long, requires = "client_key")]
+    client_cert: Option<PathBuf>,
+    #[arg(long, requires = "client_cert")]
+    client_key: Option<PathBuf>,
+}
+
+impl ClientCert {
+    fn pair(&self) -> Option<(PathBuf, PathBuf)> {
+        self.client_cert.clone().zip(self.client_key.clone())
+    }
+}
+
 #[derive(Debug, Subcommand)]
 enum Command {
     /// What the controller's caches take per object, kept as it keeps them and parsed (see
@@ -266,16 +282,23 @@ enum Command {
         #[arg(long)]
         sar_limit: bool,
     },
-    /// The webhook at `addr` (process `pid`) under a flood of large bodies while a kept-alive
-    /// client sends ordinary reviews; its resident memory sampled from /proc (see memory.rs).
+    /// The webhook at `addr` under a flood of large bodies while a kept-alive client sends
+    /// ordinary reviews; the resident memory of process `pid` sampled from /proc, or the memory
+    /// cgroups of its containers read (see memory.rs).
     WebhookMemory {
         #[arg(long)]
         addr: std::net::SocketAddr,
         /// PEM of the CA that signed the webhook's serving certificate.
         #[arg(long)]
         ca: PathBuf,
+        #[command(flatten)]
+        client: ClientCert,
+        /// The webhook's process on this host.
         #[arg(long)]
-        pid: u32,
+        pid: Option<u32>,
+        /// The memory cgroup directory of one of the webhook's containers; repeat it per pod.
+        #[arg(long = "cgroup")]
+        cgroups: Vec<PathBuf>,
         #[arg(long, default_value_t = 64)]
         attackers: usize,
         #[arg(long, default_value_t = 4 * 1024 * 1024)]
@@ -301,6 +324,8 @@ enum Command {
         addr: std::net::SocketAddr,
         #[arg(long)]
         ca: PathBuf,
+        #[command(flatten)]
+        client: ClientCert,
         #[arg(long, default_value_t = 64)]
         attackers: usize,
         #[arg(long, default_value_t = 4 * 1024 * 1024)]
@@ -573,7 +598,9 @@ async fn main() -> Result<()> {
         Command::WebhookMemory {
             addr,
             ca,
+            client,
             pid,
+            cgroups,
             attackers,
             body_bytes,
             seconds,
@@ -591,7 +618,9 @@ async fn main() -> Result<()> {
             memory::run(memory::Options {
                 addr,
                 ca,
+                client: client.pair(),
                 pid,
+                cgroups,
                 attackers,
                 body_bytes,
                 seconds,
@@ -604,10 +633,21 @@ async fn main() -> Result<()> {
         Command::WebhookFlood {
             addr,
             ca,
+            client,
             attackers,
             body_bytes,
             seconds,
-        } => memory::flood(addr, &ca, attackers, body_bytes, seconds).await?,
+        } => {
+            memory::flood(
+                addr,
+                &ca,
+                client.pair().as_ref(),
+                attackers,
+                body_bytes,
+                seconds,
+            )
+            .await?
+        }
         Command::Process { pid } => serde_json::to_value(report::process(pid)?)?,
         Command::Report {
             phase,

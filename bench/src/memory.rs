@@ -8,6 +8,11 @@
 //! review path: the probe of the issue (`"object": [0,0,...]`), a spec of too many values, a spec
 //! holding one huge string (which the rules do read), and a ConversionReview whose object is
 //! `[0,0,...]`.
+//!
+//! Against a webhook on the host it samples the process (`--pid`); against the chart's pods it
+//! reads their containers' memory cgroups (`--cgroup`, one per pod): the peak the kernel kept, the
+//! limit and how many times the OOM killer ran there. With `--client-cert` it presents the
+//! apiserver's client certificate, as a webhook that answers only the apiserver requires.
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -17,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _, Result};
 use rustls::pki_types::pem::PemObject as _;
-use rustls::pki_types::{CertificateDer, ServerName};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use serde_json::{json, Value};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -29,7 +34,12 @@ use tokio_rustls::TlsConnector;
 pub struct Options {
     pub addr: SocketAddr,
     pub ca: PathBuf,
-    pub pid: u32,
+    /// The apiserver's client certificate and key, for a webhook that requires them.
+    pub client: Option<(PathBuf, PathBuf)>,
+    /// The webhook process on this host, whose resident memory is sampled.
+    pub pid: Option<u32>,
+    /// The memory cgroups of the webhook's containers, read after the flood.
+    pub cgroups: Vec<PathBuf>,
     pub attackers: usize,
     pub body_bytes: usize,
     pub seconds: u64,
@@ -85,7 +95,7 @@ fn shapes(bytes: usize) -> Vec<(&'static str, &'static str, Vec<u8>)> {
     ]
 }
 
-fn tls_config(ca: &Path) -> Result<Arc<rustls::ClientConfig>> {
+fn tls_config(ca: &Path, client: Option<&(PathBuf, PathBuf)>) -> Result<Arc<rustls::ClientConfig>> {
     let mut roots = rustls::RootCertStore::empty();
     for cert in CertificateDer::pem_file_iter(ca).with_context(|| format!("{}", ca.display()))? {
         roots.add(cert?)?;
@@ -94,9 +104,61 @@ fn tls_config(ca: &Path) -> Result<Arc<rustls::ClientConfig>> {
         rustls::crypto::ring::default_provider(),
     ))
     .with_safe_default_protocol_versions()?
-    .with_root_certificates(roots)
-    .with_no_client_auth();
+    .with_root_certificates(roots);
+    let config = match client {
+        None => config.with_no_client_auth(),
+        Some((cert, key)) => {
+            let chain = CertificateDer::pem_file_iter(cert)
+                .with_context(|| format!("{}", cert.display()))?
+                .collect::<Result<Vec<_>, _>>()?;
+            let key =
+                PrivateKeyDer::from_pem_file(key).with_context(|| format!("{}", key.display()))?;
+            config.with_client_auth_cert(chain, key)?
+        }
+    };
     Ok(Arc::new(config))
+}
+
+/// What a container's memory cgroup says after the flood (cgroup v1, or v2).
+fn cgroup_memory(dir: &Path) -> Result<Value> {
+    let read = |file: &str| -> Option<String> {
+        std::fs::read_to_string(dir.join(file))
+            .ok()
+            .map(|s| s.trim().to_string())
+    };
+    let number = |file: &str| read(file).and_then(|s| s.parse::<u64>().ok());
+    let oom_kills = |file: &str| {
+        read(file).and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("oom_kill "))
+                .and_then(|n| n.trim().parse::<u64>().ok())
+        })
+    };
+    let (peak, limit, usage, kills) = if dir.join("memory.max_usage_in_bytes").is_file() {
+        (
+            number("memory.max_usage_in_bytes"),
+            number("memory.limit_in_bytes"),
+            number("memory.usage_in_bytes"),
+            oom_kills("memory.oom_control"),
+        )
+    } else {
+        (
+            number("memory.peak"),
+            number("memory.max"),
+            number("memory.current"),
+            oom_kills("memory.events"),
+        )
+    };
+    let Some(peak) = peak else {
+        bail!("no peak memory in the cgroup {}", dir.display());
+    };
+    Ok(json!({
+        "cgroup": dir,
+        "peak_bytes": peak,
+        "limit_bytes": limit,
+        "usage_bytes_after": usage,
+        "oom_kills": kills,
+    }))
 }
 
 async fn connect(
@@ -362,11 +424,12 @@ fn memory(pid: u32) -> Result<(u64, u64)> {
 pub async fn flood(
     addr: SocketAddr,
     ca: &Path,
+    client: Option<&(PathBuf, PathBuf)>,
     attackers: usize,
     body_bytes: usize,
     seconds: u64,
 ) -> Result<Value> {
-    let tls = tls_config(ca)?;
+    let tls = tls_config(ca, client)?;
     let flood = Arc::new(Flood::default());
     let stop = Arc::new(AtomicBool::new(false));
     let shapes: Vec<_> = shapes(body_bytes)
@@ -413,7 +476,7 @@ pub async fn flood(
 }
 
 pub async fn run(opts: Options) -> Result<Value> {
-    let tls = tls_config(&opts.ca)?;
+    let tls = tls_config(&opts.ca, opts.client.as_ref())?;
     // The ordinary client alone, which also shows the webhook answers.
     let alone = steady(&opts, tls.clone(), opts.alone_seconds)
         .join()
@@ -424,15 +487,24 @@ pub async fn run(opts: Options) -> Result<Value> {
             alone.failures
         );
     }
-    let (idle_rss, idle_hwm) = memory(opts.pid)?;
-    let cpu_before = cpu_seconds(opts.pid)?;
-    let flood = tokio::process::Command::new("nice")
+    let before = opts.pid.map(memory).transpose()?;
+    let cpu_before = opts.pid.map(cpu_seconds).transpose()?;
+    let mut command = tokio::process::Command::new("nice");
+    command
         .arg("-n19")
         .arg(std::env::current_exe()?)
         .arg("webhook-flood")
         .args(["--addr", &opts.addr.to_string()])
         .arg("--ca")
-        .arg(&opts.ca)
+        .arg(&opts.ca);
+    if let Some((cert, key)) = &opts.client {
+        command
+            .arg("--client-cert")
+            .arg(cert)
+            .arg("--client-key")
+            .arg(key);
+    }
+    let flood = command
         .args(["--attackers", &opts.attackers.to_string()])
         .args(["--body-bytes", &opts.body_bytes.to_string()])
         .args(["--seconds", &opts.seconds.to_string()])
@@ -442,16 +514,16 @@ pub async fn run(opts: Options) -> Result<Value> {
         .context("starting the flood (nice kubesteer-bench webhook-flood)")?;
     let flood = tokio::spawn(flood.wait_with_output());
     let ordinary = steady(&opts, tls.clone(), opts.seconds);
-    let mut peak_rss = idle_rss;
+    let mut peak_rss = before.map_or(0, |(rss, _)| rss);
     let mut samples = 0u64;
     while !ordinary.is_finished() || !flood.is_finished() {
-        let (rss, _) = memory(opts.pid)?;
-        peak_rss = peak_rss.max(rss);
-        samples += 1;
+        if let Some(pid) = opts.pid {
+            let (rss, _) = memory(pid)?;
+            peak_rss = peak_rss.max(rss);
+            samples += 1;
+        }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    let cpu = cpu_seconds(opts.pid)? - cpu_before;
-    let (after_rss, hwm) = memory(opts.pid)?;
     let under_attack = ordinary
         .join()
         .map_err(|_| anyhow::anyhow!("the ordinary client panicked"))??;
@@ -461,22 +533,38 @@ pub async fn run(opts: Options) -> Result<Value> {
     }
     let mut flood: Value =
         serde_json::from_slice(&flood.stdout).context("reading the flood's figures")?;
-    flood["webhook_cpu_seconds"] = json!((cpu * 100.0).round() / 100.0);
     let alone = summary(&alone);
     let attacked = summary(&under_attack);
     let p99 = attacked["latency_ms"]["p99"].as_f64();
     let all_answered =
         under_attack.failures.is_empty() && under_attack.statuses.keys().all(|s| *s == 200);
-    Ok(json!({
-        "flood": flood,
-        "rss_kib": {
+    let mut process = Value::Null;
+    let mut hwm_under_64_mib = Value::Null;
+    if let (Some(pid), Some((idle_rss, idle_hwm)), Some(cpu_before)) =
+        (opts.pid, before, cpu_before)
+    {
+        let cpu = cpu_seconds(pid)? - cpu_before;
+        flood["webhook_cpu_seconds"] = json!((cpu * 100.0).round() / 100.0);
+        let (after_rss, hwm) = memory(pid)?;
+        hwm_under_64_mib = json!(hwm < 64 * 1024);
+        process = json!({
             "idle": idle_rss,
             "hwm_before_flood": idle_hwm,
             "peak_sampled": peak_rss,
             "hwm": hwm,
             "after": after_rss,
             "samples": samples,
-        },
+        });
+    }
+    let cgroups = opts
+        .cgroups
+        .iter()
+        .map(|dir| cgroup_memory(dir))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(json!({
+        "flood": flood,
+        "rss_kib": process,
+        "cgroups": cgroups,
         "ordinary_reviews": {
             "interval_ms": opts.interval.as_millis() as u64,
             "reviews": opts.reviews.iter().map(|(p, f)| json!({"path": p, "body": f})).collect::<Vec<_>>(),
@@ -484,7 +572,7 @@ pub async fn run(opts: Options) -> Result<Value> {
             "under_flood": attacked,
         },
         "targets": {
-            "hwm_under_64_mib": hwm < 64 * 1024,
+            "hwm_under_64_mib": hwm_under_64_mib,
             "p99_under_50_ms": p99.is_some_and(|p| p < 50.0),
             "every_ordinary_review_answered_200": all_answered,
         },

@@ -2,6 +2,7 @@
 //! the release on the real node, the kubectl plugin and the README.
 mod certificates;
 mod chart;
+mod flood;
 mod image;
 mod metrics;
 mod monitoring;

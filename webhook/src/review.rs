@@ -22,16 +22,20 @@ use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqA
 use serde::{Deserialize, Serialize, Serializer};
 use serde_json::{Map, Number, Value};
 
-/// The fields of an object's metadata that the rules read; the others (labels, annotations,
-/// managedFields, ...) are skipped unread.
-pub const KEPT_METADATA: [&str; 6] = [
+/// The fields of an object's metadata that the rules read; the others (labels, managedFields,
+/// ...) are skipped unread, and of the annotations only [`KEPT_ANNOTATIONS`] are kept.
+pub const KEPT_METADATA: [&str; 7] = [
     "name",
     "namespace",
     "generateName",
     "uid",
     "creationTimestamp",
     "deletionTimestamp",
+    "annotations",
 ];
+
+/// The annotations the rules read: a Scaler's author (api's `access::author`).
+pub const KEPT_ANNOTATIONS: [&str; 1] = [kubesteer_api::keys::annotation::AUTHOR];
 
 /// Values (each number, string, list, map and entry) built of one object's kept fields. A spec
 /// with every list at its schema's `maxItems` holds a few thousand; this bounds what an object
@@ -187,6 +191,7 @@ impl<'de> Visitor<'de> for Object {
                     let metadata = map.next_value_seed(Metadata {
                         path: self.metadata,
                         left: &left,
+                        keep: &KEPT_METADATA,
                     })?;
                     kept.insert("metadata".into(), metadata);
                 }
@@ -209,10 +214,12 @@ impl<'de> Visitor<'de> for Object {
     }
 }
 
-/// An object's metadata: [`KEPT_METADATA`], counted against the object's values.
+/// An object's metadata: the fields of `keep` ([`KEPT_METADATA`]; of its annotations
+/// [`KEPT_ANNOTATIONS`]), counted against the object's values.
 struct Metadata<'a> {
     path: &'a str,
     left: &'a Cell<usize>,
+    keep: &'static [&'static str],
 }
 
 impl<'de> DeserializeSeed<'de> for Metadata<'_> {
@@ -236,8 +243,16 @@ impl<'de> Visitor<'de> for Metadata<'_> {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
         let mut kept = Map::new();
-        while let Some(key) = map.next_key_seed(Pick(&KEPT_METADATA))? {
+        while let Some(key) = map.next_key_seed(Pick(self.keep))? {
             match key {
+                Some(i) if self.keep[i] == "annotations" => {
+                    let annotations = map.next_value_seed(Metadata {
+                        path: self.path,
+                        left: self.left,
+                        keep: &KEPT_ANNOTATIONS,
+                    })?;
+                    kept.insert("annotations".into(), annotations);
+                }
                 Some(i) => {
                     let value = map.next_value_seed(Bounded {
                         left: self.left,
@@ -246,7 +261,7 @@ impl<'de> Visitor<'de> for Metadata<'_> {
                         object: false,
                         max_string: MAX_STRING_BYTES,
                     })?;
-                    kept.insert(KEPT_METADATA[i].into(), value);
+                    kept.insert(self.keep[i].into(), value);
                 }
                 None => {
                     map.next_value::<IgnoredAny>()?;

@@ -13,7 +13,7 @@ use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use kube::core::admission::Operation;
-use kubesteer_api::access::{Access, ImagePolicy};
+use kubesteer_api::access::{author, Access, ImagePolicy};
 use kubesteer_api::field::{summarize, FieldError, FieldErrors};
 use kubesteer_api::kind::{Kind, Spec, ALL};
 use kubesteer_runtime::{exposition, health, Health};
@@ -239,11 +239,32 @@ async fn decide<C: Cluster>(
     let Some(object) = &request.object else {
         return (allowed.deny("the review carries no object"), "denied");
     };
+    let old = request.old_object.as_ref();
+    // A Scaler records who set its spec, for the controller to check their rights while it acts
+    // (api's `access::author`): the mutation writes it, the validation refuses any other value.
+    let mut author_ops = Vec::new();
+    if kind == Kind::Scaler {
+        match endpoint {
+            Endpoint::Mutate => {
+                let want = author::after(old, object, &request.user_info);
+                author_ops = author::patch(object, want.as_deref());
+            }
+            Endpoint::Validate => {
+                if let Some(error) = author::check(old, object, &request.user_info) {
+                    let name = meta(object, "name").unwrap_or_default();
+                    return (
+                        allowed.deny(summarize(kind.name(), name, &[error])),
+                        "denied",
+                    );
+                }
+            }
+        }
+    }
     // An UPDATE that leaves the spec as it was (metadata only) is admitted whoever sends it:
     // nothing the rules or the permission checks guard changes (api's `kind::rechecks`). So the
     // controller's finalizer patch, or a label by a user who may not scale the targets, passes.
-    if !kubesteer_api::kind::rechecks(request.old_object.as_ref(), object) {
-        return (allowed, "allowed");
+    if !kubesteer_api::kind::rechecks(old, object) {
+        return patched(allowed, author_ops);
     }
     // An object on its way out is not defaulted again; a change of its spec is still checked,
     // or a held object could be edited into nonsense.
@@ -252,7 +273,7 @@ async fn decide<C: Cluster>(
         .and_then(|m| m.get("deletionTimestamp"))
         .is_some_and(|t| !t.is_null());
     if deleting && matches!(endpoint, Endpoint::Mutate) {
-        return (allowed, "allowed");
+        return patched(allowed, author_ops);
     }
     let value = object;
     let namespace = request
@@ -271,14 +292,10 @@ async fn decide<C: Cluster>(
     };
     match endpoint {
         Endpoint::Mutate => match kind.defaulting_patch(value) {
-            Ok(patch) if patch.0.is_empty() => (allowed, "allowed"),
-            Ok(patch) => match allowed.clone().with_patch(&patch) {
-                Ok(patched) => (patched, "patched"),
-                Err(e) => (
-                    allowed.deny(format!("patch cannot be encoded: {e}")),
-                    "error",
-                ),
-            },
+            Ok(patch) => {
+                author_ops.extend(patch.0);
+                patched(allowed, author_ops)
+            }
             Err(errors) => (
                 allowed.deny(summarize(kind.name(), &name, &errors)),
                 "denied",
@@ -332,6 +349,20 @@ async fn decide<C: Cluster>(
                 )
             }
         }
+    }
+}
+
+/// `allowed` with `ops` as its JSON patch, when there are any.
+fn patched(allowed: Response, ops: Vec<json_patch::PatchOperation>) -> (Response, &'static str) {
+    if ops.is_empty() {
+        return (allowed, "allowed");
+    }
+    match allowed.clone().with_patch(&json_patch::Patch(ops)) {
+        Ok(patched) => (patched, "patched"),
+        Err(e) => (
+            allowed.deny(format!("patch cannot be encoded: {e}")),
+            "error",
+        ),
     }
 }
 

@@ -1036,6 +1036,54 @@ async fn a_metadata_only_scaler_update_is_admitted_without_asking_and_a_spec_cha
 }
 
 #[tokio::test]
+async fn a_scalers_author_is_recorded_by_the_webhook_and_cannot_be_forged() {
+    use kubesteer_api::keys::annotation::AUTHOR;
+    let spec = json!({"scaleTargetRefs": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}],
+                      "windows": [{"start": 9, "end": 17}], "timeZone": "UTC", "suspend": false});
+    let patched = |review: &serde_json::Value, reply: &Reply| {
+        let mut object = review["request"]["object"].clone();
+        if let Some(patch) = reply.patch() {
+            json_patch::patch(&mut object, &patch).unwrap();
+        }
+        object
+    };
+    // Created: the request's user is the author, as JSON of their userInfo.
+    let create = with_spec("scaler-create.json", spec.clone());
+    let reply = send(cluster(), "/mutate/scalers", &create).await;
+    assert!(reply.allowed(), "{}", reply.body);
+    let stored = patched(&create, &reply);
+    let author = stored["metadata"]["annotations"][AUTHOR]
+        .as_str()
+        .unwrap_or_default();
+    let user: serde_json::Value = serde_json::from_str(author).unwrap();
+    assert_eq!(user["username"], create["request"]["userInfo"]["username"]);
+
+    // Someone else labels it and writes themselves in as the author: the mutation puts the
+    // author back, and validation refuses the forged value should anything write it after.
+    let mut forged = scaler_update(spec.clone(), spec.clone());
+    forged["request"]["oldObject"] = stored.clone();
+    forged["request"]["object"] = stored.clone();
+    forged["request"]["object"]["metadata"]["labels"] = json!({"team": "web"});
+    forged["request"]["object"]["metadata"]["annotations"][AUTHOR] =
+        json!(r#"{"username":"cluster-admin","groups":["system:masters"]}"#);
+    let reply = send(cluster(), "/mutate/scalers", &forged).await;
+    assert!(reply.allowed(), "{}", reply.body);
+    assert_eq!(
+        patched(&forged, &reply)["metadata"]["annotations"][AUTHOR],
+        author
+    );
+    let reply = send(cluster(), "/validate/scalers", &forged).await;
+    assert!(!reply.allowed(), "{}", reply.body);
+    assert!(
+        reply
+            .message()
+            .contains("metadata.annotations[kubesteer.io/author]: Forbidden"),
+        "{}",
+        reply.message()
+    );
+}
+
+#[tokio::test]
 async fn identical_checks_at_once_cost_one_review_and_a_denial_is_kept_briefly() {
     use kubesteer_api::access::Access;
     use kubesteer_webhook::permissions::Permissions;

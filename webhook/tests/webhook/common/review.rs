@@ -136,7 +136,46 @@ pub fn check(input: &[u8]) {
         .object
         .clone()
         .unwrap_or_else(|| panic!("a patch without an object"));
-    for op in &patch.0 {
+    // A Scaler's author (api's `access::author`): the one annotation the webhook writes.
+    let author = format!(
+        "/metadata/annotations/{}",
+        kubesteer_api::keys::annotation::AUTHOR.replace('/', "~1")
+    );
+    let (authors, defaults): (Vec<_>, Vec<_>) = patch
+        .0
+        .iter()
+        .partition(|op| op.path().as_str().starts_with("/metadata"));
+    for op in authors {
+        assert_eq!(
+            kind,
+            Kind::Scaler,
+            "only a Scaler records its author: {op:?}"
+        );
+        // The author's annotation, or the annotations or metadata missing around it.
+        let only_the_author = |value: &Value| {
+            let keys: Vec<_> = value
+                .as_object()
+                .into_iter()
+                .flatten()
+                .map(|(k, _)| k)
+                .collect();
+            assert_eq!(keys, [kubesteer_api::keys::annotation::AUTHOR], "{op:?}");
+        };
+        match op {
+            json_patch::PatchOperation::Add(add) if add.path.as_str() == "/metadata" => {
+                only_the_author(&add.value["annotations"])
+            }
+            json_patch::PatchOperation::Add(add)
+                if add.path.as_str() == "/metadata/annotations" =>
+            {
+                only_the_author(&add.value)
+            }
+            json_patch::PatchOperation::Add(add) => assert_eq!(add.path.as_str(), author),
+            json_patch::PatchOperation::Remove(r) => assert_eq!(r.path.as_str(), author),
+            other => panic!("the author is added or removed: {other:?}"),
+        }
+    }
+    for op in defaults {
         let (path, before) = match op {
             json_patch::PatchOperation::Add(add) => (add.path.as_str(), None),
             json_patch::PatchOperation::Replace(r) => (r.path.as_str(), Some(&Value::Null)),
