@@ -291,6 +291,9 @@ enum Command {
         /// PEM of the CA that signed the webhook's serving certificate.
         #[arg(long)]
         ca: PathBuf,
+        /// The name the serving certificate must hold, when not the address (a Service's).
+        #[arg(long)]
+        server_name: Option<String>,
         #[command(flatten)]
         client: ClientCert,
         /// The webhook's process on this host.
@@ -324,6 +327,8 @@ enum Command {
         addr: std::net::SocketAddr,
         #[arg(long)]
         ca: PathBuf,
+        #[arg(long)]
+        server_name: Option<String>,
         #[command(flatten)]
         client: ClientCert,
         #[arg(long, default_value_t = 64)]
@@ -598,6 +603,7 @@ async fn main() -> Result<()> {
         Command::WebhookMemory {
             addr,
             ca,
+            server_name,
             client,
             pid,
             cgroups,
@@ -616,7 +622,7 @@ async fn main() -> Result<()> {
                 })
                 .collect::<Result<_>>()?;
             memory::run(memory::Options {
-                addr,
+                peer: memory::Peer::new(addr, server_name.as_deref())?,
                 ca,
                 client: client.pair(),
                 pid,
@@ -633,13 +639,14 @@ async fn main() -> Result<()> {
         Command::WebhookFlood {
             addr,
             ca,
+            server_name,
             client,
             attackers,
             body_bytes,
             seconds,
         } => {
             memory::flood(
-                addr,
+                memory::Peer::new(addr, server_name.as_deref())?,
                 &ca,
                 client.pair().as_ref(),
                 attackers,

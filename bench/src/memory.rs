@@ -32,7 +32,7 @@ use tokio_rustls::TlsConnector;
 /// What to run; see the `webhook-memory` subcommand.
 #[derive(Debug, Clone)]
 pub struct Options {
-    pub addr: SocketAddr,
+    pub peer: Peer,
     pub ca: PathBuf,
     /// The apiserver's client certificate and key, for a webhook that requires them.
     pub client: Option<(PathBuf, PathBuf)>,
@@ -161,14 +161,30 @@ fn cgroup_memory(dir: &Path) -> Result<Value> {
     }))
 }
 
-async fn connect(
-    addr: SocketAddr,
-    tls: &Arc<rustls::ClientConfig>,
-) -> Result<TlsStream<TcpStream>> {
-    let tcp = TcpStream::connect(addr).await?;
+/// Where the webhook listens, and the name its certificate must hold: the address, or the
+/// Service's DNS name when it is reached through a ClusterIP (`--server-name`).
+#[derive(Debug, Clone)]
+pub struct Peer {
+    pub addr: SocketAddr,
+    pub name: ServerName<'static>,
+}
+
+impl Peer {
+    pub fn new(addr: SocketAddr, name: Option<&str>) -> Result<Self> {
+        let name = match name {
+            Some(name) => ServerName::try_from(name.to_string())
+                .with_context(|| format!("--server-name {name:?}"))?,
+            None => ServerName::IpAddress(addr.ip().into()),
+        };
+        Ok(Self { addr, name })
+    }
+}
+
+async fn connect(peer: &Peer, tls: &Arc<rustls::ClientConfig>) -> Result<TlsStream<TcpStream>> {
+    let tcp = TcpStream::connect(peer.addr).await?;
     tcp.set_nodelay(true)?;
     Ok(TlsConnector::from(tls.clone())
-        .connect(ServerName::IpAddress(addr.ip().into()), tcp)
+        .connect(peer.name.clone(), tcp)
         .await?)
 }
 
@@ -234,7 +250,7 @@ struct Flood {
 
 /// One attacker: its shape's body, back to back, reconnecting when the server closes.
 async fn attack(
-    addr: SocketAddr,
+    peer: Peer,
     tls: Arc<rustls::ClientConfig>,
     shape: &'static str,
     path: &'static str,
@@ -247,7 +263,7 @@ async fn attack(
     while !stop.load(Ordering::Relaxed) {
         let stream = match conn.take() {
             Some(s) => s,
-            None => match connect(addr, &tls).await {
+            None => match connect(&peer, &tls).await {
                 Ok(s) => {
                     flood.connections.fetch_add(1, Ordering::Relaxed);
                     s
@@ -319,7 +335,7 @@ fn steady(
             .build()?;
         runtime.block_on(async move {
             let mut out = Steady::default();
-            let mut conn = Some(connect(opts.addr, &tls).await?);
+            let mut conn = Some(connect(&opts.peer, &tls).await?);
             let mut tick = tokio::time::interval(opts.interval);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             let deadline = Instant::now() + Duration::from_secs(seconds);
@@ -332,7 +348,7 @@ fn steady(
                     Some(s) => s,
                     None => {
                         out.reconnects += 1;
-                        connect(opts.addr, &tls).await?
+                        connect(&opts.peer, &tls).await?
                     }
                 };
                 let started = Instant::now();
@@ -422,7 +438,7 @@ fn memory(pid: u32) -> Result<(u64, u64)> {
 /// client's measurement (in a cluster the flood comes from another pod, the reviews from the
 /// apiserver).
 pub async fn flood(
-    addr: SocketAddr,
+    peer: Peer,
     ca: &Path,
     client: Option<&(PathBuf, PathBuf)>,
     attackers: usize,
@@ -441,7 +457,7 @@ pub async fn flood(
         .map(|i| {
             let (name, path, body) = shapes[i % shapes.len()].clone();
             tokio::spawn(attack(
-                addr,
+                peer.clone(),
                 tls.clone(),
                 name,
                 path,
@@ -494,9 +510,12 @@ pub async fn run(opts: Options) -> Result<Value> {
         .arg("-n19")
         .arg(std::env::current_exe()?)
         .arg("webhook-flood")
-        .args(["--addr", &opts.addr.to_string()])
+        .args(["--addr", &opts.peer.addr.to_string()])
         .arg("--ca")
         .arg(&opts.ca);
+    if let ServerName::DnsName(name) = &opts.peer.name {
+        command.args(["--server-name", name.as_ref()]);
+    }
     if let Some((cert, key)) = &opts.client {
         command
             .arg("--client-cert")

@@ -62,6 +62,11 @@ pub enum Error {
         first: Box<Error>,
     },
 
+    /// The apiserver could not say whether a Scaler's author still holds its rights; retried,
+    /// and nothing is written meanwhile.
+    #[error("checking the rights of the Scaler's author: {0}")]
+    Rights(String),
+
     /// A watch whose first list a reconcile needs has not listed in time; retried.
     #[error("the {0} watch has not listed yet")]
     Unlisted(&'static str),
@@ -90,6 +95,7 @@ impl Error {
             Error::Logging(_) => "logging",
             Error::Targets { .. } => "targets",
             Error::Unlisted(_) => "unlisted",
+            Error::Rights(_) => "rights",
             Error::Redacted { label, .. } => label,
         }
     }

@@ -12,6 +12,7 @@
 //! - [`answer_cache`]: the apiserver's answers, kept briefly (grants and denials each for their
 //!   own TTL, one question asked once at a time, grants in use asked again before they
 //!   expire): the webhook's permission checks, [`metrics_auth`]'s tokens and [`scale`]'s kinds.
+//! - [`access::permitted`]: one SubjectAccessReview of a user's identity and an `Access`.
 //! - [`lock`]: a mutex lock that ignores poison.
 //! - [`health::Health`]: readiness from every watch's state, and the `/healthz` and `/readyz`
 //!   handlers ([`health::routes`]).
@@ -20,6 +21,7 @@
 //! - [`scale`]: a RESTMapper for Scaler targets of any kind, and their `/scale` subresource.
 //! - [`claims::follow`]: the Scalers' claim index kept in step with their watch.
 //! - [`Allocator`]: the binaries' global allocator.
+pub mod access;
 pub mod answer_cache;
 pub mod claims;
 pub mod exposition;

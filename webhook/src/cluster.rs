@@ -5,12 +5,9 @@ use std::sync::Arc;
 use futures::{FutureExt, Stream, StreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::authentication::v1::UserInfo;
-use k8s_openapi::api::authorization::v1::{
-    ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
-};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
-use kube::api::{Api, PostParams};
+use kube::api::Api;
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{self, reflector, store::Writer, Store};
 use kube::runtime::{watcher, WatchStreamExt};
@@ -211,32 +208,9 @@ fn spawn_cache<K>(
 
 impl Cluster for KubeCluster {
     async fn permitted(&self, user: &UserInfo, access: &Access) -> Result<bool, String> {
-        let optional = |s: &str| (!s.is_empty()).then(|| s.to_string());
-        let review = SubjectAccessReview {
-            spec: SubjectAccessReviewSpec {
-                user: user.username.clone(),
-                groups: user.groups.clone(),
-                uid: user.uid.clone(),
-                extra: user.extra.clone(),
-                resource_attributes: Some(ResourceAttributes {
-                    group: Some(access.group.clone()),
-                    resource: Some(access.resource.clone()),
-                    subresource: optional(access.subresource),
-                    verb: Some(access.verb.into()),
-                    namespace: Some(access.namespace.clone()),
-                    name: optional(&access.name),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        let api: Api<SubjectAccessReview> = Api::all(self.client.clone());
-        let answer = api
-            .create(&PostParams::default(), &review)
+        kubesteer_runtime::access::permitted(&self.client, user, access)
             .await
-            .map_err(|e| e.to_string())?;
-        Ok(answer.status.map(|s| s.allowed).unwrap_or(false))
+            .map_err(|e| e.to_string())
     }
 
     async fn resolve(&self, api_version: &str, kind: &str) -> Result<Mapping, String> {

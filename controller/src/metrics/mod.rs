@@ -26,6 +26,12 @@ struct ErrorLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ScalerLabels {
+    namespace: String,
+    name: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ChildLabels {
     kind: String,
     outcome: &'static str,
@@ -41,6 +47,8 @@ pub struct Metrics {
     duration: HistogramFamily,
     children: Family<ChildLabels, Counter>,
     leading: Gauge,
+    /// 1 per Scaler stopped because its author lost a right (absent otherwise).
+    forbidden: Family<ScalerLabels, Gauge>,
     /// Written after the registry's, in parts (with 10,000 Scalers the whole is 24 MB).
     scalers: ScalerMetrics,
 }
@@ -89,8 +97,16 @@ impl Default for Metrics {
             "1 while this replica runs the controllers (as the leader, with leader election)",
             leading.clone(),
         );
+        let forbidden = Family::<ScalerLabels, Gauge>::default();
+        registry.register(
+            "scaler_forbidden",
+            "1 while a Scaler writes nothing because the author of its spec no longer holds a \
+             right the spec needs (Ready=False, reason Forbidden)",
+            forbidden.clone(),
+        );
         let scalers = ScalerMetrics::default();
         Self {
+            forbidden,
             registry,
             reconciles,
             errors,
@@ -137,6 +153,21 @@ impl Metrics {
         self.leading.set(i64::from(leading));
         if !leading {
             self.scalers.clear();
+            self.forbidden.clear();
+        }
+    }
+
+    /// Records whether the Scaler `namespace/name` is stopped for its author's rights; a Scaler
+    /// that is not (or is deleted) has no series.
+    pub fn set_forbidden(&self, namespace: &str, name: &str, forbidden: bool) {
+        let labels = ScalerLabels {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        };
+        if forbidden {
+            self.forbidden.get_or_create(&labels).set(1);
+        } else {
+            self.forbidden.remove(&labels);
         }
     }
 

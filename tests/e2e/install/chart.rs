@@ -648,6 +648,22 @@ fn rbac_grants_exactly_what_each_binary_uses() -> Result<()> {
         grants(one(&docs, "ClusterRole", &format!("{FULLNAME}-controller"))),
         controller
     );
+    // Whether each Scaler's author still holds the rights its spec needs.
+    assert_eq!(
+        grants(one(
+            &docs,
+            "ClusterRole",
+            &format!("{FULLNAME}-controller-authors")
+        )),
+        expand(
+            &["authorization.k8s.io"],
+            &["subjectaccessreviews"],
+            &["create"],
+            None
+        )
+        .into_iter()
+        .collect()
+    );
     // The leader Lease: create cannot name its object; everything else names the one Lease.
     let lease = one(&docs, "Role", &format!("{FULLNAME}-controller-lease"));
     assert_eq!(lease["metadata"]["namespace"], NS);
@@ -682,6 +698,7 @@ fn rbac_grants_exactly_what_each_binary_uses() -> Result<()> {
     for (binding, role, sa) in [
         ("ClusterRoleBinding", "webhook", "webhook"),
         ("ClusterRoleBinding", "controller", "controller"),
+        ("ClusterRoleBinding", "controller-authors", "controller"),
         ("RoleBinding", "webhook", "webhook"),
         ("RoleBinding", "controller-lease", "controller"),
     ] {

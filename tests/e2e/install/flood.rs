@@ -105,6 +105,10 @@ fn a_minute_of_4_mib_bodies_restarts_no_webhook_pod() -> Result<()> {
     bench
         .arg("webhook-memory")
         .args(["--addr", &format!("{}:443", ip.trim())])
+        .args([
+            "--server-name",
+            &format!("{}-webhook.{}.svc", release.fullname(), release.namespace),
+        ])
         .arg("--ca")
         .arg(&ca)
         .arg("--client-cert")

@@ -1469,3 +1469,134 @@ fn a_target_keda_scales_is_paused_through_its_scaled_object_and_resumed_after() 
     )?;
     Ok(())
 }
+
+/// A Scaler stops when the author of its spec loses a right the spec needs, within a minute,
+/// and resumes when the right is back, through the chart's pods (the controller asks the
+/// apiserver about the author the webhook recorded): alice may manage Scalers and scale
+/// Deployments in her namespace; her Scaler holds web at 1 outside its window; her right to
+/// scale is taken away, web is scaled up by hand and stays there, and once her right is back the
+/// Scaler sets it back.
+#[test]
+fn a_scaler_stops_when_its_authors_right_goes_and_resumes_when_it_is_back() -> Result<()> {
+    let release = Release::install("rights", &[])?;
+    let n = release.user_ns.clone();
+    let n = n.as_str();
+    release.create_deployment("web")?;
+    let alice = format!("system:serviceaccount:{n}:alice");
+    let sa = format!("{n}:alice");
+    for args in [
+        vec!["create", "serviceaccount", "alice", "-n", n],
+        vec![
+            "create",
+            "role",
+            "scalers",
+            "-n",
+            n,
+            "--verb=get,list,watch,create,update,patch,delete",
+            "--resource=scalers.kubesteer.io",
+        ],
+        vec![
+            "create",
+            "rolebinding",
+            "alice-scalers",
+            "-n",
+            n,
+            "--role=scalers",
+            "--serviceaccount",
+            &sa,
+        ],
+        vec![
+            "create",
+            "role",
+            "scale",
+            "-n",
+            n,
+            "--verb=patch",
+            "--resource=deployments.apps/scale",
+        ],
+    ] {
+        kubectl_ok(&args, None)?;
+    }
+    let grant = [
+        "create",
+        "rolebinding",
+        "alice-scale",
+        "-n",
+        n,
+        "--role=scale",
+        "--serviceaccount",
+        sa.as_str(),
+    ];
+    kubectl_ok(&grant, None)?;
+    let ready = "{.status.conditions[?(@.type==\"Ready\")].status} {.status.conditions[?(@.type==\"Ready\")].reason}";
+    let run = kubesteer_tests::apply_as(
+        &alice,
+        n,
+        &format!(
+            "apiVersion: kubesteer.io/v1beta1\nkind: Scaler\nmetadata: {{name: nights}}\nspec:\n  hpaCooperation: Disabled\n  scaleTargetRefs: [{{apiVersion: apps/v1, kind: Deployment, name: web}}]\n  windows: [{}]\n  outsideReplicas: 1\n  outside: {{mode: Hold, gracePeriod: 0s}}\n",
+            window(2, 3, 3)
+        ),
+    )?;
+    ensure!(run.ok, "alice may create her Scaler: {run:?}");
+    let author = user_get(
+        &release,
+        "scaler/nights",
+        "{.metadata.annotations.kubesteer\\.io/author}",
+    )?;
+    ensure!(
+        author.contains(&format!("\"username\":\"{alice}\"")),
+        "the webhook recorded alice as the author: {author:?}"
+    );
+    eventually(Duration::from_secs(60), "the Scaler ready", || {
+        Ok((user_get(&release, "scaler/nights", ready)?.starts_with("True")).then_some(()))
+    })
+    .with_context(|| release.describe())?;
+
+    // Her right to scale goes: within a minute the Scaler says so.
+    kubectl_ok(&["delete", "rolebinding", "alice-scale", "-n", n], None)?;
+    let revoked = Instant::now();
+    eventually(
+        Duration::from_secs(60),
+        "the Scaler to stop for its author's missing right",
+        || Ok((user_get(&release, "scaler/nights", ready)? == "False Forbidden").then_some(())),
+    )
+    .with_context(|| release.describe())?;
+    eprintln!(
+        "stopped {:.1} s after the right went",
+        revoked.elapsed().as_secs_f64()
+    );
+    let message = user_get(
+        &release,
+        "scaler/nights",
+        "{.status.conditions[?(@.type==\"Ready\")].message}",
+    )?;
+    ensure!(
+        message.contains("may no longer patch deployments/scale (apps) \"web\""),
+        "{message}"
+    );
+    let notes = notes_of(n, "Forbidden")?;
+    ensure!(notes.contains(&message), "{notes:?}");
+
+    // Scaled up by hand while she may not scale: the Scaler writes nothing. The hand scale
+    // itself starts a pass (the Scaler watches its held targets) and the Scaler asks again
+    // every RECHECK, so web is watched for longer than that.
+    kubectl_ok(&["scale", "-n", n, "deployment/web", "--replicas=4"], None)?;
+    let watched = Duration::from_secs(45);
+    let until = Instant::now() + watched;
+    while Instant::now() < until {
+        let replicas = user_get(&release, "deployment/web", "{.spec.replicas}")?;
+        ensure!(
+            replicas == "4",
+            "the Scaler wrote {replicas} replicas for an author without the right"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+
+    // The right comes back: the Scaler resumes and holds web at 1 again.
+    kubectl_ok(&grant, None)?;
+    user_wait(&release, "deployment/web", "{.spec.replicas}", "1")?;
+    eventually(Duration::from_secs(60), "the Scaler ready again", || {
+        Ok((user_get(&release, "scaler/nights", ready)?.starts_with("True")).then_some(()))
+    })
+    .with_context(|| release.describe())
+}

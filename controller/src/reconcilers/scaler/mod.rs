@@ -38,6 +38,7 @@ mod boundary;
 mod decide;
 pub mod inventory;
 pub mod metrics;
+pub mod rights;
 mod state;
 mod status;
 mod target;
@@ -192,6 +193,21 @@ async fn apply(scaler: &Scaler, ctx: &ScalerContext) -> Result<Action> {
         Ok(p) => p,
         Err(errors) => return invalid_schedule(scaler, ctx, &previous, now, &errors).await,
     };
+    // Nothing is written for an author who lost a right the spec needs.
+    let standing = ctx
+        .rights
+        .standing(&ctx.client, &ctx.mapper, scaler, &ns)
+        .await?;
+    ctx.metrics
+        .set_forbidden(&ns, &name, matches!(standing, rights::Standing::Missing(_)));
+    if let rights::Standing::Missing(why) = standing {
+        let stop = Stop {
+            reason: reason::FORBIDDEN,
+            message: why,
+            then: Action::requeue(rights::RECHECK),
+        };
+        return stopped(scaler, ctx, &previous, now, stop).await;
+    }
     let mut outcome = Outcome::default();
     visit_all(
         scaler,
@@ -245,7 +261,14 @@ async fn apply(scaler: &Scaler, ctx: &ScalerContext) -> Result<Action> {
     // timer starts when this returns.
     // A held target still in its grace period is looked at again when it ends.
     let next = earliest(plan.next.first().map(|t| t.at), outcome.hold_until);
-    Ok(next_action(next, suspended, ctx.clock.now()))
+    // An author's rights are asked again at least every RECHECK.
+    let recheck = (standing == rights::Standing::Held)
+        .then(|| now + chrono::Duration::from_std(rights::RECHECK).unwrap_or_default());
+    Ok(next_action(
+        earliest(next, recheck),
+        suspended,
+        ctx.clock.now(),
+    ))
 }
 
 /// The targets of one pass: those the spec names, then those its selector picks that no other
@@ -280,18 +303,42 @@ async fn invalid_schedule(
     now: DateTime<Utc>,
     errors: &[impl ToString],
 ) -> Result<Action> {
-    let (ns, name) = namespace_and_name(KIND, scaler)?;
-    let generation = scaler.meta().generation;
     let message = errors
         .iter()
         .map(ToString::to_string)
         .collect::<Vec<_>>()
         .join("; ");
+    let stop = Stop {
+        reason: reason::INVALID_SCHEDULE,
+        message,
+        then: Action::await_change(),
+    };
+    stopped(scaler, ctx, previous, now, stop).await
+}
+
+/// Why a pass stops before it writes anything to the targets, and when to look again.
+struct Stop {
+    reason: &'static str,
+    message: String,
+    then: Action,
+}
+
+/// A pass that writes nothing to the targets: Ready false with why, told once (a Warning event
+/// when the status changes).
+async fn stopped(
+    scaler: &Scaler,
+    ctx: &ScalerContext,
+    previous: &ScalerStatus,
+    now: DateTime<Utc>,
+    stop: Stop,
+) -> Result<Action> {
+    let (ns, name) = namespace_and_name(KIND, scaler)?;
+    let generation = scaler.meta().generation;
     let ready = condition(
         READY,
         false,
-        reason::INVALID_SCHEDULE,
-        message.clone(),
+        stop.reason,
+        stop.message.clone(),
         generation,
         time(now),
         &previous.conditions,
@@ -303,16 +350,11 @@ async fn invalid_schedule(
         ..previous.clone()
     };
     if status != *previous {
-        ctx.publish(
-            scaler,
-            EventType::Warning,
-            reason::INVALID_SCHEDULE,
-            message,
-        )
-        .await;
+        ctx.publish(scaler, EventType::Warning, stop.reason, stop.message)
+            .await;
         patch_status(ctx, &ns, &name, &status).await?;
     }
-    Ok(Action::await_change())
+    Ok(stop.then)
 }
 
 /// Reconciles every wanted target: named ones one after another, a selector's (a fleet)
@@ -471,6 +513,7 @@ async fn cleanup(scaler: &Scaler, ctx: &ScalerContext) -> Result<Action> {
         return Err(Error::Unlisted("Scaler target Deployment and StatefulSet"));
     }
     ctx.metrics.scalers().deleted(&ns, &name);
+    ctx.metrics.set_forbidden(&ns, &name, false);
     let outside = scaler.spec.outside_replicas;
     let status = scaler.status.clone().unwrap_or_default();
     let mut seen = BTreeSet::new();

@@ -1,6 +1,6 @@
 //! What only the Scaler controller keeps, beside the [`Context`] every controller shares: the
 //! claim index, the RESTMapper of its targets' kinds, the inventory of what selectors may pick,
-//! and the gate of the writes due at one boundary. A new one for each run of the controllers
+//! the gate of the writes due at one boundary, and the answers about its authors' rights. A new one for each run of the controllers
 //! (each leadership term), as the shared context is.
 use std::ops::Deref;
 use std::sync::Arc;
@@ -10,6 +10,7 @@ use kubesteer_runtime::scale::RestMapper;
 
 use super::boundary::Gate;
 use super::inventory::Inventory;
+use super::rights::Rights;
 use crate::Context;
 
 /// The Scaler controller's context: the shared one, and the Scaler's own state.
@@ -23,6 +24,8 @@ pub struct ScalerContext {
     pub inventory: Inventory,
     /// Lets the Scalers' target writes due at a boundary go before what reports them.
     pub boundary: Gate,
+    /// Whether the Scalers' authors still hold their rights, asked briefly kept.
+    pub rights: Rights,
 }
 
 impl ScalerContext {
@@ -33,6 +36,7 @@ impl ScalerContext {
             claims: Claims::default(),
             inventory: Inventory::default(),
             boundary: Gate::default(),
+            rights: Rights::default(),
         }
     }
 }

@@ -1196,6 +1196,60 @@ async fn a_stored_never_firing_schedule_is_reported_not_searched() {
     scenario.finish(ctx).await;
 }
 
+#[tokio::test]
+async fn a_scaler_whose_author_lost_the_right_to_scale_writes_nothing_and_says_so() {
+    let mut s = nine_to_five();
+    s.metadata.annotations = Some(BTreeMap::from([(
+        annotation::AUTHOR.to_string(),
+        r#"{"username":"alice","groups":["dev"]}"#.to_string(),
+    )]));
+    let (ctx, verifier) = ctx_at(USUAL).await;
+    let scenario = verifier.run(vec![
+        // The one right the spec needs (no HPA cooperation): asked as alice, refused.
+        Call::post("/apis/authorization.k8s.io/v1/subjectaccessreviews?")
+            .body(|b| {
+                assert_eq!(b["spec"]["user"], "alice");
+                assert_eq!(b["spec"]["groups"], json!(["dev"]));
+                let r = &b["spec"]["resourceAttributes"];
+                assert_eq!(r["verb"], "patch");
+                assert_eq!(r["resource"], "deployments");
+                assert_eq!(r["subresource"], "scale");
+                assert_eq!(r["name"], "web");
+            })
+            .respond(json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+                            "spec": {}, "status": {"allowed": false}})),
+        // No read or write of the target: told, and the status says why.
+        Call::event("team")
+            .body(|b| {
+                assert_eq!(b["reason"], "Forbidden");
+                assert_eq!(b["type"], "Warning");
+            })
+            .respond_with_body(),
+        Call::patch(STATUS)
+            .body(|b| {
+                let c = &b["status"]["conditions"][0];
+                assert_eq!(c["status"], "False");
+                assert_eq!(c["reason"], "Forbidden");
+                let m = c["message"].as_str().unwrap_or_default();
+                assert!(
+                    m.contains("spec.scaleTargetRefs[0]: the spec's author, user \"alice\", may no longer patch deployments/scale (apps) \"web\""),
+                    "{m}"
+                );
+            })
+            .respond_status_of(&s),
+    ]);
+    assert_eq!(
+        reconcile(Arc::new(s.clone()), ctx.clone()).await.unwrap(),
+        Action::requeue(rights::RECHECK)
+    );
+    let text = ctx.metrics.encode().unwrap();
+    assert!(
+        text.contains(r#"kubesteer_scaler_forbidden{namespace="team",name="nightly"} 1"#),
+        "{text}"
+    );
+    scenario.finish(ctx).await;
+}
+
 pub(super) const HPA: &str =
     "/apis/autoscaling/v2/namespaces/team/horizontalpodautoscalers/web-hpa";
 pub(super) const HPA_PATCH: &str = "/apis/autoscaling/v2/namespaces/team/horizontalpodautoscalers/web-hpa?&fieldManager=kubesteer-controller";
