@@ -28,7 +28,8 @@ impl Access {
     /// `patch` on `<resource>/scale` of one object: what the controller does to a target (it
     /// patches the replicas, through `/scale` or, for the apps/v1 workloads, with its record in
     /// one merge patch of the object), and what the chart grants it on every scalable kind.
-    /// A kind suspended instead of scaled (a CronJob) has no `/scale`: `patch` on the object.
+    /// A kind suspended instead of scaled (a CronJob or Job) has no `/scale`: `patch` on the
+    /// object.
     pub fn scale(group: &str, resource: &str, namespace: &str, name: &str) -> Self {
         let suspended = crate::scaler::v1beta1::suspended_instead(group, resource);
         Self {

@@ -208,7 +208,17 @@ mod tests {
             kind: "CronJob".into(),
             plural: "cronjobs".into(),
         };
-        assert_eq!(mapping_of(cron.clone(), Scope::Namespaced, false), Ok(cron));
+        assert_eq!(
+            mapping_of(cron.clone(), Scope::Namespaced, false),
+            Ok(cron.clone())
+        );
+        // A Job too.
+        let job = ApiResource {
+            kind: "Job".into(),
+            plural: "jobs".into(),
+            ..cron
+        };
+        assert_eq!(mapping_of(job.clone(), Scope::Namespaced, false), Ok(job));
     }
 
     #[tokio::test]

@@ -561,6 +561,39 @@ fn rows() -> Vec<Row> {
         "kubesteer_api::application::DEFAULT_PATH_TYPE",
     ));
 
+    // A Scaler's author's rights, asked again (docs/scaler.md and docs/security.md).
+    {
+        use kubesteer_api::access::author::{GRANT_TTL, RECHECK};
+        let source = "kubesteer_api::access::author::{RECHECK, GRANT_TTL}";
+        for (f, before) in [
+            ("docs/scaler.md", "at least every "),
+            ("docs/security.md", "apiserver again, at least every "),
+            ("CHANGELOG.md", "apiserver again at least every "),
+        ] {
+            rows.push(row(f, before, secs(RECHECK), " s", source));
+        }
+        rows.push(row(
+            "docs/scaler.md",
+            "s and trusting a yes for ",
+            secs(GRANT_TTL),
+            " s,",
+            source,
+        ));
+        for (f, before) in [
+            ("docs/scaler.md", "When one is gone, within "),
+            ("docs/security.md", "their Scalers within "),
+            ("CHANGELOG.md", "Within "),
+        ] {
+            rows.push(row(
+                f,
+                before,
+                secs(RECHECK + GRANT_TTL),
+                " s",
+                "RECHECK + GRANT_TTL (kubesteer_api::access::author)",
+            ));
+        }
+    }
+
     // docs/security.md
     let f = "docs/security.md";
     rows.push(row(

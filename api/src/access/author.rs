@@ -8,6 +8,8 @@
 //! annotation, and validation refuses an object whose annotation is not [`after`]'s ([`check`]). A Scaler
 //! admitted before kubesteer recorded authors has none until its spec next changes; the
 //! controller checks nothing for it.
+use std::time::Duration;
+
 use json_patch::jsonptr::PointerBuf;
 use json_patch::{AddOperation, PatchOperation, RemoveOperation};
 use k8s_openapi::api::authentication::v1::UserInfo;
@@ -15,6 +17,14 @@ use serde_json::Value;
 
 use crate::field::FieldError;
 use crate::keys::annotation::AUTHOR;
+
+/// How often the controller asks again, at the longest, whether a Scaler's recorded author still
+/// holds the rights its spec needs.
+pub const RECHECK: Duration = Duration::from_secs(30);
+/// How long the controller trusts the apiserver's yes about an author's right; a no is asked
+/// again after [`DENIAL_TTL`]. A Scaler stops within `RECHECK + GRANT_TTL` of a right going.
+pub const GRANT_TTL: Duration = Duration::from_secs(20);
+pub const DENIAL_TTL: Duration = Duration::from_secs(10);
 
 /// The field path of the annotation in errors.
 pub const FIELD: &str = "metadata.annotations[kubesteer.io/author]";

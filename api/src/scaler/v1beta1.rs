@@ -128,11 +128,13 @@ pub enum OutsideMode {
     Hold,
 }
 
-/// Whether the Scaler suspends this kind instead of scaling it: a `batch` CronJob is a target
-/// without `/scale` whose `spec.suspend` is set while its replicas would be 0 (its replicas read
-/// as 0 when suspended, 1 when not), recorded and restored like replicas.
+/// Whether the Scaler suspends this kind instead of scaling it: a `batch` CronJob or Job is a
+/// target without `/scale` whose `spec.suspend` is set while its replicas would be 0 (its
+/// replicas read as 0 when suspended, 1 when not), recorded and restored like replicas. A
+/// suspended Job's running pods are deleted by the Job controller and made again on resume; its
+/// completions so far are kept.
 pub fn suspended_instead(group: &str, resource: &str) -> bool {
-    group == "batch" && resource == "cronjobs"
+    group == "batch" && matches!(resource, "cronjobs" | "jobs")
 }
 
 /// The KEDA ScaledObject among an HPA's `owners`, by name: KEDA made that HPA, and a Scaler

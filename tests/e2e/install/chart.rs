@@ -616,7 +616,7 @@ fn rbac_grants_exactly_what_each_binary_uses() -> Result<()> {
     // CronJobs: suspended by Scalers, and watched (metadata) once a selector names them.
     controller.extend(expand(
         &["batch"],
-        &["cronjobs"],
+        &["cronjobs", "jobs"],
         &["get", "list", "watch", "patch"],
         None,
     ));

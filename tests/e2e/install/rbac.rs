@@ -251,6 +251,9 @@ fn each_service_account_may_do_what_its_binary_does_and_nothing_more() -> Result
         row(true, &format!("patch cronjobs.batch -n {o}")),
         row(false, &format!("update cronjobs.batch -n {o}")),
         row(false, &format!("delete cronjobs.batch -n {o}")),
+        // Job targets too: suspended, never made or deleted.
+        row(true, &format!("patch jobs.batch -n {o}")),
+        row(false, &format!("delete jobs.batch -n {o}")),
         row(false, &format!("create jobs.batch -n {o}")),
         row(true, &format!("patch services -n {o}")),
         row(true, "list pods --all-namespaces"),

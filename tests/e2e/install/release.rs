@@ -1170,6 +1170,18 @@ fn a_cron_job_is_suspended_while_its_replicas_would_be_0_and_resumed_after() -> 
         ],
         None,
     )?;
+    // A Job, suspended the same way.
+    kubectl_ok(
+        &[
+            "create",
+            "job",
+            "backfill",
+            "-n",
+            n,
+            "--image=registry.k8s.io/pause:3.10",
+        ],
+        None,
+    )?;
     let run = release.apply(&format!(
         "apiVersion: kubesteer.io/v1beta1\nkind: Scaler\nmetadata: {{name: quiet}}\nspec:\n  scaleTargetRefs: [{{apiVersion: batch/v1, kind: CronJob, name: report}}]\n  windows: [{}]\n",
         // docs/scaler.md's whole-day window: open from 00:00 to the end of the day, every day.
@@ -1177,6 +1189,12 @@ fn a_cron_job_is_suspended_while_its_replicas_would_be_0_and_resumed_after() -> 
     ))?;
     ensure!(run.ok, "{run:?}");
     user_wait(&release, "cronjob/report", "{.spec.suspend}", "true")?;
+    let run = release.apply(&format!(
+        "apiVersion: kubesteer.io/v1beta1\nkind: Scaler\nmetadata: {{name: idle}}\nspec:\n  scaleTargetRefs: [{{apiVersion: batch/v1, kind: Job, name: backfill}}]\n  windows: [{}]\n",
+        r#"{start: "00:00", end: "24:00", replicas: 0}"#
+    ))?;
+    ensure!(run.ok, "{run:?}");
+    user_wait(&release, "job/backfill", "{.spec.suspend}", "true")?;
     // Open for good: no change ahead, not even at midnight.
     user_wait(
         &release,
@@ -1195,9 +1213,26 @@ fn a_cron_job_is_suspended_while_its_replicas_would_be_0_and_resumed_after() -> 
         notes.contains(&format!("Suspended CronJob {n}/report")),
         "{notes:?}"
     );
-    kubectl_ok(&["delete", "-n", n, "scaler/quiet", "--timeout=60s"], None)
-        .with_context(|| release.describe())?;
+    eventually(Duration::from_secs(30), "the Job's Scaled event", || {
+        let notes = kubesteer_tests::event_notes(n, "Scaled")?;
+        Ok(notes
+            .contains(&format!("Suspended Job {n}/backfill"))
+            .then_some(()))
+    })?;
+    kubectl_ok(
+        &[
+            "delete",
+            "-n",
+            n,
+            "scaler/quiet",
+            "scaler/idle",
+            "--timeout=60s",
+        ],
+        None,
+    )
+    .with_context(|| release.describe())?;
     user_wait(&release, "cronjob/report", "{.spec.suspend}", "false")?;
+    user_wait(&release, "job/backfill", "{.spec.suspend}", "false")?;
 
     // docs/migrating.md's Scalers, as written, pass the CRD and the chart's webhook (a server-side
     // dry run: nothing is stored). api/tests/migrating.rs checks what their schedules do.

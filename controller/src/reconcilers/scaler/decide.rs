@@ -226,7 +226,7 @@ pub fn autoscaler_of<'a>(
     })
 }
 
-/// A change to a suspended kind (a CronJob) as its events say it: suspended or resumed.
+/// A change to a suspended kind (a CronJob or Job) as its events say it: suspended or resumed.
 pub(super) fn suspension(target: &Target, change: TargetChange) -> TargetChange {
     let note = match change.replicas {
         Some(0) => format!("Suspended {target}"),

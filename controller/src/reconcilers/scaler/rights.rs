@@ -11,7 +11,6 @@
 //! A Scaler admitted before authors were recorded has none, and is not checked until its spec
 //! next changes.
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use k8s_openapi::api::authentication::v1::UserInfo;
 use kube::Client;
@@ -20,11 +19,7 @@ use kubesteer_api::{Scaler, ScalerSpec};
 use kubesteer_runtime::answer_cache::AnswerCache;
 use kubesteer_runtime::scale::RestMapper;
 
-/// How often a Scaler with a recorded author is looked at again, at the longest.
-pub const RECHECK: Duration = Duration::from_secs(30);
-/// How long the apiserver's yes is trusted; a no is asked again after [`DENIAL_TTL`].
-pub const GRANT_TTL: Duration = Duration::from_secs(20);
-pub const DENIAL_TTL: Duration = Duration::from_secs(10);
+pub use kubesteer_api::access::author::{DENIAL_TTL, GRANT_TTL, RECHECK};
 /// Answers kept: authors times the rights their Scalers need.
 const CAPACITY: u64 = 20_000;
 

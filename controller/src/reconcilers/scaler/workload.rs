@@ -97,7 +97,7 @@ pub fn replicas_in_spec(resource: &ApiResource) -> bool {
 pub fn replicas_in_spec_kind(group: &str, kind: &str) -> bool {
     matches!(
         (group, kind),
-        ("apps", "Deployment" | "StatefulSet" | "ReplicaSet") | ("batch", "CronJob")
+        ("apps", "Deployment" | "StatefulSet" | "ReplicaSet") | ("batch", "CronJob" | "Job")
     )
 }
 
