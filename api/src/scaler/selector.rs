@@ -26,7 +26,7 @@ pub const DEFAULT_KINDS: [(&str, &str); 2] =
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct TargetSelector {
-    /// The kinds selected. Defaults to apps/v1 Deployment and StatefulSet. Any kind with a /scale subresource may be named, and batch/v1 CronJob and Job (suspended instead of scaled).
+    /// The kinds selected. Defaults to apps/v1 Deployment and StatefulSet. Any kind with a /scale subresource may be named, and batch/v1 CronJob and Job and apps/v1 DaemonSet (put to sleep instead of scaled).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = MAX_SELECTED_KINDS))]
     pub kinds: Option<Vec<SelectedKind>>,

@@ -128,13 +128,35 @@ pub enum OutsideMode {
     Hold,
 }
 
-/// Whether the Scaler suspends this kind instead of scaling it: a `batch` CronJob or Job is a
-/// target without `/scale` whose `spec.suspend` is set while its replicas would be 0 (its
-/// replicas read as 0 when suspended, 1 when not), recorded and restored like replicas. A
-/// suspended Job's running pods are deleted by the Job controller and made again on resume; its
-/// completions so far are kept.
+/// Whether the Scaler suspends this kind instead of scaling it ([`asleep_by`] says how): a target
+/// without `/scale` that runs or not, put to sleep while its replicas would be 0 (its replicas
+/// read as 0 asleep, 1 awake), recorded and restored like replicas.
 pub fn suspended_instead(group: &str, resource: &str) -> bool {
-    group == "batch" && matches!(resource, "cronjobs" | "jobs")
+    asleep_by(group, resource).is_some()
+}
+
+/// How a kind without `/scale` is put to sleep.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Asleep {
+    /// `spec.suspend: true`: a `batch` CronJob (no new runs) or Job (its running pods deleted by
+    /// the Job controller and made again on resume, the completions so far kept).
+    Suspend,
+    /// An `apps` DaemonSet: scheduled nowhere, by the node selector [`ASLEEP_LABEL`]`: "true"`
+    /// that no node has, added to its pod template and removed again on waking (the template's
+    /// other selectors untouched), as GoKubeDownscaler does.
+    NodeSelector,
+}
+
+/// The node selector that puts a DaemonSet to sleep ([`Asleep::NodeSelector`]).
+pub const ASLEEP_LABEL: &str = "kubesteer.io/asleep";
+
+/// How the Scaler puts this kind to sleep, if it is one it suspends instead of scaling.
+pub fn asleep_by(group: &str, resource: &str) -> Option<Asleep> {
+    match (group, resource) {
+        ("batch", "cronjobs" | "jobs") => Some(Asleep::Suspend),
+        ("apps", "daemonsets") => Some(Asleep::NodeSelector),
+        _ => None,
+    }
 }
 
 /// The KEDA ScaledObject among an HPA's `owners`, by name: KEDA made that HPA, and a Scaler

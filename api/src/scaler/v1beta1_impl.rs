@@ -379,11 +379,60 @@ fn check_replicas(errors: &mut FieldErrors, path: impl std::fmt::Display, value:
     }
 }
 
+impl Asleep {
+    /// The spec part of a merge patch that puts the object to sleep (`asleep`) or wakes it.
+    pub fn spec_patch(self, asleep: bool) -> serde_json::Value {
+        match self {
+            Asleep::Suspend => serde_json::json!({ "suspend": asleep }),
+            Asleep::NodeSelector => {
+                let value = asleep.then_some("true");
+                serde_json::json!({"template": {"spec": {"nodeSelector": { super::v1beta1::ASLEEP_LABEL: value }}}})
+            }
+        }
+    }
+
+    /// Whether an object's `spec` says it is asleep.
+    pub fn is_asleep(self, spec: &serde_json::Value) -> bool {
+        match self {
+            Asleep::Suspend => spec["suspend"].as_bool().unwrap_or(false),
+            Asleep::NodeSelector => {
+                spec["template"]["spec"]["nodeSelector"][super::v1beta1::ASLEEP_LABEL].as_str()
+                    == Some("true")
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use chrono::TimeZone;
     use serde_json::json;
+
+    #[test]
+    fn a_sleeping_kind_is_put_to_sleep_and_woken_by_a_merge_patch_that_touches_only_its_field() {
+        use super::super::v1beta1::{asleep_by, Asleep};
+        assert_eq!(asleep_by("batch", "jobs"), Some(Asleep::Suspend));
+        assert_eq!(asleep_by("apps", "daemonsets"), Some(Asleep::NodeSelector));
+        assert_eq!(asleep_by("apps", "deployments"), None);
+        let spec = serde_json::json!({"template": {"spec": {"nodeSelector": {"disk": "ssd"}}}, "suspend": false});
+        for asleep in [Asleep::Suspend, Asleep::NodeSelector] {
+            let mut object = serde_json::json!({"spec": spec.clone()});
+            assert!(!asleep.is_asleep(&object["spec"]));
+            json_patch::merge(
+                &mut object,
+                &serde_json::json!({"spec": asleep.spec_patch(true)}),
+            );
+            assert!(asleep.is_asleep(&object["spec"]), "{asleep:?}: {object}");
+            json_patch::merge(
+                &mut object,
+                &serde_json::json!({"spec": asleep.spec_patch(false)}),
+            );
+            assert!(!asleep.is_asleep(&object["spec"]));
+            // Awake again as it was: the other node selectors untouched.
+            assert_eq!(object["spec"]["template"], spec["template"], "{asleep:?}");
+        }
+    }
 
     fn spec(v: serde_json::Value) -> ScalerSpec {
         serde_json::from_value(v).unwrap()

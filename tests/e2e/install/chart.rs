@@ -571,7 +571,7 @@ fn rbac_grants_exactly_what_each_binary_uses() -> Result<()> {
     // Scaler targets of the built-in scalable kinds, through /scale, and the HPAs it cooperates with.
     controller.extend(expand(
         &["apps"],
-        &["statefulsets", "replicasets"],
+        &["statefulsets", "replicasets", "daemonsets"],
         &["get", "list", "watch", "patch"],
         None,
     ));

@@ -251,6 +251,9 @@ fn each_service_account_may_do_what_its_binary_does_and_nothing_more() -> Result
         row(true, &format!("patch cronjobs.batch -n {o}")),
         row(false, &format!("update cronjobs.batch -n {o}")),
         row(false, &format!("delete cronjobs.batch -n {o}")),
+        // DaemonSet targets: asleep by a node selector, in a patch; never deleted.
+        row(true, &format!("patch daemonsets.apps -n {o}")),
+        row(false, &format!("delete daemonsets.apps -n {o}")),
         // Job targets too: suspended, never made or deleted.
         row(true, &format!("patch jobs.batch -n {o}")),
         row(false, &format!("delete jobs.batch -n {o}")),

@@ -1195,6 +1195,25 @@ fn a_cron_job_is_suspended_while_its_replicas_would_be_0_and_resumed_after() -> 
     ))?;
     ensure!(run.ok, "{run:?}");
     user_wait(&release, "job/backfill", "{.spec.suspend}", "true")?;
+    // A DaemonSet, asleep by a node selector no node has; its own selector stays.
+    kubectl_ok(
+        &["apply", "-n", n, "-f", "-"],
+        Some(
+            "apiVersion: apps/v1\nkind: DaemonSet\nmetadata: {name: agent}\nspec:\n  selector: {matchLabels: {app: agent}}\n  template:\n    metadata: {labels: {app: agent}}\n    spec:\n      nodeSelector: {kubernetes.io/os: linux}\n      containers: [{name: agent, image: registry.k8s.io/pause:3.10}]\n",
+        ),
+    )?;
+    let run = release.apply(&format!(
+        "apiVersion: kubesteer.io/v1beta1\nkind: Scaler\nmetadata: {{name: dark}}\nspec:\n  scaleTargetRefs: [{{apiVersion: apps/v1, kind: DaemonSet, name: agent}}]\n  windows: [{}]\n",
+        r#"{start: "00:00", end: "24:00", replicas: 0}"#
+    ))?;
+    ensure!(run.ok, "{run:?}");
+    let selector = "{.spec.template.spec.nodeSelector}";
+    user_wait(
+        &release,
+        "daemonset/agent",
+        selector,
+        r#"{"kubernetes.io/os":"linux","kubesteer.io/asleep":"true"}"#,
+    )?;
     // Open for good: no change ahead, not even at midnight.
     user_wait(
         &release,
@@ -1226,6 +1245,7 @@ fn a_cron_job_is_suspended_while_its_replicas_would_be_0_and_resumed_after() -> 
             n,
             "scaler/quiet",
             "scaler/idle",
+            "scaler/dark",
             "--timeout=60s",
         ],
         None,
@@ -1233,6 +1253,12 @@ fn a_cron_job_is_suspended_while_its_replicas_would_be_0_and_resumed_after() -> 
     .with_context(|| release.describe())?;
     user_wait(&release, "cronjob/report", "{.spec.suspend}", "false")?;
     user_wait(&release, "job/backfill", "{.spec.suspend}", "false")?;
+    user_wait(
+        &release,
+        "daemonset/agent",
+        selector,
+        r#"{"kubernetes.io/os":"linux"}"#,
+    )?;
 
     // docs/migrating.md's Scalers, as written, pass the CRD and the chart's webhook (a server-side
     // dry run: nothing is stored). api/tests/migrating.rs checks what their schedules do.

@@ -308,9 +308,9 @@ pub fn keda_change(
 /// The spec part of a merge patch that gives the object `to` replicas: a suspended kind is
 /// suspended at 0 and runs at 1 or more.
 pub(super) fn replicas_patch(resource: &ApiResource, to: i32) -> Value {
-    match suspended_instead(&resource.group, &resource.plural) {
-        true => json!({"suspend": to == 0}),
-        false => json!({"replicas": to}),
+    match asleep_by(&resource.group, &resource.plural) {
+        Some(asleep) => asleep.spec_patch(to == 0),
+        None => json!({"replicas": to}),
     }
 }
 

@@ -20,7 +20,7 @@ use kubesteer_api::scaler::claims::{ClaimIndex, Claimant};
 use kubesteer_api::scaler::plan::Plan;
 use kubesteer_api::scaler::target::{group_of, Target};
 use kubesteer_api::scaler::v1beta1::{
-    keda_owner, suspended_instead, HpaCooperation, TargetStatus, Transition,
+    asleep_by, keda_owner, suspended_instead, HpaCooperation, TargetStatus, Transition,
 };
 use kubesteer_api::scaler::{scaler_id, Record};
 use kubesteer_api::{Scaler, ScalerStatus};

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{ApiResource, DynamicObject};
-use kubesteer_api::scaler::v1beta1::suspended_instead;
+use kubesteer_api::scaler::v1beta1::asleep_by;
 use serde_json::Value;
 
 /// One target as read: its metadata and its replicas from `/scale`.
@@ -97,16 +97,22 @@ pub fn replicas_in_spec(resource: &ApiResource) -> bool {
 pub fn replicas_in_spec_kind(group: &str, kind: &str) -> bool {
     matches!(
         (group, kind),
-        ("apps", "Deployment" | "StatefulSet" | "ReplicaSet") | ("batch", "CronJob" | "Job")
+        (
+            "apps",
+            "Deployment" | "StatefulSet" | "ReplicaSet" | "DaemonSet"
+        ) | ("batch", "CronJob" | "Job")
     )
 }
 
 /// The `spec.replicas` of an apps/v1 workload (defaulted by the apiserver, so always there); a
 /// suspended kind's replicas, 0 while suspended and 1 while not.
 pub fn spec_replicas(resource: &ApiResource, object: &DynamicObject) -> Option<i32> {
-    if suspended_instead(&resource.group, &resource.plural) {
-        let suspended = object.data["spec"]["suspend"].as_bool().unwrap_or(false);
-        return Some(if suspended { 0 } else { 1 });
+    if let Some(asleep) = asleep_by(&resource.group, &resource.plural) {
+        return Some(if asleep.is_asleep(&object.data["spec"]) {
+            0
+        } else {
+            1
+        });
     }
     object.data["spec"]["replicas"]
         .as_i64()
