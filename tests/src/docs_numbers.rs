@@ -1026,3 +1026,57 @@ fn a_row_names_the_doc_the_sentence_and_the_code_when_they_differ() {
     assert!(e.contains("no longer says \"lists at most \""), "{e}");
     assert_eq!(normalized_text("a\n  # b\n c", true), "a b c");
 }
+
+/// Bytes of a Kubernetes memory quantity written with a binary suffix (`128Mi`).
+fn binary_bytes(quantity: &str) -> Option<u64> {
+    let units = [("Ki", 1u64 << 10), ("Mi", 1 << 20), ("Gi", 1 << 30)];
+    units.iter().find_map(|(suffix, unit)| {
+        quantity
+            .strip_suffix(suffix)
+            .and_then(|n| n.parse::<u64>().ok())
+            .map(|n| n * unit)
+    })
+}
+
+/// The chart's webhook memory limit follows the flood measured at its pods (values.yaml says
+/// how): at least twice the highest container peak in bench/results/webhook-memory-chart.json,
+/// and above twice the default request body budget (what a flood can hold).
+#[test]
+fn the_webhooks_memory_limit_follows_the_flood_measured_at_its_pods() {
+    let values: serde_yaml::Value = serde_yaml::from_str(
+        &std::fs::read_to_string(repo_root().join("charts/kubesteer/values.yaml")).unwrap(),
+    )
+    .unwrap();
+    let webhook = &values["webhook"];
+    let limit = binary_bytes(webhook["resources"]["limits"]["memory"].as_str().unwrap()).unwrap();
+    let budget = binary_bytes(webhook["requestBodyBudget"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        budget,
+        kubesteer_webhook::budget::DEFAULT_BUDGET as u64,
+        "values.yaml's requestBodyBudget is the webhook's default"
+    );
+    let measured: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(repo_root().join("bench/results/webhook-memory-chart.json"))
+            .unwrap(),
+    )
+    .unwrap();
+    let peak = measured["cgroups"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c["peak_bytes"].as_u64())
+        .max()
+        .unwrap();
+    assert!(
+        limit >= 2 * peak,
+        "limit {limit} under twice the peak {peak}"
+    );
+    assert!(
+        limit > 2 * budget,
+        "limit {limit} not above twice the budget {budget}"
+    );
+    // The sentence in values.yaml quotes the peak, in MiB.
+    let text = normalized("charts/kubesteer/values.yaml");
+    let said = format!("peaked at {} MiB", (peak as f64 / (1 << 20) as f64).round());
+    assert!(text.contains(&said), "values.yaml should say {said:?}");
+}
