@@ -5,6 +5,7 @@
 pub mod hosts;
 pub mod keda;
 pub mod release;
+pub mod soak;
 
 mod deadline;
 #[cfg(test)]
