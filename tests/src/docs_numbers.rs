@@ -569,6 +569,10 @@ fn rows() -> Vec<Row> {
             ("docs/scaler.md", "at least every "),
             ("docs/security.md", "apiserver again, at least every "),
             ("CHANGELOG.md", "apiserver again at least every "),
+            (
+                "charts/kubesteer/files/alerts.yaml",
+                "The controller asks again at least every ",
+            ),
         ] {
             rows.push(row(f, before, secs(RECHECK), " s", source));
         }

@@ -28,7 +28,7 @@ struct ErrorLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ScalerLabels {
     namespace: String,
-    name: String,
+    scaler: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -162,7 +162,7 @@ impl Metrics {
     pub fn set_forbidden(&self, namespace: &str, name: &str, forbidden: bool) {
         let labels = ScalerLabels {
             namespace: namespace.to_string(),
-            name: name.to_string(),
+            scaler: name.to_string(),
         };
         if forbidden {
             self.forbidden.get_or_create(&labels).set(1);

@@ -1977,6 +1977,7 @@ fn the_prometheus_rule_is_the_alerts_file_promtool_tests() -> Result<()> {
         "KubesteerScalerTransitionOverdue",
         "KubesteerScalerTransitionLate",
         "KubesteerScalerTargetFailing",
+        "KubesteerScalerForbidden",
         "KubesteerNoLeader",
         "KubesteerWebhookDenyingUnusually",
         "KubesteerWebhookErrors",

@@ -1244,7 +1244,7 @@ async fn a_scaler_whose_author_lost_the_right_to_scale_writes_nothing_and_says_s
     );
     let text = ctx.metrics.encode().unwrap();
     assert!(
-        text.contains(r#"kubesteer_scaler_forbidden{namespace="team",name="nightly"} 1"#),
+        text.contains(r#"kubesteer_scaler_forbidden{namespace="team",scaler="nightly"} 1"#),
         "{text}"
     );
     scenario.finish(ctx).await;
