@@ -42,6 +42,18 @@ impl Release {
         controller_env: &[(&str, &str)],
         extra: &[&str],
     ) -> Result<Self> {
+        Self::install_prepared(prefix, controller_env, extra, |_| Ok(Vec::new()))
+    }
+
+    /// [`Release::install_with_env`] with `prepare` run first, once the release's names are
+    /// known (to make what the install needs, such as a Secret in its namespace); the values it
+    /// returns are added to the install's.
+    pub fn install_prepared(
+        prefix: &str,
+        controller_env: &[(&str, &str)],
+        extra: &[&str],
+        prepare: impl FnOnce(&Release) -> Result<Vec<String>>,
+    ) -> Result<Self> {
         let ready = kubectl_ok(
             &[
                 "get",
@@ -87,6 +99,7 @@ impl Release {
             namespace,
             user_ns,
         };
+        let prepared = prepare(&release).with_context(|| release.describe())?;
         let (repository, tag) = image();
         let chart = repo_root().join("charts/kubesteer");
         let chart = chart.to_string_lossy();
@@ -132,6 +145,7 @@ impl Release {
         let auth = crate::apiserver_auth_values();
         args.extend(auth.iter().map(String::as_str));
         args.extend(extra);
+        args.extend(prepared.iter().map(String::as_str));
         helm(&args).with_context(|| release.describe())?;
         release.reach_webhook()?;
         Ok(release)

@@ -1661,3 +1661,112 @@ fn a_scaler_stops_when_its_authors_right_goes_and_resumes_when_it_is_back() -> R
     })
     .with_context(|| release.describe())
 }
+
+/// The provided-certificates mode installed for real: the user's CA and serving certificate
+/// (made here by `kubesteer-certs generate`, as any CA would) in a Secret of the release
+/// namespace before the install. The webhook pods serve that certificate, both webhook
+/// configurations carry that CA, no certificate Secret of the webhook's own appears, and every
+/// check goes through the Service: a denial only the webhook knows, defaults stored, the chart's
+/// controller reconciling, and `helm test`.
+#[test]
+fn a_release_with_provided_certificates_serves_them() -> Result<()> {
+    let dir = kubesteer_tests::target_dir().join("e2e").join("provided");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)?;
+    let release = Release::install_prepared("prov", &[], &[], |r| {
+        let mut generate =
+            std::process::Command::new(kubesteer_tests::workspace_bin("kubesteer-certs"));
+        generate
+            .arg("generate")
+            .args(["--service", &format!("{}-webhook", r.fullname())])
+            .args(["--namespace", &r.namespace])
+            .arg("--out-dir")
+            .arg(&dir);
+        let out = kubesteer_tests::output_within(
+            &mut generate,
+            None,
+            Duration::from_secs(60),
+            "kubesteer-certs generate",
+        )?;
+        ensure!(
+            out.status.success(),
+            "kubesteer-certs generate: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        kubectl_ok(&["create", "namespace", &r.namespace], None)?;
+        let cert = dir.join("tls.crt");
+        let key = dir.join("tls.key");
+        kubectl_ok(
+            &[
+                "create",
+                "secret",
+                "tls",
+                "my-tls",
+                "-n",
+                &r.namespace,
+                &format!("--cert={}", cert.display()),
+                &format!("--key={}", key.display()),
+            ],
+            None,
+        )?;
+        Ok(vec![
+            "--set".into(),
+            "certs.mode=provided".into(),
+            "--set".into(),
+            "certs.provided.secretName=my-tls".into(),
+            "--set-file".into(),
+            format!("certs.provided.caBundle={}", dir.join("ca.crt").display()),
+        ])
+    })?;
+    on_real_node(&release, "webhook", 2)?;
+    let ca = kubesteer_tests::base64(&std::fs::read(dir.join("ca.crt"))?);
+    let bundles = release.ca_bundles()?;
+    ensure!(
+        bundles.len() == WEBHOOKS && bundles.iter().all(|b| *b == ca),
+        "every webhook carries the provided CA: {bundles:?}"
+    );
+    let own = kubectl(
+        &[
+            "get",
+            "secret",
+            &format!("{}-webhook-tls", release.fullname()),
+            "-n",
+            &release.namespace,
+        ],
+        None,
+    )?;
+    ensure!(
+        !own.ok && own.stderr.contains("NotFound"),
+        "the webhook made no certificate of its own: {own:?}"
+    );
+
+    webhook_denies_a_bad_time_zone(|yaml| release.apply(yaml))?;
+    let good = release.apply(
+        "apiVersion: kubesteer.io/v1alpha1\nkind: Memcached\nmetadata: {name: cache}\nspec: {}\n",
+    )?;
+    ensure!(good.ok, "a good Memcached is admitted: {}", good.stderr);
+    let spec = jsonpath(&release.user_ns, "memcached/cache", "{.spec.size}")?;
+    ensure!(spec == "1", "the webhook stored the defaults: {spec:?}");
+    kubectl_ok(
+        &[
+            "wait",
+            "-n",
+            &release.user_ns,
+            "--for=condition=Ready",
+            "memcached/cache",
+            "--timeout=90s",
+        ],
+        None,
+    )
+    .with_context(|| release.describe())?;
+    helm(&[
+        "test",
+        &release.name,
+        "-n",
+        &release.namespace,
+        "--timeout",
+        "120s",
+    ])
+    .with_context(|| release.describe())?;
+    Ok(())
+}
