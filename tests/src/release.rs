@@ -201,9 +201,9 @@ impl Release {
         format!("pods:\n{pods}\nevents:\n{events}")
     }
 
-    /// `(name, node, phase, ready, image)` of the pods of one component.
-    pub fn pods(&self, component: &str) -> Result<Vec<[String; 5]>> {
-        let out = kubectl_ok(
+    /// The pods of one component, as `kubectl get pods -o <output>` prints them.
+    pub fn component_pods(&self, component: &str, output: &str) -> Result<String> {
+        kubectl_ok(
             &[
                 "get",
                 "pods",
@@ -212,11 +212,19 @@ impl Release {
                 "-l",
                 &format!("app.kubernetes.io/component={component}"),
                 "-o",
-                "jsonpath={range .items[*]}{.metadata.name} {.spec.nodeName} {.status.phase} \
-                 {.status.conditions[?(@.type==\"Ready\")].status} {.spec.containers[0].image}\
-                 {\"\\n\"}{end}",
+                output,
             ],
             None,
+        )
+    }
+
+    /// `(name, node, phase, ready, image)` of the pods of one component.
+    pub fn pods(&self, component: &str) -> Result<Vec<[String; 5]>> {
+        let out = self.component_pods(
+            component,
+            "jsonpath={range .items[*]}{.metadata.name} {.spec.nodeName} {.status.phase} \
+             {.status.conditions[?(@.type==\"Ready\")].status} {.spec.containers[0].image}\
+             {\"\\n\"}{end}",
         )?;
         Ok(out
             .lines()
@@ -225,6 +233,36 @@ impl Release {
                 (f.len() == 5).then(|| [f[0], f[1], f[2], f[3], f[4]].map(String::from))
             })
             .collect())
+    }
+
+    /// Waits up to 90 s for `object` of the user namespace to be Ready.
+    pub fn wait_ready(&self, object: &str) -> Result<()> {
+        kubectl_ok(
+            &[
+                "wait",
+                "-n",
+                &self.user_ns,
+                "--for=condition=Ready",
+                object,
+                "--timeout=90s",
+            ],
+            None,
+        )
+        .with_context(|| self.describe())?;
+        Ok(())
+    }
+
+    /// `helm test`: the project image run against the webhook's Service.
+    pub fn helm_test(&self) -> Result<String> {
+        crate::helm(&[
+            "test",
+            &self.name,
+            "-n",
+            &self.namespace,
+            "--timeout",
+            "120s",
+        ])
+        .with_context(|| self.describe())
     }
 
     pub fn secret_ca(&self) -> Result<String> {

@@ -26,19 +26,7 @@ const BODY_BYTES: usize = 4 * 1024 * 1024;
 
 /// Each webhook pod: (name, restart count, memory cgroup of its container on this host).
 fn webhook_pods(release: &Release) -> Result<Vec<(String, u64, PathBuf)>> {
-    let out = kubectl_ok(
-        &[
-            "get",
-            "pods",
-            "-n",
-            &release.namespace,
-            "-l",
-            "app.kubernetes.io/component=webhook",
-            "-o",
-            "json",
-        ],
-        None,
-    )?;
+    let out = release.component_pods("webhook", "json")?;
     let pods: Value = serde_json::from_str(&out)?;
     let mut found = Vec::new();
     for pod in pods["items"].as_array().into_iter().flatten() {

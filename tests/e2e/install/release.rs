@@ -111,28 +111,10 @@ fn helm_install_runs_the_image_on_the_real_node() -> Result<()> {
         release.pods("controller")?.iter().any(|p| p[0] == holder),
         "a controller pod holds the Lease, not {holder:?}"
     );
-    kubectl_ok(
-        &[
-            "wait",
-            "-n",
-            &release.user_ns,
-            "--for=condition=Ready",
-            "memcached/cache",
-            "--timeout=90s",
-        ],
-        None,
-    )?;
+    release.wait_ready("memcached/cache")?;
 
     // `helm test` runs the project image against the webhook's Service.
-    let out = helm(&[
-        "test",
-        &release.name,
-        "-n",
-        &release.namespace,
-        "--timeout",
-        "120s",
-    ])
-    .with_context(|| release.describe())?;
+    let out = release.helm_test()?;
     assert!(out.contains("Succeeded"), "helm test: {out}");
     // The hook that ran is the project image's probe, not curl.
     let hooks = helm(&["get", "hooks", &release.name, "-n", &release.namespace])?;
@@ -434,17 +416,7 @@ fn webhook_rolling_restart_under_load_fails_no_admission_and_the_leader_hands_ov
         "apiVersion: kubesteer.io/v1alpha1\nkind: Memcached\nmetadata: {name: after-handover}\nspec: {size: 1}\n",
     )?;
     assert!(run.ok, "{}", run.stderr);
-    kubectl_ok(
-        &[
-            "wait",
-            "-n",
-            &release.user_ns,
-            "--for=condition=Ready",
-            "memcached/after-handover",
-            "--timeout=90s",
-        ],
-        None,
-    )?;
+    release.wait_ready("memcached/after-handover")?;
     Ok(())
 }
 
@@ -1747,47 +1719,15 @@ fn a_release_with_provided_certificates_serves_them() -> Result<()> {
     ensure!(good.ok, "a good Memcached is admitted: {}", good.stderr);
     let spec = jsonpath(&release.user_ns, "memcached/cache", "{.spec.size}")?;
     ensure!(spec == "1", "the webhook stored the defaults: {spec:?}");
-    kubectl_ok(
-        &[
-            "wait",
-            "-n",
-            &release.user_ns,
-            "--for=condition=Ready",
-            "memcached/cache",
-            "--timeout=90s",
-        ],
-        None,
-    )
-    .with_context(|| release.describe())?;
-    helm(&[
-        "test",
-        &release.name,
-        "-n",
-        &release.namespace,
-        "--timeout",
-        "120s",
-    ])
-    .with_context(|| release.describe())?;
+    release.wait_ready("memcached/cache")?;
+    let out = release.helm_test()?;
+    ensure!(out.contains("Succeeded"), "helm test: {out}");
 
     // Renewal: a new serving certificate from the same CA (one more DNS name makes
     // kubesteer-certs renew it) written into the Secret under a steady writer. Every pod serves
     // it without a restart (the kubelet updates the mounted files within a minute or so), and
     // no admission fails.
-    let webhook_pods = |path: &str| {
-        kubectl_ok(
-            &[
-                "get",
-                "pods",
-                "-n",
-                &release.namespace,
-                "-l",
-                "app.kubernetes.io/component=webhook",
-                "-o",
-                &format!("jsonpath={path}"),
-            ],
-            None,
-        )
-    };
+    let webhook_pods = |path: &str| release.component_pods("webhook", &format!("jsonpath={path}"));
     let restarts = || webhook_pods("{.items[*].status.containerStatuses[0].restartCount}");
     let before = restarts()?;
     let load = Load::start(&release.user_ns, 2);
