@@ -47,7 +47,8 @@ pub struct Metrics {
     duration: HistogramFamily,
     children: Family<ChildLabels, Counter>,
     leading: Gauge,
-    /// 1 per Scaler stopped because its author lost a right (absent otherwise).
+    /// Per Scaler with a recorded author: 1 while stopped because the author lost a right, 0
+    /// while they hold the rights.
     forbidden: Family<ScalerLabels, Gauge>,
     /// Written after the registry's, in parts (with 10,000 Scalers the whole is 24 MB).
     scalers: ScalerMetrics,
@@ -101,7 +102,8 @@ impl Default for Metrics {
         registry.register(
             "scaler_forbidden",
             "1 while a Scaler writes nothing because the author of its spec no longer holds a \
-             right the spec needs (Ready=False, reason Forbidden)",
+             right the spec needs (Ready=False, reason Forbidden), 0 while they hold them; absent \
+             for a Scaler with no recorded author",
             forbidden.clone(),
         );
         let scalers = ScalerMetrics::default();
@@ -157,17 +159,22 @@ impl Metrics {
         }
     }
 
-    /// Records whether the Scaler `namespace/name` is stopped for its author's rights; a Scaler
-    /// that is not (or is deleted) has no series.
-    pub fn set_forbidden(&self, namespace: &str, name: &str, forbidden: bool) {
+    /// Records whether the Scaler `namespace/name` is stopped for its author's rights; None: it
+    /// has no recorded author, or is deleted, and no series.
+    pub fn set_forbidden(&self, namespace: &str, name: &str, forbidden: Option<bool>) {
         let labels = ScalerLabels {
             namespace: namespace.to_string(),
             scaler: name.to_string(),
         };
-        if forbidden {
-            self.forbidden.get_or_create(&labels).set(1);
-        } else {
-            self.forbidden.remove(&labels);
+        match forbidden {
+            Some(forbidden) => {
+                self.forbidden
+                    .get_or_create(&labels)
+                    .set(i64::from(forbidden));
+            }
+            None => {
+                self.forbidden.remove(&labels);
+            }
         }
     }
 

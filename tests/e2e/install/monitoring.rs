@@ -412,6 +412,8 @@ fn a_scrape_of_the_installed_release_passes_promtool_check_metrics() -> Result<(
         format!("kubesteer_scaler_active{{{scaler}}} 1"),
         format!("kubesteer_scaler_replicas_held_below_original{{{scaler}}} 2"),
         format!("kubesteer_scaler_targets_in_error{{{scaler}}} 0"),
+        // Its author (the test's admin, recorded by the webhook) holds the rights.
+        format!("kubesteer_scaler_forbidden{{{scaler}}} 0"),
         format!("kubesteer_scaler_target_desired_replicas{{{target}}} 1"),
         format!("kubesteer_scaler_target_replicas{{{target}}} 1"),
     ];

@@ -198,8 +198,12 @@ async fn apply(scaler: &Scaler, ctx: &ScalerContext) -> Result<Action> {
         .rights
         .standing(&ctx.client, &ctx.mapper, scaler, &ns)
         .await?;
-    ctx.metrics
-        .set_forbidden(&ns, &name, matches!(standing, rights::Standing::Missing(_)));
+    let forbidden = match &standing {
+        rights::Standing::Unrecorded => None,
+        rights::Standing::Held => Some(false),
+        rights::Standing::Missing(_) => Some(true),
+    };
+    ctx.metrics.set_forbidden(&ns, &name, forbidden);
     if let rights::Standing::Missing(why) = standing {
         let stop = Stop {
             reason: reason::FORBIDDEN,
@@ -513,7 +517,7 @@ async fn cleanup(scaler: &Scaler, ctx: &ScalerContext) -> Result<Action> {
         return Err(Error::Unlisted("Scaler target Deployment and StatefulSet"));
     }
     ctx.metrics.scalers().deleted(&ns, &name);
-    ctx.metrics.set_forbidden(&ns, &name, false);
+    ctx.metrics.set_forbidden(&ns, &name, None);
     let outside = scaler.spec.outside_replicas;
     let status = scaler.status.clone().unwrap_or_default();
     let mut seen = BTreeSet::new();
