@@ -14,7 +14,7 @@ IMAGE_TAR ?= .kubesteer/image.tar
 PAUSE_IMG ?= localhost/kubesteer-pause:3.10
 PAUSE_TAR ?= .kubesteer/pause.tar
 
-.PHONY: all build plugin control-plane test-release krew-tool monitoring-tools cluster-up cluster-down manifests install run run-once test-run deploy undeploy test fmt-check clippy doc-check unit e2e bench-webhook bench-webhook-memory bench-webhook-memory-chart bench-controller bench-lease bench-stores bench-verbs fuzz keda
+.PHONY: all build plugin control-plane test-release krew-tool monitoring-tools cluster-up cluster-down manifests install run run-once test-run deploy undeploy test fmt-check clippy doc-check unit e2e bench-webhook bench-webhook-memory bench-webhook-memory-chart bench-controller bench-lease bench-stores bench-verbs fuzz keda soak
 
 all: build
 
@@ -114,6 +114,16 @@ unit:
 ## `make run`'s cluster is never touched, so both run side by side.
 e2e: control-plane monitoring-tools keda
 	hack/e2e.sh
+
+## soak: the fault soak (tests/e2e/soak/) on the e2e cluster with the chart's pods: faults for
+## DURATION (default 30m; every kind at least 5 times), SEED to repeat a run's plan, actions and
+## faults, TARGETS targets (default 200). The history and report go to target/e2e/soak/; `make
+## test` runs a short one (5 minutes, 40 targets) in its e2e tests.
+DURATION ?= 30m
+TARGETS ?= 200
+SEED ?=
+soak: control-plane monitoring-tools keda
+	DURATION=$(DURATION) TARGETS=$(TARGETS) SEED=$(SEED) hack/soak.sh
 
 ## keda: the real KEDA operator (pinned in hack/keda.sh) built from the Go module proxy and cached
 ## under ~/.cache/kubesteer (8-17 min the first time), for the Scaler's KEDA e2e test.

@@ -72,7 +72,7 @@ e2e_bin=$(realpath "$e2e_bin")
 # KUBESTEER_E2E_GROUPS="install::monitoring:: scaler::conversion::" runs only those groups.
 groups=${KUBESTEER_E2E_GROUPS:-$( (cd tests && "$e2e_bin" --list --format terse) |
   sed -n -e 's/^\([a-z_]*::[a-z0-9_]*::\).*: test$/\1/p' -e t -e 's/: test$//p' | uniq |
-  awk 'BEGIN { n = split("webhook owners scaler resilience install", order, " ");
+  awk 'BEGIN { n = split("webhook owners scaler resilience install soak", order, " ");
                for (i = 1; i <= n; i++) rank[order[i]] = i }
        { split($0, p, "::"); r = (p[1] in rank) ? rank[p[1]] : n + 1; print r, NR, $0 }' |
   sort -n -k1,1 -k2,2 | cut -d" " -f3)}

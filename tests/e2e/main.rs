@@ -7,4 +7,5 @@ mod install;
 mod owners;
 mod resilience;
 mod scaler;
+mod soak;
 mod webhook;

@@ -43,6 +43,21 @@ pub struct Paused {
 impl Paused {
     pub fn begin(name: &'static str) -> Result<Self> {
         let (_, pid) = pid_of(name)?;
+        Self::pid(name, pid)
+    }
+
+    /// A process of the cluster's real node (hack/node.sh), e.g. `kubelet`, stopped in place.
+    pub fn node(name: &'static str) -> Result<Self> {
+        let pid_file = state_dir().join(format!("node/{name}.pid"));
+        let pid = std::fs::read_to_string(&pid_file)
+            .with_context(|| format!("reading {}", pid_file.display()))?
+            .trim()
+            .parse()
+            .with_context(|| format!("the pid file of the node's {name}"))?;
+        Self::pid(name, pid)
+    }
+
+    fn pid(name: &'static str, pid: u32) -> Result<Self> {
         signal(pid, name, "STOP")?;
         Ok(Self {
             name,
@@ -197,6 +212,25 @@ impl Drop for Outage {
             let _ = component.start();
         }
     }
+}
+
+/// One process of the local control plane (`kube-apiserver`, `etcd`) killed, as a crash, and
+/// started again with its command line; returns once the apiserver answers `/readyz`.
+pub fn restart(name: &str) -> Result<()> {
+    let component = Component::running(name)?;
+    component.start()?;
+    eventually_every(
+        Duration::from_secs(90),
+        Duration::from_millis(200),
+        &format!("the apiserver ready after {name} restarted"),
+        || {
+            Ok(
+                kubectl(&["get", "--raw", "/readyz", "--request-timeout=5s"], None)?
+                    .ok
+                    .then_some(()),
+            )
+        },
+    )
 }
 
 /// The apiserver's address, from the local kubeconfig's server URL.

@@ -277,6 +277,57 @@ impl Release {
         webhook_fields(&self.fullname(), "{.clientConfig.caBundle}")
     }
 
+    /// `kubesteer-bench webhook-memory` aimed at the release's webhook Service (its ClusterIP,
+    /// its TLS name, the apiserver's client certificate): `attackers` clients send bodies of
+    /// `body_bytes` back to back for `seconds` while one sends ordinary reviews.
+    pub fn flood_command(
+        &self,
+        attackers: usize,
+        body_bytes: usize,
+        seconds: u64,
+    ) -> Result<std::process::Command> {
+        use base64::Engine as _;
+        let service = format!("svc/{}-webhook", self.fullname());
+        let ip = jsonpath(&self.namespace, &service, "{.spec.clusterIP}")?;
+        let client_dir = crate::apiserver_client_ca()
+            .and_then(|ca| ca.parent().map(std::path::PathBuf::from))
+            .context("this cluster's apiserver presents no client certificate (hack/cluster.sh)")?;
+        let work = crate::target_dir().join("e2e").join(&self.name);
+        std::fs::create_dir_all(&work)?;
+        let ca = work.join("ca.crt");
+        let pem = base64::engine::general_purpose::STANDARD.decode(self.secret_ca()?.trim())?;
+        std::fs::write(&ca, pem)?;
+        let bodies = repo_root().join("bench/bodies");
+        let mut bench = std::process::Command::new(crate::workspace_bin("kubesteer-bench"));
+        bench
+            .arg("webhook-memory")
+            .args(["--addr", &format!("{}:443", ip.trim())])
+            .args([
+                "--server-name",
+                &format!("{}-webhook.{}.svc", self.fullname(), self.namespace),
+            ])
+            .arg("--ca")
+            .arg(&ca)
+            .arg("--client-cert")
+            .arg(client_dir.join("client.crt"))
+            .arg("--client-key")
+            .arg(client_dir.join("client.key"))
+            .args(["--attackers", &attackers.to_string()])
+            .args(["--body-bytes", &body_bytes.to_string()])
+            .args(["--seconds", &seconds.to_string()])
+            .arg("--review")
+            .arg(format!(
+                "/validate/memcacheds={}",
+                bodies.join("memcached.json").display()
+            ))
+            .arg("--review")
+            .arg(format!(
+                "/mutate/scalers={}",
+                bodies.join("scaler.json").display()
+            ));
+        Ok(bench)
+    }
+
     pub fn lease_holder(&self) -> Result<String> {
         jsonpath(
             &self.namespace,

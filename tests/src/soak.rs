@@ -48,9 +48,11 @@ pub enum Event {
     },
     /// A fault, active from `t` until `until`.
     Fault { t: f64, until: f64, kind: Fault },
-    /// A write sent through the apiserver, and what came of it.
+    /// A write sent through the apiserver at `sent`, and what came of it at `t`.
     Write {
         t: f64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        sent: Option<f64>,
         object: String,
         admitted: bool,
         /// Whether a read after it found it stored (None: not read).
@@ -171,12 +173,14 @@ pub fn check(history: &[(usize, Event)], rules: Rules) -> Vec<Violation> {
             Event::Fault { .. } => {}
             Event::Write {
                 t,
+                sent,
                 object,
                 admitted,
                 stored,
                 error,
             } => {
-                if !admitted && fault_near(*t, *t, Fault::may_fail_writes).is_none() {
+                let from = sent.unwrap_or(*t);
+                if !admitted && fault_near(from, *t, Fault::may_fail_writes).is_none() {
                     violations.push(Violation {
                         rule: "admissions",
                         message: format!(
@@ -287,6 +291,43 @@ pub fn check(history: &[(usize, Event)], rules: Rules) -> Vec<Violation> {
     violations
 }
 
+/// A soak's history as it is written: one [`Event`] a line, flushed as it goes (a soak stopped
+/// by its deadline keeps what it saw), times counted from [`History::create`].
+pub struct History {
+    start: std::time::Instant,
+    file: std::sync::Mutex<std::io::BufWriter<std::fs::File>>,
+}
+
+impl History {
+    pub fn create(path: &std::path::Path) -> std::io::Result<Self> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        Ok(Self {
+            start: std::time::Instant::now(),
+            file: std::sync::Mutex::new(std::io::BufWriter::new(std::fs::File::create(path)?)),
+        })
+    }
+
+    /// Seconds since the history began.
+    pub fn now(&self) -> f64 {
+        self.start.elapsed().as_secs_f64()
+    }
+
+    /// Appends `event`; a line that cannot be written fails the soak later, when the checker
+    /// reads the history (a missing end, a missing original).
+    pub fn record(&self, event: &Event) {
+        use std::io::Write as _;
+        let Ok(line) = serde_json::to_string(event) else {
+            return;
+        };
+        if let Ok(mut file) = self.file.lock() {
+            let _ = writeln!(file, "{line}");
+            let _ = file.flush();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -330,6 +371,7 @@ mod tests {
             },
             Event::Write {
                 t: 52.0,
+                sent: None,
                 object: "team/Memcached/cache".into(),
                 admitted: true,
                 stored: Some(true),
@@ -342,6 +384,7 @@ mod tests {
             },
             Event::Write {
                 t: 61.0,
+                sent: None,
                 object: "team/Welcome/hi".into(),
                 admitted: false,
                 stored: None,
@@ -491,6 +534,7 @@ mod tests {
         // A leader killed does not excuse a refused admission either.
         events[5] = Event::Write {
             t: 52.0,
+            sent: None,
             object: "team/Memcached/cache".into(),
             admitted: true,
             stored: Some(false),

@@ -7,16 +7,11 @@
 //! `KUBESTEER_FLOOD_RESULT=FILE` they are written there too (bench/scripts/webhook-memory-chart.sh
 //! keeps them in bench/results/).
 use std::path::PathBuf;
-use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{bail, ensure, Context, Result};
-use base64::Engine as _;
 use kubesteer_tests::release::Release;
-use kubesteer_tests::{
-    apiserver_client_ca, eventually, kubectl_ok, output_within, repo_root, target_dir,
-    workspace_bin,
-};
+use kubesteer_tests::{eventually, output_within};
 use serde_json::Value;
 
 /// How long the flood lasts, as the issue asks.
@@ -67,55 +62,7 @@ fn a_minute_of_4_mib_bodies_restarts_no_webhook_pod() -> Result<()> {
     )
     .with_context(|| release.describe())?;
 
-    let service = format!("svc/{}-webhook", release.fullname());
-    let ip = kubectl_ok(
-        &[
-            "get",
-            &service,
-            "-n",
-            &release.namespace,
-            "-o",
-            "jsonpath={.spec.clusterIP}",
-        ],
-        None,
-    )?;
-    let client_dir = apiserver_client_ca()
-        .and_then(|ca| ca.parent().map(PathBuf::from))
-        .context("this cluster's apiserver presents no client certificate (hack/cluster.sh)")?;
-    let work = target_dir().join("e2e").join("flood");
-    std::fs::create_dir_all(&work)?;
-    let ca = work.join("ca.crt");
-    let pem = base64::engine::general_purpose::STANDARD.decode(release.secret_ca()?.trim())?;
-    std::fs::write(&ca, pem)?;
-
-    let bodies = repo_root().join("bench/bodies");
-    let mut bench = Command::new(workspace_bin("kubesteer-bench"));
-    bench
-        .arg("webhook-memory")
-        .args(["--addr", &format!("{}:443", ip.trim())])
-        .args([
-            "--server-name",
-            &format!("{}-webhook.{}.svc", release.fullname(), release.namespace),
-        ])
-        .arg("--ca")
-        .arg(&ca)
-        .arg("--client-cert")
-        .arg(client_dir.join("client.crt"))
-        .arg("--client-key")
-        .arg(client_dir.join("client.key"))
-        .args(["--attackers", &ATTACKERS.to_string()])
-        .args(["--body-bytes", &BODY_BYTES.to_string()])
-        .args(["--seconds", &FLOOD_SECONDS.to_string()])
-        .arg("--review")
-        .arg(format!(
-            "/validate/memcacheds={}",
-            bodies.join("memcached.json").display()
-        ))
-        .arg("--review")
-        .arg(format!(
-            "/mutate/scalers={}",
-            bodies.join("scaler.json").display()
-        ));
+    let mut bench = release.flood_command(ATTACKERS, BODY_BYTES, FLOOD_SECONDS)?;
     for (_, _, cgroup) in &pods {
         bench.arg("--cgroup").arg(cgroup);
     }
