@@ -158,6 +158,10 @@ impl Component {
             .with_context(|| format!("starting {:?} again", self.argv[0]))?;
         // kwokctl stops the cluster by these pid files.
         std::fs::write(&self.pid_file, child.id().to_string())?;
+        // Reaped when it exits: a component this process started and a later test kills must
+        // not linger as its zombie (its /proc entry would never go).
+        let mut child = child;
+        std::thread::spawn(move || child.wait());
         Ok(())
     }
 }

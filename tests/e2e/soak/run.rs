@@ -380,6 +380,10 @@ fn faults_lose_nothing() -> Result<()> {
     let writer = writer
         .join()
         .map_err(|_| anyhow::anyhow!("the writer panicked"))?;
+    if let Some(e) = fault_error {
+        stop_observer.store(true, Ordering::Relaxed);
+        return Err(e.context(release.describe()));
+    }
     let ns = release.user_ns.clone();
     until_written(
         &history,
@@ -487,9 +491,6 @@ fn faults_lose_nothing() -> Result<()> {
     actor?;
     writer?;
     observer?;
-    if let Some(e) = fault_error {
-        return Err(e.context(release.describe()));
-    }
     ensure!(
         violations.is_empty(),
         "{} violations in {} (the first are above)",
