@@ -15,7 +15,8 @@ mkdir -p target/e2e/soak
 export KUBESTEER_E2E_GROUPS=soak::run::
 export KUBESTEER_SOAK_DURATION=${seconds}s
 export KUBESTEER_SOAK_TARGETS=${TARGETS:-200}
-export KUBESTEER_SOAK_MIN_FAULTS=5
+MIN_FAULTS=5
+export KUBESTEER_SOAK_MIN_FAULTS=$MIN_FAULTS
 export KUBESTEER_SOAK_SEED=${SEED:-}
 export KUBESTEER_SOAK_REPORT=$root/target/e2e/soak/report.json
 # The faults go on until every kind has had 5 turns, then the end waits for every target.

@@ -721,6 +721,64 @@ fn rows() -> Vec<Row> {
         "kubesteer_runtime::scale::MISSING_TTL",
     ));
 
+    // docs/soak.md
+    let f = "docs/soak.md";
+    let (v, s) = shell("hack/soak.sh", "DURATION");
+    rows.push(row(f, "$ make soak # ", v, " of faults", s));
+    let (v, s) = shell("hack/soak.sh", "TARGETS");
+    rows.push(row(
+        f,
+        " of faults, ",
+        v,
+        " targets, each fault kind at least",
+        s,
+    ));
+    let (v, s) = shell("hack/soak.sh", "MIN_FAULTS");
+    rows.push(row(f, "each fault kind at least ", v, " times", s));
+    rows.push(row(
+        f,
+        "`make test` runs a short soak (",
+        crate::soak::SHORT_DURATION.as_secs() / 60,
+        " minutes of faults,",
+        "kubesteer_tests::soak::SHORT_DURATION",
+    ));
+    rows.push(row(
+        f,
+        " minutes of faults, ",
+        crate::soak::SHORT_TARGETS,
+        " targets) as the last",
+        "kubesteer_tests::soak::SHORT_TARGETS",
+    ));
+    let gap = crate::soak::FAULT_GAP_SECONDS;
+    rows.push(row(
+        f,
+        "one at a time, ",
+        format!("{} to {}", gap.start(), gap.end()),
+        " s apart",
+        "kubesteer_tests::soak::FAULT_GAP_SECONDS",
+    ));
+    rows.push(row(
+        f,
+        "SIGSTOP for ",
+        secs(crate::soak::FAULT_HELD),
+        " s, then SIGCONT",
+        "kubesteer_tests::soak::FAULT_HELD",
+    ));
+    rows.push(row(
+        f,
+        "| hostile bodies | ",
+        crate::soak::FLOOD_CLIENTS,
+        " clients send 4 MiB",
+        "kubesteer_tests::soak::FLOOD_CLIENTS",
+    ));
+    rows.push(row(
+        f,
+        "a target read when no fault was active for ",
+        secs(Duration::from_secs_f64(crate::soak::GRACE_SECONDS)),
+        " s, and",
+        "kubesteer_tests::soak::GRACE_SECONDS",
+    ));
+
     // docs/upgrading.md
     let f = "docs/upgrading.md";
     let (v, s) = shell("hack/registry.sh", "KUBESTEER_REGISTRY_PORT");

@@ -127,7 +127,14 @@ impl Component {
             Duration::from_secs(30),
             Duration::from_millis(20),
             &format!("{name} stopped"),
-            || Ok((!proc.exists()).then_some(())),
+            // Gone, or a zombie of this process: one it started itself (a second restart).
+            || {
+                let state = std::fs::read_to_string(proc.join("stat")).unwrap_or_default();
+                let zombie = state
+                    .rsplit_once(") ")
+                    .is_some_and(|(_, rest)| rest.starts_with('Z'));
+                Ok((!proc.exists() || zombie).then_some(()))
+            },
         )?;
         Ok(Self {
             argv,
@@ -158,10 +165,7 @@ impl Component {
             .with_context(|| format!("starting {:?} again", self.argv[0]))?;
         // kwokctl stops the cluster by these pid files.
         std::fs::write(&self.pid_file, child.id().to_string())?;
-        // Reaped when it exits: a component this process started and a later test kills must
-        // not linger as its zombie (its /proc entry would never go).
-        let mut child = child;
-        std::thread::spawn(move || child.wait());
+        drop(child);
         Ok(())
     }
 }

@@ -18,6 +18,19 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+/// How long after a fault, or after what a target should be at changed, the soak's checker
+/// wants it there.
+pub const GRACE_SECONDS: f64 = 20.0;
+/// The short soak `make test` runs: faults for this long, over this many targets.
+pub const SHORT_DURATION: std::time::Duration = std::time::Duration::from_secs(300);
+pub const SHORT_TARGETS: usize = 40;
+/// How long a paused kubelet, a degraded network or a flood lasts.
+pub const FAULT_HELD: std::time::Duration = std::time::Duration::from_secs(12);
+/// The pause before each fault, in seconds.
+pub const FAULT_GAP_SECONDS: std::ops::RangeInclusive<u64> = 15..=35;
+/// The clients a hostile-bodies fault runs.
+pub const FLOOD_CLIENTS: usize = 16;
+
 /// One line of a soak's history. Times are seconds since the soak started.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]

@@ -21,8 +21,7 @@ pub const KINDS: [Fault; 7] = [
     Fault::HostileBodies,
 ];
 
-/// How long a pause, a network fault or a flood lasts.
-const HELD: Duration = Duration::from_secs(12);
+const HELD: Duration = kubesteer_tests::soak::FAULT_HELD;
 
 /// Injects `kind` at `at` (a Unix time; a leader killed at a window's boundary is killed in the
 /// middle of a transition), or now, and records it; fails when the system did not come back.
@@ -204,7 +203,11 @@ fn slow_network() -> Result<()> {
 
 /// 16 clients send 4 MiB bodies to the webhook Service, as the flood test does, for a while.
 fn flood(release: &Release) -> Result<()> {
-    let mut bench = release.flood_command(16, 4 * 1024 * 1024, HELD.as_secs())?;
+    let mut bench = release.flood_command(
+        kubesteer_tests::soak::FLOOD_CLIENTS,
+        4 * 1024 * 1024,
+        HELD.as_secs(),
+    )?;
     let out = output_within(
         &mut bench,
         None,

@@ -22,8 +22,7 @@ use kubesteer_tests::{eventually_every, kubectl_ok, now_seconds, target_dir};
 use super::faults::{inject, KINDS};
 use super::workload::{read_targets, write, Kind, Plan, Shape, Writer, LABEL};
 
-/// How long after a fault, or after what a target should be at changed, it must be there.
-const GRACE: f64 = 20.0;
+const GRACE: f64 = kubesteer_tests::soak::GRACE_SECONDS;
 
 struct Settings {
     duration: Duration,
@@ -39,7 +38,7 @@ impl Settings {
         let duration = match var("KUBESTEER_SOAK_DURATION") {
             Some(d) => humantime::parse_duration(&d)
                 .with_context(|| format!("KUBESTEER_SOAK_DURATION={d}"))?,
-            None => Duration::from_secs(300),
+            None => kubesteer_tests::soak::SHORT_DURATION,
         };
         let seed = match var("KUBESTEER_SOAK_SEED") {
             Some(s) => s
@@ -59,7 +58,10 @@ impl Settings {
         Ok(Self {
             duration,
             seed,
-            targets: number("KUBESTEER_SOAK_TARGETS", 40)?,
+            targets: number(
+                "KUBESTEER_SOAK_TARGETS",
+                kubesteer_tests::soak::SHORT_TARGETS,
+            )?,
             min_faults: number("KUBESTEER_SOAK_MIN_FAULTS", 1)?,
             history,
         })
@@ -346,7 +348,9 @@ fn faults_lose_nothing() -> Result<()> {
             counts.get(&format!("{k:?}")).copied().unwrap_or_default() < settings.min_faults
         })
     {
-        std::thread::sleep(Duration::from_secs(rng.u64(15..=35)));
+        std::thread::sleep(Duration::from_secs(
+            rng.u64(kubesteer_tests::soak::FAULT_GAP_SECONDS),
+        ));
         if bag.is_empty() {
             bag = KINDS.to_vec();
             rng.shuffle(&mut bag);
