@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::{bail, ensure, Context, Result};
 use kubesteer_tests::release::{Release, REAL_NODE};
 use kubesteer_tests::soak::{Event, Fault, History};
-use kubesteer_tests::{eventually, kubectl_ok, output_within, restart, Paused};
+use kubesteer_tests::{eventually, jsonpath, kubectl_ok, output_within, restart, Paused};
 
 /// Every kind, in the order a round of the soak shuffles.
 pub const KINDS: [Fault; 7] = [
@@ -40,7 +40,7 @@ pub fn inject(
     }
     let start = history.now();
     let outcome = match kind {
-        Fault::ControllerLeaderKilled => kill_leader(release),
+        Fault::ControllerLeaderKilled => kill_leader(release, rng.bool()),
         Fault::WebhookPodKilled => kill_webhook_pod(release, rng),
         Fault::ApiserverRestarted => restart("kube-apiserver"),
         Fault::EtcdRestarted => restart("etcd"),
@@ -56,9 +56,46 @@ pub fn inject(
     outcome.with_context(|| format!("the fault {kind:?}"))
 }
 
-fn kill_leader(release: &Release) -> Result<()> {
+/// The leader's pod force-deleted, or (`crash`) its process SIGKILLed on the node, which the
+/// kubelet then restarts in the same pod: no chance to give the Lease back, so the standby waits
+/// for it to run out.
+fn kill_leader(release: &Release, crash: bool) -> Result<()> {
     let leader = release.lease_holder()?;
     ensure!(!leader.is_empty(), "no controller holds the Lease");
+    if crash {
+        let restarts = restart_count(release, &leader)?;
+        let id = jsonpath(
+            &release.namespace,
+            &format!("pod/{leader}"),
+            "{.status.containerStatuses[0].containerID}",
+        )?;
+        let id = id
+            .trim()
+            .strip_prefix("containerd://")
+            .with_context(|| format!("pod {leader} runs no containerd container: {id}"))?
+            .to_string();
+        // hack/node.sh runs each container in the cgroup /k8s.io/<container id>.
+        let procs = ["pids", "memory", "cpu"]
+            .iter()
+            .map(|c| format!("/sys/fs/cgroup/{c}/k8s.io/{id}/cgroup.procs"))
+            .find_map(|f| std::fs::read_to_string(f).ok())
+            .with_context(|| format!("no cgroup of container {id}"))?;
+        for pid in procs.split_whitespace() {
+            let pid: u32 = pid
+                .parse()
+                .with_context(|| format!("a pid of {id}: {pid}"))?;
+            kubesteer_tests::send_signal(pid, "KILL")?;
+        }
+        eventually(
+            Duration::from_secs(90),
+            "the leader's container restarted",
+            || Ok((restart_count(release, &leader)? > restarts).then_some(())),
+        )?;
+        eventually(Duration::from_secs(60), "a Lease holder", || {
+            Ok((!release.lease_holder()?.is_empty()).then_some(()))
+        })?;
+        return both_ready(release, "controller", "");
+    }
     kubectl_ok(
         &[
             "delete",
@@ -77,6 +114,17 @@ fn kill_leader(release: &Release) -> Result<()> {
         Ok((!holder.is_empty() && holder != leader).then_some(()))
     })?;
     both_ready(release, "controller", &leader)
+}
+
+fn restart_count(release: &Release, pod: &str) -> Result<u64> {
+    let n = jsonpath(
+        &release.namespace,
+        &format!("pod/{pod}"),
+        "{.status.containerStatuses[0].restartCount}",
+    )?;
+    n.trim()
+        .parse()
+        .with_context(|| format!("pod {pod}'s restart count: {n}"))
 }
 
 fn kill_webhook_pod(release: &Release, rng: &mut fastrand::Rng) -> Result<()> {
