@@ -82,6 +82,17 @@ impl Drop for Paused {
     }
 }
 
+/// The components this process started again ([`Component::start`]): once killed, each is
+/// reaped here, or its /proc entry would stay (a zombie) and a second restart would wait for it.
+static STARTED: std::sync::Mutex<Vec<std::process::Child>> = std::sync::Mutex::new(Vec::new());
+
+/// Reaps the started components that have exited.
+fn reap_started() {
+    if let Ok(mut started) = STARTED.lock() {
+        started.retain_mut(|child| matches!(child.try_wait(), Ok(None)));
+    }
+}
+
 /// One process of the local control plane, as kwokctl started it: enough to start it again.
 pub(crate) struct Component {
     argv: Vec<std::ffi::OsString>,
@@ -127,13 +138,9 @@ impl Component {
             Duration::from_secs(30),
             Duration::from_millis(20),
             &format!("{name} stopped"),
-            // Gone, or a zombie of this process: one it started itself (a second restart).
             || {
-                let state = std::fs::read_to_string(proc.join("stat")).unwrap_or_default();
-                let zombie = state
-                    .rsplit_once(") ")
-                    .is_some_and(|(_, rest)| rest.starts_with('Z'));
-                Ok((!proc.exists() || zombie).then_some(()))
+                reap_started();
+                Ok((!proc.exists()).then_some(()))
             },
         )?;
         Ok(Self {
@@ -165,7 +172,9 @@ impl Component {
             .with_context(|| format!("starting {:?} again", self.argv[0]))?;
         // kwokctl stops the cluster by these pid files.
         std::fs::write(&self.pid_file, child.id().to_string())?;
-        drop(child);
+        if let Ok(mut started) = STARTED.lock() {
+            started.push(child);
+        }
         Ok(())
     }
 }

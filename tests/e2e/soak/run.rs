@@ -155,7 +155,7 @@ fn act(plan: &Mutex<Plan>, history: &History, rng: &mut fastrand::Rng) -> Result
     let yaml = {
         let mut p = lock()?;
         let s = &mut p.scalers[scaler];
-        let cron = s.replicas == 0;
+        let sleepers = s.replicas == 0;
         // An override that has ended is left out of the next write (one in the past is denied).
         if s.overridden
             .is_some_and(|(_, until)| (until as f64) < now + 5.0)
@@ -171,11 +171,11 @@ fn act(plan: &Mutex<Plan>, history: &History, rng: &mut fastrand::Rng) -> Result
                 s.exists = true;
                 Some(p.scaler_yaml(scaler))
             }
-            6..=7 if s.exists && !cron => {
+            6..=7 if s.exists && !sleepers => {
                 s.replicas = if s.replicas == 3 { 4 } else { 3 };
                 Some(p.scaler_yaml(scaler))
             }
-            8..=9 if s.exists && !cron && s.overridden.is_none() => {
+            8..=9 if s.exists && !sleepers && s.overridden.is_none() => {
                 s.overridden = Some((2, (now as i64) + rng.i64(40..=90)));
                 Some(p.scaler_yaml(scaler))
             }

@@ -21,7 +21,11 @@ const GROUP: &str = "kubesteer-soak/group";
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     Deployment,
+    /// The kinds without `/scale` that sleep while their Scaler says 0 (suspended, or a
+    /// DaemonSet scheduled nowhere): read as 1 awake, 0 asleep.
     CronJob,
+    Job,
+    DaemonSet,
 }
 
 impl Kind {
@@ -29,9 +33,21 @@ impl Kind {
         match self {
             Kind::Deployment => "Deployment",
             Kind::CronJob => "CronJob",
+            Kind::Job => "Job",
+            Kind::DaemonSet => "DaemonSet",
+        }
+    }
+
+    fn api_version(self) -> &'static str {
+        match self {
+            Kind::Deployment | Kind::DaemonSet => "apps/v1",
+            Kind::CronJob | Kind::Job => "batch/v1",
         }
     }
 }
+
+/// The sleeping kinds, in the order a sleeping group's targets take them.
+const SLEEPERS: [Kind; 3] = [Kind::CronJob, Kind::Job, Kind::DaemonSet];
 
 #[derive(Debug, Clone)]
 pub struct Target {
@@ -161,13 +177,9 @@ impl Plan {
         while plan.targets.len() < shape.targets {
             let index = plan.scalers.len();
             let size = rng.usize(4..=8).min(shape.targets - plan.targets.len());
-            let kind = if index % 5 == 4 {
-                Kind::CronJob
-            } else {
-                Kind::Deployment
-            };
-            let hold = kind == Kind::Deployment && index % 5 == 3;
-            let by_selector = kind == Kind::Deployment && index % 5 == 2;
+            let sleepers = index % 5 == 4;
+            let hold = index % 5 == 3;
+            let by_selector = index % 5 == 2;
             // Windows of 1 or 2 minutes every 2 or 3, at most 20 (the CRD's cap) over the run.
             let mut period = rng.i64(2..=3);
             while minutes / period > 19 {
@@ -182,10 +194,15 @@ impl Plan {
                 .collect();
             let targets = (0..size)
                 .map(|i| {
+                    let kind = if sleepers {
+                        SLEEPERS[i % SLEEPERS.len()]
+                    } else {
+                        Kind::Deployment
+                    };
                     plan.targets.push(Target {
                         name: format!("t{index}-{i}"),
                         kind,
-                        own: if kind == Kind::CronJob {
+                        own: if kind != Kind::Deployment {
                             1
                         } else if hold {
                             HELD_AT
@@ -203,7 +220,7 @@ impl Plan {
                 targets,
                 group: by_selector.then(|| format!("g{index}")),
                 hold,
-                replicas: if kind == Kind::CronJob { 0 } else { 3 },
+                replicas: if sleepers { 0 } else { 3 },
                 windows,
                 exists: false,
                 overridden: None,
@@ -261,6 +278,19 @@ impl Plan {
                                  "spec": {"restartPolicy": "Never",
                                           "containers": [{"name": "c", "image": "nginx"}]}}}}},
                 }),
+                // Its pod runs on a kwok node until the Job is suspended.
+                Kind::Job => serde_json::json!({
+                    "apiVersion": "batch/v1", "kind": "Job",
+                    "metadata": {"name": target.name, "labels": labels},
+                    "spec": {"suspend": false, "backoffLimit": 100,
+                             "template": {"spec": {"restartPolicy": "Never",
+                                                   "containers": [{"name": "c", "image": "nginx"}]}}},
+                }),
+                Kind::DaemonSet => serde_json::json!({
+                    "apiVersion": "apps/v1", "kind": "DaemonSet",
+                    "metadata": {"name": target.name, "labels": labels},
+                    "spec": {"selector": {"matchLabels": {"app": target.name}}, "template": pod},
+                }),
             });
         }
         serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items}).to_string()
@@ -278,11 +308,8 @@ impl Plan {
                     .iter()
                     .map(|t| {
                         let t = &self.targets[*t];
-                        let api = match t.kind {
-                            Kind::Deployment => "apps/v1",
-                            Kind::CronJob => "batch/v1",
-                        };
-                        serde_json::json!({"apiVersion": api, "kind": t.kind.name(), "name": t.name})
+                        serde_json::json!({"apiVersion": t.kind.api_version(), "kind": t.kind.name(),
+                                           "name": t.name})
                     })
                     .collect();
                 spec["scaleTargetRefs"] = refs.into();
@@ -355,7 +382,7 @@ pub fn read_targets(ns: &str) -> Result<Vec<Seen>> {
     let run = kubectl(
         &[
             "get",
-            "deployments,cronjobs",
+            "deployments,cronjobs,jobs,daemonsets",
             "-n",
             ns,
             "-l",
