@@ -248,7 +248,13 @@ pub fn check(history: &[(usize, Event)], rules: Rules) -> Vec<Violation> {
                 let Some(&(expect_line, since, wanted)) = expected.get(target.as_str()) else {
                     continue;
                 };
+                // A target is always read with its replicas (1 or 0 for the kinds that sleep).
                 let Some(replicas) = replicas else {
+                    violations.push(Violation {
+                        rule: "converged",
+                        message: format!("{target} read without replicas"),
+                        lines: vec![line],
+                    });
                     continue;
                 };
                 if let (None, Some(scaled)) = (recorded, wanted) {
@@ -449,6 +455,19 @@ mod tests {
         assert!(parse("{\"event\": \"nope\"}")
             .unwrap_err()
             .starts_with("history line 1:"));
+    }
+
+    #[test]
+    fn a_target_read_without_replicas_is_reported() {
+        let mut events = clean();
+        events[3] = Event::Observed {
+            t: 45.0,
+            target: "team/Deployment/web".into(),
+            replicas: None,
+            recorded: Some(2),
+            finalizers: vec![],
+        };
+        assert_eq!(rules_broken(events), vec!["converged"]);
     }
 
     #[test]

@@ -399,12 +399,12 @@ pub fn read_targets(ns: &str) -> Result<Vec<Seen>> {
     for item in list["items"].as_array().into_iter().flatten() {
         let kind = item["kind"].as_str().unwrap_or_default();
         let name = item["metadata"]["name"].as_str().unwrap_or_default();
+        let asleep = |yes: bool| Some(if yes { 0 } else { 1 });
         let replicas = match kind {
-            "CronJob" => Some(if item["spec"]["suspend"] == true {
-                0
-            } else {
-                1
-            }),
+            "CronJob" | "Job" => asleep(item["spec"]["suspend"] == true),
+            "DaemonSet" => asleep(
+                item["spec"]["template"]["spec"]["nodeSelector"]["kubesteer.io/asleep"].is_string(),
+            ),
             _ => item["spec"]["replicas"]
                 .as_i64()
                 .and_then(|r| i32::try_from(r).ok()),
