@@ -46,6 +46,13 @@ pub struct Args {
     #[arg(long, env = "POD_NAME")]
     pub identity: Option<String>,
 
+    /// Write each Scaler's targets (their replicas and records, HPAs and ScaledObjects) as this
+    /// ServiceAccount of the Scaler's namespace, impersonated, so that the apiserver authorizes
+    /// every write against what that namespace granted it (Flux's multi-tenant model). Unset:
+    /// the controller's own rights, with the Scaler author's rights asked again.
+    #[arg(long, env = "KUBESTEER_IMPERSONATE_SERVICE_ACCOUNT")]
+    pub impersonate_service_account: Option<String>,
+
     /// Watch only this namespace instead of the whole cluster (operator-sdk's WATCH_NAMESPACE).
     #[arg(long, env = "WATCH_NAMESPACE")]
     pub namespace: Option<String>,

@@ -84,6 +84,11 @@ pub async fn run(args: Args) -> Result<()> {
     );
 
     let identity = args.identity();
+    let acting = Arc::new(scaler::acting::Acting::impersonating(
+        client.clone(),
+        config.clone(),
+        args.impersonate_service_account.clone(),
+    ));
     let ctx = Arc::new(Context::new(
         client.clone(),
         metrics.clone(),
@@ -92,7 +97,7 @@ pub async fn run(args: Args) -> Result<()> {
         Caches::empty(),
     ));
     if args.leader_election {
-        let lead = |stop| controllers(ctx.clone(), &args, &health, stop);
+        let lead = |stop| controllers(ctx.clone(), acting.clone(), &args, &health, stop);
         let on_leading: lease::OnLeading = {
             let metrics = metrics.clone();
             Arc::new(move |leading| metrics.set_leading(leading))
@@ -101,7 +106,7 @@ pub async fn run(args: Args) -> Result<()> {
         lease::run_while_leading(config, at, identity, on_leading, &health, shutdown, lead).await?;
     } else {
         ctx.metrics.set_leading(true);
-        controllers(ctx, &args, &health, shutdown).await;
+        controllers(ctx, acting, &args, &health, shutdown).await;
     }
     match server.await {
         Ok(Ok(())) => {}
@@ -391,6 +396,7 @@ async fn owned<K: Owner>(
 /// `health` for as long as the run lasts.
 pub async fn controllers(
     base: Arc<Context>,
+    acting: Arc<scaler::acting::Acting>,
     args: &Args,
     health: &Health,
     stop: watch::Receiver<bool>,
@@ -423,7 +429,7 @@ pub async fn controllers(
     // deleted, a target added or dropped or given back), the others that claim one of those
     // targets are reconciled at once, so a younger one takes over when the owner lets go.
     let (claims_changed, reconcile_claimants) = futures::channel::mpsc::unbounded();
-    let scaler_ctx = Arc::new(scaler::ScalerContext::new(ctx.clone()));
+    let scaler_ctx = Arc::new(scaler::ScalerContext::new(ctx.clone()).acting(acting));
     let mut follow = kubesteer_runtime::claims::follow(&scaler_ctx.claims);
     // Any Deployment or StatefulSet may be a target, so all are watched (whole, trimmed to
     // what a reconcile reads) from the first Scaler seen, as is every other kind a selector

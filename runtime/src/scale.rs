@@ -123,7 +123,7 @@ impl RestMapper {
     /// Sets the replicas of `namespace/name` through `/scale`, conditional on the
     /// `resource_version` read when given (a concurrent change is a 409 to retry on a fresh read).
     pub async fn set_replicas(
-        &self,
+        client: &Client,
         resource: &ApiResource,
         namespace: &str,
         name: &str,
@@ -131,8 +131,7 @@ impl RestMapper {
         resource_version: Option<&str>,
         params: &PatchParams,
     ) -> Result<Scale, kube::Error> {
-        let api: Api<DynamicObject> =
-            Api::namespaced_with(self.client.clone(), namespace, resource);
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, resource);
         let mut patch = serde_json::json!({"spec": {"replicas": replicas}});
         if let Some(rv) = resource_version {
             patch["metadata"] = serde_json::json!({"resourceVersion": rv});

@@ -1804,3 +1804,71 @@ fn a_release_with_provided_certificates_serves_them() -> Result<()> {
     eprintln!("provided-mode renewal: {admitted} writes admitted, 0 failed");
     Ok(())
 }
+
+/// With `controller.impersonation.serviceAccount`, the chart's controller writes each Scaler's
+/// targets as that ServiceAccount of the Scaler's namespace: what the account may patch is
+/// scaled, what it may not is refused by the apiserver itself, naming the account, and nothing
+/// is written to it.
+#[test]
+fn an_impersonating_controller_writes_as_the_scalers_namespace_account() -> Result<()> {
+    let release = Release::install(
+        "imp",
+        &["--set", "controller.impersonation.serviceAccount=scaler"],
+    )?;
+    let n = release.user_ns.clone();
+    let n = n.as_str();
+    release.create_deployment("web")?;
+    release.create_deployment("db")?;
+    kubectl_ok(&["create", "serviceaccount", "scaler", "-n", n], None)?;
+    // The namespace's owners let it scale web, and only web.
+    kubectl_ok(
+        &[
+            "create",
+            "role",
+            "scale-web",
+            "-n",
+            n,
+            "--verb=get,patch",
+            "--resource=deployments.apps,deployments.apps/scale",
+            "--resource-name=web",
+        ],
+        None,
+    )?;
+    kubectl_ok(
+        &[
+            "create",
+            "rolebinding",
+            "scale-web",
+            "-n",
+            n,
+            "--role=scale-web",
+            &format!("--serviceaccount={n}:scaler"),
+        ],
+        None,
+    )?;
+    let run = release.apply(&format!(
+        "apiVersion: kubesteer.io/v1beta1\nkind: Scaler\nmetadata: {{name: both}}\nspec:\n  scaleTargetRefs:\n    - {{apiVersion: apps/v1, kind: Deployment, name: web}}\n    - {{apiVersion: apps/v1, kind: Deployment, name: db}}\n  windows: [{}]\n",
+        window(-1, 2, 3)
+    ))?;
+    ensure!(run.ok, "{run:?}");
+    user_wait(&release, "deployment/web", "{.spec.replicas}", "3")?;
+    let account = format!("system:serviceaccount:{n}:scaler");
+    eventually(
+        Duration::from_secs(60),
+        "db's status entry refused as the namespace's account",
+        || {
+            let error = user_get(
+                &release,
+                "scaler/both",
+                "{.status.targets[?(@.name==\"db\")].error}",
+            )?;
+            Ok((error.contains("forbidden") && error.contains(&account)).then_some(()))
+        },
+    )
+    .with_context(|| release.describe())?;
+    ensure!(
+        user_get(&release, "deployment/db", "{.spec.replicas}")? == "1",
+        "db was scaled although the account may not"
+    );
+    Ok(())
+}

@@ -34,6 +34,7 @@ use crate::{is_status, Error, Result};
 use futures::StreamExt;
 use workload::*;
 
+pub mod acting;
 mod boundary;
 mod decide;
 pub mod inventory;

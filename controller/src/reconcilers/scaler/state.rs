@@ -8,6 +8,7 @@ use std::sync::Arc;
 use kubesteer_api::scaler::claims::Claims;
 use kubesteer_runtime::scale::RestMapper;
 
+use super::acting::Acting;
 use super::boundary::Gate;
 use super::inventory::Inventory;
 use super::rights::Rights;
@@ -26,18 +27,26 @@ pub struct ScalerContext {
     pub boundary: Gate,
     /// Whether the Scalers' authors still hold their rights, asked briefly kept.
     pub rights: Rights,
+    /// Whose rights the writes to targets go with.
+    pub acting: Arc<Acting>,
 }
 
 impl ScalerContext {
     pub fn new(base: Arc<Context>) -> Self {
         Self {
             mapper: Arc::new(RestMapper::new(base.client.clone())),
-            base,
             claims: Claims::default(),
             inventory: Inventory::default(),
             boundary: Gate::default(),
             rights: Rights::default(),
+            acting: Arc::new(Acting::own(base.client.clone())),
+            base,
         }
+    }
+
+    /// This context, its writes to targets going through `acting`.
+    pub fn acting(self, acting: Arc<Acting>) -> Self {
+        Self { acting, ..self }
     }
 }
 

@@ -210,27 +210,28 @@ pub(super) async fn hpa_named(
 /// Writes `change` to the target as read (`current`): for the apps/v1 workloads the record and
 /// the replicas in one merge patch; for other kinds the record before the replicas (through
 /// `/scale`), or after them on a restore. Returns the target as written.
+/// `client` is whose rights the writes go with ([`super::acting`]).
 pub(super) async fn write_target(
     ctx: &ScalerContext,
+    client: &kube::Client,
     resource: &ApiResource,
     target: &Target,
     current: &Current,
     change: &TargetChange,
 ) -> std::result::Result<Current, kube::Error> {
-    let api: Api<DynamicObject> =
-        Api::namespaced_with(ctx.client.clone(), &target.namespace, resource);
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &target.namespace, resource);
     let mut written = current.clone();
     let scale = |to: i32, rv: Option<String>| async move {
-        ctx.mapper
-            .set_replicas(
-                resource,
-                &target.namespace,
-                &target.name,
-                to,
-                rv.as_deref(),
-                &write_params(),
-            )
-            .await
+        kubesteer_runtime::scale::RestMapper::set_replicas(
+            client,
+            resource,
+            &target.namespace,
+            &target.name,
+            to,
+            rv.as_deref(),
+            &write_params(),
+        )
+        .await
     };
     // Where /scale is the object's spec.replicas, the record and the replicas go in one write:
     // one round trip less at a boundary, and no moment with one written and not the other.

@@ -309,24 +309,29 @@ async fn write_changes(
     done: &mut Vec<(&'static str, String)>,
 ) -> Result<Option<Current>> {
     let mut now = found.current.clone();
+    let client = ctx
+        .acting
+        .client(owner.metadata.namespace.as_deref().unwrap_or_default())?;
     for (via, change) in &changes.list {
         let patch = change.record.clone().unwrap_or_default();
         let written = match via {
             Via::Autoscaler(hpa) => {
                 let api: Api<HorizontalPodAutoscaler> =
-                    Api::namespaced(ctx.client.clone(), &target.namespace);
+                    Api::namespaced(client.clone(), &target.namespace);
                 api.patch(hpa, &write_params(), &Patch::Merge(patch))
                     .await
                     .map(|_| now.clone())
             }
             Via::ScaledObject(name) => {
                 let api: Api<DynamicObject> =
-                    Api::namespaced_with(ctx.client.clone(), &target.namespace, &scaled_objects());
+                    Api::namespaced_with(client.clone(), &target.namespace, &scaled_objects());
                 api.patch(name, &write_params(), &Patch::Merge(patch))
                     .await
                     .map(|_| now.clone())
             }
-            Via::Target => write_target(ctx, resource, target, &found.current, change).await,
+            Via::Target => {
+                write_target(ctx, &client, resource, target, &found.current, change).await
+            }
         };
         match written {
             Ok(written) => {
