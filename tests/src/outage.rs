@@ -18,12 +18,17 @@ pub(crate) fn cluster_dir() -> PathBuf {
 /// The pid file of the local control plane's `name` (e.g. `kube-apiserver`), and the pid in it.
 fn pid_of(name: &str) -> Result<(PathBuf, u32)> {
     let pid_file = cluster_dir().join(format!("pids/{name}.pid"));
-    let pid = std::fs::read_to_string(&pid_file)
-        .with_context(|| format!("reading {}", pid_file.display()))?
+    let pid = read_pid(&pid_file)?;
+    Ok((pid_file, pid))
+}
+
+/// The pid a pid file holds.
+fn read_pid(file: &std::path::Path) -> Result<u32> {
+    std::fs::read_to_string(file)
+        .with_context(|| format!("reading {}", file.display()))?
         .trim()
         .parse()
-        .with_context(|| format!("the pid file of {name}"))?;
-    Ok((pid_file, pid))
+        .with_context(|| format!("the pid in {}", file.display()))
 }
 
 /// Sends `SIG<signal>` to `pid`, the local control plane's `name`.
@@ -48,13 +53,10 @@ impl Paused {
 
     /// A process of the cluster's real node (hack/node.sh), e.g. `kubelet`, stopped in place.
     pub fn node(name: &'static str) -> Result<Self> {
-        let pid_file = state_dir().join(format!("node/{name}.pid"));
-        let pid = std::fs::read_to_string(&pid_file)
-            .with_context(|| format!("reading {}", pid_file.display()))?
-            .trim()
-            .parse()
-            .with_context(|| format!("the pid file of the node's {name}"))?;
-        Self::pid(name, pid)
+        Self::pid(
+            name,
+            read_pid(&state_dir().join(format!("node/{name}.pid")))?,
+        )
     }
 
     fn pid(name: &'static str, pid: u32) -> Result<Self> {

@@ -22,6 +22,20 @@ pub fn image() -> (String, String) {
 /// applied, shared by every release of the cluster, not the release's own.
 pub const SHARED_CRDS: [&str; 2] = ["--set", "crds.enabled=false"];
 
+/// The real node's Ready condition: "True" when its kubelet reports in.
+pub fn real_node_ready() -> Result<String> {
+    kubectl_ok(
+        &[
+            "get",
+            "node",
+            REAL_NODE,
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
+        ],
+        None,
+    )
+}
+
 /// One release of the chart, installed for real, admitting only the namespaces it labels and
 /// reconciling only its user namespace, so tests never affect each other.
 pub struct Release {
@@ -54,17 +68,8 @@ impl Release {
         extra: &[&str],
         prepare: impl FnOnce(&Release) -> Result<Vec<String>>,
     ) -> Result<Self> {
-        let ready = kubectl_ok(
-            &[
-                "get",
-                "node",
-                REAL_NODE,
-                "-o",
-                "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
-            ],
-            None,
-        )
-        .context("no real node: hack/cluster.sh up starts one when run as root")?;
+        let ready = real_node_ready()
+            .context("no real node: hack/cluster.sh up starts one when run as root")?;
         ensure!(ready == "True", "node {REAL_NODE} is not Ready ({ready})");
         // A kubelet and containerd report themselves; a kwok node would say kwok.
         let runtime = kubectl_ok(
@@ -326,6 +331,44 @@ impl Release {
                 bodies.join("scaler.json").display()
             ));
         Ok(bench)
+    }
+
+    /// Runs [`Release::flood_command`] (reading the memory of `cgroups` too) and returns the
+    /// figures it prints.
+    pub fn flood(
+        &self,
+        attackers: usize,
+        body_bytes: usize,
+        seconds: u64,
+        cgroups: &[std::path::PathBuf],
+    ) -> Result<serde_json::Value> {
+        let mut bench = self.flood_command(attackers, body_bytes, seconds)?;
+        for cgroup in cgroups {
+            bench.arg("--cgroup").arg(cgroup);
+        }
+        let out = crate::output_within(
+            &mut bench,
+            None,
+            std::time::Duration::from_secs(seconds + 120),
+            "kubesteer-bench webhook-memory",
+        )?;
+        ensure!(
+            out.status.success(),
+            "kubesteer-bench webhook-memory: {}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(serde_json::from_slice(&out.stdout)?)
+    }
+
+    /// Deletes the pod `name` of the release's namespace without waiting; `force`: at once,
+    /// without a grace period, as a crashed node's pods go.
+    pub fn delete_pod(&self, name: &str, force: bool) -> Result<()> {
+        let mut args = vec!["delete", "pod", "-n", &self.namespace, name, "--wait=false"];
+        if force {
+            args.extend(["--grace-period=0", "--force"]);
+        }
+        kubectl_ok(&args, None).map(drop)
     }
 
     pub fn lease_holder(&self) -> Result<String> {

@@ -9,9 +9,9 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{bail, ensure, Context, Result};
+use anyhow::{ensure, Context, Result};
+use kubesteer_tests::eventually;
 use kubesteer_tests::release::Release;
-use kubesteer_tests::{eventually, output_within};
 use serde_json::Value;
 
 /// How long the flood lasts, as the issue asks.
@@ -62,24 +62,8 @@ fn a_minute_of_4_mib_bodies_restarts_no_webhook_pod() -> Result<()> {
     )
     .with_context(|| release.describe())?;
 
-    let mut bench = release.flood_command(ATTACKERS, BODY_BYTES, FLOOD_SECONDS)?;
-    for (_, _, cgroup) in &pods {
-        bench.arg("--cgroup").arg(cgroup);
-    }
-    let out = output_within(
-        &mut bench,
-        None,
-        Duration::from_secs(FLOOD_SECONDS + 120),
-        "kubesteer-bench webhook-memory",
-    )?;
-    if !out.status.success() {
-        bail!(
-            "kubesteer-bench webhook-memory: {}\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    let figures: Value = serde_json::from_slice(&out.stdout)?;
+    let cgroups: Vec<PathBuf> = pods.iter().map(|(_, _, cgroup)| cgroup.clone()).collect();
+    let figures = release.flood(ATTACKERS, BODY_BYTES, FLOOD_SECONDS, &cgroups)?;
     eprintln!("{}", serde_json::to_string_pretty(&figures)?);
     if let Some(file) = std::env::var_os("KUBESTEER_FLOOD_RESULT") {
         std::fs::write(&file, serde_json::to_string_pretty(&figures)?)?;

@@ -390,17 +390,7 @@ fn webhook_rolling_restart_under_load_fails_no_admission_and_the_leader_hands_ov
         "leader {leader} is not a controller pod"
     );
     let deleted = Instant::now();
-    kubectl_ok(
-        &[
-            "delete",
-            "pod",
-            "-n",
-            &release.namespace,
-            &leader,
-            "--wait=false",
-        ],
-        None,
-    )?;
+    release.delete_pod(&leader, false)?;
     let next = eventually(Duration::from_secs(30), "a new Lease holder", || {
         let holder = release.lease_holder()?;
         Ok((!holder.is_empty() && holder != leader).then_some(holder))

@@ -6,9 +6,9 @@ use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{bail, ensure, Context, Result};
-use kubesteer_tests::release::{Release, REAL_NODE};
+use kubesteer_tests::release::{real_node_ready, Release};
 use kubesteer_tests::soak::{Event, Fault, History};
-use kubesteer_tests::{eventually, jsonpath, kubectl_ok, output_within, restart, Paused};
+use kubesteer_tests::{eventually, jsonpath, output_within, restart, Paused};
 
 /// Every kind, in the order a round of the soak shuffles.
 pub const KINDS: [Fault; 7] = [
@@ -96,19 +96,7 @@ fn kill_leader(release: &Release, crash: bool) -> Result<()> {
         })?;
         return both_ready(release, "controller", "");
     }
-    kubectl_ok(
-        &[
-            "delete",
-            "pod",
-            "-n",
-            &release.namespace,
-            &leader,
-            "--grace-period=0",
-            "--force",
-            "--wait=false",
-        ],
-        None,
-    )?;
+    release.delete_pod(&leader, true)?;
     eventually(Duration::from_secs(60), "a new Lease holder", || {
         let holder = release.lease_holder()?;
         Ok((!holder.is_empty() && holder != leader).then_some(()))
@@ -131,19 +119,7 @@ fn kill_webhook_pod(release: &Release, rng: &mut fastrand::Rng) -> Result<()> {
     let pods = release.pods("webhook")?;
     ensure!(!pods.is_empty(), "no webhook pod");
     let victim = &pods[rng.usize(..pods.len())][0];
-    kubectl_ok(
-        &[
-            "delete",
-            "pod",
-            "-n",
-            &release.namespace,
-            victim,
-            "--grace-period=0",
-            "--force",
-            "--wait=false",
-        ],
-        None,
-    )?;
+    release.delete_pod(victim, true)?;
     both_ready(release, "webhook", victim)
 }
 
@@ -170,17 +146,7 @@ fn pause_kubelet() -> Result<()> {
 
 fn node_ready() -> Result<()> {
     eventually(Duration::from_secs(60), "the real node Ready", || {
-        let ready = kubectl_ok(
-            &[
-                "get",
-                "node",
-                REAL_NODE,
-                "-o",
-                "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
-            ],
-            None,
-        )?;
-        Ok((ready == "True").then_some(()))
+        Ok((real_node_ready()? == "True").then_some(()))
     })
 }
 
@@ -251,23 +217,13 @@ fn slow_network() -> Result<()> {
 
 /// 16 clients send 4 MiB bodies to the webhook Service, as the flood test does, for a while.
 fn flood(release: &Release) -> Result<()> {
-    let mut bench = release.flood_command(
-        kubesteer_tests::soak::FLOOD_CLIENTS,
-        4 * 1024 * 1024,
-        HELD.as_secs(),
-    )?;
-    let out = output_within(
-        &mut bench,
-        None,
-        HELD + Duration::from_secs(60),
-        "kubesteer-bench webhook-memory",
-    )?;
-    if !out.status.success() {
-        bail!(
-            "kubesteer-bench webhook-memory: {}\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    Ok(())
+    let body = 4 * 1024 * 1024;
+    release
+        .flood(
+            kubesteer_tests::soak::FLOOD_CLIENTS,
+            body,
+            HELD.as_secs(),
+            &[],
+        )
+        .map(drop)
 }
