@@ -69,7 +69,7 @@ impl Settings {
 }
 
 /// A Scaler's write, repeated until the apiserver takes it (a fault may refuse it a while); a
-/// denial by the webhook is a failure of the soak itself.
+/// denial by the webhook is a failure of the soak itself, unless the webhook could not decide.
 fn until_written(
     history: &History,
     object: &str,
@@ -82,7 +82,11 @@ fn until_written(
         if run.ok {
             return Ok(());
         }
-        if run.stderr.contains("denied the request") || Instant::now() > deadline {
+        // A denial stands, but for one where the webhook could not ask the apiserver (a
+        // force-deleted webhook pod still answers for a moment, its token already revoked).
+        let denied =
+            run.stderr.contains("denied the request") && !run.stderr.contains("could not check");
+        if denied || Instant::now() > deadline {
             bail!(
                 "kubectl {} for {object}: {}",
                 args.join(" "),
