@@ -757,6 +757,48 @@ fn rows() -> Vec<Row> {
         " s apart",
         "kubesteer_tests::soak::FAULT_GAP_SECONDS",
     ));
+    let range = |r: (String, String)| format!("{} to {}", r.0, r.1);
+    let (group, period) = (crate::soak::GROUP_SIZE, crate::soak::WINDOW_PERIOD_MINUTES);
+    rows.push(row(
+        f,
+        "**Targets**: groups of ",
+        range((group.start().to_string(), group.end().to_string())),
+        ", each under one Scaler",
+        "kubesteer_tests::soak::GROUP_SIZE",
+    ));
+    rows.push(row(
+        f,
+        "Windows are 1 or 2 minutes long, every ",
+        format!("{} or {}", period.start(), period.end()),
+        " minutes, in UTC",
+        "kubesteer_tests::soak::WINDOW_PERIOD_MINUTES",
+    ));
+    let (actor, writer) = (
+        crate::soak::ACTOR_PAUSE_SECONDS,
+        crate::soak::WRITER_PAUSE_SECONDS,
+    );
+    rows.push(row(
+        f,
+        "**The workload**, every ",
+        range((actor.start.to_string(), actor.end.to_string())),
+        " s: a Scaler's",
+        "kubesteer_tests::soak::ACTOR_PAUSE_SECONDS",
+    ));
+    rows.push(row(
+        f,
+        "through the webhook every ",
+        range((writer.start.to_string(), writer.end.to_string())),
+        " s and reads",
+        "kubesteer_tests::soak::WRITER_PAUSE_SECONDS",
+    ));
+    let length = crate::soak::OVERRIDE_SECONDS;
+    rows.push(row(
+        f,
+        "an override of ",
+        range((length.start().to_string(), length.end().to_string())),
+        " s set",
+        "kubesteer_tests::soak::OVERRIDE_SECONDS",
+    ));
     rows.push(row(
         f,
         "SIGSTOP for ",

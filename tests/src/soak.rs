@@ -31,6 +31,15 @@ pub const FAULT_GAP_SECONDS: std::ops::RangeInclusive<u64> = 15..=35;
 /// The clients a hostile-bodies fault runs.
 pub const FLOOD_CLIENTS: usize = 16;
 
+/// The soak's workload: targets per Scaler, minutes between a Scaler's windows (each open
+/// for 1 minute up to one less than that), seconds between the actor's and the writer's
+/// steps, and an override's length in seconds.
+pub const GROUP_SIZE: std::ops::RangeInclusive<usize> = 4..=8;
+pub const WINDOW_PERIOD_MINUTES: std::ops::RangeInclusive<i64> = 2..=3;
+pub const ACTOR_PAUSE_SECONDS: std::ops::Range<u64> = 3..8;
+pub const WRITER_PAUSE_SECONDS: std::ops::Range<u64> = 1..3;
+pub const OVERRIDE_SECONDS: std::ops::RangeInclusive<i64> = 40..=90;
+
 /// One line of a soak's history. Times are seconds since the soak started.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]

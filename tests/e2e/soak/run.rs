@@ -180,7 +180,10 @@ fn act(plan: &Mutex<Plan>, history: &History, rng: &mut fastrand::Rng) -> Result
                 Some(p.scaler_yaml(scaler))
             }
             8..=9 if s.exists && !sleepers && s.overridden.is_none() => {
-                s.overridden = Some((2, (now as i64) + rng.i64(40..=90)));
+                s.overridden = Some((
+                    2,
+                    (now as i64) + rng.i64(kubesteer_tests::soak::OVERRIDE_SECONDS),
+                ));
                 Some(p.scaler_yaml(scaler))
             }
             _ => return Ok(()),
@@ -214,6 +217,11 @@ fn act(plan: &Mutex<Plan>, history: &History, rng: &mut fastrand::Rng) -> Result
         }
     }
     touch(&targets)
+}
+
+/// A range of seconds in milliseconds.
+fn millis(seconds: std::ops::Range<u64>) -> std::ops::Range<u64> {
+    seconds.start * 1000..seconds.end * 1000
 }
 
 /// Runs `step` every `every` (a random pause in that range) until `stop`, its first error kept.
@@ -328,17 +336,25 @@ fn faults_lose_nothing() -> Result<()> {
     };
     let actor = {
         let (plan, history) = (plan.clone(), history.clone());
-        repeat(&stop_actors, settings.seed ^ 1, 3000..8000, move |rng| {
-            act(&plan, &history, rng)
-        })
+        repeat(
+            &stop_actors,
+            settings.seed ^ 1,
+            millis(kubesteer_tests::soak::ACTOR_PAUSE_SECONDS),
+            move |rng| act(&plan, &history, rng),
+        )
     };
     let writer = {
         let history = history.clone();
         let mut writer = Writer::new(&release.user_ns);
-        repeat(&stop_actors, settings.seed ^ 2, 1000..3000, move |rng| {
-            writer.step(&history, rng);
-            Ok(())
-        })
+        repeat(
+            &stop_actors,
+            settings.seed ^ 2,
+            millis(kubesteer_tests::soak::WRITER_PAUSE_SECONDS),
+            move |rng| {
+                writer.step(&history, rng);
+                Ok(())
+            },
+        )
     };
 
     // Faults, one after another, each kind in turn in a seeded order, until the duration is over

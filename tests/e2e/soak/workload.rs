@@ -176,12 +176,14 @@ impl Plan {
         let minutes = (last_minute - first_minute).max(1);
         while plan.targets.len() < shape.targets {
             let index = plan.scalers.len();
-            let size = rng.usize(4..=8).min(shape.targets - plan.targets.len());
+            let size = rng
+                .usize(kubesteer_tests::soak::GROUP_SIZE)
+                .min(shape.targets - plan.targets.len());
             let sleepers = index % 5 == 4;
             let hold = index % 5 == 3;
             let by_selector = index % 5 == 2;
             // Windows of 1 or 2 minutes every 2 or 3, at most 20 (the CRD's cap) over the run.
-            let mut period = rng.i64(2..=3);
+            let mut period = rng.i64(kubesteer_tests::soak::WINDOW_PERIOD_MINUTES);
             while minutes / period > 19 {
                 period += 1;
             }
