@@ -18,12 +18,16 @@ pub mod annotation {
     /// Every annotation of a Scaler's record on a target. The Scaler writes them with merge
     /// patches under kubesteer's field manager; a child that is also a Scaler's target keeps
     /// them when its owner applies it, as the record is not the owner's to remove.
-    pub const SCALER_RECORD: [&str; 4] = [
+    pub const SCALER_RECORD: [&str; 5] = [
         ORIGINAL_REPLICAS,
         ORIGINAL_REPLICAS_OWNER,
         ORIGINAL_MIN_REPLICAS,
         ORIGINAL_PAUSED_REPLICAS,
+        ASLEEP_PATCH,
     ];
+    /// On a target put to sleep by a Scaler's declared patch (`spec.patches`): the Scaler, and
+    /// every path the patch touched as it was and as set, in JSON, to give it back exactly.
+    pub const ASLEEP_PATCH: &str = "kubesteer.io/asleep-patch";
     /// KEDA's own annotation on a ScaledObject: while present, KEDA deletes the HPA it made and
     /// holds the target at this many replicas (KEDA 2.x).
     pub const KEDA_PAUSED_REPLICAS: &str = "autoscaling.keda.sh/paused-replicas";

@@ -94,6 +94,12 @@ pub mod scaler {
     pub const MAX_TARGETS: usize = 50;
     pub const MIN_JOBS: usize = 1;
     pub const MAX_JOBS: usize = 20;
+    /// `spec.patches`: declared sleep patches, one per kind.
+    pub const MAX_PATCHES: usize = 10;
+    /// The paths one patch may touch.
+    pub const MAX_PATCH_EDITS: usize = 20;
+    /// The length of one patch's text, in bytes.
+    pub const MAX_PATCH_BYTES: usize = 4096;
     /// Days of the week, each at most once.
     pub const MIN_DAYS: usize = 1;
     pub const MAX_DAYS: usize = 7;

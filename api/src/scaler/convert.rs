@@ -97,6 +97,8 @@ struct BetaOnly {
     outside: Option<beta::Outside>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     selector: Option<crate::scaler::selector::TargetSelector>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    patches: Option<Vec<crate::scaler::patches::SleepPatch>>,
 }
 
 /// The v1alpha1 fields a v1beta1 object carries in [`V1ALPHA1_FIELDS`]: window fields that
@@ -347,6 +349,7 @@ pub fn to_v1beta1(a: &alpha::Scaler) -> beta::Scaler {
             dry_run: stash.dry_run,
             outside: stash.outside,
             selector: stash.selector,
+            patches: stash.patches,
         },
         status: a.status.as_ref().map(status_to_beta),
     }
@@ -401,6 +404,7 @@ pub fn to_v1alpha1(b: &beta::Scaler) -> alpha::Scaler {
     stash.dry_run = s.dry_run;
     stash.outside = s.outside.clone();
     stash.selector = s.selector.clone();
+    stash.patches = s.patches.clone();
 
     put(&mut metadata.annotations, V1BETA1_FIELDS, &stash);
 
@@ -531,7 +535,21 @@ mod tests {
     }
 
     fn arb_beta_spec() -> impl Strategy<Value = beta::ScalerSpec> {
-        (
+        let patch = (
+            select(vec!["postgresql.cnpg.io", "argoproj.io"]),
+            select(vec![
+                "{metadata: {annotations: {cnpg.io/hibernation: \"on\"}}}",
+                "[{op: remove, path: /spec/syncPolicy/automated}]",
+            ]),
+        )
+            .prop_map(|(group, patch)| crate::scaler::patches::SleepPatch {
+                target: crate::scaler::patches::PatchTarget {
+                    group: group.into(),
+                    kind: "Cluster".into(),
+                },
+                patch: patch.into(),
+            });
+        let spec = (
             vec(arb_ref(), 0..4),
             of(vec(arb_window(), 0..4)),
             of(select(vec!["UTC", "Europe/Berlin"]).prop_map(String::from)),
@@ -594,8 +612,11 @@ mod tests {
                     dry_run,
                     outside,
                     selector,
+                    patches: None,
                 },
-            )
+            );
+        (spec, of(vec(patch, 1..3)))
+            .prop_map(|(spec, patches)| beta::ScalerSpec { patches, ..spec })
     }
 
     fn arb_beta_status() -> impl Strategy<Value = beta::ScalerStatus> {

@@ -6,11 +6,13 @@
 //! - [`convert`]: lossless conversion both ways, for the webhook's `/convert`.
 //! - [`schedule`]: windows, cron and holidays as instants; [`plan`]: a Scaler's week, the
 //!   replicas each target should have when.
+//! - [`patches`]: kinds without `/scale` put to sleep by a declared patch, given back exactly.
 //! - [`selector`]: targets picked by kind, labels and namespaces; [`claims`]: which of several
 //!   Scalers owns a shared target (the index both binaries keep); [`target`]: a target's one
 //!   identity.
 pub mod claims;
 pub mod convert;
+pub mod patches;
 pub mod plan;
 pub mod schedule;
 pub mod selector;

@@ -103,6 +103,11 @@ pub struct ScalerSpec {
     /// What the Scaler does with its targets outside every window: by default a closing window restores them and they are left alone until the next one; mode Hold keeps them at outsideReplicas.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outside: Option<Outside>,
+
+    /// Sleep by a declared patch, one per kind, for targets named in scaleTargetRefs whose kind has no /scale (a CloudNativePG Cluster, an Argo CD Application, any custom resource), as kube-green's SleepInfo.patches: a target of that kind is patched while its replicas would be 0 and given back exactly after. Its author must be allowed to patch it. At most 10.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = crate::rules::scaler::MAX_PATCHES))]
+    pub patches: Option<Vec<crate::scaler::patches::SleepPatch>>,
 }
 
 /// What a Scaler does with its targets outside every window.

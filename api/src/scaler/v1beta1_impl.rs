@@ -113,6 +113,18 @@ impl ScalerSpec {
         Some((self.outside_replicas?, grace))
     }
 
+    /// The declared sleep patch for `group`/`kind` (`spec.patches`), if any.
+    pub fn patch_for(
+        &self,
+        group: &str,
+        kind: &str,
+    ) -> Option<&crate::scaler::patches::SleepPatch> {
+        self.patches
+            .iter()
+            .flatten()
+            .find(|p| p.is_for(group, kind))
+    }
+
     /// Each target with its namespace resolved against the Scaler's own.
     pub fn targets<'a>(
         &'a self,
@@ -266,6 +278,9 @@ impl ScalerSpec {
         }
         if let Some(v) = self.outside_replicas {
             check_replicas(&mut errors, "spec.outsideReplicas", v);
+        }
+        if let Some(patches) = &self.patches {
+            crate::scaler::patches::validate(&mut errors, patches);
         }
         if let Some(outside) = &self.outside {
             if outside.mode == Some(OutsideMode::Hold) && self.outside_replicas.is_none() {
