@@ -42,6 +42,15 @@ impl Access {
         }
     }
 
+    /// `patch` on one object: what the controller does to a target of a kind the Scaler puts to
+    /// sleep by a declared patch (`spec.patches`), and what its author must be allowed to do.
+    pub fn patch_object(group: &str, resource: &str, namespace: &str, name: &str) -> Self {
+        Self {
+            subresource: "",
+            ..Self::scale(group, resource, namespace, name)
+        }
+    }
+
     /// `patch` on the HorizontalPodAutoscalers of a namespace: what the controller does to the
     /// HPA of a target when it cooperates with it (a merge patch of its minReplicas), and the
     /// verb the chart grants it there.
@@ -178,7 +187,8 @@ impl ScalerSpec {
     /// UPDATE that changes the spec (any spec field decides what happens to the targets; see
     /// [`crate::kind::rechecks`]): `patch` on the target's scale subresource, and, while the
     /// Scaler cooperates with HorizontalPodAutoscalers (the default), `patch` on the HPAs of the
-    /// target's namespace. These are the verbs the controller uses, and the chart grants it.
+    /// target's namespace. A target of a kind put to sleep by a declared patch needs `patch` on
+    /// the object itself. These are the verbs the controller uses, and the chart grants it.
     /// `resource_of` maps a target to its resource (plural) through the cluster's RESTMapper; a
     /// target it cannot map is left to the caller, which denies it as unknown.
     pub fn required_access(
@@ -192,10 +202,12 @@ impl ScalerSpec {
         for (i, (target, ns)) in self.targets(own_namespace).enumerate() {
             let path = format!("spec.scaleTargetRefs[{i}]");
             if let Some(resource) = resource_of(&target.api_version, &target.kind) {
-                access.push((
-                    path.clone(),
-                    Access::scale(target.group(), &resource, ns, &target.name),
-                ));
+                let (group, name) = (target.group(), &target.name);
+                let right = match self.patch_for(group, &target.kind) {
+                    Some(_) => Access::patch_object(group, &resource, ns, name),
+                    None => Access::scale(group, &resource, ns, name),
+                };
+                access.push((path.clone(), right));
             }
             if cooperate && seen.insert(ns) {
                 access.push((path, Access::patch_autoscalers(ns)));

@@ -132,6 +132,9 @@ pub mod reason {
     pub const TARGET_FAILED: &str = "TargetFailed";
     /// A deleted Scaler could not give a target back (a refusal no retry changes); it let go.
     pub const RESTORE_FAILED: &str = "RestoreFailed";
+    /// Waking a target put to sleep by a declared patch left a path as someone else set it
+    /// while it slept.
+    pub const PATCH_KEPT: &str = "PatchKept";
     /// A Scaler target whose kind is unknown, cluster-scoped or has no /scale subresource.
     pub const TARGET_NOT_SCALABLE: &str = "TargetNotScalable";
     /// Another Scaler claims the same target and is older, so it owns the target; this one

@@ -26,14 +26,49 @@ pub const MISSING_TTL: Duration = Duration::from_secs(30);
 pub enum Unscalable {
     #[error("the cluster serves no kind {kind:?} in {api_version:?}")]
     UnknownKind { api_version: String, kind: String },
-    #[error("{kind} ({api_version}) has no /scale subresource, so it cannot be scaled")]
-    NoScaleSubresource { api_version: String, kind: String },
+    #[error("{kind} ({api_version}) has no /scale subresource, so it cannot be scaled; declare a patch for it in spec.patches to put it to sleep")]
+    NoScaleSubresource {
+        api_version: String,
+        kind: String,
+        /// Its resource, for a Scaler that puts it to sleep by a declared patch.
+        plural: String,
+    },
     #[error("{kind} ({api_version}) is cluster-scoped; a Scaler scales namespaced workloads")]
     ClusterScoped { api_version: String, kind: String },
 }
 
 /// A resolved target kind: the resource to address, and its `/scale` subresource.
 pub type Mapping = Result<ApiResource, Unscalable>;
+
+/// `mapping`, with a namespaced kind without `/scale` taken as its resource when `patched`
+/// says the Scaler declares a patch for its group and kind (`spec.patches`): such a target is
+/// put to sleep by that patch instead of being scaled.
+pub fn or_patched(mapping: Mapping, patched: impl FnOnce(&str, &str) -> bool) -> Mapping {
+    match mapping {
+        Err(Unscalable::NoScaleSubresource {
+            api_version,
+            kind,
+            plural,
+        }) => {
+            let (group, version) = api_version.split_once('/').unwrap_or(("", &api_version));
+            if patched(group, &kind) {
+                return Ok(ApiResource {
+                    group: group.to_string(),
+                    version: version.to_string(),
+                    api_version: api_version.clone(),
+                    kind,
+                    plural,
+                });
+            }
+            Err(Unscalable::NoScaleSubresource {
+                api_version,
+                kind,
+                plural,
+            })
+        }
+        other => other,
+    }
+}
 
 type Key = (String, String);
 
@@ -158,7 +193,11 @@ fn mapping_of(resource: ApiResource, scope: Scope, has_scale: bool) -> Mapping {
         }
         (Scope::Namespaced, false) => {
             let (api_version, kind) = refuse(&resource);
-            Err(Unscalable::NoScaleSubresource { api_version, kind })
+            Err(Unscalable::NoScaleSubresource {
+                api_version,
+                kind,
+                plural: resource.plural,
+            })
         }
         (Scope::Namespaced, true) => Ok(resource),
     }
@@ -193,8 +232,16 @@ mod tests {
             )
             .unwrap_err()
             .to_string(),
-            "ConfigMap (apps/v1) has no /scale subresource, so it cannot be scaled"
+            "ConfigMap (apps/v1) has no /scale subresource, so it cannot be scaled; declare a patch for it in spec.patches to put it to sleep"
         );
+        // Unless the Scaler declares a patch for it: then it is addressed as itself.
+        let cm = resource("ConfigMap", "configmaps");
+        let unscaled = || mapping_of(cm.clone(), Scope::Namespaced, false);
+        assert_eq!(
+            or_patched(unscaled(), |g, k| (g, k) == ("apps", "ConfigMap")),
+            Ok(cm.clone())
+        );
+        assert!(or_patched(unscaled(), |_, _| false).is_err());
         assert!(matches!(
             mapping_of(sts, Scope::Cluster, true),
             Err(Unscalable::ClusterScoped { .. })

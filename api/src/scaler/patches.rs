@@ -156,6 +156,13 @@ pub fn validate(errors: &mut FieldErrors, patches: &[SleepPatch]) {
                 "must name the kind the patch puts to sleep",
             ));
         }
+        if crate::scaler::v1beta1::replicas_in_spec_kind(&p.target.group, &p.target.kind) {
+            errors.push(FieldError::invalid(
+                format!("{path}.target.kind"),
+                p.target.kind.as_str(),
+                "the Scaler scales or suspends this kind itself; a declared patch is for other kinds",
+            ));
+        }
         if !seen.insert((&p.target.group, &p.target.kind)) {
             errors.push(FieldError::duplicate(
                 format!("{path}.target"),
@@ -225,9 +232,9 @@ fn allowed_path(path: &str) -> Result<(), String> {
     let refuse = |why: &str| Err(format!("path {path:?} {why}"));
     let tokens: Vec<&str> = tokens.iter().map(String::as_str).collect();
     match tokens.as_slice() {
-        [first, ..] if first.is_empty() => refuse("has an empty segment"),
+        ["", ..] => refuse("has an empty segment"),
         ["spec", rest @ ..] if !rest.is_empty() => {
-            if rest.iter().any(|t| *t == "-") {
+            if rest.contains(&"-") {
                 return refuse("appends to an array, which cannot be taken back exactly");
             }
             Ok(())
@@ -395,6 +402,26 @@ fn remove_if_empty(object: &mut Value, path: Option<&str>) {
     }
 }
 
+/// The RFC 6902 operations that turn `before` into `after`, conditional on `before`'s
+/// resourceVersion (the apiserver refuses them with a conflict if the object changed since);
+/// None when there is nothing to change.
+pub fn write_ops(before: &Value, after: &Value) -> Option<Value> {
+    let diff = json_patch::diff(before, after);
+    if diff.0.is_empty() {
+        return None;
+    }
+    let mut ops = serde_json::to_value(diff).ok()?;
+    let condition = serde_json::json!({
+        "op": "replace",
+        "path": "/metadata/resourceVersion",
+        "value": before["metadata"]["resourceVersion"],
+    });
+    if let Value::Array(list) = &mut ops {
+        list.insert(0, condition);
+    }
+    Some(ops)
+}
+
 /// Sets (`Some`) or removes (`None`) the value at `path`, making missing maps on the way.
 fn write(object: &mut Value, path: &str, value: Option<Value>) -> Result<(), String> {
     let tokens = tokens(path).ok_or_else(|| format!("{path:?} is not a JSON pointer"))?;
@@ -537,7 +564,15 @@ mod tests {
             assert!(err.contains(why), "{text}: {err}");
         }
         let mut errors = FieldErrors::default();
-        validate(&mut errors, &[cnpg(), cnpg(), patch("g", "K", "{}")]);
+        validate(
+            &mut errors,
+            &[
+                cnpg(),
+                cnpg(),
+                patch("g", "K", "{}"),
+                patch("apps", "Deployment", "{spec: {paused: true}}"),
+            ],
+        );
         let messages: Vec<String> = errors.iter().map(ToString::to_string).collect();
         assert!(
             messages[0].starts_with("spec.patches[1].target: Duplicate value"),
@@ -545,6 +580,10 @@ mod tests {
         );
         assert!(
             messages[1].starts_with("spec.patches[2].patch: Invalid value"),
+            "{messages:?}"
+        );
+        assert!(
+            messages[2].starts_with("spec.patches[3].target.kind: Invalid value: \"Deployment\""),
             "{messages:?}"
         );
     }

@@ -104,7 +104,7 @@ pub struct ScalerSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outside: Option<Outside>,
 
-    /// Sleep by a declared patch, one per kind, for targets named in scaleTargetRefs whose kind has no /scale (a CloudNativePG Cluster, an Argo CD Application, any custom resource), as kube-green's SleepInfo.patches: a target of that kind is patched while its replicas would be 0 and given back exactly after. Its author must be allowed to patch it. At most 10.
+    /// Sleep by a declared patch, one per kind, as kube-green's SleepInfo.patches: a target named in scaleTargetRefs of that kind is patched instead of scaled while its replicas would be 0, and given back exactly after (replicas of 1 or more mean awake). For kinds other than the apps/v1 workloads, CronJobs and Jobs, with or without /scale: a CloudNativePG Cluster (hibernation), an Argo CD Application (auto-sync off), any custom resource. Its author must be allowed to patch the target. At most 10.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = crate::rules::scaler::MAX_PATCHES))]
     pub patches: Option<Vec<crate::scaler::patches::SleepPatch>>,
@@ -154,6 +154,19 @@ pub enum Asleep {
 
 /// The node selector that puts a DaemonSet to sleep ([`Asleep::NodeSelector`]).
 pub const ASLEEP_LABEL: &str = "kubesteer.io/asleep";
+
+/// Whether the Scaler scales or suspends the kind `group`/`kind` through the object's own spec
+/// (the apps/v1 workloads, and the batch/v1 kinds it suspends): one patch writes its replicas and
+/// the record together, and a declared sleep patch cannot replace that.
+pub fn replicas_in_spec_kind(group: &str, kind: &str) -> bool {
+    matches!(
+        (group, kind),
+        (
+            "apps",
+            "Deployment" | "StatefulSet" | "ReplicaSet" | "DaemonSet"
+        ) | ("batch", "CronJob" | "Job")
+    )
+}
 
 /// How the Scaler puts this kind to sleep, if it is one it suspends instead of scaling.
 pub fn asleep_by(group: &str, resource: &str) -> Option<Asleep> {

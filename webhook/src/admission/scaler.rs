@@ -58,6 +58,26 @@ impl Rules for ScalerSpec {
                 &t.kind,
             )
         });
+        // A declared patch for a kind no target is of does nothing: said, not refused (the kind
+        // may come later, as kube-green's webhook warns of an unknown kind).
+        for (i, p) in spec.patches.iter().flatten().enumerate() {
+            let (group, kind) = (&p.target.group, &p.target.kind);
+            if !spec
+                .scale_target_refs
+                .iter()
+                .any(|t| t.group() == group && &t.kind == kind)
+            {
+                warnings.push(format!(
+                    "spec.patches[{i}].target: no target in spec.scaleTargetRefs is a {kind} of group {group:?}; the patch puts only such targets to sleep"
+                ));
+            }
+        }
+        let patched = |path: &str, api_version: &str, kind: &str| {
+            path.starts_with("spec.scaleTargetRefs")
+                && spec
+                    .patch_for(kubesteer_api::scaler::target::group_of(api_version), kind)
+                    .is_some()
+        };
         let chosen = selected.iter().enumerate().map(|(i, (v, k))| {
             let path = match spec.selector.as_ref().and_then(|s| s.kinds.as_ref()) {
                 Some(_) => format!("spec.selector.kinds[{i}].kind"),
@@ -67,7 +87,10 @@ impl Rules for ScalerSpec {
         });
         let mut resources = std::collections::BTreeMap::new();
         for (path, api_version, kind) in named.chain(chosen) {
-            match cluster.resolve(api_version, kind).await {
+            let mapping = cluster.resolve(api_version, kind).await.map(|m| {
+                kubesteer_runtime::scale::or_patched(m, |_, _| patched(&path, api_version, kind))
+            });
+            match mapping {
                 Ok(Ok(resource)) => {
                     resources.insert((api_version.clone(), kind.clone()), resource.plural);
                 }

@@ -14,13 +14,14 @@ pub(super) struct Early {
 /// until the boundary `at`.
 pub(super) async fn read_early(
     ctx: &ScalerContext,
+    scaler: &Scaler,
     targets: &[Target],
     at: DateTime<Utc>,
 ) -> Result<Early> {
     let pass = ctx.boundary.enter();
     let mut read = BTreeMap::new();
     for target in targets {
-        if let Some(current) = look(ctx, target).await?.current {
+        if let Some(current) = look(ctx, scaler, target).await?.current {
             read.insert(target.clone(), current);
         }
     }

@@ -183,7 +183,7 @@ async fn apply(scaler: &Scaler, ctx: &ScalerContext) -> Result<Action> {
         true => None,
     };
     let mut early = match boundary {
-        Some(at) => Some(read_early(ctx, &wanted.targets, at).await?),
+        Some(at) => Some(read_early(ctx, scaler, &wanted.targets, at).await?),
         None => None,
     };
     let now = match boundary {
@@ -403,8 +403,8 @@ async fn visit_all(
         };
         async move {
             let seen = match &owner {
-                Some(_) => look(ctx, target).await,
-                None if suspended => look(ctx, target).await,
+                Some(_) => look(ctx, scaler, target).await,
+                None if suspended => look(ctx, scaler, target).await,
                 None => reconcile_target(ctx, scaler, target, visit).await,
             };
             (target, owner, seen)

@@ -97,7 +97,10 @@ async fn required(mapper: &RestMapper, spec: &ScalerSpec, ns: &str) -> Vec<(Stri
     }
     let mut resources = BTreeMap::new();
     for (api_version, kind) in kinds {
-        if let Ok(Ok(resource)) = mapper.resolve(&api_version, &kind).await {
+        let mapping = mapper.resolve(&api_version, &kind).await.map(|m| {
+            kubesteer_runtime::scale::or_patched(m, |g, k| spec.patch_for(g, k).is_some())
+        });
+        if let Ok(Ok(resource)) = mapping {
             resources.insert((api_version, kind), resource.plural);
         }
     }

@@ -2,6 +2,8 @@
 //! replicas, its HPA's minReplicas or its ScaledObject's paused-replicas ([`visit`] is one
 //! target's whole reconcile).
 use super::*;
+use kubesteer_api::scaler::patches::{self, SleepPatch};
+use kubesteer_runtime::scale::{or_patched, Mapping};
 
 /// Every target a Scaler names, resolved, without repeats (two entries may name one object when
 /// stored while the webhook was down).
@@ -85,13 +87,25 @@ pub(super) async fn record_of(
 }
 
 /// The target's metadata and `/scale`, None when it does not exist.
+/// A kind put to sleep by a declared patch (`patched`) reads as 0 replicas while it carries a
+/// sleep record, 1 otherwise.
 pub(super) async fn read(
     ctx: &ScalerContext,
     resource: &ApiResource,
     target: &Target,
+    patched: bool,
 ) -> Result<Option<Current>> {
     let api: Api<DynamicObject> =
         Api::namespaced_with(ctx.client.clone(), &target.namespace, resource);
+    if patched {
+        let object = match api.get_metadata(&target.name).await {
+            Ok(o) => o,
+            Err(e) if is_status(&e, 404) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        let asleep = object.annotations().contains_key(annotation::ASLEEP_PATCH);
+        return Ok(Some(Current::of(&object.metadata, i32::from(!asleep))));
+    }
     if replicas_in_spec(resource) {
         // The object itself has both: one request.
         let object = match api.get(&target.name).await {
@@ -214,12 +228,16 @@ pub(super) async fn hpa_named(
 pub(super) async fn write_target(
     ctx: &ScalerContext,
     client: &kube::Client,
+    owner: &Scaler,
     resource: &ApiResource,
     target: &Target,
     current: &Current,
     change: &TargetChange,
 ) -> std::result::Result<Current, kube::Error> {
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &target.namespace, resource);
+    if let Some(sleep) = sleep_patch(owner, resource) {
+        return write_patched(ctx, &api, owner, sleep, target, current, change).await;
+    }
     let mut written = current.clone();
     let scale = |to: i32, rv: Option<String>| async move {
         kubesteer_runtime::scale::RestMapper::set_replicas(
@@ -285,17 +303,119 @@ pub(super) async fn write_target(
     Ok(written)
 }
 
-/// A target as it is, without changing it.
-pub(super) async fn look(ctx: &ScalerContext, target: &Target) -> Result<Seen> {
-    match ctx
+/// The resource of `target`'s kind for `scaler`, or why it cannot be scaled: a kind without
+/// `/scale` that the Scaler declares a patch for (`spec.patches`) is put to sleep by it.
+pub(super) async fn resolve(
+    ctx: &ScalerContext,
+    scaler: &Scaler,
+    target: &Target,
+) -> Result<Mapping> {
+    let mapping = ctx
         .mapper
         .resolve(&target.api_version(), &target.kind)
-        .await?
-    {
+        .await?;
+    Ok(or_patched(mapping, |group, kind| {
+        scaler.spec.patch_for(group, kind).is_some()
+    }))
+}
+
+/// The declared patch that puts targets of `resource` to sleep instead of scaling them (even
+/// through a `/scale` they have, as CloudNativePG's Cluster), when the Scaler has one; never
+/// for the kinds it scales or suspends through their own spec (the webhook refuses those).
+pub(super) fn sleep_patch<'a>(
+    scaler: &'a Scaler,
+    resource: &ApiResource,
+) -> Option<&'a kubesteer_api::scaler::patches::SleepPatch> {
+    scaler
+        .spec
+        .patch_for(&resource.group, &resource.kind)
+        .filter(|_| !replicas_in_spec(resource))
+}
+
+/// Puts a target to sleep by the Scaler's declared patch (at 0 replicas) or wakes it from the
+/// record on it (at 1 or more), with the Scaler's record of its replicas in the same JSON patch,
+/// conditional on the object as read here. A value someone else changed while it slept is left
+/// as theirs, and told of in a Warning event.
+async fn write_patched(
+    ctx: &ScalerContext,
+    api: &Api<DynamicObject>,
+    owner: &Scaler,
+    sleep: &SleepPatch,
+    target: &Target,
+    current: &Current,
+    change: &TargetChange,
+) -> std::result::Result<Current, kube::Error> {
+    let invalid = |message: String| {
+        kube::Error::Api(Box::new(
+            kube::core::Status::failure(&message, "Invalid").with_code(422),
+        ))
+    };
+    let object = api.get(&target.name).await?;
+    let before = serde_json::to_value(&object).map_err(kube::Error::SerdeError)?;
+    // Decided on a read that no longer holds (asleep or awake since): decided again.
+    if i32::from(!patches::is_asleep(&before)) != current.replicas {
+        let message = format!("{target} was put to sleep or woken meanwhile");
+        return Err(kube::Error::Api(Box::new(
+            kube::core::Status::failure(&message, "Conflict").with_code(409),
+        )));
+    }
+    let me = scaler_id(
+        owner.metadata.namespace.as_deref().unwrap_or_default(),
+        &owner.name_any(),
+    );
+    let (mut after, kept) = match change.replicas {
+        Some(0) => {
+            let edits = sleep
+                .edits()
+                .map_err(|why| invalid(format!("the patch for {target} {why}")))?;
+            let asleep = patches::put_to_sleep(&before, &edits, &me).map_err(|why| {
+                invalid(format!("the patch cannot be applied to {target}: {why}"))
+            })?;
+            (asleep, Vec::new())
+        }
+        Some(_) => {
+            let woken = patches::wake(&before);
+            (woken.object, woken.kept)
+        }
+        None => (before.clone(), Vec::new()),
+    };
+    if let Some(record) = &change.record {
+        json_patch::merge(&mut after, record);
+    }
+    let ops = patches::write_ops(&before, &after);
+    let written = match ops {
+        Some(ops) => {
+            let patch =
+                Patch::Json::<()>(serde_json::from_value(ops).map_err(kube::Error::SerdeError)?);
+            api.patch(&target.name, &write_params(), &patch).await?
+        }
+        None => object,
+    };
+    for path in kept {
+        let note = format!(
+            "Left {path} of {target} as it is: it was changed while asleep, so it is no longer the Scaler's to give back"
+        );
+        warn!(target = %target, "{note}");
+        ctx.publish(owner, EventType::Warning, reason::PATCH_KEPT, note)
+            .await;
+    }
+    let asleep = written.annotations().contains_key(annotation::ASLEEP_PATCH);
+    let written = Current::of(&written.metadata, i32::from(!asleep));
+    ctx.inventory.remember(target, &written);
+    Ok(written)
+}
+
+/// A target as it is, without changing it.
+pub(super) async fn look(ctx: &ScalerContext, scaler: &Scaler, target: &Target) -> Result<Seen> {
+    match resolve(ctx, scaler, target).await? {
         Ok(resource) => Ok(Seen {
-            current: match ctx.inventory.current(target) {
-                Some(cached) => cached.map(|c| Current { cached: true, ..c }),
-                None => read(ctx, &resource, target).await?,
+            current: match sleep_patch(scaler, &resource) {
+                // A watch knows its replicas, not whether it sleeps by a patch.
+                Some(_) => read(ctx, &resource, target, true).await?,
+                None => match ctx.inventory.current(target) {
+                    Some(cached) => cached.map(|c| Current { cached: true, ..c }),
+                    None => read(ctx, &resource, target, false).await?,
+                },
             },
             ..Seen::default()
         }),

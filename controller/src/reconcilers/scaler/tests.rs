@@ -1493,11 +1493,12 @@ async fn a_target_that_cannot_be_scaled_is_reported_without_touching_it() {
             Err(Unscalable::NoScaleSubresource {
                 api_version: "v1".into(),
                 kind: "ConfigMap".into(),
+                plural: "configmaps".into(),
             }),
         )
         .await;
     let message =
-        "ConfigMap team/cm: ConfigMap (v1) has no /scale subresource, so it cannot be scaled";
+        "ConfigMap team/cm: ConfigMap (v1) has no /scale subresource, so it cannot be scaled; declare a patch for it in spec.patches to put it to sleep";
     let scenario = verifier.run(vec![
         Call::event("team")
             .body(move |b| {

@@ -75,11 +75,7 @@ pub(super) async fn reconcile_target(
     target: &Target,
     mut visit: Visit<'_>,
 ) -> Result<Seen> {
-    let resource = match ctx
-        .mapper
-        .resolve(&target.api_version(), &target.kind)
-        .await?
-    {
+    let resource = match resolve(ctx, owner, target).await? {
         Ok(r) => r,
         Err(why) => {
             return Ok(Seen {
@@ -156,15 +152,16 @@ async fn find(
     attempt: usize,
 ) -> Result<Option<Found>> {
     let prefetched = visit.prefetched.take();
+    let patched = sleep_patch(owner, resource).is_some();
     let current = async {
         match prefetched {
             Some(read_before) => Ok(Some(read_before)),
             // From the watch first; after a conflict, from the apiserver.
-            None if attempt == 0 => match ctx.inventory.current(target) {
+            None if attempt == 0 && !patched => match ctx.inventory.current(target) {
                 Some(cached) => Ok(cached.map(|c| Current { cached: true, ..c })),
-                None => read(ctx, resource, target).await,
+                None => read(ctx, resource, target, patched).await,
             },
-            None => read(ctx, resource, target).await,
+            None => read(ctx, resource, target, patched).await,
         }
     };
     let (current, hpa) = tokio::try_join!(current, autoscaler(ctx, owner, target))?;
@@ -251,7 +248,8 @@ fn changes(
             }
         }
     }
-    let suspended = suspended_instead(&resource.group, &resource.plural);
+    let suspended = suspended_instead(&resource.group, &resource.plural)
+        || sleep_patch(owner, resource).is_some();
     if suspended {
         // Suspended at 0; at 1 or more as it was before the Scaler (never resumed by it).
         let running = match record {
@@ -330,7 +328,16 @@ async fn write_changes(
                     .map(|_| now.clone())
             }
             Via::Target => {
-                write_target(ctx, &client, resource, target, &found.current, change).await
+                write_target(
+                    ctx,
+                    &client,
+                    owner,
+                    resource,
+                    target,
+                    &found.current,
+                    change,
+                )
+                .await
             }
         };
         match written {

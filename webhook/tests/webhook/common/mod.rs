@@ -182,6 +182,7 @@ pub fn mapping(api_version: &str, kind: &str) -> Mapping {
         ("v1", "ConfigMap") => Err(Unscalable::NoScaleSubresource {
             api_version: refused.0,
             kind: refused.1,
+            plural: "configmaps".into(),
         }),
         _ => Err(Unscalable::UnknownKind {
             api_version: refused.0,
