@@ -381,6 +381,8 @@ async fn write_patched(
     };
     if let Some(record) = &change.record {
         json_patch::merge(&mut after, record);
+        // Conditional on the object as read here, not on the earlier read the record names.
+        after["metadata"]["resourceVersion"] = before["metadata"]["resourceVersion"].clone();
     }
     let ops = patches::write_ops(&before, &after);
     let written = match ops {
