@@ -1223,7 +1223,9 @@ fn a_cron_job_is_suspended_while_its_replicas_would_be_0_and_resumed_after() -> 
     )?;
 
     // docs/migrating.md's Scalers, as written, pass the CRD and the chart's webhook (a server-side
-    // dry run: nothing is stored). api/tests/migrating.rs checks what their schedules do.
+    // dry run: nothing is stored). api/tests/migrating.rs checks what their schedules do. The
+    // kube-green one names a CloudNativePG Cluster.
+    install_patched_kinds()?;
     for yaml in migration_guide_scalers()? {
         let run = kubectl(
             &["apply", "--dry-run=server", "-n", n, "-f", "-"],
@@ -2022,19 +2024,17 @@ fn a_kind_without_its_own_sleep_sleeps_by_a_declared_patch_and_is_given_back_exa
         r#"{"spec":{"syncPolicy":{"automated":{"prune":false}}}}"#,
     )?;
 
-    // Awake: the Cluster exactly as it was, the Application's auto-sync as its author left it.
+    // Awake: the Cluster's patched path and the sleep record gone (the record of its replicas
+    // stays while the window holds it, as for any target), the Application's auto-sync as its
+    // author left it.
     let run = release.apply(&ready_made_patches(awake)?)?;
     ensure!(run.ok, "{run:?}");
-    user_wait(
-        &release,
-        "cluster.postgresql.cnpg.io/pg",
-        annotations,
-        r#"{"team":"data"}"#,
-    )?;
+    let woken = "{.metadata.annotations.cnpg\\.io/hibernation}/{.metadata.annotations.kubesteer\\.io/asleep-patch}/{.metadata.annotations.team}";
+    user_wait(&release, "cluster.postgresql.cnpg.io/pg", woken, "//data")?;
     user_wait(
         &release,
         "application.argoproj.io/shop",
-        "{.metadata.annotations}",
+        "{.metadata.annotations.kubesteer\\.io/asleep-patch}",
         "",
     )?;
     assert_eq!(
