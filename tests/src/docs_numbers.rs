@@ -377,6 +377,29 @@ fn rows() -> Vec<Row> {
         " days) after its creation",
         "kubesteer_api::scaler::v1beta1::MAX_GRACE_PERIOD",
     ));
+    for (before, value, after, source) in [
+        (
+            "`): at most ",
+            rules::scaler::MAX_PATCHES,
+            " patches of at most",
+            "MAX_PATCHES",
+        ),
+        (
+            " patches of at most ",
+            rules::scaler::MAX_PATCH_BYTES,
+            " bytes and",
+            "MAX_PATCH_BYTES",
+        ),
+        (
+            " bytes and ",
+            rules::scaler::MAX_PATCH_EDITS,
+            " paths each,",
+            "MAX_PATCH_EDITS",
+        ),
+    ] {
+        let source = format!("kubesteer_api::rules::scaler::{source}");
+        rows.push(row(f, before, value, after, source));
+    }
     rows.push(row(
         f,
         "`status.targets` lists at most ",
@@ -393,6 +416,13 @@ fn rows() -> Vec<Row> {
     ));
     // The Scaler CRD's descriptions (what `kubectl explain` prints), generated from api/.
     let crd = "charts/kubesteer/files/crds/scalers.kubesteer.io.yaml";
+    rows.push(row(
+        crd,
+        "allowed to patch the target. At most ",
+        rules::scaler::MAX_PATCHES,
+        ".'",
+        "kubesteer_api::rules::scaler::MAX_PATCHES",
+    ));
     rows.push(row(
         crd,
         "Defaults to 15m; at most ",
