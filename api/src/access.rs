@@ -213,6 +213,13 @@ impl ScalerSpec {
                 access.push((path, Access::patch_autoscalers(ns)));
             }
         }
+        // The calendar is read with the controller's rights: its author must be able to read it.
+        if let Some(calendar) = &self.exclude_calendar {
+            access.push((
+                "spec.excludeCalendar.name".to_string(),
+                Access::get_config_map(own_namespace, &calendar.name),
+            ));
+        }
         // A selector: every selected kind in every listed namespace, by no name (all of them,
         // including those created later); with a namespaceSelector, in every namespace ("").
         if let Some(selector) = &self.selector {

@@ -126,6 +126,9 @@ pub mod reason {
     /// The author of a Scaler's spec no longer holds a right its admission required; the
     /// Scaler writes nothing until they do again.
     pub const FORBIDDEN: &str = "Forbidden";
+    /// A Scaler's `spec.excludeCalendar` cannot be read (its ConfigMap or key missing, or not
+    /// an iCalendar file): the Scaler writes nothing until it can.
+    pub const CALENDAR_UNREADABLE: &str = "CalendarUnreadable";
     pub const TARGET_NOT_FOUND: &str = "TargetNotFound";
     pub const TARGET_CLAIMED: &str = "TargetClaimed";
     /// A change to one of a Scaler's targets failed; the others were still done.

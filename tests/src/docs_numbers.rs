@@ -400,6 +400,41 @@ fn rows() -> Vec<Row> {
         let source = format!("kubesteer_api::rules::scaler::{source}");
         rows.push(row(f, before, value, after, source));
     }
+    {
+        use kubesteer_api::scaler::calendar::{DAYS_AHEAD, DAYS_BEHIND, MAX_HOLIDAYS, RECHECK};
+        let source = |name: &str| format!("kubesteer_api::scaler::calendar::{name}");
+        let minutes = RECHECK.as_secs() / 60;
+        for file in [f, "charts/kubesteer/files/crds/scalers.kubesteer.io.yaml"] {
+            rows.push(row(
+                file,
+                "are expanded from ",
+                DAYS_BEHIND,
+                " days back",
+                source("DAYS_BEHIND"),
+            ));
+            rows.push(row(
+                file,
+                " days back to ",
+                DAYS_AHEAD,
+                " days ahead",
+                source("DAYS_AHEAD"),
+            ));
+            rows.push(row(
+                file,
+                "at least every ",
+                minutes,
+                " minutes",
+                source("RECHECK"),
+            ));
+        }
+        rows.push(row(
+            f,
+            "days ahead, at most ",
+            MAX_HOLIDAYS,
+            " holidays;",
+            source("MAX_HOLIDAYS"),
+        ));
+    }
     rows.push(row(
         f,
         "`status.targets` lists at most ",

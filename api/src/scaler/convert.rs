@@ -99,6 +99,8 @@ struct BetaOnly {
     selector: Option<crate::scaler::selector::TargetSelector>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     patches: Option<Vec<crate::scaler::patches::SleepPatch>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    exclude_calendar: Option<crate::scaler::calendar::CalendarRef>,
 }
 
 /// The v1alpha1 fields a v1beta1 object carries in [`V1ALPHA1_FIELDS`]: window fields that
@@ -350,6 +352,7 @@ pub fn to_v1beta1(a: &alpha::Scaler) -> beta::Scaler {
             outside: stash.outside,
             selector: stash.selector,
             patches: stash.patches,
+            exclude_calendar: stash.exclude_calendar,
         },
         status: a.status.as_ref().map(status_to_beta),
     }
@@ -405,6 +408,7 @@ pub fn to_v1alpha1(b: &beta::Scaler) -> alpha::Scaler {
     stash.outside = s.outside.clone();
     stash.selector = s.selector.clone();
     stash.patches = s.patches.clone();
+    stash.exclude_calendar = s.exclude_calendar.clone();
 
     put(&mut metadata.annotations, V1BETA1_FIELDS, &stash);
 
@@ -613,10 +617,19 @@ mod tests {
                     outside,
                     selector,
                     patches: None,
+                    exclude_calendar: None,
                 },
             );
-        (spec, of(vec(patch, 1..3)))
-            .prop_map(|(spec, patches)| beta::ScalerSpec { patches, ..spec })
+        let calendar = of(arb_name()).prop_map(|name| {
+            name.map(|name| crate::scaler::calendar::CalendarRef { name, key: None })
+        });
+        (spec, of(vec(patch, 1..3)), calendar).prop_map(|(spec, patches, calendar)| {
+            beta::ScalerSpec {
+                patches,
+                exclude_calendar: calendar,
+                ..spec
+            }
+        })
     }
 
     fn arb_beta_status() -> impl Strategy<Value = beta::ScalerStatus> {

@@ -10,6 +10,7 @@
 //! - [`selector`]: targets picked by kind, labels and namespaces; [`claims`]: which of several
 //!   Scalers owns a shared target (the index both binaries keep); [`target`]: a target's one
 //!   identity.
+pub mod calendar;
 pub mod claims;
 pub mod convert;
 pub mod patches;

@@ -55,8 +55,13 @@ pub struct Plan {
 pub struct BetaSchedule {
     tz: Tz,
     mode: Mode,
-    /// The parsed excludeDates, each with its index in the spec.
+    /// The parsed excludeDates, each with its index in the spec; then the calendar's holidays,
+    /// each with its index in `holidays` plus the number of excludeDates.
     excludes: Vec<(usize, ExcludeDate)>,
+    /// How many of `excludes` are the spec's excludeDates.
+    listed: usize,
+    /// The summaries of the calendar's holidays (`spec.excludeCalendar`).
+    holidays: Vec<String>,
     /// The override as (replicas, until).
     override_: Option<(i32, Instant)>,
 }
@@ -126,13 +131,14 @@ impl ScalerSpec {
                 }
             }
         };
-        let excludes = self
+        let excludes: Vec<(usize, ExcludeDate)> = self
             .exclude_dates
             .iter()
             .flatten()
             .enumerate()
             .filter_map(|(i, s)| ExcludeDate::parse(s).ok().map(|e| (i, e)))
             .collect();
+        let listed = self.exclude_dates.as_ref().map_or(0, Vec::len);
         let override_ = self
             .override_
             .as_ref()
@@ -142,6 +148,8 @@ impl ScalerSpec {
                 tz,
                 mode,
                 excludes,
+                listed,
+                holidays: Vec::new(),
                 override_,
             }),
             _ => Err(errors),
@@ -199,6 +207,22 @@ fn windows_of(
 }
 
 impl BetaSchedule {
+    /// The schedule with the calendar's `holidays` excluded as well (`spec.excludeCalendar`).
+    pub fn with_holidays(mut self, holidays: &[crate::scaler::calendar::Holiday]) -> Self {
+        for h in holidays {
+            let index = self.listed + self.holidays.len();
+            self.excludes
+                .push((index, ExcludeDate::Range(h.first, h.last)));
+            self.holidays.push(h.summary.clone());
+        }
+        self
+    }
+
+    /// Its time zone.
+    pub fn time_zone(&self) -> Tz {
+        self.tz
+    }
+
     /// The replicas at `now`, why, the latest boundary at or before it and the next changes.
     pub fn plan(&self, now: Instant) -> Plan {
         let edges = self.edges(now);
@@ -219,9 +243,16 @@ impl BetaSchedule {
                     Mode::Windows(_) => format!("outside every window{}", upto(first)),
                     Mode::Cron(_) => format!("no job fires{}", upto(first)),
                 };
+                let source = match index.checked_sub(self.listed) {
+                    Some(i) => format!(
+                        "calendar: {}",
+                        self.holidays.get(i).map(String::as_str).unwrap_or_default()
+                    ),
+                    None => format!("excludeDates[{index}]"),
+                };
                 (
                     reason::EXCLUDED_DATE,
-                    format!("{day} is excluded (excludeDates[{index}]); {rest}"),
+                    format!("{day} is excluded ({source}); {rest}"),
                 )
             }
             Cause::Window(Some(i)) => {

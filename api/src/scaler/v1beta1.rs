@@ -74,6 +74,10 @@ pub struct ScalerSpec {
     #[schemars(length(max = MAX_EXCLUDE_DATES), extend("x-kubernetes-list-type" = "set"))]
     pub exclude_dates: Option<Vec<String>>,
 
+    /// More days to behave as on excludeDates, from an iCalendar file (RFC 5545) in a ConfigMap of the Scaler's namespace: every event is a holiday, all-day events on their dates (DTEND exclusive), timed ones on every day they touch in timeZone; recurring events (RRULE, RDATE, EXDATE) are expanded from 8 days back to 400 days ahead; cancelled events are skipped. Read again at least every 5 minutes. While it cannot be read, the Scaler writes nothing (Ready False, reason CalendarUnreadable). Its author must be allowed to get the ConfigMap.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exclude_calendar: Option<crate::scaler::calendar::CalendarRef>,
+
     /// Holds every target at replicas until the given time, regardless of windows, jobs and excludeDates; then the schedule applies again. Must lie in the future when written.
     #[serde(default, rename = "override", skip_serializing_if = "Option::is_none")]
     pub override_: Option<Override>,

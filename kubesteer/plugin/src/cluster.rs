@@ -84,6 +84,34 @@ pub async fn get_scaler(client: &Client, namespace: &str, name: &str) -> Result<
     api.get(name).await.map_err(Error::from)
 }
 
+/// The holidays of the calendar `spec` names (`spec.excludeCalendar`), none when it names none:
+/// the ConfigMap read as the controller reads it, or why it cannot be.
+pub async fn holidays(
+    client: &Client,
+    namespace: &str,
+    spec: &kubesteer_api::ScalerSpec,
+    now: kubesteer_api::scaler::schedule::Instant,
+) -> Result<Vec<kubesteer_api::scaler::calendar::Holiday>> {
+    let Some(calendar) = &spec.exclude_calendar else {
+        return Ok(Vec::new());
+    };
+    let (name, key) = (&calendar.name, calendar.key());
+    let api: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(client.clone(), namespace);
+    let map = api.get(name).await.map_err(Error::from)?;
+    let text = map.data.as_ref().and_then(|d| d.get(key)).ok_or_else(|| {
+        Error::Input(format!(
+            "ConfigMap {namespace}/{name} of spec.excludeCalendar has no key {key:?}"
+        ))
+    })?;
+    let tz: chrono_tz::Tz = spec.time_zone().parse().unwrap_or(chrono_tz::Tz::UTC);
+    kubesteer_api::scaler::calendar::holidays(text, tz, now).map_err(|why| {
+        Error::Input(format!(
+            "ConfigMap {namespace}/{name} key {key:?} of spec.excludeCalendar {why}"
+        ))
+    })
+}
+
 /// A target as read from the cluster.
 #[derive(Debug, Clone, Default)]
 pub struct Seen {

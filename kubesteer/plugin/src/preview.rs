@@ -12,11 +12,12 @@ use kubesteer_api::scaler::schedule::Instant;
 use kubesteer_api::scaler::target::Target;
 use kubesteer_api::ScalerSpec;
 
-use crate::cluster::{get_scaler, look, ready_of, scaler_name, Connection};
+use crate::cluster::{get_scaler, holidays, look, ready_of, scaler_name, Connection};
 use crate::table::table;
 use crate::text::{render, Paint};
 use crate::week::{day_label, local_date, local_time, Week};
 use crate::{Error, Result};
+use kubesteer_api::scaler::calendar::Holiday;
 
 /// How the picture is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -48,11 +49,18 @@ fn zone(spec: &ScalerSpec) -> Tz {
     spec.time_zone().parse().unwrap_or(Tz::UTC)
 }
 
-/// The picture of `spec` as the request asks, headed by `what` (`scaler/NAME -n NS`).
-pub fn picture(spec: &ScalerSpec, what: &str, request: &Request, paint: Paint) -> Result<String> {
+/// The picture of `spec` with its calendar's `holidays` as the request asks, headed by `what`
+/// (`scaler/NAME -n NS`).
+pub fn picture(
+    spec: &ScalerSpec,
+    holidays: &[Holiday],
+    what: &str,
+    request: &Request,
+    paint: Paint,
+) -> Result<String> {
     let tz = zone(spec);
     let from = start_date(request.from.as_deref(), tz, request.now)?;
-    let week = Week::of(spec, from, request.days, request.now)
+    let week = Week::of(spec, holidays, from, request.days, request.now)
         .map_err(|errors| Error::Input(summarize("Scaler", what, &errors)))?;
     let days = week.rows.len();
     let title = format!(
@@ -94,7 +102,14 @@ pub fn from_file(path: &Path, namespace: &str, request: &Request, paint: Paint) 
             out.push('\n');
         }
         let what = format!("scaler/{} -n {} ({source})", s.name, s.namespace);
-        out.push_str(&picture(&s.spec, &what, request, paint)?);
+        out.push_str(&picture(&s.spec, &[], &what, request, paint)?);
+        if let (Some(c), Output::Text) = (&s.spec.exclude_calendar, request.output) {
+            // No cluster here: the calendar's holidays are not in this picture.
+            out.push_str(&format!(
+                "(without the holidays of ConfigMap {}, spec.excludeCalendar: preview scaler/{} reads it from the cluster)\n",
+                c.name, s.name
+            ));
+        }
     }
     Ok(out)
 }
@@ -110,7 +125,8 @@ pub async fn live(
     let (client, namespace) = connection.connect().await?;
     let scaler = get_scaler(&client, &namespace, &name).await?;
     let what = format!("scaler/{name} -n {namespace}");
-    let mut out = picture(&scaler.spec, &what, request, paint)?;
+    let holidays = holidays(&client, &namespace, &scaler.spec, request.now).await?;
+    let mut out = picture(&scaler.spec, &holidays, &what, request, paint)?;
     if request.output == Output::Svg {
         return Ok(out);
     }

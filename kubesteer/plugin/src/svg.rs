@@ -130,8 +130,8 @@ pub fn render(week: &Week, title: &str) -> String {
             }
         }
         let mut notes = Vec::new();
-        if let Some((i, entry)) = &row.excluded {
-            notes.push(format!("holiday: excludeDates[{i}] {entry:?}"));
+        if let Some(note) = &row.excluded {
+            notes.push(format!("holiday: {note}"));
         }
         if let Some(c) = &row.clock_change {
             let way = if c.to > c.from { "forward" } else { "back" };

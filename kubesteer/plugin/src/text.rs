@@ -135,11 +135,8 @@ pub fn render(week: &Week, title: &str, paint: Paint) -> String {
         };
         let cells: String = row.cells.iter().map(|c| cell(c, max, paint)).collect();
         let mut notes = Vec::new();
-        if let Some((i, entry)) = &row.excluded {
-            notes.push(paint.paint(
-                fg(AnsiColor::Yellow),
-                &format!("holiday: excludeDates[{i}] {entry:?}"),
-            ));
+        if let Some(note) = &row.excluded {
+            notes.push(paint.paint(fg(AnsiColor::Yellow), &format!("holiday: {note}")));
         }
         if let Some(c) = &row.clock_change {
             let way = if c.to > c.from { "forward" } else { "back" };

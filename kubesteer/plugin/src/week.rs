@@ -6,6 +6,7 @@ use chrono::{Datelike, Days, NaiveDate, NaiveTime, Offset, TimeDelta, TimeZone};
 use chrono_tz::Tz;
 use kubesteer_api::field::FieldErrors;
 use kubesteer_api::keys::reason;
+use kubesteer_api::scaler::calendar::Holiday;
 use kubesteer_api::scaler::plan::{BetaSchedule, MAX_NEXT};
 use kubesteer_api::scaler::schedule::{resolve_local, Instant};
 use kubesteer_api::scaler::v1beta1::ExcludeDate;
@@ -54,8 +55,9 @@ pub struct ClockChange {
 pub struct Row {
     pub day: NaiveDate,
     pub cells: Vec<Cell>,
-    /// The first excludeDates entry that makes it a holiday: its index and its text.
-    pub excluded: Option<(usize, String)>,
+    /// What makes it a holiday: the first excludeDates entry (`excludeDates[0] "2026-12-24"`),
+    /// else the calendar's event (`calendar: Christmas`).
+    pub excluded: Option<String>,
     pub clock_change: Option<ClockChange>,
     pub today: bool,
 }
@@ -87,22 +89,25 @@ pub struct Week {
 }
 
 impl Week {
-    /// `days` local days of `spec`'s schedule from the local date `from`; `now` marks its cell.
-    /// The errors are the schedule's, on the paths validation uses.
+    /// `days` local days of `spec`'s schedule from the local date `from`, with its calendar's
+    /// `holidays`; `now` marks its cell. The errors are the schedule's, on the paths validation
+    /// uses.
     pub fn of(
         spec: &ScalerSpec,
+        holidays: &[Holiday],
         from: NaiveDate,
         days: u32,
         now: Instant,
     ) -> Result<Self, FieldErrors> {
-        let schedule = spec.schedule()?;
+        let schedule = spec.schedule()?.with_holidays(holidays);
         // The override holds from now (its start is nobody's record) until its end; the days
         // before now show the schedule alone.
         let base = ScalerSpec {
             override_: None,
             ..spec.clone()
         }
-        .schedule()?;
+        .schedule()?
+        .with_holidays(holidays);
         // schedule() has parsed the zone already; this cannot fail after it.
         let tz: Tz = spec.time_zone().parse().unwrap_or(Tz::UTC);
         let days = days.clamp(1, MAX_DAYS);
@@ -135,13 +140,20 @@ impl Week {
             (None, None) => Level::Own,
         };
         let today = now.with_timezone(&tz).date_naive();
-        let excludes: Vec<(usize, &String, ExcludeDate)> = spec
+        let mut excludes: Vec<(String, ExcludeDate)> = spec
             .exclude_dates
             .iter()
             .flatten()
             .enumerate()
-            .filter_map(|(i, s)| ExcludeDate::parse(s).ok().map(|e| (i, s, e)))
+            .filter_map(|(i, s)| {
+                let note = format!("excludeDates[{i}] {s:?}");
+                ExcludeDate::parse(s).ok().map(|e| (note, e))
+            })
             .collect();
+        excludes.extend(holidays.iter().map(|h| {
+            let note = format!("calendar: {}", h.summary);
+            (note, ExcludeDate::Range(h.first, h.last))
+        }));
         let mut rows = Vec::new();
         for day in from.iter_days().take(days as usize) {
             let Some(next) = day.succ_opt() else { break };
@@ -186,8 +198,8 @@ impl Week {
             }
             let excluded = excludes
                 .iter()
-                .find(|(_, _, e)| e.contains(day))
-                .map(|&(i, s, _)| (i, s.clone()));
+                .find(|(_, e)| e.contains(day))
+                .map(|(note, _)| note.clone());
             rows.push(Row {
                 day,
                 clock_change: clock_change(tz, day, next, &cells),
@@ -390,7 +402,7 @@ mod tests {
             {"start": 12, "end": 13, "replicas": 0}
         ]}));
         let now = Utc.with_ymd_and_hms(2026, 6, 1, 9, 15, 0).unwrap();
-        let w = Week::of(&s, date(2026, 6, 1), 1, now).unwrap();
+        let w = Week::of(&s, &[], date(2026, 6, 1), 1, now).unwrap();
         let cells = &w.rows[0].cells;
         assert_eq!(cells[17].level, Some(Level::Own));
         assert_eq!(cells[18].level, Some(Level::Replicas(4)));
@@ -411,7 +423,7 @@ mod tests {
             json!({"windows": [{"start": 9, "end": 17, "replicas": 2}], "outsideReplicas": 1}),
         );
         let now = Utc.with_ymd_and_hms(2026, 6, 1, 0, 0, 0).unwrap();
-        let w = Week::of(&s, date(2026, 6, 1), 7, now).unwrap();
+        let w = Week::of(&s, &[], date(2026, 6, 1), 7, now).unwrap();
         assert_eq!(w.changes.len(), 14);
         assert!(w.changes.windows(2).all(|p| p[0].at < p[1].at));
         assert_eq!(w.rows[3].cells[0].level, Some(Level::Replicas(1)));
@@ -423,7 +435,7 @@ mod tests {
             json!({"timeZone": "Europe/Berlin", "windows": [{"start": 1, "end": 4, "replicas": 2}]}),
         );
         let now = Utc.with_ymd_and_hms(2026, 3, 1, 0, 0, 0).unwrap();
-        let w = Week::of(&s, date(2026, 3, 29), 1, now).unwrap();
+        let w = Week::of(&s, &[], date(2026, 3, 29), 1, now).unwrap();
         let hm = |h, m| NaiveTime::from_hms_opt(h, m, 0).unwrap_or_default();
         assert_eq!(
             w.rows[0].clock_change,
@@ -436,7 +448,7 @@ mod tests {
         assert_eq!(w.rows[0].cells[4].level, None);
         assert_eq!(w.rows[0].cells[5].level, None);
         assert_eq!(w.rows[0].cells[6].level, Some(Level::Replicas(2)));
-        let w = Week::of(&s, date(2026, 10, 25), 1, now).unwrap();
+        let w = Week::of(&s, &[], date(2026, 10, 25), 1, now).unwrap();
         assert_eq!(
             w.rows[0].clock_change,
             Some(ClockChange {

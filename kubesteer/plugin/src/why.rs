@@ -163,13 +163,19 @@ pub async fn why(connection: &Connection, object: &str, now: Instant) -> Result<
         return Ok(out);
     };
     let tz: Tz = owner.spec.time_zone().parse().unwrap_or(Tz::UTC);
-    let plan = owner.spec.plan(now).map_err(|errors| {
-        Error::Input(kubesteer_api::field::summarize(
-            "Scaler",
-            &owner.name_any(),
-            &errors,
-        ))
-    });
+    let owner_ns = owner.namespace().unwrap_or_default();
+    let holidays = crate::cluster::holidays(&client, &owner_ns, &owner.spec, now).await?;
+    let plan = owner
+        .spec
+        .schedule()
+        .map(|s| s.with_holidays(&holidays).plan(now))
+        .map_err(|errors| {
+            Error::Input(kubesteer_api::field::summarize(
+                "Scaler",
+                &owner.name_any(),
+                &errors,
+            ))
+        });
     let desired = match &plan {
         _ if owner.spec.suspend() => {
             "none: the Scaler is suspended and leaves it as it is".to_string()

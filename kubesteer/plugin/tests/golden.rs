@@ -31,8 +31,8 @@ fn golden(case: &str, from: &str, days: u32, now: &str) {
             output,
             now,
         };
-        let got =
-            picture(&s.spec, &what, &request, Paint::new(false)).unwrap_or_else(|e| panic!("{e}"));
+        let got = picture(&s.spec, &[], &what, &request, Paint::new(false))
+            .unwrap_or_else(|e| panic!("{e}"));
         let path = dir().join(format!("{case}.{ext}"));
         if std::env::var_os("UPDATE_GOLDEN").is_some() {
             std::fs::write(&path, &got).unwrap_or_else(|e| panic!("{}: {e}", path.display()));

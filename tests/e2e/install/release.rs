@@ -1904,7 +1904,8 @@ fn install_patched_kinds() -> Result<()> {
     Ok(())
 }
 
-/// docs/scaler.md's Scaler with the ready-made patches, as JSON, with `windows` in its spec.
+/// docs/scaler.md's Scaler with the ready-made patches, as JSON, with `windows` in its spec
+/// and no outsideReplicas.
 fn ready_made_patches(windows: &str) -> Result<String> {
     let page = std::fs::read_to_string(repo_root().join("docs/scaler.md"))?;
     let block = page
@@ -1915,6 +1916,10 @@ fn ready_made_patches(windows: &str) -> Result<String> {
     let mut scaler: serde_json::Value = serde_yaml::from_str(block)?;
     scaler["spec"]["windows"] = serde_yaml::from_str(windows)?;
     scaler["spec"]["timeZone"] = "UTC".into();
+    // Given back as they were when it is deleted, not left at outsideReplicas.
+    if let Some(spec) = scaler["spec"].as_object_mut() {
+        spec.remove("outsideReplicas");
+    }
     Ok(scaler.to_string())
 }
 
@@ -2076,5 +2081,133 @@ fn a_kind_without_its_own_sleep_sleeps_by_a_declared_patch_and_is_given_back_exa
         automated,
         r#"{"prune":false}"#,
     )?;
+    Ok(())
+}
+
+/// An iCalendar file of one all-day event on the days `first..end` (`YYYYMMDD`, DTEND
+/// exclusive), and a yearly one.
+fn holiday_calendar(first: &str, end: &str) -> String {
+    format!(
+        "BEGIN:VCALENDAR\r\nVERSION:2.0\r\nPRODID:-//kubesteer//e2e//EN\r\nBEGIN:VEVENT\r\nUID:company-day\r\nSUMMARY:Company day\r\nDTSTART;VALUE=DATE:{first}\r\nDTEND;VALUE=DATE:{end}\r\nEND:VEVENT\r\nBEGIN:VEVENT\r\nUID:new-year\r\nSUMMARY:New Year\r\nDTSTART;VALUE=DATE:20200101\r\nRRULE:FREQ=YEARLY\r\nEND:VEVENT\r\nEND:VCALENDAR\r\n"
+    )
+}
+
+/// A ConfigMap `holidays` in `ns` whose `holidays.ics` is `ics`, made or replaced.
+fn put_calendar(ns: &str, ics: &str) -> Result<()> {
+    let map = serde_json::json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "holidays"},
+        "data": {"holidays.ics": ics},
+    });
+    kubectl_ok(&["apply", "-n", ns, "-f", "-"], Some(&map.to_string()))?;
+    Ok(())
+}
+
+#[test]
+fn holidays_from_an_icalendar_configmap_keep_a_window_closed_and_show_in_the_plugin() -> Result<()>
+{
+    let release = Release::install("calendar", &[])?;
+    let n = release.user_ns.clone();
+    let n = n.as_str();
+    release.create_deployment("web")?;
+    // Yesterday to tomorrow, in UTC, are the company's days off (midnight may pass meanwhile).
+    let now = chrono::Utc::now();
+    let day = |offset: i64| {
+        (now + chrono::Duration::days(offset))
+            .format("%Y%m%d")
+            .to_string()
+    };
+    let scaler = |replicas: u32| {
+        format!(
+            "apiVersion: kubesteer.io/v1beta1\nkind: Scaler\nmetadata: {{name: office}}\nspec:\n  hpaCooperation: Disabled\n  scaleTargetRefs: [{{apiVersion: apps/v1, kind: Deployment, name: web}}]\n  timeZone: UTC\n  windows: [{{start: \"00:00\", end: \"24:00\", replicas: {replicas}}}]\n  excludeCalendar: {{name: holidays}}\n"
+        )
+    };
+    let ready = "{.status.conditions[?(@.type==\"Ready\")].reason}";
+
+    // No ConfigMap yet: the Scaler writes nothing and says why.
+    let run = release.apply(&scaler(3))?;
+    ensure!(run.ok, "{run:?}");
+    user_wait(&release, "scaler/office", ready, "CalendarUnreadable")?;
+    assert_eq!(
+        user_get(&release, "deployment/web", "{.spec.replicas}")?,
+        "1"
+    );
+
+    // Today is a holiday: outside every window, so web keeps its replicas.
+    put_calendar(n, &holiday_calendar(&day(-1), &day(2)))?;
+    let run = release.apply(&scaler(2))?;
+    ensure!(run.ok, "{run:?}");
+    user_wait(&release, "scaler/office", ready, "ExcludedDate")?;
+    let message = user_get(
+        &release,
+        "scaler/office",
+        "{.status.conditions[?(@.type==\"Ready\")].message}",
+    )?;
+    ensure!(
+        message.contains("is excluded (calendar: Company day)"),
+        "{message}"
+    );
+    assert_eq!(
+        user_get(&release, "deployment/web", "{.spec.replicas}")?,
+        "1"
+    );
+
+    // The plugin shows the holiday, read from the same ConfigMap.
+    let plugin = kubesteer_tests::workspace_bin("kubectl-kubesteer");
+    let preview = std::process::Command::new(&plugin)
+        .args(["preview", "scaler/office", "-n", n, "--days", "2"])
+        .env("KUBECONFIG", kubesteer_tests::kubeconfig())
+        .output()?;
+    let shown = String::from_utf8_lossy(&preview.stdout);
+    ensure!(
+        preview.status.success() && shown.contains("holiday: calendar: Company day"),
+        "{shown}{}",
+        String::from_utf8_lossy(&preview.stderr)
+    );
+
+    // The days move to next week in the ConfigMap: the next pass (the spec edited, or within
+    // 5 minutes) opens the window.
+    put_calendar(n, &holiday_calendar(&day(7), &day(9)))?;
+    let run = release.apply(&scaler(3))?;
+    ensure!(run.ok, "{run:?}");
+    user_wait(&release, "deployment/web", "{.spec.replicas}", "3")?;
+
+    // An author who may not read the ConfigMap is refused, naming the field.
+    let sa = format!("{n}:carol");
+    for args in [
+        vec!["create", "serviceaccount", "carol", "-n", n],
+        vec![
+            "create",
+            "role",
+            "scalers",
+            "-n",
+            n,
+            "--verb=get,list,watch,create,update,patch,delete",
+            "--resource=scalers.kubesteer.io",
+        ],
+        vec![
+            "create",
+            "rolebinding",
+            "carol-scalers",
+            "-n",
+            n,
+            "--role=scalers",
+            "--serviceaccount",
+            &sa,
+        ],
+    ] {
+        kubectl_ok(&args, None)?;
+    }
+    let run = kubesteer_tests::apply_as(
+        &format!("system:serviceaccount:{n}:carol"),
+        n,
+        &scaler(4).replace("name: office", "name: carols"),
+    )?;
+    ensure!(
+        !run.ok
+            && run.stderr.contains("spec.excludeCalendar.name")
+            && run.stderr.contains("get configmaps \"holidays\""),
+        "carol may not read the calendar: {run:?}"
+    );
     Ok(())
 }

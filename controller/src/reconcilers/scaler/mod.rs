@@ -36,6 +36,7 @@ use workload::*;
 
 pub mod acting;
 mod boundary;
+mod calendar;
 mod decide;
 pub mod inventory;
 pub mod metrics;
@@ -56,6 +57,7 @@ use target::*;
 use visit::*;
 
 pub const KIND: &str = "Scaler";
+use kubesteer_api::scaler::calendar::RECHECK as CALENDAR_RECHECK;
 /// A reconcile this close before the boundary it was requeued for acts as at the boundary: the
 /// timer runs on the monotonic clock and the plan on the wall clock, which may differ by a hair.
 const BOUNDARY_TOLERANCE: Duration = Duration::from_millis(20);
@@ -190,10 +192,26 @@ async fn apply(scaler: &Scaler, ctx: &ScalerContext) -> Result<Action> {
         Some(at) => at.max(ctx.clock.now()),
         None => at_boundary(ctx.clock.now(), &previous),
     };
-    let plan: Plan = match scaler.spec.plan(now) {
-        Ok(p) => p,
+    let schedule = match scaler.spec.schedule() {
+        Ok(s) => s,
         Err(errors) => return invalid_schedule(scaler, ctx, &previous, now, &errors).await,
     };
+    // The holidays of its calendar; while it cannot be read, nothing is written.
+    let schedule = match &scaler.spec.exclude_calendar {
+        None => schedule,
+        Some(c) => match calendar::read_holidays(ctx, &ns, c, schedule.time_zone(), now).await? {
+            Ok(holidays) => schedule.with_holidays(&holidays),
+            Err(why) => {
+                let stop = Stop {
+                    reason: reason::CALENDAR_UNREADABLE,
+                    message: why,
+                    then: Action::requeue(CALENDAR_RECHECK),
+                };
+                return stopped(scaler, ctx, &previous, now, stop).await;
+            }
+        },
+    };
+    let plan: Plan = schedule.plan(now);
     // Nothing is written for an author who lost a right the spec needs.
     let standing = ctx
         .rights
@@ -269,6 +287,15 @@ async fn apply(scaler: &Scaler, ctx: &ScalerContext) -> Result<Action> {
     // An author's rights are asked again at least every RECHECK.
     let recheck = (standing == rights::Standing::Held)
         .then(|| now + chrono::Duration::from_std(rights::RECHECK).unwrap_or_default());
+    // A calendar is read again at least every CALENDAR_RECHECK, to see the ConfigMap's edits.
+    let recheck = earliest(
+        recheck,
+        scaler
+            .spec
+            .exclude_calendar
+            .as_ref()
+            .map(|_| now + chrono::Duration::from_std(CALENDAR_RECHECK).unwrap_or_default()),
+    );
     Ok(next_action(
         earliest(next, recheck),
         suspended,
