@@ -2154,10 +2154,16 @@ fn holidays_from_an_icalendar_configmap_keep_a_window_closed_and_show_in_the_plu
 
     // The plugin shows the holiday, read from the same ConfigMap.
     let plugin = kubesteer_tests::workspace_bin("kubectl-kubesteer");
-    let preview = std::process::Command::new(&plugin)
+    let mut command = std::process::Command::new(&plugin);
+    command
         .args(["preview", "scaler/office", "-n", n, "--days", "2"])
-        .env("KUBECONFIG", kubesteer_tests::kubeconfig())
-        .output()?;
+        .env("KUBECONFIG", kubesteer_tests::kubeconfig());
+    let preview = kubesteer_tests::output_within(
+        &mut command,
+        None,
+        Duration::from_secs(30),
+        "kubectl-kubesteer preview",
+    )?;
     let shown = String::from_utf8_lossy(&preview.stdout);
     ensure!(
         preview.status.success() && shown.contains("holiday: calendar: Company day"),
