@@ -337,6 +337,44 @@ async fn a_kind_without_scale_or_unknown_is_denied_at_its_kind() {
 }
 
 #[tokio::test]
+async fn a_kind_with_a_declared_patch_asks_patch_on_the_object_and_a_calendar_its_configmap() {
+    let review = with_spec(
+        "scaler-create.json",
+        json!({"scaleTargetRefs": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "settings"}],
+        "windows": [{"start": 9, "end": 17}], "hpaCooperation": "Disabled",
+        "excludeCalendar": {"name": "holidays"},
+        "patches": [
+            {"target": {"kind": "ConfigMap"}, "patch": "{metadata: {labels: {asleep: \"yes\"}}}"},
+            {"target": {"group": "example.com", "kind": "Widget"}, "patch": "[{op: remove, path: /spec/x}]"}
+        ]}),
+    );
+    let c = cluster();
+    let reply = send(c.clone(), "/validate/scalers", &review).await;
+    assert!(!reply.allowed());
+    let m = reply.message();
+    assert!(m.contains("spec.scaleTargetRefs[0]: Forbidden: user \"alice\" may not patch configmaps \"settings\" in namespace \"team\""), "{m}");
+    assert!(m.contains("spec.excludeCalendar.name: Forbidden: user \"alice\" may not get configmaps \"holidays\" in namespace \"team\""), "{m}");
+    assert!(
+        !m.contains("has no /scale"),
+        "a declared patch makes it a target: {m}"
+    );
+    let may = |name: &str| vec![("team".to_string(), name.to_string())];
+    let granted = FakeCluster {
+        may_get_config_maps: may("holidays"),
+        may_patch_config_maps: may("settings"),
+        ..cluster()
+    };
+    let reply = send(granted, "/validate/scalers", &review).await;
+    assert!(reply.allowed(), "{}", reply.body);
+    let warnings = reply.warnings();
+    assert!(
+        warnings.iter().any(|w| w
+            .starts_with("spec.patches[1].target: no target in spec.scaleTargetRefs is a Widget")),
+        "{warnings:?}"
+    );
+}
+
+#[tokio::test]
 async fn a_wrong_kind_is_rejected_on_every_endpoint() {
     for path in ["/validate/scalers", "/mutate/scalers"] {
         let reply = send(cluster(), path, &fixture("pod-create.json")).await;

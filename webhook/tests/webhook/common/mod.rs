@@ -43,6 +43,8 @@ pub struct FakeCluster {
     pub hpas: BTreeMap<(String, String), String>,
     /// ConfigMaps the requesting user may get, as (namespace, name).
     pub may_get_config_maps: Vec<(String, String)>,
+    /// ConfigMaps the requesting user may patch, as (namespace, name).
+    pub may_patch_config_maps: Vec<(String, String)>,
     /// Ingresses the requesting user may get, as (namespace, name).
     pub may_get_ingresses: Vec<(String, String)>,
     /// IngressClasses that exist.
@@ -95,6 +97,9 @@ impl Cluster for FakeCluster {
                 }
                 ("get", "configmaps", "") => self
                     .may_get_config_maps
+                    .contains(&(ns.clone(), access.name.clone())),
+                ("patch", "configmaps", "") => self
+                    .may_patch_config_maps
                     .contains(&(ns.clone(), access.name.clone())),
                 ("create", "ingresses", "") => {
                     access.group == "networking.k8s.io" && self.may_create_ingresses_in.contains(ns)
