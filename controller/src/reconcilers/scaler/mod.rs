@@ -215,7 +215,9 @@ async fn apply(scaler: &Scaler, ctx: &ScalerContext) -> Result<Action> {
     // Nothing is written for an author who lost a right the spec needs.
     let standing = ctx
         .rights
-        .standing(&ctx.client, &ctx.mapper, scaler, &ns)
+        .standing(&ctx.client, &ctx.mapper, scaler, &ns, |t| {
+            ctx.inventory.scaled_object_of(t).is_some()
+        })
         .await?;
     let forbidden = match &standing {
         rights::Standing::Unrecorded => None,

@@ -15,6 +15,8 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::authentication::v1::UserInfo;
 use kube::Client;
 use kubesteer_api::access::{author, Access};
+use kubesteer_api::scaler::target::Target;
+use kubesteer_api::scaler::v1beta1::HpaCooperation;
 use kubesteer_api::{Scaler, ScalerSpec};
 use kubesteer_runtime::answer_cache::AnswerCache;
 use kubesteer_runtime::scale::RestMapper;
@@ -50,13 +52,16 @@ impl Default for Rights {
 
 impl Rights {
     /// Whether the recorded author of `scaler` (in namespace `ns`) still holds every right its
-    /// spec needs; an error when the apiserver could not say.
+    /// spec needs; an error when the apiserver could not say. `keda_scales` tells the named
+    /// targets a KEDA ScaledObject scales (the HPA watch's view), whose ScaledObjects the
+    /// Scaler pauses: their author must still be allowed to patch those too.
     pub async fn standing(
         &self,
         client: &Client,
         mapper: &RestMapper,
         scaler: &Scaler,
         ns: &str,
+        keda_scales: impl Fn(&Target) -> bool,
     ) -> crate::Result<Standing> {
         let record = scaler
             .metadata
@@ -70,7 +75,9 @@ impl Rights {
             Ok(user) => user,
             Err(why) => return Ok(Standing::Missing(why)),
         };
-        for (path, access) in required(mapper, &scaler.spec, ns).await {
+        let mut rights = required(mapper, &scaler.spec, ns).await;
+        rights.extend(keda_rights(&scaler.spec, ns, keda_scales));
+        for (path, access) in rights {
             let key = (record.clone(), access.clone());
             let held = self
                 .answers
@@ -111,6 +118,30 @@ async fn required(mapper: &RestMapper, spec: &ScalerSpec, ns: &str) -> Vec<(Stri
     })
 }
 
+/// `patch` on the ScaledObjects of each namespace where a named target is scaled by KEDA, as
+/// the webhook asks it, while the Scaler cooperates with autoscalers.
+fn keda_rights(
+    spec: &ScalerSpec,
+    ns: &str,
+    keda_scales: impl Fn(&Target) -> bool,
+) -> Vec<(String, Access)> {
+    if spec.hpa_cooperation() != HpaCooperation::Enabled {
+        return Vec::new();
+    }
+    let mut namespaces = BTreeMap::new();
+    for (i, (target, target_ns)) in spec.targets(ns).enumerate() {
+        if keda_scales(&target.target(target_ns)) {
+            namespaces
+                .entry(target_ns.to_string())
+                .or_insert(format!("spec.scaleTargetRefs[{i}]"));
+        }
+    }
+    namespaces
+        .into_iter()
+        .map(|(ns, path)| (path, Access::patch_scaled_objects(&ns)))
+        .collect()
+}
+
 async fn ask(client: &Client, user: &UserInfo, access: &Access) -> kube::Result<bool> {
     kubesteer_runtime::access::permitted(client, user, access).await
 }
@@ -125,6 +156,34 @@ fn missing(user: &UserInfo, path: &str, access: &Access) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_target_keda_scales_needs_patch_on_its_namespaces_scaled_objects() {
+        let spec: ScalerSpec = serde_json::from_value(serde_json::json!({
+            "scaleTargetRefs": [
+                {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+                {"apiVersion": "apps/v1", "kind": "Deployment", "name": "api"},
+                {"apiVersion": "apps/v1", "kind": "Deployment", "name": "db", "namespace": "data"}
+            ],
+            "windows": [{"start": 9, "end": 17}]
+        }))
+        .unwrap();
+        let keda = |t: &Target| t.name != "db";
+        let rights = keda_rights(&spec, "team", keda);
+        assert_eq!(
+            rights,
+            vec![(
+                "spec.scaleTargetRefs[0]".to_string(),
+                Access::patch_scaled_objects("team")
+            )],
+            "once per namespace, at the first such target"
+        );
+        let off = ScalerSpec {
+            hpa_cooperation: Some(HpaCooperation::Disabled),
+            ..spec
+        };
+        assert!(keda_rights(&off, "team", keda).is_empty());
+    }
 
     #[test]
     fn the_message_names_the_author_the_field_and_the_right() {
