@@ -1507,30 +1507,10 @@ fn a_scaler_stops_when_its_authors_right_goes_and_resumes_when_it_is_back() -> R
     let n = release.user_ns.clone();
     let n = n.as_str();
     release.create_deployment("web")?;
-    let alice = format!("system:serviceaccount:{n}:alice");
+    let alice = scalers_author(n, "alice")?;
     let sa = format!("{n}:alice");
-    for args in [
-        vec!["create", "serviceaccount", "alice", "-n", n],
-        vec![
-            "create",
-            "role",
-            "scalers",
-            "-n",
-            n,
-            "--verb=get,list,watch,create,update,patch,delete",
-            "--resource=scalers.kubesteer.io",
-        ],
-        vec![
-            "create",
-            "rolebinding",
-            "alice-scalers",
-            "-n",
-            n,
-            "--role=scalers",
-            "--serviceaccount",
-            &sa,
-        ],
-        vec![
+    kubectl_ok(
+        &[
             "create",
             "role",
             "scale",
@@ -1539,9 +1519,8 @@ fn a_scaler_stops_when_its_authors_right_goes_and_resumes_when_it_is_back() -> R
             "--verb=patch",
             "--resource=deployments.apps/scale",
         ],
-    ] {
-        kubectl_ok(&args, None)?;
-    }
+        None,
+    )?;
     let grant = [
         "create",
         "rolebinding",
@@ -1955,36 +1934,8 @@ fn a_kind_without_its_own_sleep_sleeps_by_a_declared_patch_and_is_given_back_exa
                 .contains("is not supported: use add, replace or remove"),
         "{run:?}"
     );
-    let sa = format!("{n}:bob");
-    for args in [
-        vec!["create", "serviceaccount", "bob", "-n", n],
-        vec![
-            "create",
-            "role",
-            "scalers",
-            "-n",
-            n,
-            "--verb=get,list,watch,create,update,patch,delete",
-            "--resource=scalers.kubesteer.io",
-        ],
-        vec![
-            "create",
-            "rolebinding",
-            "bob-scalers",
-            "-n",
-            n,
-            "--role=scalers",
-            "--serviceaccount",
-            &sa,
-        ],
-    ] {
-        kubectl_ok(&args, None)?;
-    }
-    let run = kubesteer_tests::apply_as(
-        &format!("system:serviceaccount:{n}:bob"),
-        n,
-        &ready_made_patches(asleep)?,
-    )?;
+    let run =
+        kubesteer_tests::apply_as(&scalers_author(n, "bob")?, n, &ready_made_patches(asleep)?)?;
     ensure!(
         !run.ok
             && run.stderr.contains("spec.scaleTargetRefs[0]")
@@ -1993,15 +1944,14 @@ fn a_kind_without_its_own_sleep_sleeps_by_a_declared_patch_and_is_given_back_exa
     );
 
     // Asleep: both patched, with the record of what was there.
-    let run = release.apply(&ready_made_patches(asleep)?)?;
-    ensure!(run.ok, "{run:?}");
-    user_wait(
-        &release,
-        "cluster.postgresql.cnpg.io/pg",
-        "{.metadata.annotations.cnpg\\.io/hibernation}",
-        "on",
-    )?;
-    user_wait(&release, "application.argoproj.io/shop", automated, "")?;
+    let sleep_both = || -> Result<()> {
+        let run = release.apply(&ready_made_patches(asleep)?)?;
+        ensure!(run.ok, "{run:?}");
+        let hibernation = "{.metadata.annotations.cnpg\\.io/hibernation}";
+        user_wait(&release, "cluster.postgresql.cnpg.io/pg", hibernation, "on")?;
+        user_wait(&release, "application.argoproj.io/shop", automated, "")
+    };
+    sleep_both()?;
     user_wait(
         &release,
         "scaler/nights-data",
@@ -2055,15 +2005,7 @@ fn a_kind_without_its_own_sleep_sleeps_by_a_declared_patch_and_is_given_back_exa
     );
 
     // Asleep again, then the Scaler deleted: given back from the record alone.
-    let run = release.apply(&ready_made_patches(asleep)?)?;
-    ensure!(run.ok, "{run:?}");
-    user_wait(
-        &release,
-        "cluster.postgresql.cnpg.io/pg",
-        "{.metadata.annotations.cnpg\\.io/hibernation}",
-        "on",
-    )?;
-    user_wait(&release, "application.argoproj.io/shop", automated, "")?;
+    sleep_both()?;
     kubectl_ok(
         &["delete", "-n", n, "scaler/nights-data", "--timeout=60s"],
         None,
@@ -2179,33 +2121,8 @@ fn holidays_from_an_icalendar_configmap_keep_a_window_closed_and_show_in_the_plu
     user_wait(&release, "deployment/web", "{.spec.replicas}", "3")?;
 
     // An author who may not read the ConfigMap is refused, naming the field.
-    let sa = format!("{n}:carol");
-    for args in [
-        vec!["create", "serviceaccount", "carol", "-n", n],
-        vec![
-            "create",
-            "role",
-            "scalers",
-            "-n",
-            n,
-            "--verb=get,list,watch,create,update,patch,delete",
-            "--resource=scalers.kubesteer.io",
-        ],
-        vec![
-            "create",
-            "rolebinding",
-            "carol-scalers",
-            "-n",
-            n,
-            "--role=scalers",
-            "--serviceaccount",
-            &sa,
-        ],
-    ] {
-        kubectl_ok(&args, None)?;
-    }
     let run = kubesteer_tests::apply_as(
-        &format!("system:serviceaccount:{n}:carol"),
+        &scalers_author(n, "carol")?,
         n,
         &scaler(4).replace("name: office", "name: carols"),
     )?;
@@ -2216,4 +2133,38 @@ fn holidays_from_an_icalendar_configmap_keep_a_window_closed_and_show_in_the_plu
         "carol may not read the calendar: {run:?}"
     );
     Ok(())
+}
+
+/// A ServiceAccount `name` of `ns` that may only read and write Scalers there (a Role
+/// `scalers`, made once per namespace), as its user name for `--as`.
+fn scalers_author(ns: &str, name: &str) -> Result<String> {
+    kubectl_ok(&["create", "serviceaccount", name, "-n", ns], None)?;
+    let role = [
+        "create",
+        "role",
+        "scalers",
+        "-n",
+        ns,
+        "--verb=get,list,watch,create,update,patch,delete",
+        "--resource=scalers.kubesteer.io",
+    ];
+    if !kubectl(&["get", "role", "scalers", "-n", ns], None)?.ok {
+        kubectl_ok(&role, None)?;
+    }
+    let binding = format!("{name}-scalers");
+    let sa = format!("{ns}:{name}");
+    kubectl_ok(
+        &[
+            "create",
+            "rolebinding",
+            &binding,
+            "-n",
+            ns,
+            "--role=scalers",
+            "--serviceaccount",
+            &sa,
+        ],
+        None,
+    )?;
+    Ok(format!("system:serviceaccount:{ns}:{name}"))
 }
