@@ -6,7 +6,7 @@
 //! operations (`add`, `replace`, `remove`) or a JSON merge patch (a map). Either becomes a list
 //! of [`Edit`]s, one per path it touches. Putting an object to sleep records, for every path,
 //! the value it had (or that it had none) and the value set, in the annotation
-//! [`ASLEEP_PATCH`](crate::keys::annotation::ASLEEP_PATCH) on the object, in the same write.
+//! [`crate::keys::annotation::ASLEEP_PATCH`] on the object, in the same write.
 //! Waking it puts back each recorded value (removing a path that was absent), except where the
 //! value is no longer the one set: someone else changed it while asleep, and it is theirs.
 use schemars::JsonSchema;
