@@ -627,6 +627,21 @@ fn rbac_grants_exactly_what_each_binary_uses() -> Result<()> {
         &["get", "patch"],
         None,
     ));
+    // Kinds put to sleep by a declared patch (controller.sleepPatchTargets' defaults).
+    controller.extend(expand(
+        &["postgresql.cnpg.io"],
+        &["clusters"],
+        &["get", "patch"],
+        None,
+    ));
+    controller.extend(expand(
+        &["argoproj.io"],
+        &["applications"],
+        &["get", "patch"],
+        None,
+    ));
+    // A Scaler's calendar (spec.excludeCalendar), read by name.
+    controller.extend(expand(&[""], &["configmaps"], &["get"], None));
     // A selector's namespaceSelector reads the namespaces' labels.
     controller.extend(expand(&[""], &["namespaces"], &["list", "watch"], None));
     // Storage version migration: the kubesteer CRDs by name, their status only.

@@ -1828,3 +1828,72 @@ async fn a_deleted_scaler_lets_go_once_the_workloads_have_listed() {
     drop(lists.await);
     scenario.finish(ctx).await;
 }
+
+#[tokio::test]
+async fn a_kind_with_a_declared_patch_sleeps_by_one_conditional_json_patch_with_its_record() {
+    use kubesteer_api::scaler::patches;
+    const PG: &str = "/apis/postgresql.cnpg.io/v1/namespaces/team/clusters/pg";
+    let s = scaler(json!({
+        "scaleTargetRefs": [{"apiVersion": "postgresql.cnpg.io/v1", "kind": "Cluster", "name": "pg"}],
+        "windows": [{"start": 9, "end": 17, "replicas": 0}], "hpaCooperation": "Disabled",
+        "patches": [{"target": {"group": "postgresql.cnpg.io", "kind": "Cluster"},
+                     "patch": "{metadata: {annotations: {cnpg.io/hibernation: \"on\"}}}"}]
+    }));
+    let pg = json!({"apiVersion": "postgresql.cnpg.io/v1", "kind": "Cluster",
+        "metadata": {"name": "pg", "namespace": "team", "resourceVersion": "7",
+                     "annotations": {"team": "data"}},
+        "spec": {"instances": 3}});
+    let (ctx, verifier) = ctx_at(USUAL).await;
+    // It has a /scale (spec.instances); the declared patch is used instead.
+    let resource = ApiResource {
+        group: "postgresql.cnpg.io".into(),
+        version: "v1".into(),
+        api_version: "postgresql.cnpg.io/v1".into(),
+        kind: "Cluster".into(),
+        plural: "clusters".into(),
+    };
+    ctx.mapper
+        .remember("postgresql.cnpg.io/v1", "Cluster", Ok(resource))
+        .await;
+    let before = pg.clone();
+    let edits = s.spec.patches.as_ref().unwrap()[0].edits().unwrap();
+    let mut asleep = patches::put_to_sleep(&pg, &edits, ME).unwrap();
+    asleep["metadata"]["annotations"][annotation::ORIGINAL_REPLICAS] = json!("1");
+    asleep["metadata"]["annotations"][annotation::ORIGINAL_REPLICAS_OWNER] = json!(ME);
+    asleep["metadata"]["resourceVersion"] = json!("8");
+    let scenario = verifier.run(vec![
+        // Its metadata (asleep or not), then the object itself for the write.
+        Call::get(PG).respond(pg.clone()),
+        Call::get(PG).respond(pg.clone()),
+        Call::patch(&patch_of(PG))
+            .body(move |b| {
+                assert_eq!(
+                    b[0],
+                    json!({"op": "replace", "path": "/metadata/resourceVersion", "value": "7"}),
+                    "conditional on the object as read"
+                );
+                let ops: json_patch::Patch = serde_json::from_value(b.clone()).unwrap();
+                let mut after = before.clone();
+                json_patch::patch(&mut after, &ops).unwrap();
+                let annotations = &after["metadata"]["annotations"];
+                assert_eq!(annotations["cnpg.io/hibernation"], "on");
+                assert_eq!(annotations[annotation::ORIGINAL_REPLICAS], "1");
+                assert_eq!(annotations[annotation::ORIGINAL_REPLICAS_OWNER], ME);
+                assert_eq!(after["spec"]["instances"], 3, "never through /scale");
+                let woken = patches::wake(&after);
+                assert_eq!(woken.object["metadata"]["annotations"]["team"], "data");
+                assert!(woken.object["metadata"]["annotations"]
+                    .get("cnpg.io/hibernation")
+                    .is_none());
+            })
+            .respond(asleep),
+        Call::event("team")
+            .body(|b| assert_eq!(b["note"], "Suspended Cluster team/pg"))
+            .respond_with_body(),
+        Call::patch(STATUS)
+            .body(|b| assert_eq!(b["status"]["targets"][0]["replicas"], 0))
+            .respond_status_of(&s),
+    ]);
+    reconcile(Arc::new(s.clone()), ctx.clone()).await.unwrap();
+    scenario.finish(ctx).await;
+}
