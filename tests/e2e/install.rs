@@ -11,3 +11,4 @@ mod rbac;
 mod readiness;
 mod readme;
 mod release;
+mod sleep_patches;

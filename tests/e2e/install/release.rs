@@ -411,17 +411,17 @@ fn webhook_rolling_restart_under_load_fails_no_admission_and_the_leader_hands_ov
 }
 
 /// One JSONPath of an object in the release's user namespace.
-fn user_get(release: &Release, object: &str, path: &str) -> Result<String> {
+pub(super) fn user_get(release: &Release, object: &str, path: &str) -> Result<String> {
     jsonpath(&release.user_ns, object, path)
 }
 
 /// A merge patch of `object` in the release's user namespace, as the cluster's admin.
-fn user_patch(release: &Release, object: &str, patch: &str) -> Result<String> {
+pub(super) fn user_patch(release: &Release, object: &str, patch: &str) -> Result<String> {
     kubesteer_tests::merge_patch(&release.user_ns, object, patch)
 }
 
 /// Waits until `path` of `object` in the user namespace reads `want`.
-fn user_wait(release: &Release, object: &str, path: &str, want: &str) -> Result<()> {
+pub(super) fn user_wait(release: &Release, object: &str, path: &str, want: &str) -> Result<()> {
     eventually(
         Duration::from_secs(90),
         &format!("{object} {path} = {want}"),
@@ -1225,7 +1225,7 @@ fn a_cron_job_is_suspended_while_its_replicas_would_be_0_and_resumed_after() -> 
     // docs/migrating.md's Scalers, as written, pass the CRD and the chart's webhook (a server-side
     // dry run: nothing is stored). api/tests/migrating.rs checks what their schedules do. The
     // kube-green one names a CloudNativePG Cluster.
-    install_patched_kinds()?;
+    super::sleep_patches::install_cnpg_cluster_kind()?;
     for yaml in migration_guide_scalers()? {
         let run = kubectl(
             &["apply", "--dry-run=server", "-n", n, "-f", "-"],
@@ -1264,7 +1264,7 @@ fn window(from: i64, to: i64, replicas: u32) -> String {
 }
 
 /// The notes of the events of `reason` in `ns`, once there is one.
-fn notes_of(ns: &str, reason: &str) -> Result<Vec<String>> {
+pub(super) fn notes_of(ns: &str, reason: &str) -> Result<Vec<String>> {
     eventually(
         Duration::from_secs(30),
         &format!("a {reason} event"),
@@ -1844,188 +1844,6 @@ fn an_impersonating_controller_writes_as_the_scalers_namespace_account() -> Resu
     Ok(())
 }
 
-/// CRDs of the same shape as CloudNativePG's Cluster (with its `/scale` on `spec.instances`) and
-/// Argo CD's Application, enough for the ready-made patches of docs/scaler.md; applied once
-/// per cluster (CRDs are cluster-wide) and waited for until served.
-fn install_patched_kinds() -> Result<()> {
-    let crd = |group: &str, version: &str, kind: &str, plural: &str, scale: bool| {
-        let subresources = match scale {
-            true => "\n      subresources:\n        scale: {specReplicasPath: .spec.instances, statusReplicasPath: .status.instances}",
-            false => "",
-        };
-        format!(
-            "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {{name: {plural}.{group}}}\nspec:\n  group: {group}\n  names: {{kind: {kind}, plural: {plural}, singular: {singular}, listKind: {kind}List}}\n  scope: Namespaced\n  versions:\n    - name: {version}\n      served: true\n      storage: true\n      schema: {{openAPIV3Schema: {{type: object, x-kubernetes-preserve-unknown-fields: true}}}}{subresources}\n",
-            singular = kind.to_lowercase()
-        )
-    };
-    let crds = [
-        crd("postgresql.cnpg.io", "v1", "Cluster", "clusters", true),
-        crd(
-            "argoproj.io",
-            "v1alpha1",
-            "Application",
-            "applications",
-            false,
-        ),
-    ]
-    .join("---\n");
-    kubectl_ok(&["apply", "-f", "-"], Some(&crds))?;
-    kubectl_ok(
-        &[
-            "wait",
-            "--for=condition=Established",
-            "--timeout=60s",
-            "crd/clusters.postgresql.cnpg.io",
-            "crd/applications.argoproj.io",
-        ],
-        None,
-    )?;
-    Ok(())
-}
-
-/// docs/scaler.md's Scaler with the ready-made patches, as JSON, with `windows` in its spec
-/// and no outsideReplicas.
-fn ready_made_patches(windows: &str) -> Result<String> {
-    let page = std::fs::read_to_string(repo_root().join("docs/scaler.md"))?;
-    let block = page
-        .split("```yaml\n")
-        .filter_map(|b| b.split_once("```").map(|(yaml, _)| yaml))
-        .find(|yaml| yaml.contains("name: nights-data"))
-        .context("docs/scaler.md's nights-data Scaler")?;
-    let mut scaler: serde_json::Value = serde_yaml::from_str(block)?;
-    scaler["spec"]["windows"] = serde_yaml::from_str(windows)?;
-    scaler["spec"]["timeZone"] = "UTC".into();
-    // Given back as they were when it is deleted, not left at outsideReplicas.
-    if let Some(spec) = scaler["spec"].as_object_mut() {
-        spec.remove("outsideReplicas");
-    }
-    Ok(scaler.to_string())
-}
-
-#[test]
-fn a_kind_without_its_own_sleep_sleeps_by_a_declared_patch_and_is_given_back_exactly() -> Result<()>
-{
-    install_patched_kinds()?;
-    let release = Release::install("patches", &[])?;
-    let n = release.user_ns.clone();
-    let n = n.as_str();
-    // Created, not applied: no last-applied annotation, so the annotations read as set here.
-    kubectl_ok(
-        &["create", "-n", n, "-f", "-"],
-        Some(
-            "apiVersion: postgresql.cnpg.io/v1\nkind: Cluster\nmetadata: {name: pg, annotations: {team: data}}\nspec: {instances: 3}\n---\napiVersion: argoproj.io/v1alpha1\nkind: Application\nmetadata: {name: shop}\nspec:\n  project: default\n  syncPolicy: {automated: {prune: true, selfHeal: true}}\n",
-        ),
-    )?;
-    let annotations = "{.metadata.annotations}";
-    let automated = "{.spec.syncPolicy.automated}";
-    let asleep = r#"[{start: "00:00", end: "24:00", replicas: 0}]"#;
-    let awake = r#"[{start: "00:00", end: "24:00", replicas: 1}]"#;
-
-    // The webhook: a patch it cannot take back is refused with its field; an author who may not
-    // patch the Cluster is refused; a patch for a kind no target is of is only warned of.
-    let mut bad: serde_json::Value = serde_json::from_str(&ready_made_patches(asleep)?)?;
-    bad["spec"]["patches"][1]["patch"] = "[{op: move, from: /spec/a, path: /spec/b}]".into();
-    let run = release.apply(&bad.to_string())?;
-    ensure!(
-        !run.ok
-            && run.stderr.contains("spec.patches[1].patch: Invalid value")
-            && run
-                .stderr
-                .contains("is not supported: use add, replace or remove"),
-        "{run:?}"
-    );
-    let run =
-        kubesteer_tests::apply_as(&scalers_author(n, "bob")?, n, &ready_made_patches(asleep)?)?;
-    ensure!(
-        !run.ok
-            && run.stderr.contains("spec.scaleTargetRefs[0]")
-            && run.stderr.contains("patch clusters (postgresql.cnpg.io)"),
-        "bob may not patch the Cluster: {run:?}"
-    );
-
-    // Asleep: both patched, with the record of what was there.
-    let sleep_both = || -> Result<()> {
-        let run = release.apply(&ready_made_patches(asleep)?)?;
-        ensure!(run.ok, "{run:?}");
-        let hibernation = "{.metadata.annotations.cnpg\\.io/hibernation}";
-        user_wait(&release, "cluster.postgresql.cnpg.io/pg", hibernation, "on")?;
-        user_wait(&release, "application.argoproj.io/shop", automated, "")
-    };
-    sleep_both()?;
-    user_wait(
-        &release,
-        "scaler/nights-data",
-        "{.status.targets[*].replicas}",
-        "0 0",
-    )?;
-    // The Cluster's /scale is left alone: it sleeps by the patch, not at 0 instances.
-    assert_eq!(
-        user_get(
-            &release,
-            "cluster.postgresql.cnpg.io/pg",
-            "{.spec.instances}"
-        )?,
-        "3"
-    );
-    let notes = notes_of(n, "Scaled")?;
-    assert!(
-        notes.contains(&format!("Suspended Cluster {n}/pg")),
-        "{notes:?}"
-    );
-    // Someone turns auto-sync back on while the app sleeps: that is theirs to keep.
-    user_patch(
-        &release,
-        "application.argoproj.io/shop",
-        r#"{"spec":{"syncPolicy":{"automated":{"prune":false}}}}"#,
-    )?;
-
-    // Awake: the Cluster's patched path and the sleep record gone (the record of its replicas
-    // stays while the window holds it, as for any target), the Application's auto-sync as its
-    // author left it.
-    let run = release.apply(&ready_made_patches(awake)?)?;
-    ensure!(run.ok, "{run:?}");
-    let woken = "{.metadata.annotations.cnpg\\.io/hibernation}/{.metadata.annotations.kubesteer\\.io/asleep-patch}/{.metadata.annotations.team}";
-    user_wait(&release, "cluster.postgresql.cnpg.io/pg", woken, "//data")?;
-    user_wait(
-        &release,
-        "application.argoproj.io/shop",
-        "{.metadata.annotations.kubesteer\\.io/asleep-patch}",
-        "",
-    )?;
-    assert_eq!(
-        user_get(&release, "application.argoproj.io/shop", automated)?,
-        r#"{"prune":false}"#
-    );
-    let kept = notes_of(n, "PatchKept")?;
-    assert!(
-        kept.iter().any(|k| k.starts_with(&format!(
-            "Left /spec/syncPolicy/automated of Application {n}/shop as it is"
-        ))),
-        "{kept:?}"
-    );
-
-    // Asleep again, then the Scaler deleted: given back from the record alone.
-    sleep_both()?;
-    kubectl_ok(
-        &["delete", "-n", n, "scaler/nights-data", "--timeout=60s"],
-        None,
-    )
-    .with_context(|| release.describe())?;
-    user_wait(
-        &release,
-        "cluster.postgresql.cnpg.io/pg",
-        annotations,
-        r#"{"team":"data"}"#,
-    )?;
-    user_wait(
-        &release,
-        "application.argoproj.io/shop",
-        automated,
-        r#"{"prune":false}"#,
-    )?;
-    Ok(())
-}
-
 /// An iCalendar file of one all-day event on the days `first..end` (`YYYYMMDD`, DTEND
 /// exclusive), and a yearly one.
 fn holiday_calendar(first: &str, end: &str) -> String {
@@ -2137,7 +1955,7 @@ fn holidays_from_an_icalendar_configmap_keep_a_window_closed_and_show_in_the_plu
 
 /// A ServiceAccount `name` of `ns` that may only read and write Scalers there (a Role
 /// `scalers`, made once per namespace), as its user name for `--as`.
-fn scalers_author(ns: &str, name: &str) -> Result<String> {
+pub(super) fn scalers_author(ns: &str, name: &str) -> Result<String> {
     kubectl_ok(&["create", "serviceaccount", name, "-n", ns], None)?;
     let role = [
         "create",
