@@ -10,7 +10,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::schedule::Instant;
-use crate::rules::{MAX_LABEL, MAX_SUBDOMAIN};
+use crate::rules::MAX_SUBDOMAIN;
 
 /// The key read when `excludeCalendar.key` is not given.
 pub const DEFAULT_CALENDAR_KEY: &str = "holidays.ics";
@@ -45,10 +45,6 @@ impl CalendarRef {
     }
 }
 
-// A ConfigMap key is at most a subdomain's length; the name's bound is the label's for
-// namespaces, kept here for the schema's sake.
-const _: () = assert!(MAX_LABEL <= MAX_SUBDOMAIN);
-
 /// The days one event of a calendar excludes, both ends included, in the Scaler's zone.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Holiday {
@@ -56,6 +52,24 @@ pub struct Holiday {
     pub summary: String,
     pub first: NaiveDate,
     pub last: NaiveDate,
+}
+
+/// The holidays of the calendar `calendar` names, from the data of its ConfigMap `ns`/`name`
+/// (None when the ConfigMap does not exist), or why they cannot be read: what the controller
+/// and the plugin both say.
+pub fn holidays_in(
+    data: Option<&std::collections::BTreeMap<String, String>>,
+    ns: &str,
+    calendar: &CalendarRef,
+    tz: Tz,
+    now: Instant,
+) -> Result<Vec<Holiday>, String> {
+    let (name, key) = (&calendar.name, calendar.key());
+    let text = data.and_then(|d| d.get(key)).ok_or_else(|| {
+        format!("ConfigMap {ns}/{name} of spec.excludeCalendar has no key {key:?}")
+    })?;
+    holidays(text, tz, now)
+        .map_err(|why| format!("ConfigMap {ns}/{name} key {key:?} of spec.excludeCalendar {why}"))
 }
 
 /// The holidays of the iCalendar text `ics` from [`DAYS_BEHIND`] before `now` to

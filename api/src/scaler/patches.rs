@@ -430,6 +430,10 @@ fn write(object: &mut Value, path: &str, value: Option<Value>) -> Result<(), Str
     };
     let mut at = object;
     for token in parents {
+        // A null on the way is a missing map: made when setting, nothing to remove otherwise.
+        if at.is_null() && value.is_some() {
+            *at = Value::Object(Map::new());
+        }
         at = match at {
             Value::Object(map) => map
                 .entry(token.clone())
@@ -438,16 +442,7 @@ fn write(object: &mut Value, path: &str, value: Option<Value>) -> Result<(), Str
                 let i = index(token, items.len())?;
                 &mut items[i]
             }
-            Value::Null if value.is_none() => return Ok(()),
-            Value::Null => {
-                *at = Value::Object(Map::new());
-                match at {
-                    Value::Object(map) => map
-                        .entry(token.clone())
-                        .or_insert_with(|| Value::Object(Map::new())),
-                    _ => unreachable!("just made a map"),
-                }
-            }
+            Value::Null => return Ok(()),
             _ => return Err(format!("{path:?} goes through a value that is not a map")),
         };
     }

@@ -95,21 +95,12 @@ pub async fn holidays(
     let Some(calendar) = &spec.exclude_calendar else {
         return Ok(Vec::new());
     };
-    let (name, key) = (&calendar.name, calendar.key());
     let api: Api<k8s_openapi::api::core::v1::ConfigMap> =
         Api::namespaced(client.clone(), namespace);
-    let map = api.get(name).await.map_err(Error::from)?;
-    let text = map.data.as_ref().and_then(|d| d.get(key)).ok_or_else(|| {
-        Error::Input(format!(
-            "ConfigMap {namespace}/{name} of spec.excludeCalendar has no key {key:?}"
-        ))
-    })?;
+    let map = api.get(&calendar.name).await.map_err(Error::from)?;
     let tz: chrono_tz::Tz = spec.time_zone().parse().unwrap_or(chrono_tz::Tz::UTC);
-    kubesteer_api::scaler::calendar::holidays(text, tz, now).map_err(|why| {
-        Error::Input(format!(
-            "ConfigMap {namespace}/{name} key {key:?} of spec.excludeCalendar {why}"
-        ))
-    })
+    kubesteer_api::scaler::calendar::holidays_in(map.data.as_ref(), namespace, calendar, tz, now)
+        .map_err(Error::Input)
 }
 
 /// A target as read from the cluster.

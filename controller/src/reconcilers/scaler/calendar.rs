@@ -1,7 +1,7 @@
 //! A Scaler's holidays from the ConfigMap its spec names (`spec.excludeCalendar`), read with
 //! the controller's rights (the webhook asked its author's to get it).
 use k8s_openapi::api::core::v1::ConfigMap;
-use kubesteer_api::scaler::calendar::{holidays, CalendarRef, Holiday};
+use kubesteer_api::scaler::calendar::{holidays_in, CalendarRef, Holiday};
 use kubesteer_api::scaler::schedule::Instant;
 
 use super::*;
@@ -17,7 +17,7 @@ pub(super) async fn read_holidays(
     now: Instant,
 ) -> Result<std::result::Result<Vec<Holiday>, String>> {
     let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), ns);
-    let (name, key) = (&calendar.name, calendar.key());
+    let name = &calendar.name;
     let map = match api.get_opt(name).await {
         Ok(Some(map)) => map,
         Ok(None) => {
@@ -32,11 +32,5 @@ pub(super) async fn read_holidays(
         }
         Err(e) => return Err(e.into()),
     };
-    let Some(text) = map.data.as_ref().and_then(|d| d.get(key)) else {
-        return Ok(Err(format!(
-            "ConfigMap {ns}/{name} of spec.excludeCalendar has no key {key:?}"
-        )));
-    };
-    Ok(holidays(text, tz, now)
-        .map_err(|why| format!("ConfigMap {ns}/{name} key {key:?} of spec.excludeCalendar {why}")))
+    Ok(holidays_in(map.data.as_ref(), ns, calendar, tz, now))
 }
