@@ -83,9 +83,11 @@ fn until_written(
             return Ok(());
         }
         // A denial stands, but for one where the webhook could not ask the apiserver (a
-        // force-deleted webhook pod still answers for a moment, its token already revoked).
-        let denied =
-            run.stderr.contains("denied the request") && !run.stderr.contains("could not check");
+        // force-deleted webhook pod still answers for a moment, its token already revoked; an
+        // apiserver just restarted may refuse a token for a moment): it says to try again.
+        let transient = ["could not check", "try again"];
+        let denied = run.stderr.contains("denied the request")
+            && !transient.iter().any(|t| run.stderr.contains(t));
         if denied || Instant::now() > deadline {
             bail!(
                 "kubectl {} for {object}: {}",
