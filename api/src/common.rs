@@ -1,5 +1,7 @@
 //! Pieces every kind shares: conditions and schema helpers.
+use chrono::{DateTime, Utc};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::Timestamp;
 use schemars::{json_schema, Schema, SchemaGenerator};
 
 use k8s_openapi::api::core::v1::ResourceRequirements;
@@ -7,6 +9,18 @@ use k8s_openapi::api::core::v1::ResourceRequirements;
 use crate::field::FieldErrors;
 use crate::keys;
 use crate::rules::{check_pattern, MAX_GENERATION, QUANTITY};
+
+/// A Kubernetes time from a UTC instant, to whole seconds as the API stores it, so a status
+/// computed twice compares equal.
+pub fn to_time(at: DateTime<Utc>) -> Time {
+    Time(Timestamp::from_second(at.timestamp()).unwrap_or(Timestamp::UNIX_EPOCH))
+}
+
+/// A UTC instant from a Kubernetes time.
+pub fn from_time(t: &Time) -> DateTime<Utc> {
+    DateTime::from_timestamp(t.0.as_second(), t.0.subsec_nanosecond().max(0) as u32)
+        .unwrap_or_default()
+}
 
 /// Builds a condition; `lastTransitionTime` is kept from `previous` while the status is unchanged.
 pub fn condition(

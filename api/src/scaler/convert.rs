@@ -271,6 +271,7 @@ fn status_to_beta(s: &alpha::ScalerStatus) -> beta::ScalerStatus {
         targets: s.targets.iter().map(beta_target).collect(),
         observed_generation: s.observed_generation,
         conditions: s.conditions.clone(),
+        savings: None,
     }
 }
 
@@ -678,6 +679,7 @@ mod tests {
                         target_count: None,
                         observed_generation: generation,
                         conditions: Vec::new(),
+                        savings: None,
                     }
                 },
             )

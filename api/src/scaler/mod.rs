@@ -7,6 +7,7 @@
 //! - [`schedule`]: windows, cron and holidays as instants; [`plan`]: a Scaler's week, the
 //!   replicas each target should have when.
 //! - [`patches`]: kinds without `/scale` put to sleep by a declared patch, given back exactly.
+//! - [`savings`]: the pods, CPU and memory a Scaler's targets did not run because of it.
 //! - [`selector`]: targets picked by kind, labels and namespaces; [`claims`]: which of several
 //!   Scalers owns a shared target (the index both binaries keep); [`target`]: a target's one
 //!   identity.
@@ -15,6 +16,7 @@ pub mod claims;
 pub mod convert;
 pub mod patches;
 pub mod plan;
+pub mod savings;
 pub mod schedule;
 pub mod selector;
 pub mod target;

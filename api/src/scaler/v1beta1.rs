@@ -369,6 +369,9 @@ pub struct ScalerStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "crate::common::conditions_schema")]
     pub conditions: Vec<Condition>,
+    /// The pods, CPU and memory requests the targets did not run because of this Scaler (for a dry run, would not have): now, in total and per day. Absent until the Scaler first takes replicas away.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub savings: Option<crate::scaler::savings::Savings>,
 }
 
 /// An upcoming transition.

@@ -16,9 +16,6 @@
 //! which watches its objects and their children, fills the caches [`Owner::APP`] names, and runs
 //! [`reconcile::<Cache>`](reconcile) with [`error_policy::<Cache>`](error_policy) from the
 //! controller's queue (`runtime::queue`).
-use chrono::{DateTime, Utc};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use k8s_openapi::jiff::Timestamp;
 use kube::api::Patch;
 
 pub mod application;
@@ -40,13 +37,12 @@ pub fn status_patch(status: &impl serde::Serialize) -> crate::Result<Patch<()>> 
 
 /// A Kubernetes time from a UTC instant, to whole seconds as the API stores it, so a status
 /// computed twice compares equal.
-pub fn time(at: DateTime<Utc>) -> Time {
-    Time(Timestamp::from_second(at.timestamp()).unwrap_or(Timestamp::UNIX_EPOCH))
-}
+pub use kubesteer_api::common::to_time as time;
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use chrono::{DateTime, Utc};
 
     #[test]
     fn times_are_whole_seconds() {

@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use chrono::{DateTime, Utc};
 use kube::ResourceExt;
 use kubesteer_api::rules::scaler::MAX_STATUS_TARGETS;
+use kubesteer_api::scaler::savings::{Saved, Savings};
 use kubesteer_api::scaler::v1beta1::TargetStatus;
 use kubesteer_api::{Scaler, ScalerStatus};
 use prometheus_client::collector::Collector;
@@ -58,6 +59,8 @@ struct ScalerSeries {
     targets: Box<[TargetSeries]>,
     targets_in_error: u32,
     active: bool,
+    /// The Scaler's savings as its status has them (without the days), None until it has some.
+    savings: Option<Box<Savings>>,
 }
 
 /// One target's series; each absent while None.
@@ -127,6 +130,12 @@ impl ScalerMetrics {
         }
         series.targets_in_error = u32::try_from(in_error).unwrap_or(u32::MAX);
         series.held_below_original = held;
+        series.savings = status.savings.as_ref().map(|s| {
+            Box::new(Savings {
+                days: Vec::new(),
+                ..s.clone()
+            })
+        });
         // Per-target series for the targets a status lists, so a fleet adds a bounded number.
         let listed = &status.targets[..status.targets.len().min(MAX_STATUS_TARGETS)];
         series.set_targets(listed, wanted);
@@ -246,6 +255,40 @@ fn scaler_family(
     Ok(())
 }
 
+/// Writes the family `name` with a series per Scaler that has savings, labelled `potential`
+/// "true" for a dry run's. Totals are counted to the scrape's time.
+fn saving_family(
+    encoder: &mut DescriptorEncoder<'_>,
+    scalers: &Snapshot,
+    (name, help, metric_type): (&str, &str, MetricType),
+    value: impl Fn(&Savings, &mut MetricEncoder<'_>) -> fmt::Result,
+) -> fmt::Result {
+    let mut set = scalers
+        .iter()
+        .filter_map(|(key, series)| Some((key, series.savings.as_deref()?)))
+        .peekable();
+    if set.peek().is_none() {
+        return Ok(());
+    }
+    let mut family = encoder.encode_descriptor(name, help, None, metric_type)?;
+    for (key, savings) in set {
+        let (namespace, scaler) = key.split_once('/').unwrap_or(("", key));
+        let potential = if savings.potential { "true" } else { "false" };
+        let labels = [
+            ("namespace", namespace),
+            ("scaler", scaler),
+            ("potential", potential),
+        ];
+        value(savings, &mut family.encode_family(&labels)?)?;
+    }
+    Ok(())
+}
+
+/// A savings total (hours) at the scrape's time, in seconds.
+fn saved_seconds(savings: &Savings, amount: impl Fn(&Saved) -> f64) -> f64 {
+    amount(&savings.total_at(Utc::now())) * 3600.0
+}
+
 /// Writes the gauge family `name` with a series per listed target whose `value` is Some.
 fn target_family(
     encoder: &mut DescriptorEncoder<'_>,
@@ -285,7 +328,7 @@ fn target_family(
 const PART: usize = 256;
 
 /// How many families the Scaler series make.
-const FAMILIES: usize = 8;
+const FAMILIES: usize = 14;
 
 /// Writes family `index` (of [`FAMILIES`]) of the Scalers in `scalers`. Names, help texts (with
 /// the full stop the registry adds to those it registers) and types as when they were registered
@@ -383,6 +426,77 @@ fn family(encoder: &mut DescriptorEncoder<'_>, scalers: &Snapshot, index: usize)
             "scaler_target_replicas",
             "A target's replicas as the Scaler last saw or set them.",
             |t| t.current,
+        ),
+        8 => saving_family(
+            encoder,
+            scalers,
+            (
+                "scaler_saving_pods",
+                "Pods the Scaler's targets do not run now because of it: replicas taken away \
+                         (for a dry run, potential=\"true\", those it would take away).",
+                MetricType::Gauge,
+            ),
+            |s, e| e.encode_gauge(&s.now.pods),
+        ),
+        9 => saving_family(
+            encoder,
+            scalers,
+            (
+                "scaler_saving_cpu_cores",
+                "The CPU those pods request, in cores.",
+                MetricType::Gauge,
+            ),
+            |s, e| e.encode_gauge(&(s.now.cpu_millicores as f64 / 1000.0)),
+        ),
+        10 => saving_family(
+            encoder,
+            scalers,
+            (
+                "scaler_saving_memory_bytes",
+                "The memory those pods request, in bytes.",
+                MetricType::Gauge,
+            ),
+            |s, e| e.encode_gauge(&s.now.memory_bytes),
+        ),
+        11 => saving_family(
+            encoder,
+            scalers,
+            (
+                "scaler_saved_pod_seconds",
+                "Pod-seconds the Scaler's targets did not run because of it, since \
+                         status.savings.since.",
+                MetricType::Counter,
+            ),
+            |s, e| {
+                let v = saved_seconds(s, |t| t.pod_hours);
+                e.encode_counter::<NoLabelSet, _, u64>(&v, None)
+            },
+        ),
+        12 => saving_family(
+            encoder,
+            scalers,
+            (
+                "scaler_saved_cpu_core_seconds",
+                "CPU requests not run because of the Scaler, in core-seconds.",
+                MetricType::Counter,
+            ),
+            |s, e| {
+                let v = saved_seconds(s, |t| t.cpu_core_hours);
+                e.encode_counter::<NoLabelSet, _, u64>(&v, None)
+            },
+        ),
+        13 => saving_family(
+            encoder,
+            scalers,
+            (
+                "scaler_saved_memory_byte_seconds",
+                "Memory requests not run because of the Scaler, in byte-seconds.",
+                MetricType::Counter,
+            ),
+            |s, e| {
+                let v = saved_seconds(s, |t| t.memory_gib_hours) * f64::from(1u32 << 30);
+                e.encode_counter::<NoLabelSet, _, u64>(&v, None)
+            },
         ),
         _ => Ok(()),
     }
@@ -600,10 +714,16 @@ mod tests {
     }
 
     /// What the families this replaced (one prometheus-client `Family` per metric) wrote for
-    /// `several_scalers`, sorted.
+    /// `several_scalers`, sorted, and the savings families since.
     const FAMILIES_WROTE: &str = r#"# HELP kubesteer_scaler_active 1 while the Scaler scales its targets (inside a window, after a cron firing, or under an override), else 0.
 # HELP kubesteer_scaler_next_transition_timestamp_seconds When the Scaler's next transition is due, in Unix seconds; absent while suspended or with none ahead.
 # HELP kubesteer_scaler_replicas_held_below_original Replicas the Scaler holds its targets below their recorded original: the sum of original minus current over targets below it.
+# HELP kubesteer_scaler_saved_cpu_core_seconds CPU requests not run because of the Scaler, in core-seconds.
+# HELP kubesteer_scaler_saved_memory_byte_seconds Memory requests not run because of the Scaler, in byte-seconds.
+# HELP kubesteer_scaler_saved_pod_seconds Pod-seconds the Scaler's targets did not run because of it, since status.savings.since.
+# HELP kubesteer_scaler_saving_cpu_cores The CPU those pods request, in cores.
+# HELP kubesteer_scaler_saving_memory_bytes The memory those pods request, in bytes.
+# HELP kubesteer_scaler_saving_pods Pods the Scaler's targets do not run now because of it: replicas taken away (for a dry run, potential="true", those it would take away).
 # HELP kubesteer_scaler_target_desired_replicas The replicas the Scaler wants a target to have now.
 # HELP kubesteer_scaler_target_replicas A target's replicas as the Scaler last saw or set them.
 # HELP kubesteer_scaler_targets_in_error The Scaler's targets whose last change failed.
@@ -612,6 +732,12 @@ mod tests {
 # TYPE kubesteer_scaler_active gauge
 # TYPE kubesteer_scaler_next_transition_timestamp_seconds gauge
 # TYPE kubesteer_scaler_replicas_held_below_original gauge
+# TYPE kubesteer_scaler_saved_cpu_core_seconds counter
+# TYPE kubesteer_scaler_saved_memory_byte_seconds counter
+# TYPE kubesteer_scaler_saved_pod_seconds counter
+# TYPE kubesteer_scaler_saving_cpu_cores gauge
+# TYPE kubesteer_scaler_saving_memory_bytes gauge
+# TYPE kubesteer_scaler_saving_pods gauge
 # TYPE kubesteer_scaler_target_desired_replicas gauge
 # TYPE kubesteer_scaler_target_replicas gauge
 # TYPE kubesteer_scaler_targets_in_error gauge
@@ -625,6 +751,18 @@ kubesteer_scaler_next_transition_timestamp_seconds{namespace="team",scaler="nigh
 kubesteer_scaler_replicas_held_below_original{namespace="ops",scaler="late"} 3
 kubesteer_scaler_replicas_held_below_original{namespace="ops",scaler="quiet"} 0
 kubesteer_scaler_replicas_held_below_original{namespace="team",scaler="nightly"} 3
+kubesteer_scaler_saved_cpu_core_seconds_total{namespace="ops",scaler="late",potential="false"} 900.0
+kubesteer_scaler_saved_cpu_core_seconds_total{namespace="team",scaler="nightly",potential="false"} 900.0
+kubesteer_scaler_saved_memory_byte_seconds_total{namespace="ops",scaler="late",potential="false"} 1932735283200.0
+kubesteer_scaler_saved_memory_byte_seconds_total{namespace="team",scaler="nightly",potential="false"} 1932735283200.0
+kubesteer_scaler_saved_pod_seconds_total{namespace="ops",scaler="late",potential="false"} 9000.0
+kubesteer_scaler_saved_pod_seconds_total{namespace="team",scaler="nightly",potential="false"} 9000.0
+kubesteer_scaler_saving_cpu_cores{namespace="ops",scaler="late",potential="false"} 0.0
+kubesteer_scaler_saving_cpu_cores{namespace="team",scaler="nightly",potential="false"} 0.0
+kubesteer_scaler_saving_memory_bytes{namespace="ops",scaler="late",potential="false"} 0
+kubesteer_scaler_saving_memory_bytes{namespace="team",scaler="nightly",potential="false"} 0
+kubesteer_scaler_saving_pods{namespace="ops",scaler="late",potential="false"} 0
+kubesteer_scaler_saving_pods{namespace="team",scaler="nightly",potential="false"} 0
 kubesteer_scaler_target_desired_replicas{namespace="ops",scaler="late",target_kind="Deployment",target_namespace="team",target_name="api"} 0
 kubesteer_scaler_target_desired_replicas{namespace="ops",scaler="late",target_kind="Deployment",target_namespace="team",target_name="dup"} 0
 kubesteer_scaler_target_desired_replicas{namespace="ops",scaler="late",target_kind="Deployment",target_namespace="team",target_name="none"} 0
@@ -718,6 +856,19 @@ kubesteer_scaler_transitions_total{namespace="team",scaler="nightly"} 1"#;
             .observed(&nightly, &previous, &with_old, None, written);
         let mut status = with_old.clone();
         status.targets.remove(1);
+        // Savings with no rate now: the totals a scrape shows whenever it runs.
+        status.savings = Some(Savings {
+            potential: false,
+            since: time(boundary),
+            counted_to: time(boundary),
+            now: Default::default(),
+            total: Saved {
+                pod_hours: 2.5,
+                cpu_core_hours: 0.25,
+                memory_gib_hours: 0.5,
+            },
+            days: Vec::new(),
+        });
         let later = at("2026-03-02T09:00:05Z");
         metrics
             .scalers()

@@ -18,6 +18,7 @@ use kubesteer_api::keys::{annotation, reason, RESTORE_TARGETS_FINALIZER};
 use kubesteer_api::rules::scaler::MAX_STATUS_TARGETS;
 use kubesteer_api::scaler::claims::{ClaimIndex, Claimant};
 use kubesteer_api::scaler::plan::Plan;
+use kubesteer_api::scaler::savings::{Rate, Savings};
 use kubesteer_api::scaler::target::{group_of, Target};
 use kubesteer_api::scaler::v1beta1::{
     asleep_by, keda_owner, suspended_instead, HpaCooperation, TargetStatus, Transition,
@@ -264,7 +265,14 @@ async fn apply(scaler: &Scaler, ctx: &ScalerContext) -> Result<Action> {
         time(now),
         &previous.conditions,
     );
-    let (status, all_targets) = new_status(scaler, &plan, now, ready, outcome.targets);
+    let savings = Savings::next(
+        previous.savings.as_ref(),
+        outcome.saving,
+        scaler.spec.dry_run(),
+        now,
+        schedule.time_zone(),
+    );
+    let (status, all_targets) = new_status(scaler, &plan, now, ready, outcome.targets, savings);
     announce(scaler, ctx, &previous, &status).await;
     if status != previous {
         patch_status(ctx, &ns, &name, &status).await?;

@@ -93,6 +93,8 @@ pub(super) struct Outcome {
     pub(super) hold_until: Option<DateTime<Utc>>,
     /// What was done to selected targets, told of in one event per reason.
     pub(super) told: Vec<(&'static str, String)>,
+    /// What the targets do not run because of the Scaler, all added up.
+    pub(super) saving: Rate,
 }
 
 impl Outcome {
@@ -124,6 +126,7 @@ impl Outcome {
                 .push(format!("{target} is scaled by Scaler {other}"));
         }
         self.hold_until = earliest(self.hold_until, seen.hold_until);
+        self.saving = self.saving + seen.saving;
         self.targets.push(target_status(target, &seen, me));
         self.told.extend(seen.told);
     }
@@ -180,6 +183,7 @@ pub(super) fn new_status(
     now: DateTime<Utc>,
     ready: Condition,
     mut targets: Vec<TargetStatus>,
+    savings: Option<Savings>,
 ) -> (ScalerStatus, Vec<TargetStatus>) {
     let suspended = scaler.spec.suspend();
     let outside = scaler.spec.outside_replicas;
@@ -210,6 +214,7 @@ pub(super) fn new_status(
         targets,
         observed_generation: scaler.meta().generation,
         conditions: vec![ready],
+        savings,
     };
     (status, all_targets)
 }

@@ -44,6 +44,8 @@ pub(super) struct Seen {
     /// What was done (or, in a dry run, would be), as (reason, note), when the caller tells of
     /// it itself: a selector's targets are told of in one event per reason.
     pub(super) told: Vec<(&'static str, String)>,
+    /// What it does not run because of the Scaler (for a dry run, would not).
+    pub(super) saving: Rate,
 }
 
 /// The record on a target as the Scaler `me` sees it. A record of another Scaler counts only
@@ -113,10 +115,10 @@ pub(super) async fn read(
             Err(e) if is_status(&e, 404) => return Ok(None),
             Err(e) => return Err(e.into()),
         };
-        return Ok(Some(Current::of(
-            &object.metadata,
-            spec_replicas(resource, &object).unwrap_or(0),
-        )));
+        let replicas = spec_replicas(resource, &object).unwrap_or(0);
+        return Ok(Some(
+            Current::of(&object.metadata, replicas).with_requests_of(&object),
+        ));
     }
     // Both at once: a transition waits on one round trip, not two.
     let (meta, scale) = tokio::join!(

@@ -1897,3 +1897,77 @@ async fn a_kind_with_a_declared_patch_sleeps_by_one_conditional_json_patch_with_
     reconcile(Arc::new(s.clone()), ctx.clone()).await.unwrap();
     scenario.finish(ctx).await;
 }
+
+/// web at 3 replicas whose pods request 100m and 64Mi, read whole.
+fn web_with_requests() -> Vec<Call> {
+    let mut object = written(meta("team", "web", None), &json!({}), 3);
+    object["spec"]["template"] = json!({"spec": {"containers": [
+        {"name": "app", "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}
+    ]}});
+    vec![Call::get(WEB).respond(object)]
+}
+
+/// Deployment web, 09:00-17:00 UTC at 1 replica.
+fn quiet_days(dry_run: bool) -> Scaler {
+    scaler(json!({"scaleTargetRefs": [deployment("web")],
+                  "windows": [{"start": 9, "end": 17, "replicas": 1}],
+                  "hpaCooperation": "Disabled", "dryRun": dry_run}))
+}
+
+#[tokio::test]
+async fn the_savings_are_the_replicas_taken_away_times_the_pods_requests() {
+    let (ctx, verifier) = ctx_at(USUAL).await;
+    let record = recorded("3");
+    let scenario = verifier.run(calls(vec![
+        web_with_requests(),
+        vec![
+            Call::patch(&patch_of(WEB)).respond(written(meta("team", "web", None), &record, 1)),
+            Call::event("team").respond_with_body(),
+            Call::patch(STATUS)
+                .body(|b| {
+                    let savings = &b["status"]["savings"];
+                    assert_eq!(
+                        savings["now"],
+                        json!({"pods": 2, "cpuMillicores": 200, "memoryBytes": 128 << 20})
+                    );
+                    assert!(savings.get("potential").is_none());
+                    assert_eq!(savings["since"], "2025-03-03T12:00:00Z", "from the write");
+                    assert_eq!(savings["countedTo"], savings["since"]);
+                    assert_eq!(savings["total"]["podHours"], 0.0);
+                })
+                .respond_status_of(&quiet_days(false)),
+        ],
+    ]));
+    reconcile(Arc::new(quiet_days(false)), ctx.clone())
+        .await
+        .unwrap();
+    scenario.finish(ctx).await;
+}
+
+#[tokio::test]
+async fn a_dry_run_counts_the_savings_it_would_make_and_writes_nothing() {
+    let (ctx, verifier) = ctx_at(USUAL).await;
+    let scenario = verifier.run(calls(vec![
+        web_with_requests(),
+        vec![
+            Call::event("team")
+                .body(|b| assert_eq!(b["reason"], "DryRun"))
+                .respond_with_body(),
+            Call::patch(STATUS)
+                .body(|b| {
+                    let savings = &b["status"]["savings"];
+                    assert_eq!(savings["potential"], true);
+                    assert_eq!(
+                        savings["now"],
+                        json!({"pods": 2, "cpuMillicores": 200, "memoryBytes": 128 << 20})
+                    );
+                    assert_eq!(b["status"]["targets"][0]["replicas"], 3, "as it is");
+                })
+                .respond_status_of(&quiet_days(true)),
+        ],
+    ]));
+    reconcile(Arc::new(quiet_days(true)), ctx.clone())
+        .await
+        .unwrap();
+    scenario.finish(ctx).await;
+}

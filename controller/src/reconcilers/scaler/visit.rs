@@ -100,6 +100,7 @@ pub(super) async fn reconcile_target(
         };
         let changes = changes(ctx, owner, target, &resource, &me, &found, &visit);
         let seen = |current: Current, told: Vec<(&'static str, String)>| Seen {
+            saving: saving(owner, &resource, &me, &current, &found, &changes),
             current: Some(current),
             claimed_by: match &found.record {
                 Record::Other(other) => Some(other.clone()),
@@ -137,6 +138,42 @@ pub(super) async fn reconcile_target(
             Some(now) => return Ok(seen(now, done)),
             None => attempt += 1,
         }
+    }
+}
+
+/// What `current` does not run because of `owner` ([`kubesteer_api::scaler::savings`]): the
+/// replicas below those it recorded, or in a dry run those it would take away, times one pod's
+/// requests. Kinds put to sleep rather than scaled, and targets scaled through an HPA or KEDA,
+/// count nothing.
+fn saving(
+    owner: &Scaler,
+    resource: &ApiResource,
+    me: &str,
+    current: &Current,
+    found: &Found,
+    changes: &Changes,
+) -> Rate {
+    let asleep = asleep_by(&resource.group, &resource.plural).is_some();
+    if asleep || sleep_patch(owner, resource).is_some() || found.hpa.is_some() {
+        return Rate::default();
+    }
+    // The requests of the read: a write of the replicas leaves the template as it was.
+    let requests = found.current.requests;
+    if owner.spec.dry_run() {
+        let would = changes.list.iter().find_map(|(via, change)| match via {
+            Via::Target => change.replicas,
+            _ => None,
+        });
+        return would.map_or_else(Rate::default, |to| {
+            Rate::taken(current.replicas, to, requests)
+        });
+    }
+    match Record::of(&current.annotations, me) {
+        Record::Mine {
+            replicas: Some(original),
+            ..
+        } => Rate::taken(original, current.replicas, requests),
+        _ => Rate::default(),
     }
 }
 

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{ApiResource, DynamicObject};
+use kubesteer_api::scaler::savings::{template_requests, PodRequests};
 use kubesteer_api::scaler::v1beta1::asleep_by;
 use serde_json::Value;
 
@@ -24,6 +25,8 @@ pub struct Current {
     /// Read from the watch's cache rather than from the apiserver: every write of it is then
     /// conditional on its resourceVersion, and a conflict reads it afresh.
     pub cached: bool,
+    /// One pod's requests, for the kinds read whole that have a pod template (the savings).
+    pub requests: Option<PodRequests>,
 }
 
 impl Current {
@@ -41,6 +44,15 @@ impl Current {
             settled_from,
             scaled_by,
             cached: false,
+            requests: None,
+        }
+    }
+
+    /// With the requests of one pod of `object`'s template, if it has one.
+    pub fn with_requests_of(self, object: &DynamicObject) -> Self {
+        Self {
+            requests: template_requests(&object.data["spec"]),
+            ..self
         }
     }
 }

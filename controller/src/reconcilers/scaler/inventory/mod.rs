@@ -21,6 +21,7 @@ use kube::runtime::watcher::{watcher, Event};
 use kube::runtime::WatchStreamExt;
 use kube::{Api, Client, ResourceExt};
 use kubesteer_api::keys::annotation::{APPLIED, ORIGINAL_REPLICAS_OWNER};
+use kubesteer_api::scaler::savings::template_requests;
 use kubesteer_api::scaler::claims::{Candidate, ClaimIndex, Claimant, Claims};
 use kubesteer_api::scaler::target::Target;
 use kubesteer_api::Scaler;

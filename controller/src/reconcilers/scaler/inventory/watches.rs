@@ -120,7 +120,10 @@ impl Inventory {
                     .map_ok(move |e| {
                         map_event(e, |o: DynamicObject| {
                             let replicas = spec_replicas(&resource, &o).unwrap_or(0);
-                            let entry = Entry::of(&o.metadata, Some(replicas));
+                            let mut entry = Entry::of(&o.metadata, Some(replicas));
+                            if let Some(current) = entry.current.as_mut() {
+                                current.requests = template_requests(&o.data["spec"]);
+                            }
                             (o.namespace().unwrap_or_default(), o.name_any(), entry)
                         })
                     })
