@@ -244,7 +244,9 @@ impl Savings {
 
     /// Everything saved from since to `now` (no earlier than countedTo).
     pub fn total_at(&self, now: DateTime<Utc>) -> Saved {
-        let seconds = (now - from_time(&self.counted_to)).as_seconds_f64().max(0.0);
+        let seconds = (now - from_time(&self.counted_to))
+            .as_seconds_f64()
+            .max(0.0);
         self.total + self.now.over(seconds)
     }
 
@@ -262,7 +264,9 @@ impl Savings {
 /// The first of the `days` days that end with `today`, as YYYY-MM-DD.
 fn first_day(today: NaiveDate, days: usize) -> String {
     let back = i64::try_from(days.saturating_sub(1)).unwrap_or(0);
-    (today - Duration::days(back)).format("%Y-%m-%d").to_string()
+    (today - Duration::days(back))
+        .format("%Y-%m-%d")
+        .to_string()
 }
 
 /// When the day after `day` starts in `tz` (its first instant, around a gap).
@@ -428,7 +432,10 @@ mod tests {
             memory_bytes: 64 << 20,
         };
         let r = Rate::taken(3, 0, Some(requests));
-        assert_eq!((r.pods, r.cpu_millicores, r.memory_bytes), (3, 300, 192 << 20));
+        assert_eq!(
+            (r.pods, r.cpu_millicores, r.memory_bytes),
+            (3, 300, 192 << 20)
+        );
         // Scaled up, nothing is saved; without requests, pods only.
         assert!(Rate::taken(2, 5, Some(requests)).is_zero());
         assert_eq!(Rate::taken(4, 1, None), Rate::of(3, None));
@@ -443,7 +450,10 @@ mod tests {
             cpu_millicores: 500,
             memory_bytes: 1 << 30,
         };
-        assert_eq!(Savings::next(None, Rate::default(), false, at("2026-12-01T20:00:00Z"), tz), None);
+        assert_eq!(
+            Savings::next(None, Rate::default(), false, at("2026-12-01T20:00:00Z"), tz),
+            None
+        );
         let started = Savings::next(None, rate, false, at("2026-12-01T20:00:00Z"), tz).unwrap();
         assert_eq!(started.total, Saved::default());
         // The same rate later: unchanged, nothing to write.
@@ -461,14 +471,32 @@ mod tests {
             .collect();
         assert_eq!(days, [("2026-12-01", 6.0), ("2026-12-02", 18.0)]);
         // The rate changes: counted to then, the new rate from then on.
-        let changed = Savings::next(Some(&started), Rate::default(), false, at("2026-12-02T08:00:00Z"), tz).unwrap();
+        let changed = Savings::next(
+            Some(&started),
+            Rate::default(),
+            false,
+            at("2026-12-02T08:00:00Z"),
+            tz,
+        )
+        .unwrap();
         assert_eq!(changed.total, read.total);
         assert_eq!(changed.now, Rate::default());
         assert_eq!(changed.at(at("2026-12-05T08:00:00Z"), tz).total, read.total);
-        assert_eq!(changed.last_days(NaiveDate::from_ymd_opt(2026, 12, 2).unwrap(), 1).pod_hours, 18.0);
-        assert_eq!(changed.last_days(NaiveDate::from_ymd_opt(2026, 12, 2).unwrap(), 7).pod_hours, 24.0);
+        assert_eq!(
+            changed
+                .last_days(NaiveDate::from_ymd_opt(2026, 12, 2).unwrap(), 1)
+                .pod_hours,
+            18.0
+        );
+        assert_eq!(
+            changed
+                .last_days(NaiveDate::from_ymd_opt(2026, 12, 2).unwrap(), 7)
+                .pod_hours,
+            24.0
+        );
         // dryRun switched: counting starts over.
-        let potential = Savings::next(Some(&changed), rate, true, at("2026-12-03T08:00:00Z"), tz).unwrap();
+        let potential =
+            Savings::next(Some(&changed), rate, true, at("2026-12-03T08:00:00Z"), tz).unwrap();
         assert!(potential.potential);
         assert_eq!(potential.total, Saved::default());
         assert_eq!(potential.since, to_time(at("2026-12-03T08:00:00Z")));
@@ -485,6 +513,9 @@ mod tests {
         assert_eq!(read.days.last().unwrap().saved.pod_hours, 12.0);
         assert_eq!(read.total.pod_hours, (31 + 28) as f64 * 24.0 + 12.0);
         // Reading before countedTo counts nothing.
-        assert_eq!(started.at(at("2025-12-31T00:00:00Z"), tz).total, Saved::default());
+        assert_eq!(
+            started.at(at("2025-12-31T00:00:00Z"), tz).total,
+            Saved::default()
+        );
     }
 }

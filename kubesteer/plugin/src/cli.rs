@@ -89,6 +89,19 @@ pub enum Command {
         #[arg(long = "for", value_name = "DURATION", value_parser = humantime::parse_duration)]
         for_: Duration,
     },
+    /// The pods, CPU and memory requests each Scaler's targets did not run because of it (a dry
+    /// run's: would not), over the last days.
+    Savings {
+        /// In every namespace.
+        #[arg(short = 'A', long)]
+        all_namespaces: bool,
+        /// How many days back, today included: 1d to 31d.
+        #[arg(long, value_name = "DAYS", default_value = "7d", value_parser = crate::savings::parse_since)]
+        since: usize,
+        /// text, or svg for docs and chat (to stdout).
+        #[arg(short = 'o', long, value_enum, default_value_t = Output::Text)]
+        output: Output,
+    },
     /// Every kubesteer object with its Ready reason, and the installation's health.
     Status {
         /// In every namespace.
@@ -187,6 +200,11 @@ pub async fn execute(cli: &Cli, now: kubesteer_api::scaler::schedule::Instant) -
         Command::Suspend { scaler } => crate::write::suspend(connection, scaler, true).await,
         Command::Resume { scaler } => crate::write::suspend(connection, scaler, false).await,
         Command::Wake { for_ } => crate::write::wake(connection, *for_, now).await,
+        Command::Savings {
+            all_namespaces,
+            since,
+            output,
+        } => crate::savings::savings(connection, *all_namespaces, *since, *output, now).await,
         Command::Status { all_namespaces } => {
             crate::status::status(connection, *all_namespaces, now).await
         }

@@ -1,6 +1,6 @@
 //! `kubectl kubesteer`: a Scaler's days as a picture (`preview`), why a workload has the
 //! replicas it has (`why`), the everyday writes (`override`, `suspend`, `resume`, `wake`) and
-//! the installation's health (`status`).
+//! the installation's health (`status`), and what the Scalers saved (`savings`).
 //!
 //! Every rule and the schedule come from the api crate, the controller's and the webhook's own,
 //! so the plugin never disagrees with them; writes are plain merge patches through the
@@ -12,6 +12,7 @@ pub mod cli;
 pub mod cluster;
 pub mod file;
 pub mod preview;
+pub mod savings;
 pub mod status;
 pub mod svg;
 pub mod table;
