@@ -11,4 +11,5 @@ mod rbac;
 mod readiness;
 mod readme;
 mod release;
+mod savings;
 mod sleep_patches;

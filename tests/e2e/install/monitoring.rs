@@ -287,7 +287,7 @@ const TEXT_FORMAT: &[&str] = &["--header", "Accept: text/plain;version=0.0.4"];
 /// Scrapes every target of the controller's ServiceMonitor as Prometheus would: its scheme and
 /// path, its bearer token Secret, no certificate check (insecureSkipVerify); `extra` curl
 /// arguments.
-fn scrape_controllers(release: &Release, extra: &[&str]) -> Result<Vec<String>> {
+pub(super) fn scrape_controllers(release: &Release, extra: &[&str]) -> Result<Vec<String>> {
     let ns = &release.namespace;
     let (endpoint, targets) = targets(ns, &format!("{}-controller", release.fullname()))?;
     ensure!(
@@ -347,7 +347,7 @@ fn scrape_webhooks(release: &Release, extra: &[&str]) -> Result<Vec<String>> {
 }
 
 /// The prometheus-operator CRDs `make control-plane` fetched at the pin in versions.env.
-fn install_monitoring_crds() -> Result<()> {
+pub(super) fn install_monitoring_crds() -> Result<()> {
     let env = read(&repo_root().join("versions.env"))?;
     let version = env
         .lines()
