@@ -438,11 +438,29 @@ fn rows() -> Vec<Row> {
     {
         use kubesteer_api::scaler::savings::DAYS_KEPT;
         let source = "kubesteer_api::scaler::savings::DAYS_KEPT";
-        rows.push(row(f, "per day of `timeZone`, the last ", DAYS_KEPT, " days)", source));
+        rows.push(row(
+            f,
+            "per day of `timeZone`, the last ",
+            DAYS_KEPT,
+            " days)",
+            source,
+        ));
         let plugin = "docs/plugin.md";
-        rows.push(row(plugin, "today included, `1d` to `", DAYS_KEPT, "d`: what", source));
+        rows.push(row(
+            plugin,
+            "today included, `1d` to `",
+            DAYS_KEPT,
+            "d`: what",
+            source,
+        ));
         let crd = "charts/kubesteer/files/crds/scalers.kubesteer.io.yaml";
-        rows.push(row(crd, "time zone, oldest first, the last ", DAYS_KEPT, " days at most", source));
+        rows.push(row(
+            crd,
+            "time zone, oldest first, the last ",
+            DAYS_KEPT,
+            " days at most",
+            source,
+        ));
     }
     rows.push(row(
         f,

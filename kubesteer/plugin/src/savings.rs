@@ -16,6 +16,7 @@ use kubesteer_api::Scaler;
 
 use crate::cluster::Connection;
 use crate::preview::Output;
+use crate::svg::escape;
 use crate::table::table;
 use crate::week::local_date;
 use crate::{Error, Result};
@@ -243,13 +244,6 @@ const LEFT: u32 = 70;
 const TOP: u32 = 60;
 const SAVED: &str = "#2e8b57";
 const WOULD: &str = "#9bbfe0";
-
-fn escape(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-}
 
 /// The CPU core-hours of each day, saved and would-be, as bars; a line per Scaler under them.
 fn svg(rows: &[Row], days: usize, place: &str, now: Instant) -> String {

@@ -31,7 +31,8 @@ fn opacity(share: f64) -> f64 {
     0.35 + 0.65 * share.clamp(0.0, 1.0)
 }
 
-fn escape(s: &str) -> String {
+/// Text made safe inside an SVG element or attribute.
+pub fn escape(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
