@@ -109,6 +109,16 @@ build_promtool() {
   stamp promtool "$v"
 }
 
+# Prometheus itself, from the same module and version as promtool: the e2e tests scrape the
+# chart's pods with it and run the dashboard's queries against what it stored.
+build_prometheus() {
+  local v=$PROMTOOL_VERSION
+  built prometheus "$v" && { log "prometheus $v: cached"; return; }
+  log "prometheus $v: go install"
+  GOBIN="$bin" go install -ldflags "-s -w" "github.com/prometheus/prometheus/cmd/prometheus@$v"
+  stamp prometheus "$v"
+}
+
 fetch_monitoring_crds() {
   local v=$PROMETHEUS_OPERATOR_VERSION dir="$cache/crds/prometheus-operator-$PROMETHEUS_OPERATOR_VERSION"
   local crds=(monitoring.coreos.com_servicemonitors.yaml monitoring.coreos.com_prometheusrules.yaml)
@@ -134,8 +144,8 @@ case $what in
     build_kubernetes
     ;;
   etcd) build_etcd ;;
-  # Only the tests need these (make e2e): `make run` does without the minutes promtool takes.
-  monitoring) build_promtool; fetch_monitoring_crds ;;
+  # Only the tests need these (make e2e): `make run` does without the minutes they take.
+  monitoring) build_promtool; build_prometheus; fetch_monitoring_crds ;;
   kubernetes) build_kubernetes ;;
   # Only the release's tests need it: `kubectl krew install` of the built plugin archive.
   krew) go_install krew "$KREW_VERSION" sigs.k8s.io/krew/cmd/krew ;;

@@ -4,6 +4,7 @@
 
 pub mod hosts;
 pub mod keda;
+pub mod prometheus;
 pub mod release;
 pub mod soak;
 

@@ -116,7 +116,7 @@ fn promtool_unit_tests_fire_and_silence_every_alert() -> Result<()> {
 }
 
 /// Every `expr` in the dashboard, with Grafana's variables put in as a query would get them.
-fn dashboard_queries() -> Result<Vec<String>> {
+pub(super) fn dashboard_queries() -> Result<Vec<String>> {
     fn walk(v: &Value, out: &mut Vec<String>) {
         match v {
             Value::Object(map) => {
@@ -344,6 +344,55 @@ fn scrape_webhooks(release: &Release, extra: &[&str]) -> Result<Vec<String>> {
         scrapes.push(body);
     }
     Ok(scrapes)
+}
+
+/// Prometheus' `scrape_configs` for the release's two ServiceMonitors, as the Prometheus
+/// Operator would make them: the controller's pods over TLS with the metrics-reader token, the
+/// webhook's with its CA and server name; the pods as static targets.
+pub(super) fn scrape_configs(release: &Release) -> Result<String> {
+    let ns = &release.namespace;
+    let dir = target_dir().join("monitoring-tests");
+    std::fs::create_dir_all(&dir)?;
+    let listed = |targets: &[(String, u16)]| {
+        targets
+            .iter()
+            .map(|(ip, port)| format!("\"{ip}:{port}\""))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let (endpoint, controllers) = targets(ns, &format!("{}-controller", release.fullname()))?;
+    let credentials = &endpoint["authorization"]["credentials"];
+    let token = secret_key(
+        ns,
+        credentials["name"].as_str().context("token secret")?,
+        credentials["key"].as_str().context("token key")?,
+    )?;
+    let token_file = dir.join(format!("{}-token", release.name));
+    std::fs::write(&token_file, token)?;
+    let controller_path = endpoint["path"].as_str().context("path")?.to_string();
+    let (endpoint, webhooks) = targets(ns, &format!("{}-webhook", release.fullname()))?;
+    let tls = &endpoint["tlsConfig"];
+    let ca = &tls["ca"]["secret"];
+    let pem = secret_key(
+        ns,
+        ca["name"].as_str().context("ca secret")?,
+        ca["key"].as_str().context("ca key")?,
+    )?;
+    let ca_file = dir.join(format!("{}-prometheus-ca.crt", release.name));
+    std::fs::write(&ca_file, pem)?;
+    ensure!(
+        !controllers.is_empty() && !webhooks.is_empty(),
+        "no targets"
+    );
+    Ok(format!(
+        "  - job_name: controller\n    scheme: https\n    metrics_path: {controller_path}\n    tls_config: {{insecure_skip_verify: true}}\n    authorization: {{credentials_file: {}}}\n    static_configs: [{{targets: [{}]}}]\n  - job_name: webhook\n    scheme: https\n    metrics_path: {}\n    tls_config: {{ca_file: {}, server_name: {}}}\n    static_configs: [{{targets: [{}]}}]\n",
+        token_file.display(),
+        listed(&controllers),
+        endpoint["path"].as_str().context("path")?,
+        ca_file.display(),
+        tls["serverName"].as_str().context("serverName")?,
+        listed(&webhooks),
+    ))
 }
 
 /// The prometheus-operator CRDs `make control-plane` fetched at the pin in versions.env.

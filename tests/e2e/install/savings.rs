@@ -5,10 +5,13 @@
 use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
+use kubesteer_tests::prometheus::Prometheus;
 use kubesteer_tests::release::Release;
 use kubesteer_tests::{eventually, kubectl_ok, unix_now};
 
-use super::monitoring::{install_monitoring_crds, scrape_controllers, MONITORING};
+use super::monitoring::{
+    dashboard_queries, install_monitoring_crds, scrape_configs, scrape_controllers, MONITORING,
+};
 use super::release::{user_get, user_wait};
 
 const WAIT: Duration = Duration::from_secs(120);
@@ -166,6 +169,32 @@ fn a_sleeping_deployment_saves_its_pods_requests_and_a_dry_run_only_reports_them
         Ok(saved.filter(|_| reported))
     })?;
     ensure!(cpu_seconds > 0.0, "{saved}{cpu_seconds}");
+
+    // The dashboard's Savings row, queried from a real Prometheus that scraped the chart's pods
+    // as its ServiceMonitors say: every panel shows more than 0.
+    let prometheus = Prometheus::start(&scrape_configs(&release)?)?;
+    eventually(WAIT, "Prometheus to have scraped every pod twice", || {
+        let targets = prometheus.targets()?;
+        let up = targets.len() == 4 && targets.iter().all(|(_, health, _)| health == "up");
+        let samples = prometheus.query(&format!(
+            "count_over_time(kubesteer_scaler_saved_cpu_core_seconds_total{{namespace=\"{n}\"}}[1m])"
+        ))?;
+        Ok((up && samples.iter().any(|(_, v)| *v >= 2.0)).then_some(()))
+    })
+    .with_context(|| format!("{:?}\n{}", prometheus.targets(), prometheus.log()))?;
+    let savings_panels: Vec<String> = dashboard_queries()?
+        .into_iter()
+        .filter(|q| q.contains("kubesteer_scaler_sav"))
+        .collect();
+    ensure!(savings_panels.len() == 6, "{savings_panels:?}");
+    for query in &savings_panels {
+        let series = prometheus.query(query)?;
+        ensure!(
+            !series.is_empty() && series.iter().all(|(_, v)| *v > 0.0),
+            "the dashboard's {query}: {series:?}"
+        );
+    }
+    drop(prometheus);
 
     // Back to its replicas when the Scaler goes: nothing is taken away any more.
     kubectl_ok(

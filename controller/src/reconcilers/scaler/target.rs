@@ -273,7 +273,7 @@ pub(super) async fn write_target(
             .patch(&target.name, &write_params(), &Patch::Merge(&patch))
             .await?;
         let replicas = spec_replicas(resource, &object).unwrap_or(to);
-        written = Current::of(&object.metadata, replicas);
+        written = Current::of(&object.metadata, replicas).with_requests_of(&object);
         ctx.inventory.remember(target, &written);
         return Ok(written);
     }

@@ -340,8 +340,13 @@ impl Inventory {
             _ => false,
         };
         if newer {
+            // A write through /scale answers without the pod template: its requests are kept.
+            let requests = written
+                .requests
+                .or(entry.current.as_ref().and_then(|c| c.requests));
             let current = Current {
                 annotations: kept(&written.annotations, is_record),
+                requests,
                 ..written.clone()
             };
             entry.holder = current
@@ -430,6 +435,49 @@ mod tests {
                 .collect::<Vec<_>>(),
             [ORIGINAL_REPLICAS_OWNER]
         );
+    }
+
+    #[test]
+    fn a_write_through_scale_keeps_the_pod_requests_the_watch_read() {
+        use kubesteer_api::scaler::savings::PodRequests;
+        let inventory = Inventory::default();
+        let target = Target::deployment("team", "web");
+        let requests = PodRequests {
+            cpu_millicores: 100,
+            memory_bytes: 64 << 20,
+        };
+        let read = Current {
+            resource_version: Some("41".into()),
+            replicas: 3,
+            requests: Some(requests),
+            ..Current::default()
+        };
+        {
+            let mut state = inventory.write();
+            let objects = state
+                .kinds
+                .entry(("apps".into(), "Deployment".into()))
+                .or_default();
+            objects.synced = true;
+            let entry = Entry {
+                current: Some(Box::new(read)),
+                ..Entry::of(&kube::core::ObjectMeta::default(), None)
+            };
+            objects
+                .by_namespace
+                .entry("team".into())
+                .or_default()
+                .insert("web".into(), entry);
+        }
+        // /scale answers with the replicas and no template.
+        let written = Current {
+            resource_version: Some("42".into()),
+            replicas: 0,
+            ..Current::default()
+        };
+        inventory.remember(&target, &written);
+        let now = inventory.current(&target).flatten().unwrap_or_default();
+        assert_eq!((now.replicas, now.requests), (0, Some(requests)));
     }
 
     #[tokio::test]

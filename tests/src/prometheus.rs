@@ -1,0 +1,118 @@
+//! A real Prometheus (built from the pinned module by `hack/build-control-plane.sh monitoring`)
+//! run as a host process with a scrape configuration a test writes, and its HTTP query API.
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use anyhow::{ensure, Context, Result};
+use serde_json::Value;
+
+use crate::{cached_tool, curl, eventually, free_port, target_dir, unique};
+
+/// A running Prometheus, stopped (and its storage removed) on drop.
+pub struct Prometheus {
+    child: Child,
+    port: u16,
+    dir: PathBuf,
+}
+
+impl Prometheus {
+    /// Starts Prometheus with the `scrape_configs` given (YAML, a list) at a 1 s scrape and
+    /// evaluation interval, and waits until it is ready.
+    pub fn start(scrape_configs: &str) -> Result<Self> {
+        let binary = cached_tool("prometheus");
+        ensure!(
+            binary.exists(),
+            "{} is missing: hack/build-control-plane.sh monitoring builds it",
+            binary.display()
+        );
+        let dir = target_dir().join(unique("prometheus-"));
+        std::fs::create_dir_all(&dir)?;
+        let config = dir.join("prometheus.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "global: {{scrape_interval: 1s, evaluation_interval: 1s, scrape_timeout: 1s}}\nscrape_configs:\n{scrape_configs}"
+            ),
+        )?;
+        let port = free_port()?;
+        let log = std::fs::File::create(dir.join("prometheus.log"))?;
+        let child = Command::new(&binary)
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("data").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .with_context(|| format!("starting {}", binary.display()))?;
+        let prometheus = Self { child, port, dir };
+        eventually(Duration::from_secs(60), "Prometheus ready", || {
+            let (code, _) = curl(&prometheus.url("/-/ready"), &[], None)?;
+            Ok((code == 200).then_some(()))
+        })
+        .with_context(|| prometheus.log())?;
+        Ok(prometheus)
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    /// Its log, for a failure's message.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("prometheus.log")).unwrap_or_default()
+    }
+
+    /// `GET path` of the API, its `data`.
+    fn api(&self, path: &str, args: &[&str]) -> Result<Value> {
+        let (code, body) = curl(&self.url(path), args, None)?;
+        ensure!(code == 200, "{path}: {code} {body}");
+        let answer: Value = serde_json::from_str(&body).with_context(|| body.clone())?;
+        ensure!(answer["status"] == "success", "{path}: {body}");
+        Ok(answer["data"].clone())
+    }
+
+    /// The instant vector of `expr` now: each series' labels and value.
+    pub fn query(&self, expr: &str) -> Result<Vec<(Value, f64)>> {
+        let query = format!("query={expr}");
+        let data = self.api("/api/v1/query", &["-G", "--data-urlencode", &query])?;
+        let mut series = Vec::new();
+        for s in data["result"].as_array().into_iter().flatten() {
+            let value = s["value"][1]
+                .as_str()
+                .and_then(|v| v.parse::<f64>().ok())
+                .with_context(|| format!("{expr}: {s}"))?;
+            series.push((s["metric"].clone(), value));
+        }
+        Ok(series)
+    }
+
+    /// Every scrape target as Prometheus reports it: (job, health, last error).
+    pub fn targets(&self) -> Result<Vec<(String, String, String)>> {
+        let data = self.api("/api/v1/targets", &[])?;
+        Ok(data["activeTargets"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|t| {
+                let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+                (
+                    text(&t["labels"]["job"]),
+                    text(&t["health"]),
+                    text(&t["lastError"]),
+                )
+            })
+            .collect())
+    }
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
