@@ -32,8 +32,9 @@ plugin:
 control-plane:
 	hack/build-control-plane.sh all
 
-## monitoring-tools: promtool and the ServiceMonitor/PrometheusRule CRDs at their pins (cached), for
-## the e2e tests of the chart's alerts, dashboard and scrape (tests/e2e/install/monitoring.rs).
+## monitoring-tools: promtool, Prometheus and the ServiceMonitor/PrometheusRule CRDs at their pins
+## (cached), for the e2e tests of the chart's alerts, dashboard and scrape
+## (tests/e2e/install/monitoring.rs, savings.rs).
 monitoring-tools:
 	hack/build-control-plane.sh monitoring
 

@@ -96,27 +96,19 @@ GO
   stamp etcd "$v"
 }
 
-build_promtool() {
-  local v=$PROMTOOL_VERSION
-  built promtool "$v" && { log "promtool $v: cached"; return; }
-  # Prometheus 3.MM.P is the Go module version v0.3MM.P; promtool --version shows the former.
+# promtool, and Prometheus itself (the e2e tests scrape the chart's pods with it and run the
+# dashboard's queries against what it stored), from the one pinned module.
+build_prometheus_command() {
+  local name=$1 v=$PROMTOOL_VERSION
+  built "$name" "$v" && { log "$name $v: cached"; return; }
+  # Prometheus 3.MM.P is the Go module version v0.3MM.P; --version shows the former.
   local minor=${v#v0.} release
   release="3.$((10#${minor:1:2})).${minor#*.}"
-  log "promtool $v (Prometheus $release): go install"
+  log "$name $v (Prometheus $release): go install"
   GOBIN="$bin" go install \
     -ldflags "-s -w -X github.com/prometheus/common/version.Version=$release" \
-    "github.com/prometheus/prometheus/cmd/promtool@$v"
-  stamp promtool "$v"
-}
-
-# Prometheus itself, from the same module and version as promtool: the e2e tests scrape the
-# chart's pods with it and run the dashboard's queries against what it stored.
-build_prometheus() {
-  local v=$PROMTOOL_VERSION
-  built prometheus "$v" && { log "prometheus $v: cached"; return; }
-  log "prometheus $v: go install"
-  GOBIN="$bin" go install -ldflags "-s -w" "github.com/prometheus/prometheus/cmd/prometheus@$v"
-  stamp prometheus "$v"
+    "github.com/prometheus/prometheus/cmd/$name@$v"
+  stamp "$name" "$v"
 }
 
 fetch_monitoring_crds() {
@@ -145,7 +137,7 @@ case $what in
     ;;
   etcd) build_etcd ;;
   # Only the tests need these (make e2e): `make run` does without the minutes they take.
-  monitoring) build_promtool; build_prometheus; fetch_monitoring_crds ;;
+  monitoring) build_prometheus_command promtool; build_prometheus_command prometheus; fetch_monitoring_crds ;;
   kubernetes) build_kubernetes ;;
   # Only the release's tests need it: `kubectl krew install` of the built plugin archive.
   krew) go_install krew "$KREW_VERSION" sigs.k8s.io/krew/cmd/krew ;;
