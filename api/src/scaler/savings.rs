@@ -58,10 +58,13 @@ pub struct Savings {
 #[serde(rename_all = "camelCase")]
 pub struct Rate {
     /// Pods not running.
+    #[schemars(range(min = 0, max = i64::MAX))]
     pub pods: i64,
     /// Their CPU requests, in millicores.
+    #[schemars(range(min = 0, max = i64::MAX))]
     pub cpu_millicores: i64,
     /// Their memory requests, in bytes.
+    #[schemars(range(min = 0, max = i64::MAX))]
     pub memory_bytes: i64,
 }
 
