@@ -288,18 +288,11 @@ const TEXT_FORMAT: &[&str] = &["--header", "Accept: text/plain;version=0.0.4"];
 /// path, its bearer token Secret, no certificate check (insecureSkipVerify); `extra` curl
 /// arguments.
 pub(super) fn scrape_controllers(release: &Release, extra: &[&str]) -> Result<Vec<String>> {
-    let ns = &release.namespace;
-    let (endpoint, targets) = targets(ns, &format!("{}-controller", release.fullname()))?;
+    let (endpoint, targets, token) = controller_monitor(release)?;
     ensure!(
         endpoint["scheme"] == "https" && endpoint["tlsConfig"]["insecureSkipVerify"] == true,
         "{endpoint}"
     );
-    let credentials = &endpoint["authorization"]["credentials"];
-    let token = secret_key(
-        ns,
-        credentials["name"].as_str().context("token secret")?,
-        credentials["key"].as_str().context("token key")?,
-    )?;
     let path = endpoint["path"].as_str().context("path")?;
     let mut scrapes = Vec::new();
     for (ip, port) in &targets {
@@ -318,20 +311,10 @@ pub(super) fn scrape_controllers(release: &Release, extra: &[&str]) -> Result<Ve
 /// Scrapes every target of the webhook's ServiceMonitor, checking its certificate against the
 /// CA and server name the ServiceMonitor names; `extra` curl arguments.
 fn scrape_webhooks(release: &Release, extra: &[&str]) -> Result<Vec<String>> {
-    let ns = &release.namespace;
-    let (endpoint, targets) = targets(ns, &format!("{}-webhook", release.fullname()))?;
-    let tls = &endpoint["tlsConfig"];
-    let server = tls["serverName"].as_str().context("serverName")?;
-    let ca = &tls["ca"]["secret"];
-    let pem = secret_key(
-        ns,
-        ca["name"].as_str().context("ca secret")?,
-        ca["key"].as_str().context("ca key")?,
-    )?;
-    let dir = target_dir().join("monitoring-tests");
-    std::fs::create_dir_all(&dir)?;
-    let ca_file = dir.join(format!("{}-ca.crt", release.name));
-    std::fs::write(&ca_file, pem)?;
+    let (endpoint, targets, ca_file) = webhook_monitor(release)?;
+    let server = endpoint["tlsConfig"]["serverName"]
+        .as_str()
+        .context("serverName")?;
     let ca_file = ca_file.to_str().context("path")?;
     let path = endpoint["path"].as_str().context("path")?;
     let mut scrapes = Vec::new();
@@ -350,9 +333,6 @@ fn scrape_webhooks(release: &Release, extra: &[&str]) -> Result<Vec<String>> {
 /// Operator would make them: the controller's pods over TLS with the metrics-reader token, the
 /// webhook's with its CA and server name; the pods as static targets.
 pub(super) fn scrape_configs(release: &Release) -> Result<String> {
-    let ns = &release.namespace;
-    let dir = target_dir().join("monitoring-tests");
-    std::fs::create_dir_all(&dir)?;
     let listed = |targets: &[(String, u16)]| {
         targets
             .iter()
@@ -360,26 +340,11 @@ pub(super) fn scrape_configs(release: &Release) -> Result<String> {
             .collect::<Vec<_>>()
             .join(", ")
     };
-    let (endpoint, controllers) = targets(ns, &format!("{}-controller", release.fullname()))?;
-    let credentials = &endpoint["authorization"]["credentials"];
-    let token = secret_key(
-        ns,
-        credentials["name"].as_str().context("token secret")?,
-        credentials["key"].as_str().context("token key")?,
-    )?;
-    let token_file = dir.join(format!("{}-token", release.name));
+    let (endpoint, controllers, token) = controller_monitor(release)?;
+    let token_file = monitoring_dir()?.join(format!("{}-token", release.name));
     std::fs::write(&token_file, token)?;
     let controller_path = endpoint["path"].as_str().context("path")?.to_string();
-    let (endpoint, webhooks) = targets(ns, &format!("{}-webhook", release.fullname()))?;
-    let tls = &endpoint["tlsConfig"];
-    let ca = &tls["ca"]["secret"];
-    let pem = secret_key(
-        ns,
-        ca["name"].as_str().context("ca secret")?,
-        ca["key"].as_str().context("ca key")?,
-    )?;
-    let ca_file = dir.join(format!("{}-prometheus-ca.crt", release.name));
-    std::fs::write(&ca_file, pem)?;
+    let (endpoint, webhooks, ca_file) = webhook_monitor(release)?;
     ensure!(
         !controllers.is_empty() && !webhooks.is_empty(),
         "no targets"
@@ -390,9 +355,45 @@ pub(super) fn scrape_configs(release: &Release) -> Result<String> {
         listed(&controllers),
         endpoint["path"].as_str().context("path")?,
         ca_file.display(),
-        tls["serverName"].as_str().context("serverName")?,
+        endpoint["tlsConfig"]["serverName"].as_str().context("serverName")?,
         listed(&webhooks),
     ))
+}
+
+/// Where the monitoring tests keep their files.
+fn monitoring_dir() -> Result<PathBuf> {
+    let dir = target_dir().join("monitoring-tests");
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
+
+/// The controller's ServiceMonitor endpoint, the pods it scrapes and the metrics-reader token
+/// it names.
+fn controller_monitor(release: &Release) -> Result<(Value, Vec<(String, u16)>, String)> {
+    let ns = &release.namespace;
+    let (endpoint, targets) = targets(ns, &format!("{}-controller", release.fullname()))?;
+    let credentials = &endpoint["authorization"]["credentials"];
+    let token = secret_key(
+        ns,
+        credentials["name"].as_str().context("token secret")?,
+        credentials["key"].as_str().context("token key")?,
+    )?;
+    Ok((endpoint, targets, token))
+}
+
+/// The webhook's ServiceMonitor endpoint, the pods it scrapes and the CA it names (in a file).
+fn webhook_monitor(release: &Release) -> Result<(Value, Vec<(String, u16)>, PathBuf)> {
+    let ns = &release.namespace;
+    let (endpoint, targets) = targets(ns, &format!("{}-webhook", release.fullname()))?;
+    let ca = &endpoint["tlsConfig"]["ca"]["secret"];
+    let pem = secret_key(
+        ns,
+        ca["name"].as_str().context("ca secret")?,
+        ca["key"].as_str().context("ca key")?,
+    )?;
+    let ca_file = monitoring_dir()?.join(format!("{}-ca.crt", release.name));
+    std::fs::write(&ca_file, pem)?;
+    Ok((endpoint, targets, ca_file))
 }
 
 /// The prometheus-operator CRDs `make control-plane` fetched at the pin in versions.env.
