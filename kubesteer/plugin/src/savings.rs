@@ -76,12 +76,25 @@ pub async fn savings(
     } else {
         format!("namespace {namespace}")
     };
-    let count = scalers.items.len();
-    let rows = rows(scalers.items, days, now);
-    Ok(match output {
-        Output::Text => text(&rows, count, all, days, &place),
-        Output::Svg => svg(&rows, days, &place, now),
-    })
+    Ok(report(scalers.items, all, days, output, &place, now))
+}
+
+/// The report of `scalers` (of `place`, every namespace's with `all`) over the last `days` days
+/// at `now`, as text or SVG; no cluster needed.
+pub fn report(
+    scalers: Vec<Scaler>,
+    all: bool,
+    days: usize,
+    output: Output,
+    place: &str,
+    now: Instant,
+) -> String {
+    let count = scalers.len();
+    let rows = rows(scalers, days, now);
+    match output {
+        Output::Text => text(&rows, count, all, days, place),
+        Output::Svg => svg(&rows, days, place, now),
+    }
 }
 
 fn rows(scalers: Vec<Scaler>, days: usize, now: Instant) -> Vec<Row> {
@@ -122,27 +135,32 @@ pub fn hours(v: f64) -> String {
     match v.abs() {
         0.0 => "0".into(),
         a if a < 0.1 => format!("{v:.4}"),
-        a if a < 100.0 => format!("{v:.2}"),
-        _ => format!("{v:.0}"),
+        a if a < 10.0 => format!("{v:.2}"),
+        _ => format!("{v:.1}"),
     }
 }
 
-/// A rate as "3 pods, 300m CPU, 192Mi".
+/// A rate as "3 pods, 300m CPU, 192Mi" (pods alone when their requests are not known).
 pub fn rate(r: &Rate) -> String {
     if r.is_zero() {
         return "-".into();
     }
-    let cpu = match r.cpu_millicores {
-        m if m % 1000 == 0 => format!("{}", m / 1000),
-        m => format!("{m}m"),
-    };
+    let mut parts = vec![match r.pods {
+        1 => "1 pod".to_string(),
+        n => format!("{n} pods"),
+    }];
+    match r.cpu_millicores {
+        0 => {}
+        m if m % 1000 == 0 => parts.push(format!("{} CPU", m / 1000)),
+        m => parts.push(format!("{m}m CPU")),
+    }
     let mib = r.memory_bytes as f64 / f64::from(1u32 << 20);
-    let memory = if mib >= 1024.0 {
-        format!("{:.1}Gi", mib / 1024.0)
-    } else {
-        format!("{mib:.0}Mi")
-    };
-    format!("{} pods, {cpu} CPU, {memory}", r.pods)
+    match mib {
+        0.0 => {}
+        m if m >= 1024.0 => parts.push(format!("{:.1}Gi", m / 1024.0)),
+        m => parts.push(format!("{m:.0}Mi")),
+    }
+    parts.join(", ")
 }
 
 fn what(r: &Row) -> &'static str {
@@ -281,14 +299,44 @@ fn svg(rows: &[Row], days: usize, place: &str, now: Instant) -> String {
         .fold(0.0f64, f64::max);
     let slot = 2 * BAR_W + GAP;
     let n = u32::try_from(dates.len()).unwrap_or(0);
-    let width = (LEFT + n * slot + 40).max(640);
-    let lines = u32::try_from(rows.len()).unwrap_or(0);
-    let height = TOP + CHART_H + 70 + 18 * (lines + 1);
     let saved: Saved = rows
         .iter()
         .filter(|r| !r.savings.potential)
         .map(|r| r.saved)
         .sum();
+    let title = format!(
+        "Savings in {place}, last {days} days: {} CPU core-hours, {} GiB-hours, {} pod-hours",
+        hours(saved.cpu_core_hours),
+        hours(saved.memory_gib_hours),
+        hours(saved.pod_hours)
+    );
+    let lines: Vec<String> = rows
+        .iter()
+        .map(|r| {
+            let now = match r.savings.now.is_zero() {
+                true => String::new(),
+                false => format!("; not running now: {}", rate(&r.savings.now)),
+            };
+            format!(
+                "{}/{} {}: {} pod-hours, {} CPU core-hours, {} GiB-hours{now}",
+                r.namespace,
+                r.name,
+                what(r),
+                hours(r.saved.pod_hours),
+                hours(r.saved.cpu_core_hours),
+                hours(r.saved.memory_gib_hours),
+            )
+        })
+        .collect();
+    // Wide enough for the chart and for the text (about 7 px a character at 12 px, 8.5 at the
+    // title's 14 px bold).
+    let text_w = |chars: usize, px: f64| (chars as f64 * px) as u32 + 20;
+    let widest = lines.iter().map(|l| l.chars().count()).max().unwrap_or(0);
+    let width = (LEFT + n * slot + 40)
+        .max(640)
+        .max(text_w(title.chars().count(), 8.5))
+        .max(text_w(widest, 7.0));
+    let height = TOP + CHART_H + 70 + 18 * (u32::try_from(lines.len()).unwrap_or(0) + 1);
     let mut s = String::new();
     let _ = writeln!(
         s,
@@ -301,12 +349,7 @@ fn svg(rows: &[Row], days: usize, place: &str, now: Instant) -> String {
     let _ = writeln!(
         s,
         r#"<text x="10" y="20" font-size="14" font-weight="bold">{}</text>"#,
-        escape(&format!(
-            "Savings in {place}, last {days} days: {} CPU core-hours, {} GiB-hours, {} pod-hours",
-            hours(saved.cpu_core_hours),
-            hours(saved.memory_gib_hours),
-            hours(saved.pod_hours)
-        ))
+        escape(&title)
     );
     let _ = writeln!(
         s,
@@ -352,21 +395,8 @@ fn svg(rows: &[Row], days: usize, place: &str, now: Instant) -> String {
         );
     }
     let mut y = base + 50;
-    for r in rows {
-        let _ = writeln!(
-            s,
-            r#"<text x="10" y="{y}">{}</text>"#,
-            escape(&format!(
-                "{}/{} {}: {} pod-hours, {} CPU core-hours, {} GiB-hours; now {}",
-                r.namespace,
-                r.name,
-                what(r),
-                hours(r.saved.pod_hours),
-                hours(r.saved.cpu_core_hours),
-                hours(r.saved.memory_gib_hours),
-                rate(&r.savings.now)
-            ))
-        );
+    for line in &lines {
+        let _ = writeln!(s, r#"<text x="10" y="{y}">{}</text>"#, escape(line));
         y += 18;
     }
     if rows.is_empty() {
@@ -443,11 +473,11 @@ mod tests {
         );
         let out = text(&rows, 3, false, 2, "namespace team");
         assert!(
-            out.contains("nightly   saved             12.00       1.20"),
+            out.contains("nightly   saved             12.0        1.20"),
             "{out}"
         );
         assert!(out.contains("3 pods, 300m CPU, 192Mi"), "{out}");
-        assert!(out.contains("trial     would (dry run)   26.00"), "{out}");
+        assert!(out.contains("trial     would (dry run)   26.0"), "{out}");
         assert!(
             out.contains("1 more Scalers have taken no replicas away yet."),
             "{out}"

@@ -78,3 +78,32 @@ fn overlapping_windows_show_the_highest_replicas() {
 fn cron_jobs_show_each_firing() {
     golden("cron", "2026-03-02", 14, "2026-03-04T12:00:00Z");
 }
+
+/// savings.yaml (a List of Scalers with their status) reported for 7 days at a fixed clock,
+/// against savings.txt and savings.svg.
+#[test]
+fn the_savings_of_a_week_as_a_table_and_a_chart() {
+    use kubesteer_plugin::savings::report;
+    let now: DateTime<Utc> = match DateTime::parse_from_rfc3339("2026-12-03T13:30:00Z") {
+        Ok(t) => t.with_timezone(&Utc),
+        Err(e) => panic!("{e}"),
+    };
+    let text = std::fs::read_to_string(dir().join("savings.yaml")).unwrap_or_default();
+    let list: serde_json::Value = serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("{e}"));
+    let scalers: Vec<kubesteer_api::Scaler> =
+        serde_json::from_value(list["items"].clone()).unwrap_or_else(|e| panic!("{e}"));
+    let mut failures = Vec::new();
+    for (output, ext) in [(Output::Text, "txt"), (Output::Svg, "svg")] {
+        let got = report(scalers.clone(), true, 7, output, "every namespace", now);
+        let path = dir().join(format!("savings.{ext}"));
+        if std::env::var_os("UPDATE_GOLDEN").is_some() {
+            std::fs::write(&path, &got).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            continue;
+        }
+        let want = std::fs::read_to_string(&path).unwrap_or_default();
+        if got != want {
+            failures.push(format!("{} differs; got:\n{got}", path.display()));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
