@@ -15,8 +15,12 @@ pub const MAX_INT32: i32 = i32::MAX;
 /// TCP ports.
 pub const MIN_PORT: i32 = 1;
 pub const MAX_PORT: i32 = 65535;
-/// The largest generation a schema bound states exactly, since the CRD keeps bounds as f64.
-pub const MAX_GENERATION: i64 = (1 << 53) - 1;
+/// The largest integer a schema bound states exactly, since the CRD keeps bounds as f64: a
+/// bound of `i64::MAX` is read back as 2^63, which the apiserver's validation turns into
+/// `i64::MIN`, refusing every value.
+pub const MAX_EXACT: i64 = (1 << 53) - 1;
+/// The largest generation.
+pub const MAX_GENERATION: i64 = MAX_EXACT;
 
 /// Object names: a DNS-1123 label (namespaces) and subdomain (Deployments, Secrets).
 pub const MAX_LABEL: usize = 63;

@@ -23,6 +23,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::common::{from_time, to_time};
+use crate::rules::MAX_EXACT;
 
 /// How many days (of the Scaler's time zone, today included) `status.savings.days` keeps.
 pub const DAYS_KEPT: usize = 31;
@@ -58,13 +59,13 @@ pub struct Savings {
 #[serde(rename_all = "camelCase")]
 pub struct Rate {
     /// Pods not running.
-    #[schemars(range(min = 0, max = i64::MAX))]
+    #[schemars(range(min = 0, max = MAX_EXACT))]
     pub pods: i64,
     /// Their CPU requests, in millicores.
-    #[schemars(range(min = 0, max = i64::MAX))]
+    #[schemars(range(min = 0, max = MAX_EXACT))]
     pub cpu_millicores: i64,
     /// Their memory requests, in bytes.
-    #[schemars(range(min = 0, max = i64::MAX))]
+    #[schemars(range(min = 0, max = MAX_EXACT))]
     pub memory_bytes: i64,
 }
 
@@ -104,7 +105,12 @@ impl Rate {
     pub fn of(pods: i32, requests: Option<PodRequests>) -> Self {
         let pods = i64::from(pods.max(0));
         let requests = requests.unwrap_or_default();
-        let times = |v: u64| i64::try_from(v).unwrap_or(i64::MAX).saturating_mul(pods);
+        let times = |v: u64| {
+            i64::try_from(v)
+                .unwrap_or(MAX_EXACT)
+                .saturating_mul(pods)
+                .min(MAX_EXACT)
+        };
         Self {
             pods,
             cpu_millicores: times(requests.cpu_millicores),
@@ -135,10 +141,11 @@ impl Rate {
 impl std::ops::Add for Rate {
     type Output = Rate;
     fn add(self, other: Rate) -> Rate {
+        let add = |a: i64, b: i64| a.saturating_add(b).min(MAX_EXACT);
         Rate {
-            pods: self.pods.saturating_add(other.pods),
-            cpu_millicores: self.cpu_millicores.saturating_add(other.cpu_millicores),
-            memory_bytes: self.memory_bytes.saturating_add(other.memory_bytes),
+            pods: add(self.pods, other.pods),
+            cpu_millicores: add(self.cpu_millicores, other.cpu_millicores),
+            memory_bytes: add(self.memory_bytes, other.memory_bytes),
         }
     }
 }
