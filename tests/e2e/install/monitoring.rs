@@ -367,9 +367,12 @@ fn monitoring_dir() -> Result<PathBuf> {
     Ok(dir)
 }
 
+/// A ServiceMonitor's endpoint, the pods it scrapes (ip, port) and the credential it names.
+type Monitor<T> = (Value, Vec<(String, u16)>, T);
+
 /// The controller's ServiceMonitor endpoint, the pods it scrapes and the metrics-reader token
 /// it names.
-fn controller_monitor(release: &Release) -> Result<(Value, Vec<(String, u16)>, String)> {
+fn controller_monitor(release: &Release) -> Result<Monitor<String>> {
     let ns = &release.namespace;
     let (endpoint, targets) = targets(ns, &format!("{}-controller", release.fullname()))?;
     let credentials = &endpoint["authorization"]["credentials"];
@@ -382,7 +385,7 @@ fn controller_monitor(release: &Release) -> Result<(Value, Vec<(String, u16)>, S
 }
 
 /// The webhook's ServiceMonitor endpoint, the pods it scrapes and the CA it names (in a file).
-fn webhook_monitor(release: &Release) -> Result<(Value, Vec<(String, u16)>, PathBuf)> {
+fn webhook_monitor(release: &Release) -> Result<Monitor<PathBuf>> {
     let ns = &release.namespace;
     let (endpoint, targets) = targets(ns, &format!("{}-webhook", release.fullname()))?;
     let ca = &endpoint["tlsConfig"]["ca"]["secret"];
