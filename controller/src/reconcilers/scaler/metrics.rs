@@ -1,6 +1,8 @@
 //! Per-Scaler metrics: whether it is active, each target's desired and current replicas, the
-//! next transition, transitions applied and how late, targets in error, and the replicas held
-//! below their original (the savings). Labels are the Scaler's `namespace` and `scaler`, plus the
+//! next transition, transitions applied and how late, targets in error, the replicas held below
+//! their original, and its savings (`status.savings`: the pods, CPU and memory not running now,
+//! and what was not run, counted to the scrape's time; label `potential` for a dry run's). Labels
+//! are the Scaler's `namespace` and `scaler`, plus the
 //! target's kind, namespace and name on per-target series, so a Scaler adds at most a few series
 //! per target (at most `MAX_STATUS_TARGETS` targets each, those its status lists; the counts
 //! of targets in error and held below original take them all); its series go when it is deleted, and
