@@ -5,9 +5,9 @@
 #                              binary's path, then the ScaledObject CRD's. A cached binary is never
 #                              rebuilt: the first run takes 8-17 min on 2 cores (about 300 modules,
 #                              cold Go build cache), then it is instant.
-#   hack/keda.sh image TAR     the image kubesteer-keda:KEDA_VERSION, FROM scratch with that binary
-#                              (buildah, nothing pulled), as a docker-archive at TAR for
-#                              `hack/node.sh load TAR`; skipped when TAR is newer than the binary.
+#   hack/keda.sh image DIR     the image kubesteer-keda:KEDA_VERSION, FROM scratch with that binary
+#                              (buildah, nothing pulled), as a docker-archive in DIR for
+#                              `hack/node.sh load`; prints its path. Kept while newer than the binary.
 #   hack/keda.sh deploy        with KUBECONFIG set: KEDA's six CRDs, namespace keda, KEDA's own
 #                              ClusterRole and Role for a ServiceAccount, a self-signed cert pair,
 #                              and a Deployment of the operator on the cluster's real node
@@ -43,9 +43,7 @@ build() {
 
   # The module's own go.mod, source, CRDs and RBAC (read-only, in the module cache).
   local moddir
-  moddir=$(cd "$src" && go mod download -json "github.com/kedacore/keda/v2@$KEDA_VERSION" |
-    sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
-  [ -d "$moddir" ] || die "go mod download of github.com/kedacore/keda/v2@$KEDA_VERSION failed"
+  moddir=$(go_module_dir github.com/kedacore/keda/v2 "$KEDA_VERSION")
 
   if [ -x "$bin" ]; then
     log "operator $KEDA_VERSION: cached"
@@ -82,47 +80,15 @@ GO
   install -m 0644 "$moddir/config/rbac/role.yaml" "$rbac/role.yaml"
 }
 
-# image TAR: the operator FROM scratch, committed to the local containers storage as $image and
-# exported as a docker-archive tagged $image (ctr imports it as docker.io/library/$image too,
-# which the kubelet looks for). Kept when TAR is newer than the binary.
+# image DIR: the operator FROM scratch as $image, a docker-archive in DIR (printed).
 build_image() {
-  local tar=${1:-}
-  [ -n "$tar" ] || die "usage: hack/keda.sh image TAR"
+  local dir=${1:-}
+  [ -n "$dir" ] || die "usage: hack/keda.sh image DIR"
   build
-  if [ -s "$tar" ] && [ "$tar" -nt "$bin" ]; then
-    log "image $image: $tar is up to date"
-    echo "$tar"
-    return
-  fi
-  command -v buildah >/dev/null || die "buildah not found: apt-get install buildah"
-  # Nothing here runs a container; should buildah need a runtime, it is runc.
-  export BUILDAH_RUNTIME=${BUILDAH_RUNTIME:-runc}
-  local start=$SECONDS ctr tmp="$tar.tmp.$$"
-  ctr=$(buildah from --quiet scratch)
-  # shellcheck disable=SC2064
-  trap "buildah rm $ctr >/dev/null 2>&1 || true; rm -f '$tmp'" EXIT
-  buildah copy --quiet --chown 0:0 --chmod 0755 "$ctr" "$bin" /keda >/dev/null
   # KEDA's own image runs /keda as 65532 (distroless nonroot).
-  local arch
-  case $(uname -m) in x86_64) arch=amd64 ;; aarch64 | arm64) arch=arm64 ;; *) arch=$(uname -m) ;; esac
-  buildah config --os linux --arch "$arch" \
-    --user 65532:65532 --workingdir / --entrypoint '["/keda"]' --cmd '[]' \
-    --label "org.opencontainers.image.source=https://github.com/kedacore/keda" \
-    --label "org.opencontainers.image.version=$KEDA_VERSION" \
-    --label "org.opencontainers.image.title=keda-operator" \
-    --label "org.opencontainers.image.description=KEDA's operator $KEDA_VERSION, built from the Go module proxy for kubesteer's e2e tests" \
-    "$ctr"
-  # The binary's time as the image's: an unchanged binary gives back the same image ID.
-  buildah commit --quiet --rm --format oci --timestamp "$(stat -c %Y "$bin")" "$ctr" "$image" >/dev/null
-  trap - EXIT
-  mkdir -p "$(dirname "$tar")"
-  rm -f "$tmp"
-  buildah push --quiet "$image" "docker-archive:$tmp:$image" >/dev/null ||
-    { rm -f "$tmp"; die "buildah push to docker-archive:$tar failed"; }
-  mv -f "$tmp" "$tar"
-  log "image $image: $tar ($(( $(stat -c %s "$tar") / 1048576 )) MiB) in $((SECONDS - start))s;" \
-    "hack/node.sh load $tar"
-  echo "$tar"
+  scratch_image "$image" "$dir/keda-image.tar" 65532:65532 https://github.com/kedacore/keda \
+    "KEDA's operator $KEDA_VERSION, built from the Go module proxy for kubesteer's e2e tests" \
+    "$bin:/keda"
 }
 
 # deploy: KEDA on the cluster of $KUBECONFIG, its pod on the real node; waits until the operator

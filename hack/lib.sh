@@ -111,3 +111,63 @@ sigint_ignored() { [ "$(trap -p INT)" = "trap -- '' SIGINT" ]; }
 # with_default_sigint CMD...: runs CMD with SIGINT back at its default disposition, whatever this
 # shell inherited (coreutils' `env --default-signal`), so its own traps for Ctrl-C work.
 with_default_sigint() { env --default-signal=INT "$@"; }
+
+# Third-party components the e2e tests run on the real node (hack/keda.sh, hack/cert-manager.sh,
+# hack/prometheus-operator.sh) are built from the Go module proxy and packed FROM scratch.
+
+# go_module_dir MODULE VERSION: downloads MODULE@VERSION into Go's module cache (read-only) and
+# prints its directory.
+go_module_dir() {
+  local dir
+  dir=$(cd "$cache" && go mod download -json "$1@$2" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+  [ -d "$dir" ] || die "go mod download of $1@$2 failed"
+  echo "$dir"
+}
+
+# scratch_image IMAGE TAR USER SOURCE DESCRIPTION FILE:PATH...: an image FROM scratch holding each
+# FILE at PATH (mode 0755), run as USER with the first PATH as its entrypoint, committed to the
+# local containers storage as IMAGE (buildah, nothing pulled) and exported as a docker-archive at
+# TAR (ctr imports it as docker.io/library/IMAGE too, which the kubelet looks for). Kept when TAR
+# is newer than every FILE; the newest FILE's time is the image's, so unchanged files give back
+# the same image ID. Prints TAR.
+scratch_image() {
+  local image=$1 tar=$2 user=$3 source=$4 description=$5
+  shift 5
+  local file newest=0 fresh=1 entrypoint=${1#*:}
+  for file in "$@"; do
+    [ "$tar" -nt "${file%%:*}" ] || fresh=0
+    [ "$(stat -c %Y "${file%%:*}")" -le "$newest" ] || newest=$(stat -c %Y "${file%%:*}")
+  done
+  if [ -s "$tar" ] && [ "$fresh" = 1 ]; then
+    log "image $image: $tar is up to date"
+    echo "$tar"
+    return
+  fi
+  command -v buildah >/dev/null || die "buildah not found: apt-get install buildah"
+  # Nothing here runs a container; should buildah need a runtime, it is runc.
+  export BUILDAH_RUNTIME=${BUILDAH_RUNTIME:-runc}
+  local start=$SECONDS ctr tmp="$tar.tmp.$$" arch
+  ctr=$(buildah from --quiet scratch)
+  # shellcheck disable=SC2064
+  trap "buildah rm $ctr >/dev/null 2>&1 || true; rm -f '$tmp'" EXIT
+  for file in "$@"; do
+    buildah copy --quiet --chown 0:0 --chmod 0755 "$ctr" "${file%%:*}" "${file#*:}" >/dev/null
+  done
+  case $(uname -m) in x86_64) arch=amd64 ;; aarch64 | arm64) arch=arm64 ;; *) arch=$(uname -m) ;; esac
+  buildah config --os linux --arch "$arch" \
+    --user "$user" --workingdir / --entrypoint "[\"$entrypoint\"]" --cmd '[]' \
+    --label "org.opencontainers.image.source=$source" \
+    --label "org.opencontainers.image.version=${image##*:}" \
+    --label "org.opencontainers.image.title=$(basename "${image%:*}")" \
+    --label "org.opencontainers.image.description=$description" \
+    "$ctr"
+  buildah commit --quiet --rm --format oci --timestamp "$newest" "$ctr" "$image" >/dev/null
+  trap - EXIT
+  mkdir -p "$(dirname "$tar")"
+  rm -f "$tmp"
+  buildah push --quiet "$image" "docker-archive:$tmp:$image" >/dev/null ||
+    { rm -f "$tmp"; die "buildah push to docker-archive:$tar failed"; }
+  mv -f "$tmp" "$tar"
+  log "image $image: $tar ($(($(stat -c %s "$tar") / 1048576)) MiB) in $((SECONDS - start))s"
+  echo "$tar"
+}

@@ -6,6 +6,7 @@ mod flood;
 mod image;
 mod metrics;
 mod monitoring;
+mod platform;
 mod plugin;
 mod rbac;
 mod readiness;

@@ -2,6 +2,7 @@
 #![forbid(unsafe_code)]
 #![deny(rust_2018_idioms)]
 
+pub mod addons;
 pub mod hosts;
 pub mod keda;
 pub mod prometheus;

@@ -1,5 +1,6 @@
-//! A real Prometheus (built from the pinned module by `hack/build-control-plane.sh monitoring`)
-//! run as a host process with a scrape configuration a test writes, and its HTTP query API.
+//! A real Prometheus (built from the pinned module by `hack/build-control-plane.sh monitoring`),
+//! run as a host process with a scrape configuration a test writes, or run by the Prometheus
+//! Operator in a pod; and its HTTP query API.
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -9,11 +10,12 @@ use serde_json::Value;
 
 use crate::{cached_tool, curl, eventually, free_port, target_dir, unique};
 
-/// A running Prometheus, stopped (and its storage removed) on drop.
+/// A running Prometheus: a host process (stopped, and its storage removed, on drop) or one at an
+/// address.
 pub struct Prometheus {
-    child: Child,
-    port: u16,
-    dir: PathBuf,
+    /// `http://host:port`.
+    base: String,
+    process: Option<(Child, PathBuf)>,
 }
 
 impl Prometheus {
@@ -48,22 +50,42 @@ impl Prometheus {
             .stderr(log)
             .spawn()
             .with_context(|| format!("starting {}", binary.display()))?;
-        let prometheus = Self { child, port, dir };
-        eventually(Duration::from_secs(60), "Prometheus ready", || {
-            let (code, _) = curl(&prometheus.url("/-/ready"), &[], None)?;
-            Ok((code == 200).then_some(()))
-        })
-        .with_context(|| prometheus.log())?;
+        let prometheus = Self {
+            base: format!("http://127.0.0.1:{port}"),
+            process: Some((child, dir)),
+        };
+        prometheus.ready(Duration::from_secs(60))?;
         Ok(prometheus)
     }
 
-    fn url(&self, path: &str) -> String {
-        format!("http://127.0.0.1:{}{path}", self.port)
+    /// The Prometheus that serves at `host:port` (a pod's), once it is ready, within `limit`.
+    pub fn at(host: &str, port: u16, limit: Duration) -> Result<Self> {
+        let prometheus = Self {
+            base: format!("http://{host}:{port}"),
+            process: None,
+        };
+        prometheus.ready(limit)?;
+        Ok(prometheus)
     }
 
-    /// Its log, for a failure's message.
+    fn ready(&self, limit: Duration) -> Result<()> {
+        eventually(limit, "Prometheus ready", || {
+            let (code, _) = curl(&self.url("/-/ready"), &[], None)?;
+            Ok((code == 200).then_some(()))
+        })
+        .with_context(|| self.log())
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// The log of the process this started, for a failure's message (empty for one at an address).
     pub fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("prometheus.log")).unwrap_or_default()
+        self.process
+            .as_ref()
+            .and_then(|(_, dir)| std::fs::read_to_string(dir.join("prometheus.log")).ok())
+            .unwrap_or_default()
     }
 
     /// `GET path` of the API, its `data`.
@@ -90,7 +112,37 @@ impl Prometheus {
         Ok(series)
     }
 
-    /// Every scrape target as Prometheus reports it: (job, health, last error).
+    /// The state of every alerting rule named `alert` (`inactive`, `pending` or `firing`), as the
+    /// rules API reports it after its last evaluation.
+    pub fn alert_states(&self, alert: &str) -> Result<Vec<String>> {
+        let data = self.api("/api/v1/rules", &["-G", "--data-urlencode", "type=alert"])?;
+        Ok(data["groups"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|g| g["rules"].as_array().into_iter().flatten())
+            .filter(|r| r["name"] == alert)
+            .map(|r| r["state"].as_str().unwrap_or_default().to_string())
+            .collect())
+    }
+
+    /// The alerts `/api/v1/alerts` lists (pending and firing): (name, state).
+    pub fn alerts(&self) -> Result<Vec<(String, String)>> {
+        let data = self.api("/api/v1/alerts", &[])?;
+        Ok(data["alerts"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|a| {
+                let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+                (text(&a["labels"]["alertname"]), text(&a["state"]))
+            })
+            .collect())
+    }
+
+    /// Every scrape target as Prometheus reports it: (scrape pool, health, last error). A
+    /// ServiceMonitor's pool is `serviceMonitor/<namespace>/<name>/<endpoint>`; a job's is its
+    /// name.
     pub fn targets(&self) -> Result<Vec<(String, String, String)>> {
         let data = self.api("/api/v1/targets", &[])?;
         Ok(data["activeTargets"]
@@ -100,7 +152,7 @@ impl Prometheus {
             .map(|t| {
                 let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
                 (
-                    text(&t["labels"]["job"]),
+                    text(&t["scrapePool"]),
                     text(&t["health"]),
                     text(&t["lastError"]),
                 )
@@ -111,8 +163,10 @@ impl Prometheus {
 
 impl Drop for Prometheus {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
+        if let Some((child, dir)) = &mut self.process {
+            let _ = child.kill();
+            let _ = child.wait();
+            let _ = std::fs::remove_dir_all(dir);
+        }
     }
 }

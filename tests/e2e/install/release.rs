@@ -13,7 +13,7 @@ use kubesteer_tests::{
 };
 
 /// Every pod of `component` runs the project image on the real node, Running and Ready.
-fn on_real_node(release: &Release, component: &str, replicas: usize) -> Result<()> {
+pub(super) fn on_real_node(release: &Release, component: &str, replicas: usize) -> Result<()> {
     let (repository, tag) = image();
     let pods = eventually(
         Duration::from_secs(90),
@@ -1695,72 +1695,104 @@ fn a_release_with_provided_certificates_serves_them() -> Result<()> {
     ensure!(out.contains("Succeeded"), "helm test: {out}");
 
     // Renewal: a new serving certificate from the same CA (one more DNS name makes
-    // kubesteer-certs renew it) written into the Secret under a steady writer. Every pod serves
-    // it without a restart (the kubelet updates the mounted files within a minute or so), and
-    // no admission fails.
+    // kubesteer-certs renew it) written into the Secret.
+    let admitted = renewal_under_load(&release, || {
+        let mut renew =
+            std::process::Command::new(kubesteer_tests::workspace_bin("kubesteer-certs"));
+        renew
+            .arg("generate")
+            .args(["--service", &format!("{}-webhook", release.fullname())])
+            .args(["--namespace", &release.namespace])
+            .args(["--dns", "renewed.kubesteer.invalid"])
+            .arg("--out-dir")
+            .arg(&dir);
+        let out =
+            kubesteer_tests::output_within(&mut renew, None, Duration::from_secs(60), "renew")?;
+        let said = String::from_utf8_lossy(&out.stdout).to_string();
+        ensure!(
+            out.status.success() && said.starts_with("renewed"),
+            "{said}"
+        );
+        let secret = kubectl_ok(
+            &[
+                "create",
+                "secret",
+                "tls",
+                "my-tls",
+                "-n",
+                &release.namespace,
+                &format!("--cert={}", dir.join("tls.crt").display()),
+                &format!("--key={}", dir.join("tls.key").display()),
+                "--dry-run=client",
+                "-o",
+                "yaml",
+            ],
+            None,
+        )?;
+        kubectl_ok(&["apply", "-f", "-"], Some(&secret))?;
+        fingerprint(&std::fs::read_to_string(dir.join("tls.crt"))?)
+    })?;
+    eprintln!("provided-mode renewal: {admitted} writes admitted, 0 failed");
+    Ok(())
+}
+
+/// The SHA-256 fingerprint of the PEM certificate `pem`, as openssl prints it.
+pub(super) fn fingerprint(pem: &str) -> Result<String> {
+    let out = kubesteer_tests::output_within(
+        std::process::Command::new("openssl").args(["x509", "-noout", "-fingerprint", "-sha256"]),
+        Some(pem.as_bytes()),
+        Duration::from_secs(20),
+        "openssl x509",
+    )?;
+    let said = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    ensure!(
+        out.status.success() && said.contains('='),
+        "openssl x509: {said:?}"
+    );
+    Ok(said)
+}
+
+/// Renews the webhook's serving certificate with `renew` (which returns the new certificate's
+/// [`fingerprint`]) while a steady writer applies objects of three kinds: every webhook pod
+/// serves the new certificate without a restart (the kubelet updates the mounted files within a
+/// minute or so, or the self-managed webhook reloads its Secret) and no admission fails. The
+/// writes admitted meanwhile.
+pub(super) fn renewal_under_load(
+    release: &Release,
+    renew: impl FnOnce() -> Result<String>,
+) -> Result<usize> {
     let webhook_pods = |path: &str| release.component_pods("webhook", &format!("jsonpath={path}"));
     let restarts = || webhook_pods("{.items[*].status.containerStatuses[0].restartCount}");
     let before = restarts()?;
     let load = Load::start(&release.user_ns, 2);
-    let mut renew = std::process::Command::new(kubesteer_tests::workspace_bin("kubesteer-certs"));
-    renew
-        .arg("generate")
-        .args(["--service", &format!("{}-webhook", release.fullname())])
-        .args(["--namespace", &release.namespace])
-        .args(["--dns", "renewed.kubesteer.invalid"])
-        .arg("--out-dir")
-        .arg(&dir);
-    let out = kubesteer_tests::output_within(&mut renew, None, Duration::from_secs(60), "renew")?;
-    let said = String::from_utf8_lossy(&out.stdout).to_string();
-    ensure!(
-        out.status.success() && said.starts_with("renewed"),
-        "{said}"
-    );
-    let secret = kubectl_ok(
-        &[
-            "create",
-            "secret",
-            "tls",
-            "my-tls",
-            "-n",
-            &release.namespace,
-            &format!("--cert={}", dir.join("tls.crt").display()),
-            &format!("--key={}", dir.join("tls.key").display()),
-            "--dry-run=client",
-            "-o",
-            "yaml",
-        ],
-        None,
-    )?;
-    kubectl_ok(&["apply", "-f", "-"], Some(&secret))?;
-    let fingerprint = |script: String| -> Result<String> {
-        let out = kubesteer_tests::output_within(
-            std::process::Command::new("bash").args(["-c", &script]),
-            None,
-            Duration::from_secs(20),
-            "openssl",
-        )?;
-        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
-    };
-    let wanted = fingerprint(format!(
-        "openssl x509 -noout -fingerprint -sha256 -in {}",
-        dir.join("tls.crt").display()
-    ))?;
-    ensure!(wanted.contains('='), "{wanted:?}");
+    let wanted = renew()?;
     let service = format!("{}-webhook.{}.svc", release.fullname(), release.namespace);
+    let served = |ip: &str| -> Result<String> {
+        let out = kubesteer_tests::output_within(
+            std::process::Command::new("openssl").args([
+                "s_client",
+                "-connect",
+                &format!("{ip}:9443"),
+                "-servername",
+                &service,
+            ]),
+            Some(b""),
+            Duration::from_secs(20),
+            "openssl s_client",
+        )?;
+        fingerprint(&String::from_utf8_lossy(&out.stdout))
+    };
     eventually(
         Duration::from_secs(180),
         "every webhook pod serving the renewed certificate",
         || {
             let ips = webhook_pods("{.items[*].status.podIP}")?;
             let ips: Vec<&str> = ips.split_whitespace().collect();
-            let mut served = Vec::new();
+            let mut all = Vec::new();
             for ip in &ips {
-                served.push(fingerprint(format!(
-                    "openssl s_client -connect {ip}:9443 -servername {service} </dev/null 2>/dev/null | openssl x509 -noout -fingerprint -sha256"
-                ))?);
+                all.push(served(ip)?);
             }
-            Ok((ips.len() == 2 && served.iter().all(|s| *s == wanted)).then_some(()))
+            Ok((ips.len() == 2 && all.iter().all(|s| *s == wanted)).then_some(()))
         },
     )
     .with_context(|| release.describe())?;
@@ -1772,8 +1804,7 @@ fn a_release_with_provided_certificates_serves_them() -> Result<()> {
     );
     ensure!(admitted > 0, "the writer wrote nothing");
     ensure!(restarts()? == before, "no webhook pod restarted");
-    eprintln!("provided-mode renewal: {admitted} writes admitted, 0 failed");
-    Ok(())
+    Ok(admitted)
 }
 
 /// With `controller.impersonation.serviceAccount`, the chart's controller writes each Scaler's

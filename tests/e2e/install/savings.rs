@@ -17,7 +17,7 @@ use super::release::{user_get, user_wait};
 const WAIT: Duration = Duration::from_secs(120);
 
 /// A Deployment `name` of `replicas` whose pods request `cpu` and `memory`.
-fn deployment(name: &str, replicas: u32, cpu: &str, memory: &str) -> String {
+pub(super) fn deployment(name: &str, replicas: u32, cpu: &str, memory: &str) -> String {
     format!(
         "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: {name}}}\nspec:\n  replicas: {replicas}\n  selector: {{matchLabels: {{app: {name}}}}}\n  template:\n    metadata: {{labels: {{app: {name}}}}}\n    spec:\n      containers:\n        - name: app\n          image: nginx\n          resources: {{requests: {{cpu: {cpu}, memory: {memory}}}}}\n"
     )
