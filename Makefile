@@ -14,7 +14,7 @@ IMAGE_TAR ?= .kubesteer/image.tar
 PAUSE_IMG ?= localhost/kubesteer-pause:3.10
 PAUSE_TAR ?= .kubesteer/pause.tar
 
-.PHONY: all build plugin control-plane test-release krew-tool monitoring-tools cluster-up cluster-down manifests install run run-once test-run deploy undeploy test fmt-check clippy doc-check unit e2e bench-webhook bench-webhook-memory bench-webhook-memory-chart bench-controller bench-lease bench-stores bench-verbs fuzz keda soak
+.PHONY: all build plugin control-plane test-release krew-tool monitoring-tools cluster-up cluster-down manifests install run run-once test-run deploy undeploy test fmt-check clippy doc-check unit e2e bench-webhook bench-webhook-memory bench-webhook-memory-chart bench-controller bench-lease bench-stores bench-verbs fuzz keda platform soak
 
 all: build
 
@@ -113,7 +113,7 @@ unit:
 ## e2e: end-to-end tests on a control plane of their own, "kubesteer-e2e" (.kubesteer/e2e/, with its
 ## own real node as root), started and torn down by hack/e2e.sh (KUBESTEER_KEEP_CLUSTER=1 keeps it);
 ## `make run`'s cluster is never touched, so both run side by side.
-e2e: control-plane monitoring-tools keda
+e2e: control-plane monitoring-tools keda platform
 	hack/e2e.sh
 
 ## soak: the fault soak (tests/e2e/soak/) on the e2e cluster with the chart's pods: faults for
@@ -130,6 +130,13 @@ soak: control-plane monitoring-tools keda
 ## under ~/.cache/kubesteer (8-17 min the first time), for the Scaler's KEDA e2e test.
 keda:
 	hack/keda.sh
+
+## platform: cert-manager and the Prometheus Operator (pinned in versions.env) built from the Go
+## module proxy and cached under ~/.cache/kubesteer (4-7 min each the first time), for the e2e
+## tests of the chart's certManager mode and monitoring (tests/e2e/install/platform.rs).
+platform:
+	hack/cert-manager.sh
+	hack/prometheus-operator.sh
 
 ## bench-webhook: load benchmark of the webhook; writes bench/results/webhook.json.
 ## BENCH_SUBJECT=peers: kubesteer and the controller-runtime peer (bench/peers, needs Go) alternately,

@@ -108,6 +108,15 @@ impl Row {
     }
 }
 
+/// The Prometheus release of the pinned module: its v0.3MM.P is Prometheus 3.MM.P.
+fn prometheus_release() -> String {
+    let v = script_value("versions.env", "PROMTOOL_VERSION");
+    v.strip_prefix("v0.")
+        .and_then(|v| v.split_once('.'))
+        .map(|(mm, p)| format!("{}.{}.{p}", &mm[..1], mm[1..].trim_start_matches('0')))
+        .unwrap_or_else(|| panic!("versions.env PROMTOOL_VERSION {v:?} is not v0.3MM.P"))
+}
+
 /// A duration in whole seconds, or with the fraction it has ("0.5").
 fn secs(d: Duration) -> String {
     let s = d.as_secs_f64();
@@ -986,6 +995,41 @@ fn rows() -> Vec<Row> {
         webhook.source("cert-reload-interval"),
     ));
 
+    // docs/operating.md
+    let f = "docs/operating.md";
+    rows.push(row(
+        f,
+        "(`certs.certManager.duration` `",
+        value("certs.certManager.duration"),
+        "`,",
+        in_values("certs.certManager.duration"),
+    ));
+    rows.push(row(
+        f,
+        "renewed `certs.certManager.renewBefore` `",
+        value("certs.certManager.renewBefore"),
+        "` before",
+        in_values("certs.certManager.renewBefore"),
+    ));
+    rows.push(row(
+        f,
+        "`/tls/tls.key` every ",
+        secs(webhook.duration("cert-reload-interval")),
+        " s",
+        webhook.source("cert-reload-interval"),
+    ));
+    let (v, s) = shell("versions.env", "CERT_MANAGER_VERSION");
+    rows.push(row(f, "`release.rs`): cert-manager ", v, ", built", s));
+    let (v, s) = shell("versions.env", "PROMETHEUS_OPERATOR_VERSION");
+    rows.push(row(f, "with the Prometheus Operator ", v, " and", s));
+    rows.push(row(
+        f,
+        "and Prometheus ",
+        prometheus_release(),
+        " on",
+        "versions.env PROMTOOL_VERSION",
+    ));
+
     // charts/kubesteer/README.md
     let f = "charts/kubesteer/README.md";
     rows.push(row(
@@ -1092,14 +1136,13 @@ fn rows() -> Vec<Row> {
         "` |",
         in_values("tests.retries and tests.interval"),
     ));
-    let (v, s) = shell("versions.env", "PROMTOOL_VERSION");
-    // The module's v0.3MM.P is Prometheus 3.MM.P.
-    let promtool = v
-        .strip_prefix("v0.")
-        .and_then(|v| v.split_once('.'))
-        .map(|(mm, p)| format!("{}.{}.{p}", &mm[..1], mm[1..].trim_start_matches('0')))
-        .unwrap_or_else(|| panic!("{s} {v:?} is not v0.3MM.P"));
-    rows.push(row(f, "proves them with promtool ", promtool, " (", s));
+    rows.push(row(
+        f,
+        "proves them with promtool ",
+        prometheus_release(),
+        " (",
+        "versions.env PROMTOOL_VERSION",
+    ));
     let (v, s) = shell("versions.env", "PROMETHEUS_OPERATOR_VERSION");
     rows.push(row(f, "the prometheus-operator ", v, " CRDs", s));
 
