@@ -80,8 +80,7 @@ deploy() {
   [ -n "${KUBECONFIG:-}" ] || die "KUBECONFIG is not set"
   local kubectl=("${KUBECTL:-$bin/kubectl}") start=$SECONDS
   build
-  "${kubectl[@]}" apply --server-side --force-conflicts -f "$dir/crds" >/dev/null
-  "${kubectl[@]}" wait --for condition=established --timeout=60s -f "$dir/crds" >/dev/null
+  apply_crds "$dir/crds" "${kubectl[@]}"
   local values
   values=$(mktemp)
   # shellcheck disable=SC2064

@@ -98,8 +98,7 @@ deploy() {
   local kubectl=("${KUBECTL:-$cache/bin/kubectl}")
   build
   local start=$SECONDS
-  "${kubectl[@]}" apply --server-side --force-conflicts -f "$crds" >/dev/null
-  "${kubectl[@]}" wait --for condition=established --timeout=60s -f "$crds" >/dev/null
+  apply_crds "$crds" "${kubectl[@]}"
   "${kubectl[@]}" apply -f - >/dev/null <<YAML
 apiVersion: v1
 kind: Namespace
@@ -189,13 +188,7 @@ spec:
         kubesteer.io/keda-binary: "$digest"
     spec:
       serviceAccountName: keda-operator
-      # The cluster's real node (hack/node.sh), where hack/node.sh load put the image.
-      nodeSelector:
-        kubesteer.io/real-node: "true"
-      tolerations:
-        - key: kubesteer.io/real-node
-          operator: Exists
-          effect: NoSchedule
+$(real_node_placement 6)
       securityContext:
         runAsNonRoot: true
       terminationGracePeriodSeconds: 10

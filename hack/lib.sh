@@ -115,6 +115,24 @@ with_default_sigint() { env --default-signal=INT "$@"; }
 # Third-party components the e2e tests run on the real node (hack/keda.sh, hack/cert-manager.sh,
 # hack/prometheus-operator.sh) are built from the Go module proxy and packed FROM scratch.
 
+# apply_crds DIR KUBECTL...: server-side applies every CRD in DIR and waits until each is
+# established (60 s at most).
+apply_crds() {
+  local dir=$1
+  shift
+  "$@" apply --server-side --force-conflicts -f "$dir" >/dev/null
+  "$@" wait --for condition=established --timeout=60s -f "$dir" >/dev/null
+}
+
+# real_node_placement INDENT: a pod spec's nodeSelector and toleration for the cluster's real node
+# (hack/node.sh), where `hack/node.sh load` puts images, as YAML indented by INDENT spaces.
+real_node_placement() {
+  local pad
+  pad=$(printf '%*s' "$1" '')
+  printf '%s\n' "${pad}nodeSelector:" "${pad}  kubesteer.io/real-node: \"true\"" "${pad}tolerations:" \
+    "${pad}  - key: kubesteer.io/real-node" "${pad}    operator: Exists" "${pad}    effect: NoSchedule"
+}
+
 # go_module_dir MODULE VERSION: downloads MODULE@VERSION into Go's module cache (read-only) and
 # prints its directory.
 go_module_dir() {

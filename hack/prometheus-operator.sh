@@ -105,8 +105,7 @@ deploy() {
   [ -n "${KUBECONFIG:-}" ] || die "KUBECONFIG is not set"
   local kubectl=("${KUBECTL:-$bin/kubectl}") start=$SECONDS
   build
-  "${kubectl[@]}" apply --server-side --force-conflicts -f "$dir/crds" >/dev/null
-  "${kubectl[@]}" wait --for condition=established --timeout=60s -f "$dir/crds" >/dev/null
+  apply_crds "$dir/crds" "${kubectl[@]}"
   "${kubectl[@]}" create namespace "$ns" --dry-run=client -o yaml | "${kubectl[@]}" apply -f - >/dev/null
   "${kubectl[@]}" apply -n "$ns" -f "$dir/rbac" >/dev/null
   "${kubectl[@]}" apply -f - >/dev/null <<YAML
@@ -136,13 +135,7 @@ spec:
       serviceAccountName: prometheus-operator
       # Its ServiceAccount opts out of automounting, as shipped; the pod opts in.
       automountServiceAccountToken: true
-      # The cluster's real node (hack/node.sh), where hack/node.sh load put the images.
-      nodeSelector:
-        kubesteer.io/real-node: "true"
-      tolerations:
-        - key: kubesteer.io/real-node
-          operator: Exists
-          effect: NoSchedule
+$(real_node_placement 6)
       securityContext:
         runAsNonRoot: true
         runAsUser: 65534

@@ -400,3 +400,17 @@ pub fn base64(bytes: &[u8]) -> String {
 pub fn unbase64(text: &str) -> Result<Vec<u8>> {
     Ok(base64::engine::general_purpose::STANDARD.decode(text.trim())?)
 }
+
+/// The caBundle of the Scaler CRD's conversion webhook (base64), as the apiserver has it.
+pub fn conversion_ca_bundle() -> Result<String> {
+    kubectl_ok(
+        &[
+            "get",
+            "crd",
+            "scalers.kubesteer.io",
+            "-o",
+            "jsonpath={.spec.conversion.webhook.clientConfig.caBundle}",
+        ],
+        None,
+    )
+}

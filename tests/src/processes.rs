@@ -58,19 +58,7 @@ impl Webhook {
         eventually(
             Duration::from_secs(60),
             "the CRD's conversion caBundle",
-            || {
-                let got = kubectl_ok(
-                    &[
-                        "get",
-                        "crd",
-                        "scalers.kubesteer.io",
-                        "-o",
-                        "jsonpath={.spec.conversion.webhook.clientConfig.caBundle}",
-                    ],
-                    None,
-                )?;
-                Ok((got.trim() == want).then_some(()))
-            },
+            || Ok((crate::conversion_ca_bundle()?.trim() == want).then_some(())),
         )?;
         Ok(webhook)
     }

@@ -73,6 +73,30 @@ pub fn parse_rfc3339(time: &str) -> Result<f64> {
     Ok(seconds(at.with_timezone(&Utc)))
 }
 
+/// How far the wall clock ran ahead of the monotonic one since [`ClockDrift::start`]: the time a
+/// paused machine (a stopped VM, whose wall clock is stepped forward on resume while its
+/// monotonic clock is not) lost. Every process is late by that much, so a test that measures
+/// lateness against a wall-clock boundary cannot judge one that spans such a pause.
+pub struct ClockDrift {
+    wall: DateTime<Utc>,
+    monotonic: std::time::Instant,
+}
+
+impl ClockDrift {
+    pub fn start() -> Self {
+        Self {
+            wall: Utc::now(),
+            monotonic: std::time::Instant::now(),
+        }
+    }
+
+    /// The wall clock's lead over the monotonic clock since the start (zero when behind).
+    pub fn ahead(&self) -> Duration {
+        let wall = (Utc::now() - self.wall).to_std().unwrap_or_default();
+        wall.saturating_sub(self.monotonic.elapsed())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

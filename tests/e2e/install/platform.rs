@@ -176,19 +176,7 @@ fn cert_manager_issues_injects_and_renews_the_webhooks_certificate() -> Result<(
     eventually(
         Duration::from_secs(60),
         "cainjector to fill the Scaler CRD's conversion caBundle",
-        || {
-            let bundle = kubectl_ok(
-                &[
-                    "get",
-                    "crd",
-                    "scalers.kubesteer.io",
-                    "-o",
-                    "jsonpath={.spec.conversion.webhook.clientConfig.caBundle}",
-                ],
-                None,
-            )?;
-            Ok((bundle == ca).then_some(()))
-        },
+        || Ok((kubesteer_tests::conversion_ca_bundle()? == ca).then_some(())),
     )?;
 
     // Every kind through the chart's pods.

@@ -159,8 +159,29 @@ fn an_open_window_scales_reverts_hand_edits_and_deleting_restores() -> Result<()
     Ok(())
 }
 
+/// A pause of the whole machine longer than this across the boundary (the wall clock ahead of
+/// the monotonic one by it) makes the scenario's lateness unmeasurable.
+const PAUSE: Duration = Duration::from_secs(2);
+
 #[test]
 fn a_short_window_closes_on_time_and_restores() -> Result<()> {
+    // A paused machine is late by the pause, kubesteer with it: a scenario that spanned one
+    // is measured once more, saying so.
+    for _ in 0..2 {
+        match short_window_closes()? {
+            None => return Ok(()),
+            Some(paused) => eprintln!(
+                "the machine paused for {paused:?} across the boundary (its wall clock jumped ahead of the monotonic clock); measuring again"
+            ),
+        }
+    }
+    anyhow::bail!("the machine paused across the boundary twice: nothing measured")
+}
+
+/// One short window, closed on time: `Some(pause)` when the restore came late and the machine
+/// paused for longer than [`PAUSE`] meanwhile.
+fn short_window_closes() -> Result<Option<Duration>> {
+    let drift = kubesteer_tests::ClockDrift::start();
     let ns = Namespace::new("ctl-scl-close")?;
     let _controller = ControllerProcess::start(ns.name())?;
     deployment(&ns, "web", 2)?;
@@ -189,6 +210,10 @@ fn a_short_window_closes_on_time_and_restores() -> Result<()> {
         seen >= end as f64 - 0.5,
         "restored early: at {seen}, boundary {end}"
     );
+    let paused = drift.ahead();
+    if seen > end as f64 + 5.0 && paused > PAUSE {
+        return Ok(Some(paused));
+    }
     // Polling through kubectl on a busy machine adds latency; the write time below is exact.
     assert!(
         seen <= end as f64 + 5.0,
@@ -205,7 +230,7 @@ fn a_short_window_closes_on_time_and_restores() -> Result<()> {
         let s = scaler(&ns, "{.status.active} {.status.lastTransition}")?;
         Ok((s == format!("false {}", rfc3339(end))).then_some(()))
     })?;
-    Ok(())
+    Ok(None)
 }
 
 #[test]
