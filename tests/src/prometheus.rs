@@ -140,10 +140,9 @@ impl Prometheus {
             .collect())
     }
 
-    /// Every scrape target as Prometheus reports it: (scrape pool, health, last error). A
-    /// ServiceMonitor's pool is `serviceMonitor/<namespace>/<name>/<endpoint>`; a job's is its
-    /// name.
-    pub fn targets(&self) -> Result<Vec<(String, String, String)>> {
+    /// Every scrape target as Prometheus reports it. A ServiceMonitor's pool is
+    /// `serviceMonitor/<namespace>/<name>/<endpoint>`; a job's is its name.
+    pub fn targets(&self) -> Result<Vec<Target>> {
         let data = self.api("/api/v1/targets", &[])?;
         Ok(data["activeTargets"]
             .as_array()
@@ -151,14 +150,27 @@ impl Prometheus {
             .flatten()
             .map(|t| {
                 let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
-                (
-                    text(&t["scrapePool"]),
-                    text(&t["health"]),
-                    text(&t["lastError"]),
-                )
+                Target {
+                    pool: text(&t["scrapePool"]),
+                    url: text(&t["scrapeUrl"]),
+                    health: text(&t["health"]),
+                    error: text(&t["lastError"]),
+                }
             })
             .collect())
     }
+}
+
+/// One scrape target of [`Prometheus::targets`].
+#[derive(Debug)]
+pub struct Target {
+    pub pool: String,
+    /// The URL it scrapes, scheme first.
+    pub url: String,
+    /// `up`, `down` or `unknown`.
+    pub health: String,
+    /// Why its last scrape failed; empty when it did not.
+    pub error: String,
 }
 
 impl Drop for Prometheus {

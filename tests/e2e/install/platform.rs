@@ -318,8 +318,8 @@ impl OperatedPrometheus {
         Ok(Self { name, prometheus })
     }
 
-    /// Waits until Prometheus scrapes the release's two ServiceMonitors and every pod is up:
-    /// two controllers, two webhooks.
+    /// Waits until Prometheus scrapes the release's two ServiceMonitors and every pod is up, over
+    /// HTTPS: two controllers, two webhooks.
     fn wait_targets_up(&self, release: &Release) -> Result<()> {
         let pools = [
             format!(
@@ -341,7 +341,8 @@ impl OperatedPrometheus {
                 let up = |pool: &str| {
                     targets
                         .iter()
-                        .filter(|(p, health, _)| p == pool && health == "up")
+                        .filter(|t| t.pool == pool && t.health == "up")
+                        .filter(|t| t.url.starts_with("https://"))
                         .count()
                 };
                 Ok((targets.len() == 4 && pools.iter().all(|p| up(p) == 2)).then_some(()))

@@ -175,7 +175,7 @@ fn a_sleeping_deployment_saves_its_pods_requests_and_a_dry_run_only_reports_them
     let prometheus = Prometheus::start(&scrape_configs(&release)?)?;
     eventually(WAIT, "Prometheus to have scraped every pod twice", || {
         let targets = prometheus.targets()?;
-        let up = targets.len() == 4 && targets.iter().all(|(_, health, _)| health == "up");
+        let up = targets.len() == 4 && targets.iter().all(|t| t.health == "up");
         let samples = prometheus.query(&format!(
             "count_over_time(kubesteer_scaler_saved_cpu_core_seconds_total{{namespace=\"{n}\"}}[1m])"
         ))?;
