@@ -121,28 +121,8 @@ build_image() {
   # scripts and proc macros dynamic. The profile `image` is defined once, in Cargo.toml (release
   # made small: fat LTO, one codegen unit, opt-level s; CARGO_PROFILE_IMAGE_* override it). It
   # builds in $image_target_dir (hack/lib.sh), a cache shared by every checkout: cargo skips what
-  # is up to date. Nothing removes what an old Cargo.lock built there: past 4 GiB (about 3 builds'
-  # worth), start over.
-  if [[ -d $image_target_dir ]] && (($(du -sm "$image_target_dir" | cut -f1) > 4096)); then
-    log "$image_target_dir is over 4 GiB: clearing it"
-    rm -rf "$image_target_dir"
-  fi
-  # Cargo names a workspace crate's build by its path inside the workspace, so another
-  # checkout's build of it lands on the same files, with a dep-info that names that checkout's
-  # sources: cargo here would take it as up to date and link the other checkout's code. So when
-  # the last image build there was of another checkout, the workspace's crates are cleaned
-  # first (the dependencies stay).
-  local checkout=$image_target_dir/checkout
-  if [[ -f $checkout && $(cat "$checkout") != "$root" ]]; then
-    log "the last image build in $image_target_dir was of $(cat "$checkout"): cleaning the workspace's crates"
-    local crates=() member
-    for member in $(sed -n 's/^members = \[\(.*\)\]/\1/p' Cargo.toml | tr -d '",'); do
-      crates+=(-p "$(sed -n 's/^name = "\(.*\)"/\1/p' "$member/Cargo.toml" | head -n1)")
-    done
-    "$CARGO" clean -q --profile image --target "$TARGET" --target-dir "$image_target_dir" "${crates[@]}"
-  fi
-  mkdir -p "$image_target_dir"
-  printf '%s\n' "$root" >"$checkout"
+  # is up to date (about 3 builds' worth before it starts over).
+  CARGO=$CARGO own_target_dir "$image_target_dir" 4096 --profile image --target "$TARGET"
   log "building static binaries (kubesteer $version, profile image of Cargo.toml, in $image_target_dir)"
   local start=$SECONDS
   RUSTFLAGS="${RUSTFLAGS:+$RUSTFLAGS }$IMAGE_RUSTFLAGS" \

@@ -133,6 +133,34 @@ real_node_placement() {
     "${pad}  - key: kubesteer.io/real-node" "${pad}    operator: Exists" "${pad}    effect: NoSchedule"
 }
 
+# own_target_dir DIR MIB [CLEAN_ARGS...]: makes DIR, a cargo target dir shared by every checkout,
+# this checkout's. Nothing removes what an old Cargo.lock built there: past MIB MiB, it starts
+# over. Cargo names a workspace crate's build by its path inside the workspace, so another
+# checkout's build of it lands on the same files, with a dep-info that names that checkout's
+# sources: cargo would take it as up to date and link the other checkout's code. So when the last
+# build there was of another checkout, the workspace's crates are cleaned first (`cargo clean
+# CLEAN_ARGS -p ...`; the dependencies stay), and so is its rustdoc output.
+own_target_dir() {
+  local dir=$1 mib=$2
+  shift 2
+  if [[ -d $dir ]] && (($(du -sm "$dir" | cut -f1) > mib)); then
+    log "$dir is over $mib MiB: clearing it"
+    rm -rf "$dir"
+  fi
+  local checkout=$dir/checkout
+  if [[ -f $checkout && $(cat "$checkout") != "$root" ]]; then
+    log "the last build in $dir was of $(cat "$checkout"): cleaning the workspace's crates"
+    local crates=() member
+    for member in $(sed -n 's/^members = \[\(.*\)\]/\1/p' "$root/Cargo.toml" | tr -d '",'); do
+      crates+=(-p "$(sed -n 's/^name = "\(.*\)"/\1/p' "$root/$member/Cargo.toml" | head -n1)")
+    done
+    (cd "$root" && "${CARGO:-cargo}" clean -q "$@" --target-dir "$dir" "${crates[@]}")
+    rm -rf "$dir/doc"
+  fi
+  mkdir -p "$dir"
+  printf '%s\n' "$root" >"$checkout"
+}
+
 # go_module_dir MODULE VERSION: downloads MODULE@VERSION into Go's module cache (read-only) and
 # prints its directory.
 go_module_dir() {

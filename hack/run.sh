@@ -256,17 +256,18 @@ fi
 
 step "building the binaries"
 cargo build --workspace --bins
+debug=${CARGO_TARGET_DIR:-$root/target}/debug
 step "starting the cluster $KUBESTEER_CLUSTER"
 hack/cluster.sh up
 step "starting the webhook on the host"
 mkdir -p "$state/certs"
-target/debug/kubesteer-certs generate --service kubesteer-webhook --namespace kubesteer-system \
+"$debug/kubesteer-certs" generate --service kubesteer-webhook --namespace kubesteer-system \
   --ip 127.0.0.1 --dns localhost --out-dir "$state/certs"
 
 # Reviews only from the apiserver, whose client certificate hack/cluster.sh made.
 apiserver_auth=()
 [ ! -f "$state/apiserver-client/ca.crt" ] || apiserver_auth=(--apiserver-client-ca "$state/apiserver-client/ca.crt")
-KUBECONFIG="$kc" target/debug/kubesteer-webhook --addr "127.0.0.1:$port" \
+KUBECONFIG="$kc" "$debug/kubesteer-webhook" --addr "127.0.0.1:$port" \
   --tls-cert-file "$state/certs/tls.crt" --tls-key-file "$state/certs/tls.key" \
   --conversion-crd scalers.kubesteer.io --conversion-url "https://127.0.0.1:$port" \
   --conversion-ca-file "$state/certs/ca.crt" ${apiserver_auth[@]+"${apiserver_auth[@]}"} \
@@ -286,7 +287,7 @@ installed_hooks=1
   "${kubectl[@]}" apply -f - >/dev/null
 log "webhook on https://127.0.0.1:$port (log: $state/webhook.log)"
 
-KUBECONFIG="$kc" target/debug/kubesteer-controller --metrics-addr "127.0.0.1:$metrics_port" \
+KUBECONFIG="$kc" "$debug/kubesteer-controller" --metrics-addr "127.0.0.1:$metrics_port" \
   >"$state/controller.log" 2>&1 &
 pids+=($!)
 log "controller running (metrics on http://127.0.0.1:$metrics_port/metrics, log: $state/controller.log)"
