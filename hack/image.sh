@@ -122,7 +122,8 @@ build_image() {
   # made small: fat LTO, one codegen unit, opt-level s; CARGO_PROFILE_IMAGE_* override it). It
   # builds in $image_target_dir (hack/lib.sh), a cache shared by every checkout: cargo skips what
   # is up to date (about 3 builds' worth before it starts over).
-  CARGO=$CARGO own_target_dir "$image_target_dir" 4096 --profile image --target "$TARGET"
+  CARGO=$CARGO own_target_dir "$image_target_dir" "${KUBESTEER_IMAGE_TARGET_MIB:-4096}" \
+    --profile image --target "$TARGET"
   log "building static binaries (kubesteer $version, profile image of Cargo.toml, in $image_target_dir)"
   local start=$SECONDS
   RUSTFLAGS="${RUSTFLAGS:+$RUSTFLAGS }$IMAGE_RUSTFLAGS" \

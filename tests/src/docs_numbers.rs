@@ -995,6 +995,17 @@ fn rows() -> Vec<Row> {
         webhook.source("cert-reload-interval"),
     ));
 
+    // docs/development.md
+    let f = "docs/development.md";
+    let gib = |(mib, source): (String, String)| {
+        let mib: u64 = mib.parse().unwrap_or_else(|e| panic!("{source}: {e}"));
+        (mib / 1024, source)
+    };
+    let (v, s) = gib(shell("hack/image.sh", "KUBESTEER_IMAGE_TARGET_MIB"));
+    rows.push(row(f, "The directory is cleared when it passes ", v, " GiB", s));
+    let (v, s) = gib(shell(".ci/run", "KUBESTEER_CI_TARGET_MIB"));
+    rows.push(row(f, "cleared past ", v, " GiB.", s));
+
     // docs/operating.md
     let f = "docs/operating.md";
     rows.push(row(
