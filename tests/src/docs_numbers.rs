@@ -1002,7 +1002,13 @@ fn rows() -> Vec<Row> {
         (mib / 1024, source)
     };
     let (v, s) = gib(shell("hack/image.sh", "KUBESTEER_IMAGE_TARGET_MIB"));
-    rows.push(row(f, "The directory is cleared when it passes ", v, " GiB", s));
+    rows.push(row(
+        f,
+        "The directory is cleared when it passes ",
+        v,
+        " GiB",
+        s,
+    ));
     let (v, s) = gib(shell(".ci/run", "KUBESTEER_CI_TARGET_MIB"));
     rows.push(row(f, "cleared past ", v, " GiB.", s));
 
