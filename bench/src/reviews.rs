@@ -8,7 +8,6 @@ use anyhow::{bail, Context as _, Result};
 use k8s_openapi::api::authentication::v1::UserInfo;
 use kube::discovery::ApiResource;
 use kubesteer_api::access::Access;
-use kubesteer_api::scaler::claims::Claimant;
 use kubesteer_api::scaler::target::Target;
 use kubesteer_runtime::scale::Mapping;
 use kubesteer_webhook::admission::{answer, Endpoint};
@@ -33,20 +32,11 @@ impl Cluster for Granting {
             plural: format!("{}s", kind.to_lowercase()),
         }))
     }
-    fn claimant(&self, _: &Target, _: &Claimant) -> Option<String> {
-        None
-    }
     fn target_exists(&self, _: &Target) -> Option<bool> {
         Some(true)
     }
-    fn hpa_for(&self, _: &Target) -> Option<String> {
-        None
-    }
     fn ingress_class_exists(&self, _: &str) -> Option<bool> {
         Some(true)
-    }
-    fn ingresses_serving(&self, _: &str, _: &str, _: (&str, &str)) -> Vec<(String, String)> {
-        Vec::new()
     }
 }
 

@@ -12,8 +12,6 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result};
 use k8s_openapi::api::authentication::v1::UserInfo;
 use kubesteer_api::access::Access;
-use kubesteer_api::scaler::claims::Claimant;
-use kubesteer_api::scaler::target::Target;
 use kubesteer_runtime::scale::Mapping;
 use kubesteer_webhook::cluster::Cluster;
 use kubesteer_webhook::permissions::{Permissions, SarLimit, CAPACITY};
@@ -52,21 +50,6 @@ impl Cluster for Answering {
     }
     async fn resolve(&self, _: &str, _: &str) -> Result<Mapping, String> {
         Err("not asked".into())
-    }
-    fn claimant(&self, _: &Target, _: &Claimant) -> Option<String> {
-        None
-    }
-    fn target_exists(&self, _: &Target) -> Option<bool> {
-        None
-    }
-    fn hpa_for(&self, _: &Target) -> Option<String> {
-        None
-    }
-    fn ingress_class_exists(&self, _: &str) -> Option<bool> {
-        None
-    }
-    fn ingresses_serving(&self, _: &str, _: &str, _: (&str, &str)) -> Vec<(String, String)> {
-        Vec::new()
     }
 }
 

@@ -2,14 +2,13 @@
 //! --example probe_bench -- [PROBES] [ROUNDS]` prints JSON (per round: median, p90 and mean
 //! microseconds per probe). Each probe is a new TCP connection, TLS 1.3 handshake and HTTP/1.1
 //! GET of /readyz against a server thread in the same process answering "200 OK" and closing.
-use std::io::{BufRead, BufReader, Write};
-use std::net::TcpListener;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kubesteer_certs::probe::Probe;
 use kubesteer_certs::{generate, server_config, Options};
-use rustls::{ServerConnection, StreamOwned};
+
+#[path = "../src/tls_server.rs"]
+mod tls_server;
 
 fn main() {
     let mut args = std::env::args().skip(1);
@@ -19,27 +18,9 @@ fn main() {
     let mut opts = Options::new("probe", "bench");
     opts.ips.push("127.0.0.1".parse().unwrap());
     let certs = generate(&opts).unwrap();
-    let config = Arc::new(server_config(&certs.serving).unwrap());
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for tcp in listener.incoming() {
-            let Ok(tcp) = tcp else { continue };
-            let mut tls = StreamOwned::new(ServerConnection::new(config.clone()).unwrap(), tcp);
-            let mut reader = BufReader::new(&mut tls);
-            loop {
-                let mut line = String::new();
-                match reader.read_line(&mut line) {
-                    Ok(0) | Err(_) => break,
-                    Ok(_) if line == "\r\n" => break,
-                    Ok(_) => {}
-                }
-            }
-            let _ = tls
-                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok");
-            tls.conn.send_close_notify();
-            let _ = tls.flush();
-        }
+    let ok = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok";
+    let port = tls_server::serve(server_config(&certs.serving).unwrap(), move |_, _| {
+        Some(ok.to_vec())
     });
 
     let probe = Probe::new(

@@ -6,14 +6,12 @@ use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 use rcgen::{
-    CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
-    KeyUsagePurpose, PKCS_ECDSA_P256_SHA256,
+    CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, KeyUsagePurpose,
 };
-use time::OffsetDateTime;
 use x509_parser::extensions::GeneralName;
 
 use crate::ca::new_ca;
-use crate::pem::{after, backdate, cert_der, invalid, issuer_of, key_matches, parse_cert};
+use crate::pem::{cert_der, invalid, key_matches, parse_cert, sign_leaf};
 use crate::renewal::{ca_needs_renewal, less_than_a_third_left};
 use crate::storage::{read_pair, write_atomic, CA_CERT_FILE, CA_KEY_FILE};
 use crate::{Error, Pem, Result};
@@ -90,24 +88,12 @@ pub fn issue_client(ca: &Pem, name: &str, validity: Duration) -> Result<Pem> {
     if name.is_empty() {
         return Err(invalid("client name", "must not be empty"));
     }
-    let (issuer, ca_not_after) = issuer_of(ca)?;
-    let key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256)?;
     let mut params = CertificateParams::default();
     params.distinguished_name = DistinguishedName::new();
     params.distinguished_name.push(DnType::CommonName, name);
-    params.is_ca = IsCa::ExplicitNoCa;
     params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
     params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
-    params.use_authority_key_identifier_extension = true;
-    let now = OffsetDateTime::now_utc();
-    params.not_after = after(now, validity, "client certificate validity")?.min(ca_not_after);
-    let lifetime = Duration::try_from(params.not_after - now).unwrap_or_default();
-    params.not_before = backdate(now, lifetime)?;
-    let cert = params.signed_by(&key, &issuer)?;
-    Ok(Pem {
-        cert: cert.pem(),
-        key: key.serialize_pem(),
-    })
+    sign_leaf(ca, params, validity, "client certificate validity")
 }
 
 /// What [`ensure_client_dir`] did.
@@ -194,6 +180,7 @@ fn current(ca: &Pem, client: &Pem, name: &str, now: SystemTime) -> bool {
 mod tests {
     use super::*;
     use crate::testing::*;
+    use rcgen::KeyPair;
 
     const NAME: &str = "kube-apiserver";
 

@@ -18,6 +18,8 @@ pub mod serving;
 pub mod storage;
 #[cfg(test)]
 mod testing;
+#[cfg(test)]
+mod tls_server;
 pub mod trust;
 
 pub use ca::{generate_ca, CA_COMMON_NAME};

@@ -2,7 +2,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use rcgen::KeyPair;
+use rcgen::{CertificateParams, IsCa, KeyPair, PKCS_ECDSA_P256_SHA256};
 use rustls_pki_types::pem::PemObject as _;
 use rustls_pki_types::CertificateDer;
 use time::OffsetDateTime;
@@ -104,4 +104,28 @@ pub(crate) fn issuer_of(
     };
     let issuer = rcgen::Issuer::from_ca_cert_der(&ca_der, ca_key)?;
     Ok((issuer, ca_not_after))
+}
+
+/// A new ECDSA P-256 leaf certificate with `params`' names and usages, signed by `ca`, valid for
+/// `validity` (`what` in errors) or until the CA expires, whichever is sooner: a leaf that
+/// outlived its CA would fail verification before check() noticed.
+pub(crate) fn sign_leaf(
+    ca: &Pem,
+    mut params: CertificateParams,
+    validity: Duration,
+    what: &'static str,
+) -> Result<Pem> {
+    let (issuer, ca_not_after) = issuer_of(ca)?;
+    let key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256)?;
+    params.is_ca = IsCa::ExplicitNoCa;
+    params.use_authority_key_identifier_extension = true;
+    let now = OffsetDateTime::now_utc();
+    params.not_after = after(now, validity, what)?.min(ca_not_after);
+    let lifetime = Duration::try_from(params.not_after - now).unwrap_or_default();
+    params.not_before = backdate(now, lifetime)?;
+    let cert = params.signed_by(&key, &issuer)?;
+    Ok(Pem {
+        cert: cert.pem(),
+        key: key.serialize_pem(),
+    })
 }

@@ -386,9 +386,8 @@ async fn error_reason(mut body: Incoming) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tls_server::serve;
     use crate::{generate, server_config, Bundle, Options};
-    use rustls::{ServerConnection, StreamOwned as Stream};
-    use std::io::{BufRead, BufReader, Write};
     use std::net::TcpListener;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -408,39 +407,19 @@ mod tests {
     /// A TLS server on 127.0.0.1 answering the n-th connection with `answers[n]` (the last one
     /// repeats); returns its port and a count of requests it read.
     fn server(serving: &Bundle, answers: Vec<&'static str>) -> (u16, Arc<AtomicUsize>) {
-        let config = Arc::new(server_config(&serving.serving).unwrap());
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
         let served = Arc::new(AtomicUsize::new(0));
         let count = served.clone();
-        std::thread::spawn(move || {
-            for (n, tcp) in listener.incoming().enumerate() {
-                let Ok(tcp) = tcp else { continue };
-                let conn = ServerConnection::new(config.clone()).unwrap();
-                let mut tls = Stream::new(conn, tcp);
-                let mut reader = BufReader::new(&mut tls);
-                let mut head = String::new();
-                loop {
-                    let mut line = String::new();
-                    match reader.read_line(&mut line) {
-                        Ok(0) | Err(_) => break,
-                        Ok(_) if line == "\r\n" => break,
-                        Ok(_) => head.push_str(&line),
-                    }
-                }
-                if !head.starts_with("GET /readyz HTTP/1.1\r\n") {
-                    continue;
-                }
-                count.fetch_add(1, Ordering::SeqCst);
-                let (status, body) = answers[n.min(answers.len() - 1)].split_once('|').unwrap();
-                let reply = format!(
-                    "HTTP/1.1 {status}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-                let _ = tls.write_all(reply.as_bytes());
-                tls.conn.send_close_notify();
-                let _ = tls.flush();
+        let port = serve(server_config(&serving.serving).unwrap(), move |n, head| {
+            if !head.starts_with("GET /readyz HTTP/1.1\r\n") {
+                return None;
             }
+            count.fetch_add(1, Ordering::SeqCst);
+            let (status, body) = answers[n.min(answers.len() - 1)].split_once('|').unwrap();
+            let reply = format!(
+                "HTTP/1.1 {status}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            Some(reply.into_bytes())
         });
         (port, served)
     }
@@ -452,33 +431,9 @@ mod tests {
     /// A TLS server on 127.0.0.1 that reads each request's head and sends `reply` as it is, or
     /// nothing for a second with None; returns its port.
     fn raw_server(serving: &Bundle, reply: Option<Vec<u8>>) -> u16 {
-        let config = Arc::new(server_config(&serving.serving).unwrap());
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
-        std::thread::spawn(move || {
-            for tcp in listener.incoming() {
-                let Ok(tcp) = tcp else { continue };
-                let mut tls = Stream::new(ServerConnection::new(config.clone()).unwrap(), tcp);
-                let mut reader = BufReader::new(&mut tls);
-                loop {
-                    let mut line = String::new();
-                    match reader.read_line(&mut line) {
-                        Ok(0) | Err(_) => break,
-                        Ok(_) if line == "\r\n" => break,
-                        Ok(_) => {}
-                    }
-                }
-                match &reply {
-                    Some(reply) => {
-                        let _ = tls.write_all(reply);
-                        tls.conn.send_close_notify();
-                        let _ = tls.flush();
-                    }
-                    None => std::thread::sleep(Duration::from_secs(1)),
-                }
-            }
-        });
-        port
+        serve(server_config(&serving.serving).unwrap(), move |_, _| {
+            reply.clone()
+        })
     }
 
     fn once_against(reply: Option<Vec<u8>>, timeout: Duration) -> Result<Success, ProbeError> {

@@ -1,23 +1,17 @@
 //! The webhook's serving certificate, signed by the CA, and a rustls configuration serving it.
 use std::sync::Arc;
-use std::time::Duration;
 
 use rcgen::{
-    CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
-    KeyUsagePurpose, SanType, PKCS_ECDSA_P256_SHA256,
+    CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, KeyUsagePurpose, SanType,
 };
 use rustls_pki_types::pem::PemObject as _;
 use rustls_pki_types::{CertificateDer, DnsName, PrivateKeyDer};
-use time::OffsetDateTime;
 
-use crate::pem::{after, backdate, invalid, issuer_of};
+use crate::pem::{invalid, sign_leaf};
 use crate::{generate_ca, Bundle, Options, Pem, Result};
 
 /// A new ECDSA P-256 serving certificate for the webhook Service, signed by `ca`.
 pub fn issue_serving(ca: &Pem, opts: &Options) -> Result<Pem> {
-    let (issuer, ca_not_after) = issuer_of(ca)?;
-
-    let key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256)?;
     let mut params = CertificateParams::default();
     params.distinguished_name = DistinguishedName::new();
     params
@@ -34,23 +28,12 @@ pub fn issue_serving(ca: &Pem, opts: &Options) -> Result<Pem> {
         })
         .chain(opts.ips.iter().map(|ip| Ok(SanType::IpAddress(*ip))))
         .collect::<Result<_>>()?;
-    params.is_ca = IsCa::ExplicitNoCa;
     params.key_usages = vec![
         KeyUsagePurpose::DigitalSignature,
         KeyUsagePurpose::KeyEncipherment,
     ];
     params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-    params.use_authority_key_identifier_extension = true;
-    let now = OffsetDateTime::now_utc();
-    // A leaf that outlives its CA would fail verification before check() noticed.
-    params.not_after = after(now, opts.serving_validity, "serving validity")?.min(ca_not_after);
-    let lifetime = Duration::try_from(params.not_after - now).unwrap_or_default();
-    params.not_before = backdate(now, lifetime)?;
-    let cert = params.signed_by(&key, &issuer)?;
-    Ok(Pem {
-        cert: cert.pem(),
-        key: key.serialize_pem(),
-    })
+    sign_leaf(ca, params, opts.serving_validity, "serving validity")
 }
 
 /// A new CA and a serving certificate signed by it.

@@ -51,12 +51,27 @@ pub fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// The global allocator of the webhook, the controller and the image's multi-call binary
-/// (`#[global_allocator]` in each `main.rs`):
+/// (`#[global_allocator]` in each `main.rs`, by [`main!`] in the webhook's and the controller's):
 /// jemalloc, with a background thread that returns freed pages to the system. Measured against
 /// glibc's malloc (docs/benchmarks.md): the controller, restarted on 10,000 reconciled
 /// Memcacheds, settled at 93-95 MiB against 109-110 MiB; the webhook's heap (RssAnon) after
 /// load was 3.2-4.5 MiB against 8.5 MiB.
 pub use tikv_jemallocator::Jemalloc as Allocator;
+
+/// A binary's `main`: [`Allocator`] as its global allocator (unless the binary's crate is built
+/// with its `system-allocator` feature) and `$run(std::env::args_os())` as its exit code.
+#[macro_export]
+macro_rules! main {
+    ($run:path) => {
+        #[cfg(not(feature = "system-allocator"))]
+        #[global_allocator]
+        static ALLOCATOR: $crate::Allocator = $crate::Allocator;
+
+        fn main() -> std::process::ExitCode {
+            $run(std::env::args_os())
+        }
+    };
+}
 
 /// jemalloc's options, which it reads when it starts (`_RJEM_MALLOC_CONF` in the environment
 /// still overrides them): one arena, where its default is four per CPU. Each arena keeps pages

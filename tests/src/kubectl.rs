@@ -315,6 +315,14 @@ pub fn merge_patch(ns: &str, object: &str, patch: &str) -> Result<String> {
     )
 }
 
+/// `kubectl patch --type=json` of `object` (e.g. `welcome/hello`) in `ns`, as the cluster's admin.
+pub fn json_patch(ns: &str, object: &str, patch: &str) -> Result<String> {
+    kubectl_ok(
+        &["patch", "-n", ns, object, "--type=json", "-p", patch],
+        None,
+    )
+}
+
 /// `kubectl apply` of `yaml` in `ns` as `user`.
 pub fn apply_as(user: &str, ns: &str, yaml: &str) -> Result<Run> {
     kubectl(

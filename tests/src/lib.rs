@@ -3,6 +3,7 @@
 #![deny(rust_2018_idioms)]
 
 pub mod addons;
+pub mod application;
 pub mod hosts;
 pub mod keda;
 pub mod prometheus;

@@ -40,7 +40,12 @@ pub trait Cluster: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Mapping, String>> + Send;
     /// The other Scaler (`namespace/name`) that names this target in its spec and is older than
     /// `me`, so owns it, if any (`kubesteer_api::scaler::claims`: a Scaler under CREATE is the youngest).
-    fn claimant(&self, target: &Target, me: &Claimant) -> Option<String>;
+    ///
+    /// The lookups in the webhook's caches below answer as a cluster of which nothing is cached
+    /// yet unless an implementation says otherwise: no claimant, no HPA, unknown existence.
+    fn claimant(&self, _target: &Target, _me: &Claimant) -> Option<String> {
+        None
+    }
     /// The older Scaler that holds the target without naming it (by its selector, or until it
     /// has given it back), which lets it go to one that names it.
     fn holder(&self, _target: &Target, _me: &Claimant) -> Option<String> {
@@ -48,17 +53,30 @@ pub trait Cluster: Send + Sync + 'static {
     }
     /// Whether the target exists; None while the cache is not yet filled, or for a kind the
     /// webhook keeps no cache of (only Deployments are cached).
-    fn target_exists(&self, target: &Target) -> Option<bool>;
+    fn target_exists(&self, _target: &Target) -> Option<bool> {
+        None
+    }
     /// The HorizontalPodAutoscaler that scales this target, if any.
-    fn hpa_for(&self, target: &Target) -> Option<String>;
+    fn hpa_for(&self, _target: &Target) -> Option<String> {
+        None
+    }
     /// Whether the HPA that scales this target is a KEDA ScaledObject's.
     fn keda_scales(&self, _target: &Target) -> bool {
         false
     }
     /// Whether an IngressClass of this name exists; None while the cache is not yet filled.
-    fn ingress_class_exists(&self, name: &str) -> Option<bool>;
+    fn ingress_class_exists(&self, _name: &str) -> Option<bool> {
+        None
+    }
     /// The Ingresses (namespace, name), other than `me`, with a rule for `host` and `path`.
-    fn ingresses_serving(&self, host: &str, path: &str, me: (&str, &str)) -> Vec<(String, String)>;
+    fn ingresses_serving(
+        &self,
+        _host: &str,
+        _path: &str,
+        _me: (&str, &str),
+    ) -> Vec<(String, String)> {
+        Vec::new()
+    }
     /// The Ingress (namespace, name) that serves `host` first (the oldest with a rule for it, or
     /// for a wildcard that covers it, or, for a wildcard, for a host it covers), when it is in
     /// another namespace than `namespace`: the host is that namespace's.

@@ -51,13 +51,7 @@ struct Request<'a> {
 }
 
 /// The answer: the review's apiVersion and kind, and the response.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Answer {
-    pub api_version: String,
-    pub kind: String,
-    pub response: Response,
-}
+pub type Answer = crate::review::Answer<Response>;
 
 /// The converted objects in order, or why the review failed (and none).
 #[derive(Debug, Serialize)]

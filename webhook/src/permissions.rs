@@ -234,9 +234,6 @@ impl Permissions {
 mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
-    use kubesteer_api::scaler::claims::Claimant;
-
-    use kubesteer_api::scaler::target::Target;
     use kubesteer_runtime::scale::Mapping;
     use tokio::time::Instant as TokioInstant;
 
@@ -263,21 +260,6 @@ mod tests {
         }
         async fn resolve(&self, _: &str, _: &str) -> Result<Mapping, String> {
             Err("not asked in these tests".into())
-        }
-        fn claimant(&self, _: &Target, _: &Claimant) -> Option<String> {
-            None
-        }
-        fn target_exists(&self, _: &Target) -> Option<bool> {
-            None
-        }
-        fn hpa_for(&self, _: &Target) -> Option<String> {
-            None
-        }
-        fn ingress_class_exists(&self, _: &str) -> Option<bool> {
-            None
-        }
-        fn ingresses_serving(&self, _: &str, _: &str, _: (&str, &str)) -> Vec<(String, String)> {
-            Vec::new()
         }
     }
 

@@ -451,13 +451,14 @@ pub fn meta<'a>(object: &'a Value, field: &str) -> Option<&'a str> {
     object.get("metadata")?.get(field)?.as_str()
 }
 
-/// The answer: an AdmissionReview with the request's apiVersion and kind and a response.
+/// The answer to a review: the request's apiVersion and kind and a response (an
+/// AdmissionReview's by default; a ConversionReview's is [`crate::conversion::Answer`]).
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Answer {
+pub struct Answer<R = Response> {
     pub api_version: String,
     pub kind: String,
-    pub response: Response,
+    pub response: R,
 }
 
 /// Whether the request is admitted, and with what patch, warnings or reason.

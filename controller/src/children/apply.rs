@@ -16,6 +16,25 @@ use serde_json::Value;
 use super::*;
 use crate::{is_status, Context, Error, Result};
 
+/// A namespaced kind the controller writes whole: what [`apply`], [`create`] and [`ensure`] need.
+pub trait Namespaced:
+    Resource<DynamicType = (), Scope = NamespaceResourceScope>
+    + Clone
+    + Debug
+    + Serialize
+    + DeserializeOwned
+{
+}
+
+impl<K> Namespaced for K where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + Clone
+        + Debug
+        + Serialize
+        + DeserializeOwned
+{
+}
+
 /// Server-side apply under kubesteer's one field manager, taking over fields from hand edits.
 pub fn apply_params() -> PatchParams {
     PatchParams::apply(CONTROLLER_FIELD_MANAGER).force()
@@ -66,11 +85,7 @@ const FOLD_ATTEMPTS: u32 = 4;
 /// `FOLD_ATTEMPTS` allows.
 pub async fn apply<K>(client: &Client, obj: &K) -> Result<Applied<K>>
 where
-    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
-        + Clone
-        + Debug
-        + Serialize
-        + DeserializeOwned,
+    K: Namespaced,
 {
     let applied = apply_with(client, obj, &apply_params()).await?;
     let meta = applied.object.meta();
@@ -221,11 +236,7 @@ fn union(into: &mut Value, from: &Value) {
 /// an object of that name exists, whoever made it, and then nothing was written.
 pub async fn create<K>(client: &Client, obj: &K) -> Result<Applied<K>>
 where
-    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
-        + Clone
-        + Debug
-        + Serialize
-        + DeserializeOwned,
+    K: Namespaced,
 {
     let ns = obj.meta().namespace.as_deref().ok_or(Error::MissingField {
         kind: "child",
@@ -349,14 +360,7 @@ pub async fn ensure<K>(
     desired: &K,
 ) -> Result<Ensured<K>>
 where
-    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
-        + Clone
-        + Debug
-        + Serialize
-        + DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
+    K: Namespaced + Send + Sync + 'static,
 {
     let Notes { templates, unseen } = notes;
     let desired = stamped(desired)?;

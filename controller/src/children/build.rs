@@ -1,7 +1,7 @@
 //! Building children: labels, owner references, the pod template every owner kind shares.
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::apps::v1::DeploymentSpec;
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{
     Capabilities, Container, PodSpec, PodTemplateSpec, Probe, SeccompProfile, SecurityContext,
     Service, ServicePort, ServiceSpec, TCPSocketAction,
@@ -110,14 +110,17 @@ where
         ..Service::default()
     })
 }
-/// A Deployment spec of `replicas` pods of one `container`, labelled for `app`/`instance`.
-pub fn deployment_spec(
+/// A Deployment with `metadata` (its name is the instance) of `replicas` pods of one
+/// `container`, labelled for `app` and that instance.
+pub fn deployment(
+    metadata: ObjectMeta,
     app: &str,
-    instance: &str,
     replicas: i32,
     container: Container,
-) -> DeploymentSpec {
-    DeploymentSpec {
+) -> Deployment {
+    let instance = metadata.name.clone().unwrap_or_default();
+    let instance = instance.as_str();
+    let spec = DeploymentSpec {
         replicas: Some(replicas),
         selector: LabelSelector {
             match_labels: Some(selector_labels(app, instance)),
@@ -136,6 +139,11 @@ pub fn deployment_spec(
             }),
         },
         ..DeploymentSpec::default()
+    };
+    Deployment {
+        metadata,
+        spec: Some(spec),
+        ..Deployment::default()
     }
 }
 

@@ -95,16 +95,12 @@ pub fn deployment(app: &Application) -> Result<Deployment> {
         }),
         ..Container::default()
     };
-    Ok(Deployment {
-        metadata: child_meta(KIND, app, name.clone(), children::labels(APP, &name))?,
-        spec: Some(children::deployment_spec(
-            APP,
-            &name,
-            spec.replicas(),
-            container,
-        )),
-        ..Deployment::default()
-    })
+    Ok(children::deployment(
+        child_meta(KIND, app, name.clone(), children::labels(APP, &name))?,
+        APP,
+        spec.replicas(),
+        container,
+    ))
 }
 
 /// The Ingress an Application wants, if it has `spec.ingress`: one rule for its host and path to

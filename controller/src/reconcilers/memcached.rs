@@ -79,16 +79,12 @@ pub fn deployment(mc: &Memcached) -> Result<Deployment> {
         security_context: Some(children::restricted_security_context(MEMCACHED_UID)),
         ..Container::default()
     };
-    Ok(Deployment {
-        metadata: child_meta(KIND, mc, name.clone(), children::labels(APP, &name))?,
-        spec: Some(children::deployment_spec(
-            APP,
-            &name,
-            spec.size(),
-            container,
-        )),
-        ..Deployment::default()
-    })
+    Ok(children::deployment(
+        child_meta(KIND, mc, name.clone(), children::labels(APP, &name))?,
+        APP,
+        spec.size(),
+        container,
+    ))
 }
 
 /// The headless Service a Memcached wants: clients need every pod's endpoint.

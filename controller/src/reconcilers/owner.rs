@@ -13,16 +13,15 @@ use k8s_openapi::api::networking::v1::Ingress;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Api, DeleteParams, Preconditions};
 use kube::core::object::HasStatus;
-use kube::core::NamespaceResourceScope;
 use kube::runtime::events::EventType;
 use kube::Resource;
 use kubesteer_api::common::condition;
 use kubesteer_runtime::queue::Action;
-use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::children::{
-    self, namespace_and_name, write_params, Children, Ensured, ListedPod, NameConflict, Packed,
+    self, namespace_and_name, write_params, Children, Ensured, ListedPod, NameConflict, Namespaced,
+    Packed,
 };
 use crate::{Context, Error, Result};
 use kubesteer_api::keys::condition::{
@@ -33,17 +32,7 @@ use kubesteer_api::keys::reason;
 use super::{status_patch, time};
 
 /// A kind that owns a Deployment and a Service, and reports their state in its status.
-pub trait Owner:
-    Resource<DynamicType = (), Scope = NamespaceResourceScope>
-    + HasStatus<Status: OwnerStatus>
-    + Clone
-    + Debug
-    + DeserializeOwned
-    + Serialize
-    + Send
-    + Sync
-    + 'static
-{
+pub trait Owner: Namespaced + HasStatus<Status: OwnerStatus> + Send + Sync + 'static {
     /// The kind, as in metrics, logs and events.
     const KIND: &'static str;
     /// The `app.kubernetes.io/name` of everything it owns; its caches go by it.
@@ -568,11 +557,7 @@ async fn write_status<K>(
     status: K::Status,
 ) -> Result<()>
 where
-    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
-        + HasStatus
-        + Clone
-        + DeserializeOwned
-        + Debug,
+    K: Namespaced + HasStatus,
     K::Status: OwnerStatus,
 {
     let (ns, name) = namespace_and_name(kind, owner)?;
@@ -592,11 +577,7 @@ pub async fn report_conflicts<K>(
     conflicts: &[NameConflict],
 ) -> Result<Action>
 where
-    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
-        + HasStatus
-        + Clone
-        + DeserializeOwned
-        + std::fmt::Debug,
+    K: Namespaced + HasStatus,
     K::Status: OwnerStatus,
 {
     let generation = owner.meta().generation;

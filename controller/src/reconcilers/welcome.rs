@@ -349,16 +349,12 @@ pub fn deployment(welcome: &Welcome, credentials_uid: Option<&str>) -> Result<De
             uid.to_string(),
         )]));
     }
-    Ok(Deployment {
+    Ok(children::deployment(
         metadata,
-        spec: Some(children::deployment_spec(
-            APP,
-            &name,
-            spec.replicas(),
-            container,
-        )),
-        ..Deployment::default()
-    })
+        APP,
+        spec.replicas(),
+        container,
+    ))
 }
 
 /// The Service a Welcome wants, of its serviceType, on its port.

@@ -135,13 +135,7 @@ pub fn render(week: &Week, title: &str) -> String {
             notes.push(format!("holiday: {note}"));
         }
         if let Some(c) = &row.clock_change {
-            let way = if c.to > c.from { "forward" } else { "back" };
-            notes.push(format!(
-                "{} h: clocks go {way} {}→{}",
-                c.hours,
-                c.from.format("%H:%M"),
-                c.to.format("%H:%M")
-            ));
+            notes.push(c.to_string());
         }
         if !notes.is_empty() {
             let _ = writeln!(

@@ -50,6 +50,24 @@ pub struct ClockChange {
     pub to: NaiveTime,
 }
 
+/// "23 h: clocks go forward 02:00→03:00", as the week's text and SVG note it.
+impl std::fmt::Display for ClockChange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let way = if self.to > self.from {
+            "forward"
+        } else {
+            "back"
+        };
+        write!(
+            f,
+            "{} h: clocks go {way} {}→{}",
+            self.hours,
+            self.from.format("%H:%M"),
+            self.to.format("%H:%M")
+        )
+    }
+}
+
 /// One local day.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Row {

@@ -6,9 +6,9 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use kubesteer_tests::release::SHARED_CRDS;
 use kubesteer_tests::{
-    eventually, free_port, helm, helm_uninstall, impersonating_kubeconfig, jsonpath, kubectl,
-    kubectl_ok, output_within, repo_root, unique, webhook_denies_a_bad_time_zone, webhook_fields,
-    Daemon, Namespace, WEBHOOKS,
+    eventually, free_port, helm, helm_uninstall, impersonating_kubeconfig, json_patch, jsonpath,
+    kubectl, kubectl_ok, output_within, repo_root, unique, webhook_denies_a_bad_time_zone,
+    webhook_fields, Daemon, Namespace, WEBHOOKS,
 };
 
 const MC: &str = "apiVersion: kubesteer.io/v1alpha1\nkind: Memcached\n";
@@ -247,17 +247,10 @@ fn install_upgrade_and_uninstall_with_self_managed_certificates() -> Result<()> 
         Ok(secret_exists()?.then_some(()))
     })
     .with_context(|| controller.logs())?;
-    kubectl_ok(
-        &[
-            "patch",
-            "-n",
-            ns.name(),
-            "welcome/hello",
-            "--type=json",
-            "-p",
-            r#"[{"op":"remove","path":"/spec/password"}]"#,
-        ],
-        None,
+    json_patch(
+        ns.name(),
+        "welcome/hello",
+        r#"[{"op":"remove","path":"/spec/password"}]"#,
     )?;
     eventually(
         Duration::from_secs(60),

@@ -162,10 +162,16 @@ impl Drop for Terminal {
     }
 }
 
-fn sample_scaler() -> Result<String> {
-    Ok(std::fs::read_to_string(
-        repo_root().join("config/samples/scaler.yaml"),
-    )?)
+/// A release (the chart's webhook, its conversion too, and controller pods, under its RBAC)
+/// named `prefix`, with the sample Scaler office-hours Ready over Deployment web.
+fn release_with_the_sample(prefix: &str) -> Result<Release> {
+    let release = Release::install(prefix, &[])?;
+    release.create_deployment("web")?;
+    let sample = std::fs::read_to_string(repo_root().join("config/samples/scaler.yaml"))?;
+    let run = release.apply(&sample)?;
+    ensure!(run.ok, "{run:?}");
+    wait_ready(&release.user_ns, "office-hours")?;
+    Ok(release)
 }
 
 fn deployment_replicas(ns: &str, name: &str) -> Result<String> {
@@ -207,13 +213,8 @@ fn golden_rows(name: &str) -> Result<Vec<String>> {
 
 #[test]
 fn preview_draws_the_samples_week_and_its_target_as_it_is_now() -> Result<()> {
-    // The installed product: the chart's webhook (its conversion too) and controller pods.
-    let release = Release::install("preview", &[])?;
+    let release = release_with_the_sample("preview")?;
     let n = release.user_ns.as_str();
-    release.create_deployment("web")?;
-    let run = release.apply(&sample_scaler()?)?;
-    ensure!(run.ok, "{run:?}");
-    wait_ready(n, "office-hours")?;
     let mut term = Terminal::open()?;
     // The Christmas week of the sample: the same spec as the golden holiday picture.
     let screen = term.ok(&format!(
@@ -255,13 +256,8 @@ fn preview_draws_the_samples_week_and_its_target_as_it_is_now() -> Result<()> {
 
 #[test]
 fn override_for_two_hours_then_why_shows_it_and_its_end_and_a_denial_is_printed() -> Result<()> {
-    // The installed product: the chart's webhook and controller pods, under its RBAC.
-    let release = Release::install("override", &[])?;
+    let release = release_with_the_sample("override")?;
     let n = release.user_ns.as_str();
-    release.create_deployment("web")?;
-    let run = release.apply(&sample_scaler()?)?;
-    ensure!(run.ok, "{run:?}");
-    wait_ready(n, "office-hours")?;
     let mut term = Terminal::open()?;
 
     let before = unix_now();
@@ -454,22 +450,8 @@ fn wake_holds_every_scaler_of_a_namespace_at_its_original_replicas() -> Result<(
 
 #[test]
 fn status_shows_an_installed_release_healthy() -> Result<()> {
-    let release = Release::install("plugin-status", &[])?;
+    let release = release_with_the_sample("plugin-status")?;
     let (ns, full) = (release.namespace.clone(), release.fullname());
-    release.create_deployment("web")?;
-    let run = release.apply(&sample_scaler()?)?;
-    ensure!(run.ok, "{run:?}");
-    kubectl_ok(
-        &[
-            "wait",
-            "-n",
-            &release.user_ns,
-            "--for=condition=Ready",
-            "scaler/office-hours",
-            "--timeout=90s",
-        ],
-        None,
-    )?;
     let holder = eventually(WAIT, "a leader", || {
         let holder = release.lease_holder()?;
         Ok((!holder.is_empty()).then_some(holder))

@@ -831,28 +831,7 @@ fn the_charts_webhook_stops_the_image_swap_the_second_key_and_the_foreign_host()
         "{app}metadata: {{name: site}}\nspec:\n  image: nginx\n  env:\n  - {{name: PW, valueFrom: {{secretKeyRef: {{name: db, key: pw}}}}}}\n"
     ))?;
     ensure!(run.ok, "the admin may: {run:?}");
-    let patch_as_bob =
-        |patch: &str| kubesteer_tests::merge_patch_as("bob", n, "application/site", patch);
-    let run = patch_as_bob(r#"{"spec":{"image":"evil.example/exfiltrate:1"}}"#)?;
-    assert!(!run.ok, "an image swap reads the Secret: {run:?}");
-    let want = format!(
-        "spec.env[0].valueFrom.secretKeyRef.name: Forbidden: user \"bob\" may not get secrets \"db\" in namespace \"{n}\""
-    );
-    assert!(run.stderr.contains(&want), "{want} not in {}", run.stderr);
-    let run = patch_as_bob(
-        r#"{"spec":{"env":[{"name":"PW","valueFrom":{"secretKeyRef":{"name":"db","key":"pw"}}},{"name":"ROOT","valueFrom":{"secretKeyRef":{"name":"db","key":"root"}}}]}}"#,
-    )?;
-    assert!(!run.ok, "a second key of the Secret: {run:?}");
-    assert!(
-        run.stderr
-            .contains("spec.env[1].valueFrom.secretKeyRef.name: Forbidden"),
-        "{}",
-        run.stderr
-    );
-    assert_eq!(
-        user_get(&release, "application/site", "{.spec.image}")?,
-        "nginx"
-    );
+    kubesteer_tests::application::secret_reads_denied_to_bob(n)?;
 
     // An Application with an Ingress needs the right to create one.
     let host = format!("{}.example.com", unique("shop"));

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 use kubesteer_tests::{
-    event_notes, eventually, jsonpath, kubectl, kubectl_ok, ControllerProcess, Webhook,
+    event_notes, eventually, json_patch, jsonpath, kubectl, kubectl_ok, ControllerProcess, Webhook,
 };
 
 const WAIT: Duration = Duration::from_secs(90);
@@ -146,17 +146,10 @@ fn application_owns_a_deployment_a_service_and_an_ingress() -> Result<()> {
         "{.spec.replicas}",
         "3",
     )?;
-    kubectl_ok(
-        &[
-            "patch",
-            "-n",
-            n,
-            "ingress/site",
-            "--type=json",
-            "-p",
-            r#"[{"op":"replace","path":"/spec/rules/0/host","value":"evil.example.com"}]"#,
-        ],
-        None,
+    json_patch(
+        n,
+        "ingress/site",
+        r#"[{"op":"replace","path":"/spec/rules/0/host","value":"evil.example.com"}]"#,
     )?;
     wait_for(
         n,
@@ -186,17 +179,10 @@ fn application_owns_a_deployment_a_service_and_an_ingress() -> Result<()> {
         jsonpath(n, "ingress/site", "{.spec.tls[0].secretName}")?,
         "site-tls"
     );
-    kubectl_ok(
-        &[
-            "patch",
-            "-n",
-            n,
-            "application/site",
-            "--type=json",
-            "-p",
-            r#"[{"op":"remove","path":"/spec/ingress"}]"#,
-        ],
-        None,
+    json_patch(
+        n,
+        "application/site",
+        r#"[{"op":"remove","path":"/spec/ingress"}]"#,
     )?;
     eventually(WAIT, "the Ingress deleted", || {
         Ok((!exists(n, "ingress/site")?).then_some(()))

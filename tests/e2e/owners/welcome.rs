@@ -4,7 +4,8 @@ use std::time::Duration;
 
 use anyhow::Result;
 use kubesteer_tests::{
-    event_notes, eventually, jsonpath, kubectl, kubectl_ok, ControllerProcess, Namespace,
+    event_notes, eventually, json_patch, jsonpath, kubectl, kubectl_ok, ControllerProcess,
+    Namespace,
 };
 
 const PASSWORD: &str = "correct-horse-battery-staple";
@@ -90,17 +91,10 @@ fn welcome_gets_a_nodeport_service_a_secret_and_a_status() -> Result<()> {
     );
 
     // Without the password the Secret goes away.
-    kubectl_ok(
-        &[
-            "patch",
-            "-n",
-            ns.name(),
-            "welcome/hello",
-            "--type=json",
-            "-p",
-            r#"[{"op":"remove","path":"/spec/password"}]"#,
-        ],
-        None,
+    json_patch(
+        ns.name(),
+        "welcome/hello",
+        r#"[{"op":"remove","path":"/spec/password"}]"#,
     )?;
     eventually(WAIT, "the Secret deleted", || {
         Ok(
@@ -176,17 +170,10 @@ fn a_users_own_secret_of_the_credentials_name_is_never_deleted() -> Result<()> {
     eventually(WAIT, "the Deployment referencing the user's Secret", || {
         Ok((password_ref()? == "hello-credentials").then_some(()))
     })?;
-    kubectl_ok(
-        &[
-            "patch",
-            "-n",
-            ns.name(),
-            "welcome/hello",
-            "--type=json",
-            "-p",
-            r#"[{"op":"remove","path":"/spec/passwordSecretRef"}]"#,
-        ],
-        None,
+    json_patch(
+        ns.name(),
+        "welcome/hello",
+        r#"[{"op":"remove","path":"/spec/passwordSecretRef"}]"#,
     )?;
     eventually(WAIT, "PASSWORD gone from the env", || {
         Ok(password_ref()?.is_empty().then_some(()))

@@ -165,28 +165,7 @@ fn an_image_swap_or_a_second_key_needs_the_right_to_read_the_secret() -> Result<
         run.ok,
         "an edit that runs nothing new with the Secret: {run:?}"
     );
-    let want = format!(
-        "spec.env[0].valueFrom.secretKeyRef.name: Forbidden: user \"bob\" may not get secrets \"db\" in namespace \"{}\"",
-        ns.name()
-    );
-    let run = patch_as_bob(r#"{"spec":{"image":"evil.example/exfiltrate:1"}}"#)?;
-    assert!(!run.ok, "an image swap reads the Secret: {run:?}");
-    assert!(run.stderr.contains(&want), "{want} not in {}", run.stderr);
-    let run = patch_as_bob(
-        r#"{"spec":{"env":[{"name":"PW","valueFrom":{"secretKeyRef":{"name":"db","key":"pw"}}},{"name":"ROOT","valueFrom":{"secretKeyRef":{"name":"db","key":"root"}}}]}}"#,
-    )?;
-    assert!(!run.ok, "a second key of the Secret: {run:?}");
-    assert!(
-        run.stderr
-            .contains("spec.env[1].valueFrom.secretKeyRef.name: Forbidden"),
-        "{}",
-        run.stderr
-    );
-    assert_eq!(
-        jsonpath(ns.name(), "application/site", "{.spec.image}")?,
-        "nginx",
-        "nothing of the denied edits was stored"
-    );
+    kubesteer_tests::application::secret_reads_denied_to_bob(ns.name())?;
     Ok(())
 }
 
