@@ -328,9 +328,18 @@ mod tests {
         let started = Instant::now();
         assert!(stop_child(&mut child, Duration::from_secs(10)));
         assert!(started.elapsed() < Duration::from_secs(10));
-        // One that ignores SIGTERM is killed after the grace period.
-        let mut stubborn = quiet(&mut sh("trap '' TERM; exec sleep 30"))?;
-        std::thread::sleep(Duration::from_millis(100));
+        // One that ignores SIGTERM is killed after the grace period. It says when its trap is
+        // set: a SIGTERM before that would end it.
+        let mut stubborn = sh("trap '' TERM; echo trapped; exec sleep 30")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()?;
+        let mut said = String::new();
+        if let Some(out) = stubborn.stdout.take() {
+            std::io::BufRead::read_line(&mut std::io::BufReader::new(out), &mut said)?;
+        }
+        assert_eq!(said, "trapped\n");
         assert!(!stop_child(&mut stubborn, Duration::from_millis(300)));
         Ok(())
     }
