@@ -94,9 +94,10 @@ for group in $host_groups $image_groups; do
   if needs_image "$group"; then image_ready; fi
   echo "[e2e] $group" >&2
   group_timeout=${KUBESTEER_E2E_GROUP_TIMEOUT:-1200}
-  rc=0
+  rc=0 started=$(date +%s)
   (cd tests && timeout --foreground --kill-after=30 "$group_timeout" \
     "$e2e_bin" -q --test-threads "${KUBESTEER_E2E_THREADS:-4}" "$group") || rc=$?
+  echo "[e2e] $group: $(($(date +%s) - started)) s" >&2
   [ "$rc" != 124 ] || { echo "[e2e] $group: its tests did not finish within ${group_timeout}s" >&2; exit 1; }
   [ "$rc" = 0 ] || exit "$rc"
 done

@@ -18,6 +18,19 @@ use crate::keys::annotation::ASLEEP_PATCH;
 use crate::rules::scaler::{MAX_KIND, MAX_PATCHES, MAX_PATCH_BYTES, MAX_PATCH_EDITS};
 use crate::rules::MAX_SUBDOMAIN;
 
+/// Whether the Scaler scales or suspends the kind `group`/`kind` through the object's own spec
+/// (the apps/v1 workloads, and the batch/v1 kinds it suspends): one patch writes its replicas and
+/// the record together, and a declared sleep patch cannot replace that.
+pub fn replicas_in_spec_kind(group: &str, kind: &str) -> bool {
+    matches!(
+        (group, kind),
+        (
+            "apps",
+            "Deployment" | "StatefulSet" | "ReplicaSet" | "DaemonSet"
+        ) | ("batch", "CronJob" | "Job")
+    )
+}
+
 /// A patch that puts every target of one kind to sleep while its replicas would be 0.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema, Default)]
 #[serde(rename_all = "camelCase")]
@@ -156,7 +169,7 @@ pub fn validate(errors: &mut FieldErrors, patches: &[SleepPatch]) {
                 "must name the kind the patch puts to sleep",
             ));
         }
-        if crate::scaler::v1beta1::replicas_in_spec_kind(&p.target.group, &p.target.kind) {
+        if replicas_in_spec_kind(&p.target.group, &p.target.kind) {
             errors.push(FieldError::invalid(
                 format!("{path}.target.kind"),
                 p.target.kind.as_str(),

@@ -159,19 +159,6 @@ pub enum Asleep {
 /// The node selector that puts a DaemonSet to sleep ([`Asleep::NodeSelector`]).
 pub const ASLEEP_LABEL: &str = "kubesteer.io/asleep";
 
-/// Whether the Scaler scales or suspends the kind `group`/`kind` through the object's own spec
-/// (the apps/v1 workloads, and the batch/v1 kinds it suspends): one patch writes its replicas and
-/// the record together, and a declared sleep patch cannot replace that.
-pub fn replicas_in_spec_kind(group: &str, kind: &str) -> bool {
-    matches!(
-        (group, kind),
-        (
-            "apps",
-            "Deployment" | "StatefulSet" | "ReplicaSet" | "DaemonSet"
-        ) | ("batch", "CronJob" | "Job")
-    )
-}
-
 /// How the Scaler puts this kind to sleep, if it is one it suspends instead of scaling.
 pub fn asleep_by(group: &str, resource: &str) -> Option<Asleep> {
     match (group, resource) {

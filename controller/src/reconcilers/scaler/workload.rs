@@ -105,7 +105,7 @@ pub fn replicas_in_spec(resource: &ApiResource) -> bool {
     replicas_in_spec_kind(&resource.group, &resource.kind)
 }
 
-pub use kubesteer_api::scaler::v1beta1::replicas_in_spec_kind;
+pub use kubesteer_api::scaler::patches::replicas_in_spec_kind;
 
 /// The `spec.replicas` of an apps/v1 workload (defaulted by the apiserver, so always there); a
 /// suspended kind's replicas, 0 while suspended and 1 while not.
