@@ -92,7 +92,10 @@ deploy: image
 undeploy:
 	hack/deploy.sh down
 
-test: fmt-check clippy doc-check unit e2e test-release test-run
+## test: every test (hack/test.sh): fmt-check, clippy, doc-check, unit, e2e, test-release and
+## test-run, in that order, with the image's build for the e2e tests started first, beside them.
+test:
+	hack/test.sh
 
 fmt-check:
 	$(CARGO) fmt --all -- --check

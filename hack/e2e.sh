@@ -5,7 +5,8 @@
 # real node of its own (hack/node.sh), beside `make run`'s; the project image is built
 # (make image) for tests/e2e/install/image.rs and loaded into that node for
 # tests/e2e/install/release.rs. It builds (niced, its output in $KUBESTEER_STATE/image-build.log)
-# while the groups that run the host's binaries do; the groups that need it run last and wait.
+# while the groups that run the host's binaries do (from before the checks under `make test`:
+# hack/test.sh); the groups that need it run last and wait.
 # The cluster is started here and torn down afterwards; KUBESTEER_KEEP_CLUSTER=1 keeps it, and
 # the next run reuses it. KUBESTEER_E2E_GROUPS runs only the groups it names.
 # KUBESTEER_E2E_CLUSTER and KUBESTEER_E2E_STATE name another one.
@@ -39,20 +40,18 @@ hack/install-prereqs.sh
 hack/cluster.sh up
 cargo build --workspace --bins
 # The image's build (hack/image.sh: its own target dir, so no lock on target/) in a process group
-# of its own (setsid), at a lower priority than the tests and the cluster.
+# of its own, at a lower priority than the tests and the cluster; hack/test.sh (`make test`) has
+# started it already, beside the checks, when it gives its pid.
 mkdir -p "$KUBESTEER_STATE"
-setsid nice -n 10 make --no-print-directory image IMG="$img" IMAGE_TAR="$KUBESTEER_IMAGE_ARCHIVE" \
-  >"$image_log" 2>&1 &
-image_pid=$!
+image_pid=${KUBESTEER_IMAGE_BUILD_PID:-$(image_build_start "$img" "$KUBESTEER_IMAGE_ARCHIVE" "$image_log")}
 # image_ready: waits for the image's build (its log goes to stderr), then loads the image into the
 # real node; the build's failure fails the run.
 image_ready() {
   [ -n "$image_pid" ] || return 0
   local rc=0
   echo "[e2e] waiting for the image's build ($image_log)" >&2
-  wait_job "$image_pid" "${KUBESTEER_IMAGE_BUILD_TIMEOUT:-2700}" "the image's build" || rc=$?
+  image_build_wait "$image_pid" "$image_log" "${KUBESTEER_IMAGE_BUILD_TIMEOUT:-2700}" || rc=$?
   image_pid=
-  cat "$image_log" >&2
   [ "$rc" = 0 ] || { echo "[e2e] the image's build failed ($rc)" >&2; exit 1; }
   if hack/node.sh status; then
     hack/node.sh load "$KUBESTEER_IMAGE_ARCHIVE"
@@ -90,15 +89,34 @@ host_groups= image_groups=
 for group in $groups; do
   if needs_image "$group"; then image_groups="$image_groups $group"; else host_groups="$host_groups $group"; fi
 done
+# The groups that see and change only what they make themselves (their own release, namespaces
+# and objects: no CRD, node, conversion or cluster-wide setting) run as one, where the first of
+# them would, so that their tests share the threads; the others run one at a time.
+# KUBESTEER_E2E_BESIDE="" runs every group alone.
+beside=${KUBESTEER_E2E_BESIDE-webhook::apiserver_auth:: install::certificates:: install::chart:: install::image:: \
+install::metrics:: install::monitoring:: install::plugin:: install::rbac:: install::readiness:: install::readme::}
+runs= together=
 for group in $host_groups $image_groups; do
-  if needs_image "$group"; then image_ready; fi
-  echo "[e2e] $group" >&2
+  if [[ " $beside " == *" $group "* ]]; then
+    [ -n "$together" ] || runs="$runs @together"
+    together="$together${together:++}$group"
+  else
+    runs="$runs $group"
+  fi
+done
+runs=${runs/@together/$together}
+for run in $runs; do
+  for group in ${run//+/ }; do
+    if needs_image "$group"; then image_ready; fi
+  done
+  echo "[e2e] ${run//+/ }" >&2
   group_timeout=${KUBESTEER_E2E_GROUP_TIMEOUT:-1200}
   rc=0 started=$(date +%s)
+  # shellcheck disable=SC2086 # one filter per group
   (cd tests && timeout --foreground --kill-after=30 "$group_timeout" \
-    "$e2e_bin" -q --test-threads "${KUBESTEER_E2E_THREADS:-4}" "$group") || rc=$?
-  echo "[e2e] $group: $(($(date +%s) - started)) s" >&2
-  [ "$rc" != 124 ] || { echo "[e2e] $group: its tests did not finish within ${group_timeout}s" >&2; exit 1; }
+    "$e2e_bin" -q --test-threads "${KUBESTEER_E2E_THREADS:-4}" ${run//+/ }) || rc=$?
+  echo "[e2e] ${run//+/ }: $(($(date +%s) - started)) s" >&2
+  [ "$rc" != 124 ] || { echo "[e2e] ${run//+/ }: its tests did not finish within ${group_timeout}s" >&2; exit 1; }
   [ "$rc" = 0 ] || exit "$rc"
 done
 # Every run builds the image, whichever groups it ran.

@@ -66,6 +66,34 @@ wait_job() {
   wait "$pid"
 }
 
+# image_build_start IMG TAR LOG: `make image` of IMG (its archive TAR) in the background, at a
+# lower priority than what runs beside it, in a process group of its own (setsid), its output in
+# LOG and its exit status, once it ends, in LOG.rc; prints the group's pid (hack/test.sh starts
+# it beside the checks, hack/e2e.sh beside the host-binary groups when nothing started it).
+image_build_start() {
+  rm -f "$3.rc"
+  setsid nice -n 10 bash -c 'make --no-print-directory -C "$0" image IMG="$1" IMAGE_TAR="$2" >"$3" 2>&1; echo $? >"$3.rc"' \
+    "$root" "$1" "$2" "$3" </dev/null >/dev/null 2>&1 &
+  echo $!
+}
+
+# image_build_wait PID LOG SECS: waits up to SECS for the build image_build_start started (any
+# process's child), shows its log and returns its exit status; past SECS it stops it (124).
+image_build_wait() {
+  local pid=$1 log=$2 deadline=$((SECONDS + $3))
+  while [ ! -f "$log.rc" ] && kill -0 "$pid" 2>/dev/null; do
+    if [ "$SECONDS" -ge "$deadline" ]; then
+      log "timed out after ${3}s waiting for the image's build (pid $pid); stopping it"
+      kill -TERM -- "-$pid" 2>/dev/null || true
+      return 124
+    fi
+    sleep 0.5
+  done
+  cat "$log" >&2
+  [ -f "$log.rc" ] || { log "the image's build ended without an exit status"; return 1; }
+  return "$(cat "$log.rc")"
+}
+
 # wait_for WHAT SECONDS CMD...: runs CMD (output discarded) until it succeeds, every half second,
 # each try given at most 30 s (`timeout`); after SECONDS it says what it waited for and returns 124.
 # CMD may be a shell function (then it runs without the per-try limit).
