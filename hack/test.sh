@@ -8,6 +8,8 @@
 # end-to-end tests stops it.
 . "$(dirname "$0")/lib.sh"
 cd "$root"
+# buildah and podman, which the image's build needs, before it starts.
+hack/install-prereqs.sh
 state=${KUBESTEER_E2E_STATE:-$root/.kubesteer/e2e}
 mkdir -p "$state"
 image_pid=$(image_build_start "${KUBESTEER_IMAGE:-kubesteer:dev}" "$state/image.tar" "$state/image-build.log")
