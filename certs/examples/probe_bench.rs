@@ -10,37 +10,48 @@ use kubesteer_certs::{generate, server_config, Options};
 #[path = "../src/tls_server.rs"]
 mod tls_server;
 
-fn main() {
+type Error = Box<dyn std::error::Error>;
+
+/// The positional argument `name` as a count of at least 1, or `default` when it is absent.
+fn count(arg: Option<String>, name: &str, default: usize) -> Result<usize, Error> {
+    match arg {
+        None => Ok(default),
+        Some(a) => match a.parse::<usize>() {
+            Ok(n) if n >= 1 => Ok(n),
+            _ => Err(format!("{name}: expected a whole number of at least 1, got {a:?}").into()),
+        },
+    }
+}
+
+fn main() -> Result<(), Error> {
     let mut args = std::env::args().skip(1);
-    let probes: usize = args.next().map_or(1000, |a| a.parse().expect("PROBES"));
-    let rounds: usize = args.next().map_or(5, |a| a.parse().expect("ROUNDS"));
+    let probes = count(args.next(), "PROBES", 1000)?;
+    let rounds = count(args.next(), "ROUNDS", 5)?;
 
     let mut opts = Options::new("probe", "bench");
-    opts.ips.push("127.0.0.1".parse().unwrap());
-    let certs = generate(&opts).unwrap();
+    opts.ips.push([127, 0, 0, 1].into());
+    let certs = generate(&opts)?;
     let ok = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok";
-    let port = tls_server::serve(server_config(&certs.serving).unwrap(), move |_, _| {
+    let port = tls_server::serve(server_config(&certs.serving)?, move |_, _| {
         Some(ok.to_vec())
-    });
+    })?;
 
     let probe = Probe::new(
         &format!("https://127.0.0.1:{port}/readyz"),
         certs.ca.cert.as_bytes(),
         Duration::from_secs(5),
-    )
-    .unwrap();
+    )?;
     for _ in 0..50 {
-        probe.once().unwrap();
+        probe.once()?;
     }
     let mut results = Vec::new();
     for _ in 0..rounds {
-        let mut times: Vec<Duration> = (0..probes)
+        let mut times = (0..probes)
             .map(|_| {
                 let start = Instant::now();
-                probe.once().unwrap();
-                start.elapsed()
+                probe.once().map(|_| start.elapsed())
             })
-            .collect();
+            .collect::<Result<Vec<Duration>, _>>()?;
         times.sort();
         let us = |d: Duration| (d.as_secs_f64() * 1e7).round() / 10.0;
         let mean = times.iter().sum::<Duration>() / probes as u32;
@@ -55,4 +66,5 @@ fn main() {
         "{{\"probes_per_round\": {probes}, \"rounds\": [{}]}}",
         results.join(", ")
     );
+    Ok(())
 }

@@ -420,7 +420,8 @@ mod tests {
                 body.len()
             );
             Some(reply.into_bytes())
-        });
+        })
+        .unwrap();
         (port, served)
     }
 
@@ -434,6 +435,7 @@ mod tests {
         serve(server_config(&serving.serving).unwrap(), move |_, _| {
             reply.clone()
         })
+        .unwrap()
     }
 
     fn once_against(reply: Option<Vec<u8>>, timeout: Duration) -> Result<Success, ProbeError> {

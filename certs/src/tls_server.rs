@@ -7,16 +7,16 @@ use std::time::Duration;
 
 use rustls::{ServerConfig, ServerConnection, StreamOwned};
 
-/// Serves on a new port, which it returns: reads each connection's request head and sends what
+/// Serves on a new port of 127.0.0.1, which it returns (or why it could not bind one): reads each connection's request head and sends what
 /// `answer` returns for it and the connection's number (from 0), then closes; for None it sends
 /// nothing for a second.
-pub fn serve<F>(config: ServerConfig, answer: F) -> u16
+pub fn serve<F>(config: ServerConfig, answer: F) -> std::io::Result<u16>
 where
     F: Fn(usize, &str) -> Option<Vec<u8>> + Send + 'static,
 {
     let config = Arc::new(config);
-    let listener = TcpListener::bind("127.0.0.1:0").expect("a port on 127.0.0.1");
-    let port = listener.local_addr().expect("the bound port").port();
+    let listener = TcpListener::bind("127.0.0.1:0")?;
+    let port = listener.local_addr()?.port();
     std::thread::spawn(move || {
         for (n, tcp) in listener.incoming().enumerate() {
             let Ok(tcp) = tcp else { continue };
@@ -44,5 +44,5 @@ where
             }
         }
     });
-    port
+    Ok(port)
 }

@@ -23,7 +23,10 @@ use kubesteer_runtime::{health, Health};
 
 use crate::hosts::HostClaims;
 
-/// The cluster facts the Scaler rules depend on.
+/// The cluster facts the Scaler rules depend on. The lookups in the webhook's caches (claimant,
+/// holder, target_exists, hpa_for, keda_scales, ingress_class_exists, ingresses_serving,
+/// host_owner) answer by default as a cluster of which nothing is cached yet: nothing found,
+/// existence unknown. [`KubeCluster`] answers them all from its caches.
 pub trait Cluster: Send + Sync + 'static {
     /// Whether `user` holds `access` (a SubjectAccessReview).
     fn permitted(
@@ -40,9 +43,6 @@ pub trait Cluster: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Mapping, String>> + Send;
     /// The other Scaler (`namespace/name`) that names this target in its spec and is older than
     /// `me`, so owns it, if any (`kubesteer_api::scaler::claims`: a Scaler under CREATE is the youngest).
-    ///
-    /// The lookups in the webhook's caches below answer as a cluster of which nothing is cached
-    /// yet unless an implementation says otherwise: no claimant, no HPA, unknown existence.
     fn claimant(&self, _target: &Target, _me: &Claimant) -> Option<String> {
         None
     }

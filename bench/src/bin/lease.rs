@@ -424,7 +424,7 @@ impl Replica {
             tokio::time::timeout(timeout, self.events.wait_for(|e| found(e).is_some())).await;
         match waited {
             // wait_for returned this value because `found` held for it.
-            Ok(Ok(e)) => Ok(found(&e).expect("found")),
+            Ok(Ok(e)) => found(&e).with_context(|| format!("{}: no {line:?}", self.user)),
             Ok(Err(_)) => bail!("{}: its output closed before {line:?}", self.user),
             Err(_) => bail!("{}: no {line:?} within {timeout:?}", self.user),
         }

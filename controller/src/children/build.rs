@@ -118,6 +118,7 @@ pub fn deployment(
     replicas: i32,
     container: Container,
 ) -> Deployment {
+    // Every caller builds `metadata` with `child_meta`, which always names the child.
     let instance = metadata.name.clone().unwrap_or_default();
     let instance = instance.as_str();
     let spec = DeploymentSpec {
