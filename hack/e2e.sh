@@ -9,7 +9,10 @@
 # hack/test.sh); the groups that need it run last and wait.
 # The cluster is started here and torn down afterwards; KUBESTEER_KEEP_CLUSTER=1 keeps it, and
 # the next run reuses it. KUBESTEER_E2E_GROUPS runs only the groups it names.
-# KUBESTEER_E2E_CLUSTER and KUBESTEER_E2E_STATE name another one.
+# KUBESTEER_E2E_CLUSTER and KUBESTEER_E2E_STATE name another one. KUBESTEER_E2E_PART=host runs
+# only the groups that run the host's binaries (no image built), =image only those that need the
+# image, =all (the default) both: hack/test.sh runs the two parts side by side, each on a cluster
+# of its own.
 # Deadlines: the image's build gets KUBESTEER_IMAGE_BUILD_TIMEOUT seconds (2700: a fresh machine
 # compiles every dependency), each group's tests KUBESTEER_E2E_GROUP_TIMEOUT (1200); past one, it
 # is stopped and the run fails, naming it.
@@ -20,6 +23,11 @@ own_cluster "${KUBESTEER_E2E_CLUSTER:-kubesteer-e2e}" "${KUBESTEER_E2E_STATE:-$r
 # whatever KUBECONFIG the calling shell exported.
 export KUBESTEER_KUBECONFIG=$KUBESTEER_STATE/kubeconfig
 export KUBECONFIG=$KUBESTEER_KUBECONFIG
+part=${KUBESTEER_E2E_PART:-all}
+case $part in
+  all | host | image) ;;
+  *) echo "[e2e] KUBESTEER_E2E_PART: expected all, host or image, got \"$part\"" >&2; exit 2 ;;
+esac
 img=${KUBESTEER_IMAGE:-kubesteer:dev}
 export KUBESTEER_IMAGE=$img
 export KUBESTEER_IMAGE_ARCHIVE=$KUBESTEER_STATE/image.tar
@@ -43,7 +51,9 @@ cargo build --workspace --bins
 # of its own, at a lower priority than the tests and the cluster; hack/test.sh (`make test`) has
 # started it already, beside the checks, when it gives its pid.
 mkdir -p "$KUBESTEER_STATE"
-image_pid=${KUBESTEER_IMAGE_BUILD_PID:-$(image_build_start "$img" "$KUBESTEER_IMAGE_ARCHIVE" "$image_log")}
+if [ "$part" != host ]; then
+  image_pid=${KUBESTEER_IMAGE_BUILD_PID:-$(image_build_start "$img" "$KUBESTEER_IMAGE_ARCHIVE" "$image_log")}
+fi
 # image_ready: waits for the image's build (its log goes to stderr), then loads the image into the
 # real node; the build's failure fails the run.
 image_ready() {
@@ -89,6 +99,11 @@ host_groups= image_groups=
 for group in $groups; do
   if needs_image "$group"; then image_groups="$image_groups $group"; else host_groups="$host_groups $group"; fi
 done
+case $part in
+  host) image_groups= ;;
+  image) host_groups= ;;
+esac
+[ -n "$host_groups$image_groups" ] || echo "[e2e] none of the groups is of the $part part: $groups" >&2
 # The groups that see and change only what they make themselves (their own release, namespaces
 # and objects: no CRD, node, conversion or cluster-wide setting) run as one, where the first of
 # them would, so that their tests share the threads; the others run one at a time.
@@ -119,5 +134,5 @@ for run in $runs; do
   [ "$rc" != 124 ] || { echo "[e2e] ${run//+/ }: its tests did not finish within ${group_timeout}s" >&2; exit 1; }
   [ "$rc" = 0 ] || exit "$rc"
 done
-# Every run builds the image, whichever groups it ran.
+# Every run but a host part's builds the image, whichever groups it ran.
 image_ready
