@@ -64,6 +64,52 @@ plugins:
 YAML
 }
 
+# claim_ports: a block of 8 host ports of this state dir's own, from 32000 + 8 × block (32000 to
+# 32767: above the tests' free_port range, below the kernel's ephemeral ports), for the control
+# plane's 6 listeners, written to $state/ports.env. kwokctl would otherwise pick free ports itself,
+# counting down from 32767 in each process: two clusters created at once get the same ones, and
+# one created while a test restarts another's apiserver or etcd can take its port.
+port_blocks=$cache/cluster-ports
+claim_ports() {
+  mkdir -p "$port_blocks" "$state"
+  local n owner me
+  me=$(realpath -m "$state")
+  for n in $(seq 0 95); do
+    [ "$(cat "$port_blocks/$n" 2>/dev/null)" = "$me" ] && grep -qx "PORT_BLOCK=$n" "$state/ports.env" 2>/dev/null && return 0
+  done
+  for n in $(seq 0 95); do
+    # A block whose owner's state no longer names it (claimed over a minute ago) is free again.
+    if [ -f "$port_blocks/$n" ]; then
+      owner=$(cat "$port_blocks/$n")
+      if [ -n "$(find "$port_blocks/$n" -mmin +1)" ] && ! grep -qx "PORT_BLOCK=$n" "$owner/ports.env" 2>/dev/null; then
+        rm -f "$port_blocks/$n"
+      fi
+    fi
+    if (set -o noclobber && printf '%s\n' "$me" >"$port_blocks/$n") 2>/dev/null; then
+      local base=$((32000 + 8 * n))
+      cat >"$state/ports.env" <<ENV
+PORT_BLOCK=$n
+ETCD_PEER_PORT=$base
+ETCD_PORT=$((base + 1))
+APISERVER_PORT=$((base + 2))
+KWOK_CONTROLLER_PORT=$((base + 3))
+CONTROLLER_MANAGER_PORT=$((base + 4))
+SCHEDULER_PORT=$((base + 5))
+ENV
+      return 0
+    fi
+  done
+  die "no free block of ports under $port_blocks (owners: $(cat "$port_blocks"/* | tr '\n' ' '))"
+}
+
+# release_ports: gives this state dir's block back.
+release_ports() {
+  local n
+  n=$(sed -n 's/^PORT_BLOCK=//p' "$state/ports.env" 2>/dev/null)
+  if [ -n "$n" ] && [ "$(cat "$port_blocks/$n" 2>/dev/null)" = "$(realpath -m "$state")" ]; then rm -f "$port_blocks/$n"; fi
+  rm -f "$state/ports.env"
+}
+
 answers() { [ -f "$kubeconfig" ] && "${kubectl[@]}" get --request-timeout=10s --raw /readyz >/dev/null 2>&1; }
 
 up() {
@@ -83,6 +129,9 @@ up() {
       service_cidr=$(sed -n 's/^SERVICE_CIDR=//p' "$state/net.env")
       service_ip=$(sed -n 's/^SERVICE_IP=//p' "$state/net.env")
     fi
+    claim_ports
+    # shellcheck disable=SC1091 # written by claim_ports
+    . "$state/ports.env"
     local client_dir
     client_dir=$(cd "$state" && pwd)/apiserver-client
     admission_config "$client_dir"
@@ -99,6 +148,12 @@ options:
   kwokControllerBinary: $bin/kwok
   kubectlBinary: $bin/kubectl
   disableQPSLimits: true
+  etcdPeerPort: $ETCD_PEER_PORT
+  etcdPort: $ETCD_PORT
+  kubeApiserverPort: $APISERVER_PORT
+  kwokControllerPort: $KWOK_CONTROLLER_PORT
+  kubeControllerManagerPort: $CONTROLLER_MANAGER_PORT
+  kubeSchedulerPort: $SCHEDULER_PORT
   # Pods of the real node reach the apiserver at the kubernetes Service's ClusterIP (kube-proxy).
   kubeApiserverCertSANs: [$service_ip]
 # In the file, not as --extra-args: kwokctl v0.7.0 panics on several args for several components.
@@ -146,6 +201,7 @@ down() {
   "$root/hack/node.sh" release
   "${kwokctl[@]}" delete cluster >/dev/null 2>&1 || true
   rm -f "$kubeconfig"
+  release_ports
   log "cluster $name deleted"
 }
 
