@@ -359,6 +359,7 @@ fn rows() -> Vec<Row> {
     for (file, name, after) in [
         ("hack/e2e.sh", "KUBESTEER_E2E_GROUP_TIMEOUT", " s;"),
         ("hack/e2e.sh", "KUBESTEER_IMAGE_BUILD_TIMEOUT", " s;"),
+        ("hack/test.sh", "KUBESTEER_HOST_LANE_TIMEOUT", " s;"),
         ("hack/test-run.sh", "KUBESTEER_TEST_RUN_TIMEOUT", " s)"),
     ] {
         let (v, s) = shell(file, name);
