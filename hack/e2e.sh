@@ -18,7 +18,7 @@
 # is stopped and the run fails, naming it.
 . "$(dirname "$0")/lib.sh"
 cd "$root"
-own_cluster "${KUBESTEER_E2E_CLUSTER:-kubesteer-e2e}" "${KUBESTEER_E2E_STATE:-$root/.kubesteer/e2e}"
+own_cluster "${KUBESTEER_E2E_CLUSTER:-kubesteer-e2e}" "$e2e_state"
 # Everything that reads a kubeconfig (the tests, kubectl, helm, hack/deploy.sh) gets this one,
 # whatever KUBECONFIG the calling shell exported.
 export KUBESTEER_KUBECONFIG=$KUBESTEER_STATE/kubeconfig

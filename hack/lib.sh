@@ -15,6 +15,9 @@ IMAGE_RUSTFLAGS='-C target-feature=+crt-static -C symbol-mangling-version=v0'
 # workspace's crates and the fat-LTO link, not every dependency at opt-level s (about 6 of 12 min).
 image_target_dir=${KUBESTEER_IMAGE_TARGET_DIR:-$cache/target-image}
 bin=$cache/bin
+# The end-to-end tests' state dir (hack/e2e.sh's cluster, its image archive and build log), which
+# hack/test.sh hands the image's build it starts.
+e2e_state=${KUBESTEER_E2E_STATE:-$root/.kubesteer/e2e}
 tag=$(basename "$0" .sh)
 log() { printf '[%s] %s\n' "$tag" "$*" >&2; }
 die() {

@@ -19,9 +19,8 @@
 cd "$root"
 # buildah and podman, which the image's build needs, before it starts.
 hack/install-prereqs.sh
-state=${KUBESTEER_E2E_STATE:-$root/.kubesteer/e2e}
-mkdir -p "$state"
-image_pid=$(image_build_start "${KUBESTEER_IMAGE:-kubesteer:dev}" "$state/image.tar" "$state/image-build.log")
+mkdir -p "$e2e_state"
+image_pid=$(image_build_start "${KUBESTEER_IMAGE:-kubesteer:dev}" "$e2e_state/image.tar" "$e2e_state/image-build.log")
 host_lane=
 stop() {
   kill -TERM -- "-$image_pid" 2>/dev/null || true
